@@ -1,0 +1,83 @@
+"""The op contract: one class per (op type, first opset), named `<Op>_<since>`, checked here.
+
+A subclass named like `Gemm_13` registers itself for ("", "Gemm") from opset 13 on; classes
+without a version suffix (`Elementwise`, `_Reduce`) are shared bases and register nothing.
+The base loads and checks attributes, so op files hold only the computation.
+"""
+import re
+
+import numpy as np
+
+from rtd.errors import Code, RtdError
+
+REQUIRED = object()  # marks an attribute the node must carry
+_NAME = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_(\d+)$")
+_REGISTRY: dict[tuple[str, str], list[tuple[int, type]]] = {}
+
+
+class Kernel:
+    """One ONNX op over an array module `xp` (numpy or cupy); `run(*inputs) -> tuple`."""
+
+    domain = ""  # "" is ai.onnx
+    attributes: dict = {}  # name -> default, or REQUIRED
+    needs_scope = False  # control flow: run(..., scope=outer_values) to see enclosing names
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if m := _NAME.match(cls.__name__):
+            cls.op_type, cls.since = m.group(1), int(m.group(2))
+            versions = _REGISTRY.setdefault((cls.domain, cls.op_type), [])
+            versions.append((cls.since, cls))
+            versions.sort(key=lambda v: v[0])
+
+    def __init__(self, attrs: dict, xp=np):
+        unknown = set(attrs) - set(self.attributes)
+        if unknown:
+            raise RtdError(Code.E_OP_UNSUPPORTED, f"{self.op_type}-{self.since}: attribute(s) {sorted(unknown)} not understood")
+        for name, default in self.attributes.items():
+            if default is REQUIRED and name not in attrs:
+                raise RtdError(Code.E_MODEL_INVALID, f"{self.op_type}: required attribute {name!r} missing")
+            setattr(self, name, attrs.get(name, default))
+        self.xp = xp
+        self.setup()
+
+    def setup(self) -> None:
+        """Precompute from attributes once, at compile time."""
+
+    def run(self, *inputs):
+        raise NotImplementedError
+
+    def host(self, x) -> np.ndarray:
+        """A small tensor (a shape, axes, a scalar) as a NumPy array on the host."""
+        return x if isinstance(x, np.ndarray) or x is None else self.xp.asnumpy(x)
+
+
+class Elementwise(Kernel):
+    """An op computed element by element under broadcasting; the fuser chains these in place.
+
+    `compute(*inputs, out=None)` must write into `out` when given (same shape and dtype as the
+    result), so a fused chain allocates nothing. `cuda` is the same function as a CUDA C
+    expression over `in0`, `in1`, ... for generated GPU kernels (None: not fusable on GPU).
+    """
+
+    cuda: str | None = None
+
+    def compute(self, *inputs, out=None):
+        raise NotImplementedError
+
+    def run(self, *inputs):
+        return (self.compute(*inputs),)
+
+
+def lookup(domain: str, op_type: str, opset: int) -> type:
+    """The newest kernel for `op_type` whose first opset is at or below `opset`."""
+    domain = "" if domain == "ai.onnx" else domain
+    for since, cls in reversed(_REGISTRY.get((domain, op_type), [])):
+        if since <= opset:
+            return cls
+    raise RtdError(Code.E_OP_UNSUPPORTED, f"{op_type} (domain {domain or 'ai.onnx'}, opset {opset})")
+
+
+def supported() -> dict[tuple[str, str], list[int]]:
+    """Every claimed (domain, op type) with the opsets where its kernels start."""
+    return {key: [since for since, _ in versions] for key, versions in sorted(_REGISTRY.items())}

@@ -1,0 +1,1 @@
+"""Trusted model packages: format, signing, verification, safe intake and ONNX guards."""

@@ -1,0 +1,1 @@
+"""Default policy files shipped with rtd (data, not code)."""

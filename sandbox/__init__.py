@@ -1,0 +1,1 @@
+"""Confinement of worker processes: namespaces, cgroups, seccomp, privileges, the launcher."""

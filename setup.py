@@ -1,0 +1,16 @@
+"""Maps the top-level folders onto the rtd.* namespace; every folder with an __init__.py is a package."""
+import pathlib
+
+from setuptools import setup
+
+FOLDERS = {"rtd": "rtd", "rtd.loader": "loader", "rtd.kernels": "kernels", "rtd.sandbox": "sandbox",
+           "rtd.daemon": "daemon", "rtd.policies": "policies"}
+
+
+def packages():
+    for package, folder in FOLDERS.items():
+        for init in sorted(pathlib.Path(folder).rglob("__init__.py")):
+            yield ".".join((package, *init.parent.relative_to(folder).parts))
+
+
+setup(packages=list(packages()), package_dir=FOLDERS)
