@@ -1,0 +1,81 @@
+"""Windowed pooling shared by MaxPool, AveragePool and LpPool: one vectorized op per kernel tap.
+
+A ResNet 3x3 pool is nine whole-tensor `maximum`/`add` calls into the output, never a reduction
+over a strided window view. Averages divide by a count map built the same way from a 0/1
+mask, so pads and ceil-mode overhang are counted exactly as ONNX specifies.
+"""
+import numpy as np
+
+from ._window import geometry, pad_into, taps
+
+POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "kernel_shape": None, "pads": None, "strides": None}
+
+
+def lowest(dtype):
+    return -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
+
+
+def max_pool(xp, x, kernel, strides, dilations, pads, auto_pad, ceil_mode, storage_order, want_indices):
+    """(y, indices or None); indices are flat positions in x (row- or column-major per storage_order)."""
+    out_shape, begin, end = geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
+    padded = pad_into(x, begin, end, lowest(x.dtype), "maxpool", xp)
+    y = xp.empty(x.shape[:2] + tuple(out_shape), x.dtype)
+    tap_views = list(taps(padded, kernel, strides, dilations, out_shape))
+    y[...] = tap_views[0][1]
+    for _, view in tap_views[1:]:
+        xp.maximum(y, view, out=y)
+    if not want_indices:
+        return y, None
+    best = xp.zeros(y.shape, np.int64)
+    for i in range(len(tap_views) - 1, -1, -1):  # reversed: the first maximal tap wins, like ONNX
+        xp.copyto(best, i, where=tap_views[i][1] == y)
+    nd = len(kernel)
+    dilations = dilations or [1] * nd
+    strides = strides or [1] * nd
+    offsets = np.array(list(np.ndindex(*kernel)), np.int64)  # tap -> kernel position
+    spatial = x.shape[2:]
+    flat = xp.zeros(y.shape, np.int64)
+    order = range(nd) if storage_order == 0 else range(nd - 1, -1, -1)
+    for axis in order:
+        grid = (xp.arange(out_shape[axis]) * strides[axis] - begin[axis]).reshape(
+            (1, 1) + tuple(-1 if a == axis else 1 for a in range(nd)))
+        coord = grid + xp.asarray(offsets[:, axis] * dilations[axis])[best]
+        flat = flat * spatial[axis] + coord
+    plane = int(np.prod(spatial))
+    channel = xp.arange(x.shape[0] * x.shape[1]).reshape(x.shape[:2] + (1,) * nd) * plane
+    return y, flat + channel
+
+
+def sum_pool(xp, x, kernel, strides, dilations, pads, auto_pad, ceil_mode, count_include_pad, p=None):
+    """Average (p None) or Lp pooling; averages count only real cells (plus explicit pads if asked)."""
+    out_shape, begin, end = geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
+    padded = pad_into(x, begin, end, 0, "sumpool", xp)
+    if p is not None:
+        padded = xp.abs(padded) if p == 1 else xp.abs(padded) ** p
+    y = xp.zeros(x.shape[:2] + tuple(out_shape), x.dtype)
+    for _, view in taps(padded, kernel, strides, dilations, out_shape):
+        y += view
+    if p is not None:
+        return y if p == 1 else y ** (1.0 / p)
+    nd = len(kernel)
+    explicit_pads = list(begin) + [e for e in end]
+    if auto_pad in ("NOTSET", "") :
+        given = list(pads or [0] * 2 * nd)
+        explicit_pads = given[:nd] + given[nd:]
+    overhang = any(e > g for e, g in zip(end, explicit_pads[nd:]))
+    if count_include_pad and not overhang:
+        y /= y.dtype.type(np.prod(kernel))
+        return y
+    spatial = x.shape[2:]
+    mask = np.zeros((1, 1) + tuple(b + s + e for b, s, e in zip(begin, spatial, end)), x.dtype)
+    if count_include_pad:
+        inner = tuple(slice(b - pb, b + s + pe) for b, s, pb, pe in
+                      zip(begin, spatial, explicit_pads[:nd], explicit_pads[nd:]))
+    else:
+        inner = tuple(slice(b, b + s) for b, s in zip(begin, spatial))
+    mask[(slice(None), slice(None)) + inner] = 1
+    count = np.zeros((1, 1) + tuple(out_shape), x.dtype)
+    for _, view in taps(mask, kernel, strides, dilations, out_shape):
+        count += view
+    y /= xp.asarray(np.maximum(count, 1))
+    return y
