@@ -1,0 +1,6 @@
+"""Acosh: inverse hyperbolic cosine of each element."""
+from ._ufunc import Ufunc
+
+
+class Acosh_9(Ufunc):
+    ufunc, cuda = "arccosh", "acosh(in0)"

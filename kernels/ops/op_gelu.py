@@ -1,0 +1,39 @@
+"""Gelu: x * Phi(x) exactly (erf) or by the tanh approximation (`approximate="tanh"`)."""
+import math
+
+from scipy import special
+
+from rtd.errors import Code, RtdError
+
+from .base import Elementwise
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+class Gelu_20(Elementwise):
+    attributes = {"approximate": "none"}
+
+    def setup(self) -> None:
+        if self.approximate not in ("none", "tanh"):
+            raise RtdError(Code.E_MODEL_INVALID, f"Gelu: approximate={self.approximate!r} is not 'none' or 'tanh'")
+
+    @property
+    def cuda(self):
+        if self.approximate == "tanh":
+            return f"0.5 * in0 * (1 + tanh({_SQRT_2_OVER_PI!r} * (in0 + 0.044715 * in0 * in0 * in0)))"
+        return f"0.5 * in0 * (1 + erf(in0 * {math.sqrt(0.5)!r}))"
+
+    def compute(self, x, out=None):
+        xp = self.xp
+        if self.approximate == "tanh":
+            gate = xp.multiply(x, x)  # sqrt(2/pi) * (x + 0.044715 x^3) = x * (c + c*0.044715 * x^2)
+            gate *= _SQRT_2_OVER_PI * 0.044715
+            gate += _SQRT_2_OVER_PI
+            gate *= x
+            xp.tanh(gate, out=gate)
+        else:
+            gate = xp.multiply(x, math.sqrt(0.5))
+            special.erf(gate, out=gate)
+        gate += 1
+        gate *= 0.5
+        return xp.multiply(x, gate, out=out)

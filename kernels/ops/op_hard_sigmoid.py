@@ -1,0 +1,15 @@
+"""HardSigmoid: max(0, min(1, alpha * x + beta))."""
+from .base import Elementwise
+
+
+class HardSigmoid_6(Elementwise):
+    attributes = {"alpha": 0.2, "beta": 0.5}
+
+    @property
+    def cuda(self):
+        return f"fmin(fmax({self.alpha!r} * in0 + {self.beta!r}, 0), 1)"
+
+    def compute(self, x, out=None):
+        result = self.xp.multiply(x, self.alpha, out=out)
+        result += self.beta
+        return self.xp.clip(result, 0, 1, out=result)

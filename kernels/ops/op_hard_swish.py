@@ -1,0 +1,12 @@
+"""HardSwish: x * max(0, min(1, x / 6 + 1/2))."""
+from .base import Elementwise
+
+
+class HardSwish_14(Elementwise):
+    cuda = "in0 * fmin(fmax(in0 / 6 + 0.5, 0), 1)"
+
+    def compute(self, x, out=None):
+        gate = self.xp.multiply(x, 1 / 6)
+        gate += 0.5
+        self.xp.clip(gate, 0, 1, out=gate)
+        return self.xp.multiply(x, gate, out=out)

@@ -1,0 +1,17 @@
+"""Pow: x ** y under broadcasting; the result keeps x's type whatever y's type is."""
+from .base import Elementwise
+
+
+class Pow_7(Elementwise):
+    cuda = "pow(in0, in1)"
+
+    def compute(self, x, y, out=None):
+        xp = self.xp
+        if x.dtype.kind == "f":
+            # y in x's float type keeps the power in x's precision instead of promoting to float64
+            return xp.power(x, y.astype(x.dtype, copy=False), out=out)
+        result = xp.power(x, y)  # integer base: NumPy's promotion, then back to x's type
+        if out is None:
+            return result.astype(x.dtype, copy=False)
+        xp.copyto(out, result, casting="unsafe")
+        return out

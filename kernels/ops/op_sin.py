@@ -1,0 +1,6 @@
+"""Sin: sine of each element."""
+from ._ufunc import Ufunc
+
+
+class Sin_7(Ufunc):
+    ufunc, cuda = "sin", "sin(in0)"
