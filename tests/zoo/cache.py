@@ -6,6 +6,7 @@ a temporary name and renamed, so a concurrent or interrupted export never leaves
 """
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable
 
@@ -28,4 +29,13 @@ def cached_model(name: str, build: Callable[[], bytes], key_parts: list[str]) ->
     except BaseException:
         os.unlink(tmp)
         raise
+    _drop_stale(name, path)
     return path
+
+
+def _drop_stale(name: str, keep: str) -> None:
+    """Older exports of the same model (other hashes) are dead weight: hundreds of MB for BERT."""
+    stale = re.compile(re.escape(name) + r"-[0-9a-f]{16}\.onnx")
+    for entry in os.listdir(CACHE_DIR):
+        if stale.fullmatch(entry) and os.path.join(CACHE_DIR, entry) != keep:
+            os.unlink(os.path.join(CACHE_DIR, entry))

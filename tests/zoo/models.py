@@ -42,8 +42,12 @@ class ZooModel:
 
 
 def export(module: torch.nn.Module, args: tuple, *, opset: int, inputs: list[str], outputs: list[str],
-           dynamic: dict | None = None, dynamo: bool = False) -> bytes:
-    """ONNX bytes of `module(*args)` from the TorchScript (`dynamo=False`) or the dynamo exporter."""
+           dynamic: dict | None = None, dynamo: bool = False, keep_batchnorm: bool = False) -> bytes:
+    """ONNX bytes of `module(*args)` from the TorchScript (`dynamo=False`) or the dynamo exporter.
+
+    Both exporters fold BatchNorm into Conv for an eval() module; `keep_batchnorm` (TorchScript
+    only) keeps BatchNormalization nodes so the executor's own folding is exercised.
+    """
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         if dynamo:
@@ -52,7 +56,8 @@ def export(module: torch.nn.Module, args: tuple, *, opset: int, inputs: list[str
             return program.model_proto.SerializeToString()
         buf = io.BytesIO()
         torch.onnx.export(module, args, buf, dynamo=False, opset_version=opset, input_names=inputs,
-                          output_names=outputs, dynamic_axes=dynamic, do_constant_folding=True)
+                          output_names=outputs, dynamic_axes=dynamic, do_constant_folding=True,
+                          training=torch.onnx.TrainingMode.PRESERVE if keep_batchnorm else torch.onnx.TrainingMode.EVAL)
         return buf.getvalue()
 
 
@@ -110,7 +115,8 @@ def build_resnet18_dynamo() -> bytes:
 
 def build_resnet50() -> bytes:
     net = nets.perturbed_init(nets.ResNet(nets.Bottleneck, [3, 4, 6, 3]), seed=50)
-    return export(net, (torch.randn(1, 3, 224, 224),), opset=11, inputs=["image"], outputs=["logits"], dynamic=_IMAGE)
+    return export(net, (torch.randn(1, 3, 224, 224),), opset=11, inputs=["image"], outputs=["logits"], dynamic=_IMAGE,
+                  keep_batchnorm=True)
 
 
 def build_bert_base() -> bytes:

@@ -1,0 +1,62 @@
+"""How the zoo judges rtd's outputs against onnxruntime's; shared by the tests and bench/executor.py.
+
+Float outputs: the error is max|rtd − ort| / max|ort| over the whole tensor (an error scaled by
+the output's magnitude, so near-zero elements do not demand impossible relative precision);
+it must be ≤ the tolerance. Integer and bool outputs must be equal. Shapes and dtypes must match.
+"""
+import numpy as np
+import onnxruntime as ort
+
+FLOAT_TOLERANCE = 1e-4
+
+# Quantized graphs: rtd and ORT do the same integer arithmetic (MatMulInteger/ConvInteger sums are
+# exact), but the float steps around it — scale = (max − min)/255, round(x/scale) + zero point,
+# and the requantize Mul — may be evaluated in a different (equally valid) order, e.g. x·(1/scale)
+# against x/scale. A value within one ulp of a rounding tie then lands one quantum away: one
+# input element moves by scale = range/255, so an output moves by at most 1/255 ≈ 4e-3 of its
+# range per flipped element feeding it. Flips are rare (ties within an ulp), LayerNorm re-scales
+# between layers, so two quanta of the output range bounds what equal arithmetic can differ by.
+QUANTIZED_TOLERANCE = 2 / 255
+
+
+def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got − want| / max |want| (the denominator floored at 1e-30 for all-zero references)."""
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    return float(diff.max(initial=0.0) / max(float(np.abs(want).max(initial=0.0)), 1e-30))
+
+
+def mismatches(got: dict, want: dict, tolerance: float) -> list[str]:
+    """One line per output that is missing, extra, of the wrong shape/dtype, or off by more than `tolerance`."""
+    problems = [f"{name}: not an output of the reference" for name in sorted(set(got) - set(want))]
+    for name, ref in want.items():
+        if name not in got:
+            problems.append(f"{name}: missing")
+            continue
+        out = np.asarray(got[name])
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            problems.append(f"{name}: expected {ref.dtype}{list(ref.shape)}, got {out.dtype}{list(out.shape)}")
+        elif ref.dtype.kind == "f":
+            if not np.array_equal(np.isfinite(out), np.isfinite(ref)):
+                problems.append(f"{name}: non-finite values differ from the reference")
+            elif (err := scaled_error(out[np.isfinite(ref)], ref[np.isfinite(ref)])) > tolerance:
+                problems.append(f"{name}: scaled error {err:.3g} > {tolerance:.3g}")
+        elif not np.array_equal(out, ref):
+            problems.append(f"{name}: {int(np.sum(out != ref))} of {ref.size} elements differ (exact match required)")
+    return problems
+
+
+def reference_session(path: str, threads: int, optimized: bool) -> ort.InferenceSession:
+    """onnxruntime on the CPU: sequential, `threads` intra-op threads; literal graph unless `optimized`."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
+                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    options.log_severity_level = 3
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def run_reference(session: ort.InferenceSession, feeds: dict) -> dict:
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))

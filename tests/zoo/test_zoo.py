@@ -1,0 +1,87 @@
+"""Every zoo model, compiled by rtd, against onnxruntime on fresh random inputs.
+
+Inputs are drawn from a new seed each run (printed in every failure; set RTD_ZOO_SEED to
+replay one). Each model is compiled once and run at every entry of its `dims`, so models
+exported with symbolic axes are checked at several batch sizes / sequence lengths. The
+reference is onnxruntime with graph optimizations off: the literal graph (its fused quantized
+kernels use different arithmetic, see compare.py). Models marked `slow` (BERT-base, ResNet-50)
+take most of the file's time; deselect them with `-m "not slow"`.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from rtd.errors import Code, RtdError
+from rtd.kernels import compile_model
+
+from .compare import FLOAT_TOLERANCE, QUANTIZED_TOLERANCE, mismatches, reference_session, run_reference
+from .models import ZOO
+
+
+def _seed() -> int:
+    return int(os.environ.get("RTD_ZOO_SEED") or np.random.SeedSequence().entropy)
+
+
+def _params():
+    return [pytest.param(name, marks=[pytest.mark.slow] if model.big else [], id=name) for name, model in ZOO.items()]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """One compile per model for the whole module; a refusal is kept and re-raised per test."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            try:
+                cache[name] = compile_model(ZOO[name].path())
+            except RtdError as e:
+                cache[name] = e
+        if isinstance(cache[name], RtdError):
+            raise cache[name]
+        return cache[name]
+
+    yield get
+    cache.clear()
+
+
+@pytest.mark.parametrize("name", _params())
+def test_matches_onnxruntime(name, compiled):
+    zoo = ZOO[name]
+    model = compiled(name)
+    reference = reference_session(zoo.path(), threads=2, optimized=False)
+    tolerance = QUANTIZED_TOLERANCE if zoo.quantized else FLOAT_TOLERANCE
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    for dims in zoo.dims:
+        feeds = zoo.feeds(rng, dims)
+        want = run_reference(reference, feeds)
+        got = model.run(feeds)
+        problems = mismatches(got, want, tolerance)
+        assert not problems, f"{name} at {dims} (RTD_ZOO_SEED={seed}): " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("name", _params())
+def test_signature_matches_onnxruntime(name, compiled):
+    """Names, dtypes and (symbolic) shapes of inputs and outputs as onnxruntime reads them."""
+    model = compiled(name)
+    reference = reference_session(ZOO[name].path(), threads=1, optimized=False)
+    for ours, theirs in ((model.inputs, reference.get_inputs()), (model.outputs, reference.get_outputs())):
+        assert [s.name for s in ours] == [t.name for t in theirs]
+        for spec, arg in zip(ours, theirs):
+            assert spec.dtype == np.dtype(_ORT_TYPES[arg.type]), f"{spec.name}: {spec.dtype} vs {arg.type}"
+            # ORT reports an unnamed dynamic dim as None and a named one by its name, as TensorSpec does
+            assert tuple(spec.shape) == tuple(arg.shape), f"{spec.name}: {spec.shape} vs {arg.shape}"
+
+
+def test_symbolic_model_refuses_wrong_rank():
+    """A symbolic dim accepts any size, but not a missing axis: E_INPUT_INVALID, expected vs got."""
+    model = compile_model(ZOO["mlp"].path())
+    with pytest.raises(RtdError) as e:
+        model.run({"x": np.zeros((1024,), np.float32)})
+    assert e.value.code is Code.E_INPUT_INVALID
+
+
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+              "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
