@@ -1,0 +1,215 @@
+"""The daemon's configuration: TOML, validated once into frozen dataclasses.
+
+With no config file, `embedded_default()` builds a development setup in a local state
+directory (`$RTD_STATE_DIR` or `./state`): gRPC on a Unix socket there, one tenant `dev`
+with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
+to the state dir — and says so on stderr. Unknown keys, wrong types and impossible values
+raise ConfigError naming the offending key; the daemon refuses to start on them.
+"""
+import dataclasses
+import hashlib
+import os
+import secrets
+import sys
+import tomllib
+
+TENANT_UID_BASE = 61000
+TOKEN_BYTES = 32  # 256 bits, well above the 128-bit floor
+
+
+class ConfigError(ValueError):
+    """The config file is malformed; the message names the offending key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantConfig:
+    id: str
+    token_sha256: tuple[str, ...]
+    trusted_keys: str
+    uid: int
+    gid: int
+    policy: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_message_bytes: int = 256 << 20
+    max_queue: int = 32            # per tenant: requests waiting or running
+    max_concurrency: int = 4       # per tenant: requests in the worker pipeline at once
+    request_timeout_s: float = 60.0
+    load_timeout_s: float = 120.0
+    crash_limit: int = 3           # worker deaths while a model loads/runs before it is marked failed
+    restart_backoff_s: float = 0.2
+    restart_backoff_max_s: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    state_dir: str
+    unix_socket: str
+    tcp: str = ""                  # "host:port"; requires tls_* (mTLS)
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int = 8002       # 0 disables the metrics listener
+    admin_token_sha256: tuple[str, ...] = ()
+    tenants: tuple[TenantConfig, ...] = ()
+    limits: Limits = Limits()
+    notes: tuple[str, ...] = ()    # what the embedded default created, for the operator
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _take(table: dict, where: str, key: str, kind, default=dataclasses.MISSING):
+    if key not in table:
+        if default is dataclasses.MISSING:
+            raise ConfigError(f"{where}.{key}: required")
+        return default
+    value = table.pop(key)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise ConfigError(f"{where}.{key}: expected {'/'.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def _no_extra(table: dict, where: str) -> None:
+    if table:
+        raise ConfigError(f"{where}: unknown keys {sorted(table)}")
+
+
+def _hashes(values, where: str) -> tuple[str, ...]:
+    if not isinstance(values, list) or not all(isinstance(h, str) and len(h) == 64 for h in values):
+        raise ConfigError(f"{where}: expected a list of hex SHA-256 token hashes")
+    try:
+        return tuple(bytes.fromhex(h).hex() for h in values)
+    except ValueError:
+        raise ConfigError(f"{where}: not hex") from None
+
+
+def _tenant(table: dict, index: int, base: str) -> TenantConfig:
+    where = f"tenant[{index}]"
+    table = dict(table)
+    tid = _take(table, where, "id", str)
+    if not tid or not tid.replace("-", "").replace("_", "").isalnum() or len(tid) > 64:
+        raise ConfigError(f"{where}.id: letters, digits, - and _ only, at most 64")
+    tenant = TenantConfig(
+        id=tid,
+        token_sha256=_hashes(_take(table, where, "token_sha256", list, []), f"{where}.token_sha256"),
+        trusted_keys=os.path.join(base, _take(table, where, "trusted_keys", str)),
+        uid=_take(table, where, "uid", int, TENANT_UID_BASE + index),
+        gid=_take(table, where, "gid", int, TENANT_UID_BASE + index),
+        policy=_take(table, where, "policy", dict, {}),
+    )
+    _no_extra(table, where)
+    if not 0 < tenant.uid < 1 << 31 or not 0 < tenant.gid < 1 << 31:
+        raise ConfigError(f"{where}: uid/gid must be positive (never root)")
+    return tenant
+
+
+def _limits(table: dict) -> Limits:
+    table, values = dict(table), {}
+    for f in dataclasses.fields(Limits):
+        kind = (int, float) if f.type == "float" or f.type is float else int
+        values[f.name] = _take(table, "limits", f.name, kind, f.default)
+        if values[f.name] <= 0:
+            raise ConfigError(f"limits.{f.name}: must be positive")
+    _no_extra(table, "limits")
+    return Limits(**values)
+
+
+def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
+    """Validate a TOML config; relative paths are taken relative to `base`."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"not TOML: {e}") from None
+    state_dir = os.path.join(base, _take(doc, "config", "state_dir", str))
+    listen = dict(_take(doc, "config", "listen", dict, {}))
+    metrics = dict(_take(doc, "config", "metrics", dict, {}))
+    admin = dict(_take(doc, "config", "admin", dict, {}))
+    tenants = _take(doc, "config", "tenant", list, [])
+    limits = _limits(_take(doc, "config", "limits", dict, {}))
+    _no_extra(doc, "config")
+    config = Config(
+        state_dir=state_dir,
+        unix_socket=os.path.join(base, _take(listen, "listen", "unix", str, os.path.join(state_dir, "rtd.sock"))),
+        tcp=_take(listen, "listen", "tcp", str, ""),
+        tls_cert=_take(listen, "listen", "tls_cert", str, ""),
+        tls_key=_take(listen, "listen", "tls_key", str, ""),
+        tls_client_ca=_take(listen, "listen", "tls_client_ca", str, ""),
+        metrics_address=_take(metrics, "metrics", "address", str, "127.0.0.1"),
+        metrics_port=_take(metrics, "metrics", "port", int, 8002),
+        admin_token_sha256=_hashes(_take(admin, "admin", "token_sha256", list, []), "admin.token_sha256"),
+        tenants=tuple(_tenant(t, i, base) for i, t in enumerate(tenants)),
+        limits=limits,
+        notes=tuple(notes),
+    )
+    for table, where in ((listen, "listen"), (metrics, "metrics"), (admin, "admin")):
+        _no_extra(table, where)
+    if config.tcp and not (config.tls_cert and config.tls_key and config.tls_client_ca):
+        raise ConfigError("listen.tcp: TCP listeners need tls_cert, tls_key and tls_client_ca (mTLS)")
+    if not 0 <= config.metrics_port < 65536:
+        raise ConfigError("metrics.port: 0..65535")
+    ids = [t.id for t in config.tenants]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("tenant: duplicate ids")
+    return config
+
+
+def load(path: str) -> Config:
+    with open(path, encoding="utf-8") as f:
+        return parse(f.read(), base=os.path.dirname(os.path.abspath(path)))
+
+
+def _write_secret(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _ensure_token(path: str, notes: list) -> str:
+    if not os.path.exists(path):
+        _write_secret(path, (secrets.token_urlsafe(TOKEN_BYTES) + "\n").encode())
+        notes.append(f"wrote a fresh token to {path}")
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def _ensure_signing_key(keys_dir: str, trust_dir: str, notes: list) -> None:
+    if os.path.exists(os.path.join(keys_dir, "signing.pem")):
+        return
+    from rtd.loader import keys
+    private, public = keys.write_keypair(keys_dir)
+    with open(public, "rb") as src, open(os.path.join(trust_dir, os.path.basename(public)), "wb") as dst:
+        dst.write(src.read())
+    notes.append(f"created dev signing key {private} (trusted by tenant 'dev')")
+
+
+def embedded_default(state_dir: str | None = None) -> Config:
+    """The no-config development setup; creates what it needs and reports it on stderr."""
+    state_dir = os.path.abspath(state_dir or os.environ.get("RTD_STATE_DIR") or "state")
+    notes = [f"no config given: embedded default, state in {state_dir}"]
+    keys_dir, trust_dir = os.path.join(state_dir, "dev-keys"), os.path.join(state_dir, "trust", "dev")
+    for d in (state_dir, keys_dir, trust_dir):
+        os.makedirs(d, mode=0o700, exist_ok=True)
+    _ensure_signing_key(keys_dir, trust_dir, notes)
+    dev_token = _ensure_token(os.path.join(state_dir, "dev.token"), notes)
+    admin_token = _ensure_token(os.path.join(state_dir, "admin.token"), notes)
+    text = f"""
+state_dir = {state_dir!r}
+[listen]
+unix = {os.path.join(state_dir, "rtd.sock")!r}
+[admin]
+token_sha256 = [{token_hash(admin_token)!r}]
+[[tenant]]
+id = "dev"
+token_sha256 = [{token_hash(dev_token)!r}]
+trusted_keys = {trust_dir!r}
+"""
+    config = parse(text, base=state_dir, notes=tuple(notes))
+    for note in notes:
+        print(f"rtd: {note}", file=sys.stderr)
+    return config

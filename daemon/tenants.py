@@ -1,0 +1,51 @@
+"""Who is calling: bearer tokens (stored only as SHA-256, compared in constant time), plus
+the admin credential for operator views. (grpcio does not expose SO_PEERCRED of a Unix
+peer, so the socket's file mode and the token are the gate; no peer-uid identity.)"""
+import hashlib
+import hmac
+
+from rtd.daemon.config import Config, TenantConfig
+from rtd.errors import Code, RtdError
+
+MAX_TOKEN = 512
+
+
+def bearer(metadata) -> str | None:
+    """The token from `authorization: Bearer <token>` gRPC metadata, if any."""
+    for key, value in metadata or ():
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            token = value[len("Bearer "):].strip()
+            return token if 0 < len(token) <= MAX_TOKEN else None
+    return None
+
+
+def _matches(token: str | None, hashes) -> bool:
+    if token is None:
+        return False
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    found = False
+    for h in hashes:  # no early exit: the time taken does not say which hash matched
+        found |= hmac.compare_digest(digest, h)
+    return found
+
+
+class Tenants:
+    """The tenant table of one config."""
+
+    def __init__(self, config: Config):
+        self.by_id = {t.id: t for t in config.tenants}
+        self.admin_hashes = config.admin_token_sha256
+
+    def authenticate(self, metadata) -> TenantConfig:
+        token = bearer(metadata)
+        if token is None:
+            raise RtdError(Code.E_UNAUTHENTICATED, "send authorization: Bearer <token>")
+        for tenant in self.by_id.values():
+            if _matches(token, tenant.token_sha256):
+                return tenant
+        raise RtdError(Code.E_UNAUTHENTICATED, "unknown token")
+
+    def authenticate_admin(self, metadata) -> None:
+        if not _matches(bearer(metadata), self.admin_hashes):
+            raise RtdError(Code.E_UNAUTHENTICATED, "admin views need the admin token")
+
