@@ -1,0 +1,60 @@
+"""The shared bases of the Reduce* ops: where the axes come from, and keepdims/noop handling.
+
+An op file defines its reduction once on the `AxesFromInput` class (opset 13/18 on, axes as an
+optional int64 input) and derives the older `AxesFromAttribute` version from it, e.g.
+`class ReduceL1_18(AxesFromInput)` and `class ReduceL1_1(AxesFromAttribute, ReduceL1_18)`.
+`reduce(x, axes, keepdims)` receives `axes` as a tuple of non-negative axes or None (all of them);
+the empty tuple (noop_with_empty_axes) reduces nothing but still applies the op's element map.
+"""
+import numpy as np
+
+from ._axes import normalize_axes
+from .base import Kernel
+
+
+class AxesFromInput(Kernel):
+    attributes = {"keepdims": 1, "noop_with_empty_axes": 0}
+
+    def run(self, data, axes=None):
+        if axes is None or axes.size == 0:
+            axes = () if self.noop_with_empty_axes else None
+        else:
+            axes = normalize_axes(self.host(axes), data.ndim, self.op_type)
+        return (self.reduce(data, axes, bool(self.keepdims)),)
+
+    def reduce(self, x, axes, keepdims):
+        raise NotImplementedError
+
+
+class AxesFromAttribute(Kernel):
+    attributes = {"axes": None, "keepdims": 1}
+
+    def run(self, data):
+        axes = normalize_axes(self.axes, data.ndim, self.op_type) if self.axes else None
+        return (self.reduce(data, axes, bool(self.keepdims)),)
+
+
+def reduces_empty(x, axes) -> bool:
+    """True when some reduced dimension has length 0 (max/min then need an initial value)."""
+    return any(x.shape[a] == 0 for a in (range(x.ndim) if axes is None else axes))
+
+
+def lowest(dtype):
+    """The identity of max: -inf, the type's minimum, or False."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return -np.inf
+    return False if dtype.kind == "b" else np.iinfo(dtype).min
+
+
+def highest(dtype):
+    """The identity of min: +inf, the type's maximum, or True."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.inf
+    return True if dtype.kind == "b" else np.iinfo(dtype).max
+
+
+def in_type_of(x, result):
+    """`result` in x's dtype: integer inputs of mean/L2/log ops get the spec's truncation back."""
+    return result if result.dtype == x.dtype else result.astype(x.dtype)

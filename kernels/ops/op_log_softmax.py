@@ -1,0 +1,15 @@
+"""LogSoftmax: (x - max) - log(sum(exp(x - max))) along an axis."""
+from ._softmax import AlongAxis, Coerced2D
+
+
+class LogSoftmax_13(AlongAxis):
+    def along(self, x, axis):
+        xp = self.xp
+        result = xp.subtract(x, xp.max(x, axis=axis, keepdims=True))
+        total = xp.sum(xp.exp(result), axis=axis, keepdims=True)
+        result -= xp.log(total, out=total)
+        return result
+
+
+class LogSoftmax_1(Coerced2D, LogSoftmax_13):
+    pass
