@@ -1,0 +1,206 @@
+"""rtd's executor against onnxruntime on the model zoo, side by side in one run.
+
+For each model: compile with rtd, check its outputs against onnxruntime's literal graph, then
+time rtd and onnxruntime (ORT_ENABLE_ALL, sequential) at 1 and 2 threads, alternating blocks of
+runs so drift on a shared machine hits both sides alike; report per-model median latency, the
+ratio rtd/ORT and the geometric mean. Cold start (rtd compile vs ORT session creation, plus
+the first run) and peak RSS (VmHWM) are measured in a fresh subprocess per side and model.
+Thread limits: ORT's intra_op_num_threads; for rtd, BLAS and OpenMP pools via threadpoolctl.
+
+    .venv/bin/python bench/executor.py                      # all models, ≥30 runs each
+    .venv/bin/python bench/executor.py --quick              # small models, 5 runs: a smoke test
+    .venv/bin/python bench/executor.py --models mlp,resnet18 --threads 2
+"""
+import os
+import sys
+
+# The machine may set these for its other users; they pick a slower OpenBLAS path for NumPy.
+# They must go before NumPy loads OpenBLAS (and subprocesses inherit the cleaned environment).
+UNSET_ENV = [name for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if os.environ.pop(name, None) is not None]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnxruntime  # noqa: E402
+import threadpoolctl  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from rtd.errors import RtdError  # noqa: E402
+from rtd.kernels import compile_model  # noqa: E402
+from tests.zoo.compare import (FLOAT_TOLERANCE, QUANTIZED_TOLERANCE, mismatches, reference_session,  # noqa: E402
+                               run_reference)
+
+BIG_DIMS = {  # the benchmark sizes where the nominal one is not enough
+    "bert_base": ({"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}),
+    "minilm": ({"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}),
+}
+QUICK_SKIP = {"bert_base", "resnet50", "minilm_dynamo", "resnet18_dynamo", "mlp_dynamo"}
+
+
+# ---- cold start and peak RSS, one fresh process per side ----
+
+def _vm_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def probe(side: str, path: str, feeds_file: str, threads: int) -> dict:
+    """In a fresh process: build the model, run once; JSON numbers out.
+
+    Both libraries are already imported (the baseline RSS counts both alike); the peak is the whole process's.
+    """
+    feeds = dict(np.load(feeds_file, allow_pickle=False))
+    with threadpoolctl.threadpool_limits(threads):
+        if side == "rtd":
+            base = _vm_kib("VmRSS")
+            start = time.perf_counter()
+            model = compile_model(path)
+            build = time.perf_counter() - start
+            model.run(feeds)
+        else:
+            base = _vm_kib("VmRSS")
+            start = time.perf_counter()
+            session = reference_session(path, threads, optimized=True)
+            build = time.perf_counter() - start
+            session.run(None, feeds)
+        first = time.perf_counter() - start - build
+    return {"build_s": build, "first_run_s": first, "base_mib": base / 1024, "peak_mib": _vm_kib("VmHWM") / 1024}
+
+
+def cold_start(side: str, path: str, feeds: dict, threads: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        feeds_file = os.path.join(tmp, "feeds.npz")
+        np.savez(feeds_file, **feeds)
+        proc = subprocess.run([sys.executable, __file__, "--probe", side, path, feeds_file, str(threads)],
+                              capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1][:120]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---- latency ----
+
+def time_pair(run_rtd, run_ort, runs: int, min_seconds: float) -> tuple[float, float]:
+    """Median seconds of each, after a warm-up, in alternating blocks of 5 runs."""
+    for fn in (run_rtd, run_ort):
+        fn()
+        fn()
+    samples = ([], [])
+    started = time.perf_counter()
+    while min(map(len, samples)) < runs or time.perf_counter() - started < min_seconds:
+        for fn, out in zip((run_rtd, run_ort), samples):
+            for _ in range(5):
+                t = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
+def bench_model(name: str, zoo, thread_counts: list[int], runs: int, min_seconds: float, seed: int) -> list[dict]:
+    path = zoo.path()
+    rows = []
+    try:
+        model = compile_model(path)
+    except RtdError as e:
+        return [{"model": name, "dims": "", "error": f"compile refused: {e}"[:160]}]
+    literal = reference_session(path, 2, optimized=False)
+    rng = np.random.default_rng(seed)
+    for dims in BIG_DIMS.get(name, zoo.dims[:1]):
+        feeds = zoo.feeds(rng, dims)
+        label = ",".join(f"{k}={v}" for k, v in dims.items())
+        try:
+            problems = mismatches(model.run(feeds), run_reference(literal, feeds),
+                                  QUANTIZED_TOLERANCE if zoo.quantized else FLOAT_TOLERANCE)
+        except Exception as e:  # a crash in the executor is a result to report, not a reason to stop
+            problems = [f"{type(e).__name__}: {e}"]
+        if problems:
+            rows.append({"model": name, "dims": label, "error": ("wrong: " + "; ".join(problems))[:160]})
+            continue
+        for threads in thread_counts:
+            session = reference_session(path, threads, optimized=True)
+            with threadpoolctl.threadpool_limits(threads):
+                rtd_s, ort_s = time_pair(lambda: model.run(feeds), lambda: session.run(None, feeds), runs, min_seconds)
+            rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3,
+                         "ort_ms": ort_s * 1e3, "ratio": rtd_s / ort_s})
+        rows[-1]["cold"] = {side: cold_start(side, path, feeds, max(thread_counts)) for side in ("rtd", "ort")}
+    return rows
+
+
+def report(rows: list[dict], thread_counts: list[int]) -> str:
+    lines = ["| model | dims | threads | rtd ms | ORT ms | rtd/ORT |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['dims']} | – | – | – | {r['error']} |")
+        else:
+            lines.append(f"| {r['model']} | {r['dims']} | {r['threads']} | {r['rtd_ms']:.2f} | {r['ort_ms']:.2f} "
+                         f"| {r['ratio']:.2f}× |")
+    lines.append("")
+    for threads in thread_counts:
+        ratios = [r["ratio"] for r in rows if r.get("threads") == threads]
+        if ratios:
+            geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            lines.append(f"geometric mean rtd/ORT at {threads} thread(s): {geomean:.2f}× over {len(ratios)} "
+                         f"configurations (worst {max(ratios):.2f}×)")
+    failed = [r for r in rows if "error" in r]
+    lines.append(f"not timed (refused or wrong): {len(failed)}")
+    lines += ["", "| model | dims | rtd compile s | ORT session s | rtd 1st run s | ORT 1st run s "
+              "| rtd peak RSS MiB | ORT peak RSS MiB | RSS after imports MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "cold" not in r:
+            continue
+        a, b = r["cold"]["rtd"], r["cold"]["ort"]
+        if "error" in a or "error" in b:
+            lines.append(f"| {r['model']} | {r['dims']} | {a.get('error', '')} {b.get('error', '')} |||||||")
+            continue
+        lines.append(f"| {r['model']} | {r['dims']} | {a['build_s']:.2f} | {b['build_s']:.2f} | {a['first_run_s']:.3f} "
+                     f"| {b['first_run_s']:.3f} | {a['peak_mib']:.0f} | {b['peak_mib']:.0f} "
+                     f"| {a['base_mib']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help="comma-separated zoo names (default: all)")
+    parser.add_argument("--quick", action="store_true", help="small models only, 5 runs: a smoke test, not a result")
+    parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per side (default 30)")
+    parser.add_argument("--min-seconds", type=float, default=2.0, help="and at least this long per side")
+    parser.add_argument("--probe", nargs=4, metavar=("SIDE", "MODEL", "FEEDS", "THREADS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.probe:
+        side, path, feeds_file, threads = args.probe
+        print(json.dumps(probe(side, path, feeds_file, int(threads))))
+        return 0
+
+    from tests.zoo.models import ZOO  # here, not at the top: it imports torch, which the probes must not carry
+
+    names = args.models.split(",") if args.models else [n for n in ZOO if not (args.quick and n in QUICK_SKIP)]
+    unknown = [n for n in names if n not in ZOO]
+    if unknown:
+        parser.error(f"unknown models {unknown}; the zoo has {sorted(ZOO)}")
+    runs, min_seconds = (5, 0.0) if args.quick else (args.runs, args.min_seconds)
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    seed = int(np.random.SeedSequence().entropy)
+    blas = [f"{p['internal_api']} {p.get('version')} {p.get('architecture', '')}" for p in threadpoolctl.threadpool_info()
+            if p["user_api"] == "blas"]
+    print(f"# rtd executor vs onnxruntime {onnxruntime.__version__}; numpy {np.__version__}; BLAS {blas}; "
+          f"unset {UNSET_ENV or 'nothing'}; {os.cpu_count()} CPUs; {runs} runs; input seed {seed}", flush=True)
+    rows = []
+    for name in names:
+        started = time.perf_counter()
+        rows += bench_model(name, ZOO[name], thread_counts, runs, min_seconds, seed)
+        print(f"# {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    print(report(rows, thread_counts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
