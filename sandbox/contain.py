@@ -1,0 +1,252 @@
+"""The ONE ordered list of confinement steps, parent side and child side together.
+
+Launcher (zygote or run_confined caller, root, no threads): plan layers, refuse in strict
+mode, create the cgroup, compile seccomp, fork the helper.
+Helper: die with the launcher → join the cgroup → (switch to the tenant uid →) unshare
+→ fork the worker (pid 1) → report its pid → wait for it → report its exit.
+Worker: new session, death signal, close fds → hostname → mounts + pivot_root → rlimits →
+GPU pool cap → drop bounding set, uid/gid, capabilities, no_new_privs → seccomp (last)
+→ report ready → target(sock, *args).
+
+Helper and worker report to the launcher as JSON lines on one pipe; a step that fails
+reports which step and why, and nothing runs unconfined."""
+import dataclasses
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from typing import Callable
+
+from rtd.errors import Code, RtdError
+from rtd.sandbox import gpu, mountns, namespaces, privileges, rlimits, seccomp
+from rtd.sandbox.cgroup import WorkerCgroup, detect_layout
+from rtd.sandbox.host import plan_layers
+
+log = logging.getLogger("rtd.sandbox")
+EXIT_CONTAINMENT_FAILED = 70
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitStatus:
+    code: int | None
+    signal: int | None
+    layer: str | None   # "seccomp" | "memory" | "pids" | "cpu" | "gpu" | "rlimits" | None
+    reason: str
+
+
+@dataclasses.dataclass
+class Spec:
+    """Everything the helper and worker need, prepared before the fork."""
+    target: Callable
+    args: tuple
+    sock_fd: int
+    policy: object
+    identity: object
+    cgroup: WorkerCgroup
+    layers: dict
+    bpf: bytes | None
+
+
+def prepare(policy, identity, worker: str) -> tuple[WorkerCgroup, dict, bytes | None]:
+    """Launcher side: decide the layers, refuse or warn, make the cgroup, compile seccomp."""
+    if os.geteuid() != 0:
+        raise RtdError(Code.E_LAYER_UNAVAILABLE, "the launcher must run as root")
+    layout = detect_layout()
+    layers = plan_layers(policy, layout)
+    missing = {k: v for k, v in layers.items() if not v.startswith(("enforced", "disabled by policy"))}
+    required = [k for k in policy.mandatory if k in missing]
+    if required and policy.strict:
+        raise RtdError(Code.E_LAYER_UNAVAILABLE, f"{required[0]}: {missing[required[0]]}")
+    for name, why in missing.items():
+        log.warning("worker %s starts WITHOUT layer %s: %s", worker, name, why)
+    cg = WorkerCgroup.create(layout, policy.cgroup_parent, identity.name, worker, policy.limits)
+    layers.update(cg.layers)
+    bpf = None if policy.unsafe_disable_seccomp else seccomp.compiled()
+    return cg, layers, bpf
+
+
+def launch(spec: Spec) -> tuple[int, int]:
+    """Fork the helper; returns (helper pid, read end of the report pipe)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = EXIT_CONTAINMENT_FAILED
+        try:
+            os.close(read_fd)
+            code = _helper(spec, write_fd)
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    return pid, read_fd
+
+
+def _report(fd: int, **msg):
+    os.write(fd, json.dumps(msg).encode() + b"\n")
+
+
+def _failed(fd: int, step: str, e: BaseException):
+    try:
+        _report(fd, error={"code": Code.E_CONTAINMENT.name, "detail": f"{step}: {e}"})
+    except OSError:
+        pass
+
+
+def _helper(spec: Spec, report: int) -> int:
+    step = "helper"
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        privileges.keep_only_fds({report, spec.sock_fd})
+        privileges.die_with_parent()
+        step = "cgroup"
+        for path in spec.cgroup.procs_files:
+            with open(path, "w") as f:
+                f.write(str(os.getpid()))
+        step = "namespaces"
+        with_userns = spec.layers["userns"].startswith("enforced")
+        namespaces.enter(spec.identity.uid, spec.identity.gid, with_userns)
+        privileges.die_with_parent()   # a uid change clears the parent-death signal
+        pid = os.fork()
+        if pid == 0:
+            _worker(spec, report, with_userns)
+        _report(report, worker_pid=pid)
+        _, status = os.waitpid(pid, 0)
+        _report(report, exit={"code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
+                              "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None})
+        return 0
+    except BaseException as e:
+        _failed(report, step, e)
+        return EXIT_CONTAINMENT_FAILED
+
+
+def _worker(spec: Spec, report: int, with_userns: bool):
+    code, step, ready = EXIT_CONTAINMENT_FAILED, "session", False
+    try:
+        privileges.new_session()
+        privileges.die_with_parent()
+        privileges.keep_only_fds({report, spec.sock_fd})
+        sock = socket.socket(fileno=spec.sock_fd)
+        step = "namespaces"
+        namespaces.set_hostname()
+        step = "mounts"
+        mountns.build_root(spec.policy.ro_binds, spec.policy.limits.scratch_bytes,
+                           spec.identity.uid, spec.identity.gid)
+        step = "rlimits"
+        rlimits.apply(spec.policy.limits)
+        step = "gpu"
+        gpu.cap_cupy_pool(spec.policy.limits.gpu_memory_bytes)
+        step = "privileges"
+        privileges.drop(spec.identity.uid, spec.identity.gid, with_userns)
+        privileges.die_with_parent()   # re-armed: the uid switch cleared it
+        step = "seccomp"
+        if spec.bpf is not None:
+            seccomp.install(spec.bpf)
+        _report(report, ready=True)
+        os.close(report)
+        ready = True
+        spec.target(sock, *spec.args)
+        code = 0
+    except BaseException as e:
+        if not ready:
+            _failed(report, step, e)
+        else:
+            code = 1
+    finally:
+        os._exit(code)
+
+
+class Reports:
+    """Launcher-side reader of the helper/worker report pipe (JSON lines)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf, self.eof = fd, b"", False
+        self.worker_pid, self.exit, self.error, self.ready = None, None, None, False
+
+    def pump(self, timeout: float | None) -> bool:
+        """Read what is available (waiting up to `timeout`); False when nothing came."""
+        if self.eof:
+            return False
+        if not select.select([self.fd], [], [], timeout)[0]:
+            return False
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            self.eof = True
+            os.close(self.fd)
+        self.buf += chunk
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            msg = json.loads(line)
+            self.worker_pid = msg.get("worker_pid", self.worker_pid)
+            self.exit = msg.get("exit", self.exit)
+            self.error = msg.get("error", self.error)
+            self.ready = self.ready or msg.get("ready", False)
+        return True
+
+    def expect_ready(self, timeout: float) -> int:
+        """Wait until the worker is confined; returns its host pid or raises the failed step."""
+        deadline = time.monotonic() + timeout
+        while not (self.ready or self.error or self.eof):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RtdError(Code.E_CONTAINMENT, f"worker not confined within {timeout} s")
+            self.pump(left)
+        if self.error:
+            raise RtdError(Code[self.error["code"]], self.error["detail"])
+        if not self.ready:
+            raise RtdError(Code.E_CONTAINMENT, "worker died during confinement")
+        return self.worker_pid
+
+    def drain(self, timeout: float):
+        deadline = time.monotonic() + timeout
+        while not self.eof and self.pump(max(0.0, deadline - time.monotonic())):
+            pass
+        if not self.eof:
+            os.close(self.fd)
+            self.eof = True
+
+    def close(self):
+        if not self.eof:
+            os.close(self.fd)
+            self.eof = True
+
+
+def exit_status(helper_status: int | None, reports: Reports, oom_kills: int, killed: bool) -> ExitStatus:
+    """Name what ended the worker: the kernel's OOM counter, the exit signal, our own kill."""
+    if reports.exit is not None:
+        code, sig = reports.exit["code"], reports.exit["signal"]
+    elif helper_status is not None and os.WIFSIGNALED(helper_status):
+        code, sig = None, os.WTERMSIG(helper_status)
+    else:
+        code, sig = (os.waitstatus_to_exitcode(helper_status) if helper_status is not None else None), None
+    if sig is None:
+        return ExitStatus(code, None, None, "exited" if code == 0 else f"exited with code {code}")
+    if sig == signal.SIGSYS:
+        return ExitStatus(None, sig, "seccomp", "a forbidden system call (seccomp kill-process)")
+    if sig == signal.SIGKILL and oom_kills:
+        return ExitStatus(None, sig, "memory", f"out of memory: cgroup memory limit (oom_kill={oom_kills})")
+    if sig == signal.SIGKILL and killed:
+        return ExitStatus(None, sig, None, "killed by the supervisor")
+    if sig == signal.SIGXCPU:
+        return ExitStatus(None, sig, "cpu", "CPU time limit (RLIMIT_CPU)")
+    if sig == signal.SIGXFSZ:
+        return ExitStatus(None, sig, "rlimits", "file size limit (RLIMIT_FSIZE)")
+    return ExitStatus(None, sig, None, f"killed by {signal.Signals(sig).name}")
+
+
+def reap(pid: int, timeout: float) -> int | None:
+    """waitpid with a deadline; None if the child is still running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if got:
+            return status
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.001)
+
