@@ -1,0 +1,104 @@
+"""Reading a .tar / .tar.gz package: streamed member by member into sealed memfds, never extracted.
+
+Nothing is written to disk. Only regular-file members whose names fit the layout are accepted
+(directory members that are prefixes of the layout are skipped); symlink and hardlink members
+are E_LINK_FORBIDDEN, devices and FIFOs E_SPECIAL_FILE, '..' / absolute / non-UTF-8 names
+E_PATH_UNSAFE, duplicates and malformed streams E_ARCHIVE_INVALID. Member count, per-file and
+total size and the compression ratio (uncompressed bytes over compressed bytes consumed) are
+capped while streaming, so a bomb is refused with bounded memory: E_ARCHIVE_LIMIT.
+
+Members may sit under one top directory (the model directory, whose name is then bound to the
+signed name) or directly at the root (`config.pbtxt`, `<N>/...`).
+"""
+import errno
+import os
+import stat
+import tarfile
+import zlib
+
+from rtd.errors import Code, RtdError
+from rtd.loader import layout
+from rtd.loader.fileset import FileSet
+from rtd.loader.sealed import SealedWriter
+
+_CHUNK = 1 << 20
+_RATIO_FLOOR = 32 << 20   # the ratio cap applies once this much has been inflated
+
+
+class _Inflation:
+    def __init__(self, raw, limits: layout.IntakeLimits):
+        self.raw, self.limits, self.inflated = raw, limits, 0
+
+    def count(self, n: int) -> None:
+        self.inflated += n
+        if self.inflated > self.limits.max_total_bytes:
+            raise RtdError(Code.E_ARCHIVE_LIMIT, f"archive inflates past {self.limits.max_total_bytes} bytes")
+        consumed = max(self.raw.tell(), 1)
+        if self.inflated > _RATIO_FLOOR and self.inflated > consumed * self.limits.max_compression_ratio:
+            raise RtdError(Code.E_ARCHIVE_LIMIT,
+                           f"compression ratio over {self.limits.max_compression_ratio}:1 ({self.inflated} from {consumed} bytes)")
+
+
+def _member_parts(member: tarfile.TarInfo, files: FileSet, top: list) -> tuple[str, ...] | None:
+    parts = layout.split_relpath(member.name.rstrip("/") if member.isdir() else member.name)
+    if not top:   # the first member decides whether a top model directory is present
+        top.append(None if parts == (layout.CONFIG,) or layout.is_version_dir(parts[0]) else parts[0])
+    if top[0] is not None:
+        if parts[0] != top[0]:
+            raise RtdError(Code.E_ARCHIVE_INVALID, f"{member.name!r} is outside the top directory {top[0]!r}")
+        files.model_dir_name = top[0]
+        parts = parts[1:]
+    if member.isdir():
+        if len(parts) > 1 or (parts and not layout.is_version_dir(parts[0])):
+            raise RtdError(Code.E_FILE_UNLISTED, f"directory {member.name!r} is not part of the layout")
+        return None
+    return parts
+
+
+def _check_type(member: tarfile.TarInfo) -> None:
+    if member.issym() or member.islnk():
+        raise RtdError(Code.E_LINK_FORBIDDEN, f"{member.name!r} is a link member")
+    if member.ischr() or member.isblk() or member.isfifo():
+        raise RtdError(Code.E_SPECIAL_FILE, f"{member.name!r} is a device or FIFO member")
+    if not (member.isreg() or member.isdir()) or member.type == tarfile.CONTTYPE or member.issparse():
+        raise RtdError(Code.E_ARCHIVE_INVALID, f"{member.name!r} has unsupported member type {member.type!r}")
+
+
+def _read_member(stream: tarfile.TarFile, member, parts, files: FileSet, inflation: _Inflation) -> None:
+    cap, code = files.admit(parts, member.size)
+    source = stream.extractfile(member)
+    writer = SealedWriter("/".join(parts), cap, code)
+    try:
+        while chunk := source.read(_CHUNK):
+            inflation.count(len(chunk))
+            writer.write(chunk)
+        files.add(parts, writer.seal())
+    finally:
+        writer.discard()
+
+
+def read_archive(path: str, files: FileSet) -> None:
+    """Stream a tar (optionally gzip/bz2/xz compressed) package into `files`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as e:
+        code = Code.E_LINK_FORBIDDEN if e.errno == errno.ELOOP else Code.E_FILE_MISSING
+        raise RtdError(code, f"{path}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as raw:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RtdError(Code.E_SPECIAL_FILE, f"{path} is not a regular file")
+        inflation, top, members = _Inflation(raw, files.limits), [], 0
+        try:
+            with tarfile.open(fileobj=raw, mode="r|*") as stream:
+                for member in stream:
+                    members += 1
+                    if members > files.limits.max_archive_members:
+                        raise RtdError(Code.E_ARCHIVE_LIMIT, f"more than {files.limits.max_archive_members} members")
+                    _check_type(member)
+                    parts = _member_parts(member, files, top)
+                    if parts:
+                        _read_member(stream, member, parts, files, inflation)
+        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
+            raise RtdError(Code.E_ARCHIVE_INVALID, f"{type(e).__name__}: {e}") from None
+    if not members:
+        raise RtdError(Code.E_ARCHIVE_INVALID, "the archive has no members")

@@ -1,0 +1,149 @@
+"""Producing signed packages: pack a model, or sign a Triton version directory in place.
+
+Packages are assembled in memory as {model-dir-relative path: bytes} (`package_files`), then
+written as a directory or one tar archive. The manifest and signature are computed over
+exactly those bytes; the output is then checked with verify_package's own rules by callers
+that want to (`rtctl pack` does).
+"""
+import datetime
+import hashlib
+import io
+import os
+import tarfile
+
+import onnx
+
+from rtd.errors import Code, RtdError
+from rtd.loader import layout, manifest, metadata, signing
+from rtd.loader.intake import ARCHIVE_SUFFIXES
+
+_ONNX_DTYPES = {v: k for k, v in onnx.TensorProto.DataType.items()}
+
+
+def _tensor_signature(values) -> list[dict]:
+    out = []
+    for value in values:
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
+        out.append({"name": value.name, "dtype": _ONNX_DTYPES.get(tensor.elem_type, "UNDEFINED"), "shape": dims})
+    return out
+
+
+def build_metadata(model_bytes: bytes, *, name: str, version: str, counter: int,
+                   expires: str | None = None, config_bytes: bytes | None = None,
+                   created: datetime.datetime | None = None, **optional) -> dict:
+    """metadata.json content for a model (the operator's tooling reads the graph's signature here)."""
+    graph = onnx.load_from_string(model_bytes).graph
+    initializers = {t.name for t in graph.initializer}
+    meta = {
+        "format": metadata.FORMAT, "name": name, "version": version, "counter": counter,
+        "created": metadata.timestamp(created or datetime.datetime.now(datetime.timezone.utc)),
+        "inputs": _tensor_signature(v for v in graph.input if v.name not in initializers),
+        "outputs": _tensor_signature(graph.output),
+        "config_sha256": hashlib.sha256(config_bytes).hexdigest() if config_bytes is not None else None,
+        **{k: v for k, v in optional.items() if v is not None},
+    }
+    if expires is not None:
+        meta["expires"] = expires
+    return metadata.validate(meta)
+
+
+def sign_files(files: dict[str, bytes], private_key) -> dict[str, bytes]:
+    """Add (or replace) the manifest and signature of the one version directory in `files`."""
+    versions = {p.split("/")[0] for p in files if "/" in p}
+    if len(versions) != 1:
+        raise RtdError(Code.E_FILE_MISSING, f"expected one version directory, found {sorted(versions)}")
+    version = versions.pop()
+    digests = {p.split("/", 1)[1]: hashlib.sha256(data).hexdigest() for p, data in files.items()
+               if p.startswith(version + "/") and p.split("/", 1)[1] not in layout.UNSIGNED}
+    manifest_bytes = manifest.render(digests)
+    signed = dict(files)
+    signed[f"{version}/{layout.MANIFEST}"] = manifest_bytes
+    signed[f"{version}/{layout.SIGNATURE}"] = signing.sign(private_key, manifest_bytes)
+    return signed
+
+
+def package_files(model_bytes: bytes, *, name: str, version: str, private_key, counter: int = 1,
+                  expires: str | None = None, config_bytes: bytes | None = None,
+                  siblings: dict[str, bytes] | None = None, **optional) -> dict[str, bytes]:
+    """A complete signed package as {path: bytes}."""
+    layout.check_component(name)
+    meta = build_metadata(model_bytes, name=name, version=version, counter=counter, expires=expires,
+                          config_bytes=config_bytes, **optional)
+    files = {f"{counter}/{layout.MODEL}": model_bytes, f"{counter}/{layout.METADATA}": metadata.render(meta)}
+    for sibling, data in (siblings or {}).items():
+        files[f"{counter}/{layout.check_component(sibling)}"] = data
+    if config_bytes is not None:
+        files[layout.CONFIG] = config_bytes
+    return sign_files(files, private_key)
+
+
+def write_directory(files: dict[str, bytes], out: str) -> None:
+    """Write a package as model directory `out` (which must not exist yet)."""
+    os.makedirs(out)
+    for path, data in sorted(files.items()):
+        target = os.path.join(out, *layout.split_relpath(path))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "xb") as f:
+            f.write(data)
+
+
+def write_archive(files: dict[str, bytes], out: str, top: str) -> None:
+    """Write a package as one tar (gzip when `out` ends in .gz/.tgz) with members under `top/`."""
+    mode = "w:gz" if out.endswith((".gz", ".tgz")) else "w"
+    with tarfile.open(out, mode, format=tarfile.PAX_FORMAT) as tar:
+        for directory in sorted({top} | {f"{top}/{p.split('/')[0]}" for p in files if "/" in p}):
+            info = tarfile.TarInfo(directory)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for path, data in sorted(files.items()):
+            info = tarfile.TarInfo(f"{top}/{path}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
+def write_package(files: dict[str, bytes], out: str, name: str) -> None:
+    if out.endswith(ARCHIVE_SUFFIXES):
+        write_archive(files, out, name)
+    else:
+        write_directory(files, out)
+
+
+def _read_regular(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def sign_version_dir(version_dir: str, private_key, *, name: str | None = None, version: str | None = None,
+                     expires: str | None = None) -> dict:
+    """Sign a Triton-layout version directory in place: write metadata.json when it is absent
+    (name defaults to the parent directory's, version to N.0.0, counter to N), then the manifest
+    and signature over every file in it. Returns the metadata."""
+    version_dir = os.path.normpath(version_dir)
+    counter_text = os.path.basename(version_dir)
+    if not layout.is_version_dir(counter_text):
+        raise RtdError(Code.E_BINDING_MISMATCH, f"{counter_text!r} is not a numeric version directory")
+    parent = os.path.dirname(os.path.abspath(version_dir))
+    config_path = os.path.join(parent, layout.CONFIG)
+    config_bytes = _read_regular(config_path) if os.path.exists(config_path) else None
+    files = {f"{counter_text}/{entry}": _read_regular(os.path.join(version_dir, entry))
+             for entry in sorted(os.listdir(version_dir)) if entry not in layout.UNSIGNED}
+    meta_path = f"{counter_text}/{layout.METADATA}"
+    if meta_path in files:
+        meta = metadata.parse(files[meta_path])
+    else:
+        meta = build_metadata(files[f"{counter_text}/{layout.MODEL}"],
+                              name=name or os.path.basename(parent), version=version or f"{counter_text}.0.0",
+                              counter=int(counter_text), expires=expires, config_bytes=config_bytes)
+        files[meta_path] = metadata.render(meta)
+    if config_bytes is not None:
+        files[layout.CONFIG] = config_bytes
+    signed = sign_files(files, private_key)
+    for entry in (layout.METADATA, layout.MANIFEST, layout.SIGNATURE):
+        data = signed[f"{counter_text}/{entry}"]
+        tmp = os.path.join(version_dir, f".{entry}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.path.join(version_dir, entry))
+    return meta

@@ -1,0 +1,118 @@
+"""Bytes held in a sealed memfd, hashed exactly once while they were copied in.
+
+A SealedFile is the only form in which package bytes leave intake: the memfd is sealed
+against write, shrink and grow, so the bytes the manifest vouched for are the bytes the
+worker receives (its fd is handed over; nothing re-opens a path). `.data` is a read-only
+memoryview over a private mapping of the same memfd.
+"""
+import fcntl
+import hashlib
+import mmap
+import os
+
+from rtd.errors import Code, RtdError
+
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+_CHUNK = 8 << 20  # sized so a chunk is still in cache when hashed right after the copy
+
+
+class SealedFile:
+    """Immutable bytes: `.fd` (sealed memfd), `.data` (read-only memoryview), `.size`, `.sha256` (hex)."""
+
+    __slots__ = ("name", "fd", "size", "sha256", "data", "_map")
+
+    def __init__(self, name: str, fd: int, size: int, sha256: str, mapping):
+        self.name, self.fd, self.size, self.sha256, self._map = name, fd, size, sha256, mapping
+        self.data = memoryview(mapping) if mapping is not None else memoryview(b"")
+
+    def bytes(self) -> bytes:
+        return self.data.tobytes()
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        self.data.release()
+        if self._map is not None:
+            self._map.close()
+        os.close(self.fd)
+        self.fd = -1
+
+    def __repr__(self) -> str:
+        return f"SealedFile({self.name!r}, size={self.size}, sha256={self.sha256[:12]}...)"
+
+
+def _new_memfd(name: str) -> int:
+    return os.memfd_create("rtd:" + name[-200:], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+
+
+def _finish(name: str, fd: int, size: int, digest, mapping) -> SealedFile:
+    # mappings are MAP_PRIVATE: the kernel refuses F_SEAL_WRITE while a shared one exists
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+    return SealedFile(name, fd, size, digest.hexdigest(), mapping)
+
+
+def seal_from_fd(name: str, src_fd: int, size: int) -> SealedFile:
+    """Copy `size` bytes of a regular file into a new sealed memfd, hashing each chunk right after
+    the kernel copied it (sendfile: page cache to memfd, no user-space copy). A file that shrinks
+    while being read is refused; growth past `size` is never read."""
+    fd = _new_memfd(name)
+    mapping = None
+    try:
+        digest = hashlib.sha256()
+        if size:
+            os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ)
+            view = memoryview(mapping)
+            try:
+                done = 0
+                while done < size:
+                    n = os.sendfile(fd, src_fd, done, min(_CHUNK, size - done))
+                    if n <= 0:
+                        raise RtdError(Code.E_DIGEST_MISMATCH, f"{name} shrank while being read")
+                    digest.update(view[done:done + n])
+                    done += n
+            finally:
+                view.release()
+        return _finish(name, fd, size, digest, mapping)
+    except BaseException:
+        if mapping is not None:
+            mapping.close()
+        os.close(fd)
+        raise
+
+
+class SealedWriter:
+    """Builds a SealedFile from streamed chunks (archive members, uploaded bytes); `cap` bounds it."""
+
+    def __init__(self, name: str, cap: int, code: Code = Code.E_ARCHIVE_LIMIT):
+        self.name, self.cap, self.code = name, cap, code
+        self.fd, self.size, self.digest = _new_memfd(name), 0, hashlib.sha256()
+
+    def write(self, chunk) -> None:
+        self.size += len(chunk)
+        if self.size > self.cap:
+            raise RtdError(self.code, f"{self.name} is larger than {self.cap} bytes")
+        self.digest.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def seal(self) -> SealedFile:
+        mapping = mmap.mmap(self.fd, self.size, mmap.MAP_PRIVATE, mmap.PROT_READ) if self.size else None
+        fd, self.fd = self.fd, -1
+        return _finish(self.name, fd, self.size, self.digest, mapping)
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def seal_bytes(name: str, data, cap: int, code: Code) -> SealedFile:
+    writer = SealedWriter(name, cap, code)
+    try:
+        writer.write(data)
+        return writer.seal()
+    except BaseException:
+        writer.discard()
+        raise
