@@ -13,7 +13,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from rtd import __version__
-from rtd.daemon.supervisor import Supervisor
 from rtd.daemon.tenants import Tenants
 from rtd.daemon.tensors import decode_request, encode_response
 from rtd.errors import Code, RtdError
@@ -55,7 +54,7 @@ def _public(method):
 class InferenceService:
     """Translates KServe v2 messages onto the Supervisor."""
 
-    def __init__(self, supervisor: Supervisor, max_message_bytes: int):
+    def __init__(self, supervisor, max_message_bytes: int):
         self.supervisor = supervisor
         self.tenants = Tenants(supervisor.config)
         self.max_bytes = max_message_bytes
@@ -147,7 +146,7 @@ class InferenceService:
 class AdminService:
     """Operator views (rtctl status) behind the admin token; JSON bytes on the wire."""
 
-    def __init__(self, supervisor: Supervisor):
+    def __init__(self, supervisor):
         self.supervisor = supervisor
         self.tenants = Tenants(supervisor.config)
 
@@ -166,7 +165,7 @@ class AdminService:
             "Status": grpc.unary_unary_rpc_method_handler(self.Status)})
 
 
-def build_server(supervisor: Supervisor, executor) -> tuple[grpc.Server, health.HealthServicer]:
+def build_server(supervisor, executor) -> tuple[grpc.Server, health.HealthServicer]:
     """The gRPC server with every service registered and message sizes bounded explicitly."""
     limit = supervisor.config.limits.max_message_bytes
     server = grpc.server(executor, options=[("grpc.max_receive_message_length", limit),
