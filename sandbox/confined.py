@@ -83,7 +83,7 @@ def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None,
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     helper, reports, killed, status = None, None, False, None
     try:
-        spec = contain.Spec(_answer(fn), args, theirs.fileno(), policy, identity, cg, layers, bpf)
+        spec = contain.Spec(_answer(fn), args, theirs.fileno(), policy, identity, cg.procs_files, layers, bpf)
         helper, report_fd = contain.launch(spec)
         theirs.close()
         reports = contain.Reports(report_fd)
@@ -97,7 +97,7 @@ def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None,
             cg.kill()
         reports.drain(max(0.5, deadline - time.monotonic()))
         status = contain.reap(helper, 5.0)
-        final = contain.exit_status(status, reports, cg.oom_kills(), killed)
+        final = contain.exit_status(*contain.ended(status, reports), cg.oom_kills(), killed)
     finally:
         theirs.close()
         ours.close()

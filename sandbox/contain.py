@@ -45,7 +45,7 @@ class Spec:
     sock_fd: int
     policy: object
     identity: object
-    cgroup: WorkerCgroup
+    procs_files: list
     layers: dict
     bpf: bytes | None
 
@@ -102,7 +102,7 @@ def _helper(spec: Spec, report: int) -> int:
         privileges.keep_only_fds({report, spec.sock_fd})
         privileges.die_with_parent()
         step = "cgroup"
-        for path in spec.cgroup.procs_files:
+        for path in spec.procs_files:
             with open(path, "w") as f:
                 f.write(str(os.getpid()))
         step = "namespaces"
@@ -213,14 +213,17 @@ class Reports:
             self.eof = True
 
 
-def exit_status(helper_status: int | None, reports: Reports, oom_kills: int, killed: bool) -> ExitStatus:
-    """Name what ended the worker: the kernel's OOM counter, the exit signal, our own kill."""
+def ended(helper_status: int | None, reports: Reports) -> tuple[int | None, int | None]:
+    """(exit code, signal) of the worker: as its helper reported it, else the helper's own end."""
     if reports.exit is not None:
-        code, sig = reports.exit["code"], reports.exit["signal"]
-    elif helper_status is not None and os.WIFSIGNALED(helper_status):
-        code, sig = None, os.WTERMSIG(helper_status)
-    else:
-        code, sig = (os.waitstatus_to_exitcode(helper_status) if helper_status is not None else None), None
+        return reports.exit["code"], reports.exit["signal"]
+    if helper_status is not None and os.WIFSIGNALED(helper_status):
+        return None, os.WTERMSIG(helper_status)
+    return (os.waitstatus_to_exitcode(helper_status) if helper_status is not None else None), None
+
+
+def exit_status(code: int | None, sig: int | None, oom_kills: int, killed: bool) -> ExitStatus:
+    """Name what ended the worker: the kernel's OOM counter, the exit signal, our own kill."""
     if sig is None:
         return ExitStatus(code, None, None, "exited" if code == 0 else f"exited with code {code}")
     if sig == signal.SIGSYS:
