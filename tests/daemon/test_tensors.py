@@ -1,0 +1,67 @@
+"""KServe tensor decoding: every malformed input is INVALID_ARGUMENT before allocation."""
+import numpy as np
+import pytest
+
+from rtd.daemon.tensors import decode_request, decode_response, encode_bytes, encode_inputs, encode_response
+from rtd.errors import Code, RtdError
+from rtd.proto import grpc_service_pb2 as pb
+
+Input = pb.ModelInferRequest.InferInputTensor
+LIMIT = 1 << 20
+
+
+def _request(inputs, raw=()):
+    return pb.ModelInferRequest(model_name="m", inputs=inputs, raw_input_contents=list(raw))
+
+
+def test_raw_round_trip_all_numeric_types():
+    arrays = {f"x{i}": np.arange(6).astype(t).reshape(2, 3) for i, t in
+              enumerate(["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+                         "float16", "float32", "float64"])}
+    tensors, raw = encode_inputs(arrays)
+    got = decode_request(_request(tensors, raw), LIMIT)
+    for name, a in arrays.items():
+        np.testing.assert_array_equal(got[name], a)
+        assert got[name].dtype == a.dtype
+
+
+def test_typed_contents_and_bytes():
+    req = _request([Input(name="a", datatype="FP32", shape=[2], contents=pb.InferTensorContents(fp32_contents=[1, 2])),
+                    Input(name="s", datatype="BYTES", shape=[2], contents=pb.InferTensorContents(bytes_contents=[b"x", b"yz"]))])
+    got = decode_request(req, LIMIT)
+    np.testing.assert_array_equal(got["a"], np.array([1, 2], np.float32))
+    assert list(got["s"]) == [b"x", b"yz"]
+    raw = decode_request(_request([Input(name="s", datatype="BYTES", shape=[2])], [encode_bytes(np.array([b"x", b"yz"], object))]), LIMIT)
+    assert list(raw["s"]) == [b"x", b"yz"]
+
+
+@pytest.mark.parametrize("inputs, raw, message", [
+    ([Input(name="a", datatype="FP32", shape=[4])], [b"\0" * 12], "needs 16"),
+    ([Input(name="a", datatype="FP33", shape=[1])], [b"\0" * 4], "unknown datatype"),
+    ([Input(name="a", datatype="FP32", shape=[-1])], [b""], "negative dim"),
+    ([Input(name="a", datatype="FP32", shape=[1 << 30, 1 << 30])], [b""], "exceeds the"),
+    ([Input(name="a", datatype="FP32", shape=[1])], [], "elements"),
+    ([Input(name="a", datatype="FP32", shape=[1]), Input(name="a", datatype="FP32", shape=[1])], [b"\0" * 4] * 2, "twice"),
+    ([Input(name="a", datatype="FP32", shape=[1])], [b"\0" * 4, b"\0" * 4], "raw_input_contents for 1"),
+    ([Input(name="a", datatype="FP32", shape=[1], contents=pb.InferTensorContents(fp32_contents=[1]))], [b"\0" * 4], "mixed"),
+    ([Input(name="a", datatype="FP16", shape=[1], contents=pb.InferTensorContents(fp32_contents=[1]))], [], "only as raw"),
+    ([Input(name="a", datatype="INT8", shape=[1], contents=pb.InferTensorContents(fp32_contents=[1]))], [], "given for"),
+    ([Input(name="a", datatype="BYTES", shape=[1])], [b"\x09\0\0\0ab"], "longer than the data"),
+    ([Input(name="a", datatype="BYTES", shape=[1])], [b"\x01\0\0\0abc"], "after the last"),
+    ([Input(name="a", datatype="FP32", shape=[1], parameters={"shared_memory_region": pb.InferParameter(string_param="r")})],
+     [b"\0" * 4], "not offered"),
+])
+def test_malformed_inputs_refused(inputs, raw, message):
+    with pytest.raises(RtdError) as e:
+        decode_request(_request(inputs, raw), LIMIT)
+    assert e.value.code == Code.E_REQUEST_INVALID and message in e.value.detail
+
+
+def test_response_round_trip():
+    response = pb.ModelInferResponse()
+    results = {"y": np.arange(4, dtype=np.int64), "s": np.array([b"ab", b""], dtype=object)}
+    encode_response(response, results)
+    assert [o.datatype for o in response.outputs] == ["INT64", "BYTES"]
+    got = decode_response(response)
+    np.testing.assert_array_equal(got["y"], results["y"])
+    assert list(got["s"]) == [b"ab", b""]
