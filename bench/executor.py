@@ -126,11 +126,16 @@ def bench_model(name: str, zoo, thread_counts: list[int], runs: int, min_seconds
             continue
         for threads in thread_counts:
             session = reference_session(path, threads, optimized=True)
-            with threadpoolctl.threadpool_limits(threads):
-                rtd_s, ort_s = time_pair(lambda: model.run(feeds), lambda: session.run(None, feeds), runs, min_seconds)
+            try:
+                with threadpoolctl.threadpool_limits(threads):
+                    rtd_s, ort_s = time_pair(lambda: model.run(feeds), lambda: session.run(None, feeds), runs, min_seconds)
+            except Exception as e:  # e.g. a plan that breaks on its second run: report, go on with the next model
+                rows.append({"model": name, "dims": label, "error": f"crashed while timing: {type(e).__name__}: {e}"[:160]})
+                break
             rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3,
                          "ort_ms": ort_s * 1e3, "ratio": rtd_s / ort_s})
-        rows[-1]["cold"] = {side: cold_start(side, path, feeds, max(thread_counts)) for side in ("rtd", "ort")}
+        if "error" not in rows[-1]:
+            rows[-1]["cold"] = {side: cold_start(side, path, feeds, max(thread_counts)) for side in ("rtd", "ort")}
     return rows
 
 

@@ -54,7 +54,7 @@ def test_matches_onnxruntime(name, compiled):
     tolerance = QUANTIZED_TOLERANCE if zoo.quantized else FLOAT_TOLERANCE
     seed = _seed()
     rng = np.random.default_rng(seed)
-    for dims in zoo.dims:
+    for dims in zoo.dims + zoo.dims[:1]:  # back to the first size: a cached plan must serve new inputs
         feeds = zoo.feeds(rng, dims)
         want = run_reference(reference, feeds)
         got = model.run(feeds)
@@ -64,15 +64,21 @@ def test_matches_onnxruntime(name, compiled):
 
 @pytest.mark.parametrize("name", _params())
 def test_signature_matches_onnxruntime(name, compiled):
-    """Names, dtypes and (symbolic) shapes of inputs and outputs as onnxruntime reads them."""
+    """Names, dtypes and (symbolic) shapes of the inputs, names, dtypes and ranks of the outputs.
+
+    Output dims are compared by rank only: exporters declare output dims loosely (generated
+    names, sometimes wrong), and an executor that infers better ones is not wrong.
+    """
     model = compiled(name)
     reference = reference_session(ZOO[name].path(), threads=1, optimized=False)
     for ours, theirs in ((model.inputs, reference.get_inputs()), (model.outputs, reference.get_outputs())):
         assert [s.name for s in ours] == [t.name for t in theirs]
         for spec, arg in zip(ours, theirs):
             assert spec.dtype == np.dtype(_ORT_TYPES[arg.type]), f"{spec.name}: {spec.dtype} vs {arg.type}"
-            # ORT reports an unnamed dynamic dim as None and a named one by its name, as TensorSpec does
-            assert tuple(spec.shape) == tuple(arg.shape), f"{spec.name}: {spec.shape} vs {arg.shape}"
+            assert len(spec.shape) == len(arg.shape), f"{spec.name}: {spec.shape} vs {arg.shape}"
+    for spec, arg in zip(model.inputs, reference.get_inputs()):
+        # ORT reports an unnamed dynamic dim as None and a named one by its name, as TensorSpec does
+        assert tuple(spec.shape) == tuple(arg.shape), f"{spec.name}: {spec.shape} vs {arg.shape}"
 
 
 def test_symbolic_model_refuses_wrong_rank():
