@@ -20,7 +20,7 @@ class AxesFromInput(Kernel):
             axes = () if self.noop_with_empty_axes else None
         else:
             axes = normalize_axes(self.host(axes), data.ndim, self.op_type)
-        return (self.reduce(data, axes, bool(self.keepdims)),)
+        return (self.xp.asarray(self.reduce(data, axes, bool(self.keepdims))),)  # not a NumPy scalar
 
     def reduce(self, x, axes, keepdims):
         raise NotImplementedError
@@ -31,7 +31,7 @@ class AxesFromAttribute(Kernel):
 
     def run(self, data):
         axes = normalize_axes(self.axes, data.ndim, self.op_type) if self.axes else None
-        return (self.reduce(data, axes, bool(self.keepdims)),)
+        return (self.xp.asarray(self.reduce(data, axes, bool(self.keepdims))),)
 
 
 def reduces_empty(x, axes) -> bool:

@@ -1,5 +1,8 @@
 """Clip: each element limited to [min, max]; NaN stays NaN; min > max gives max everywhere.
 
+An absent limit is the type's lowest/highest finite value (numeric_limits, as the spec says),
+so infinities in float inputs are clamped to the finite range.
+
 Clip-6 takes the limits as float attributes; from Clip-11 they are optional 0-d inputs of the
 input's type.
 """
@@ -7,6 +10,9 @@ from .base import Elementwise
 
 
 def _clip(xp, x, low, high, out):
+    if x.dtype.kind == "f":
+        info = xp.finfo(x.dtype)
+        low, high = info.min if low is None else low, info.max if high is None else high
     if low is None and high is None:
         if out is None:
             return x.copy()

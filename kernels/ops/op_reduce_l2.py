@@ -6,7 +6,7 @@ class ReduceL2_18(AxesFromInput):
     def reduce(self, x, axes, keepdims):
         squares = self.xp.multiply(x, x)
         total = self.xp.sum(squares, axis=axes, keepdims=keepdims, dtype=x.dtype)
-        return in_type_of(x, self.xp.sqrt(total, out=total if total.dtype.kind == "f" else None))
+        return in_type_of(x, self.xp.sqrt(total))
 
 
 class ReduceL2_1(AxesFromAttribute, ReduceL2_18):

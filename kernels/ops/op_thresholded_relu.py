@@ -10,4 +10,11 @@ class ThresholdedRelu_10(Elementwise):
         return f"in0 > {self.alpha!r} ? in0 : 0"
 
     def compute(self, x, out=None):
-        return self.xp.multiply(x, self.xp.greater(x, self.alpha), out=out)
+        xp = self.xp
+        drop = xp.logical_not(xp.greater(x, self.alpha))  # NaN is not above alpha: it becomes 0 too
+        if out is None:
+            return xp.where(drop, x.dtype.type(0), x)
+        if out is not x:
+            xp.copyto(out, x)
+        xp.copyto(out, 0, where=drop)
+        return out

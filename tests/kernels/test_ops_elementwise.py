@@ -1,0 +1,232 @@
+"""Element-wise, reduction and softmax kernels beyond the onnx node tests.
+
+Each case builds a one-node ONNX model, runs it through rtd and through onnxruntime on the
+same inputs (edge values included: NaN, inf, negative integers, ties), and compares. The
+in-place contract of Elementwise (`out=` honoured, `out` may alias an input) is checked
+directly on the kernels, and refusals are checked for their stable codes.
+"""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from rtd.errors import Code, RtdError
+from rtd.kernels import compile_model
+from rtd.kernels.ops import Elementwise, lookup
+
+RNG = np.random.default_rng(7)
+F32_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -3.5, 2.5, 88.0, -88.0], np.float32)
+
+
+def _model(op, inputs, n_out=1, opset=21, **attrs):
+    names = [f"in{i}" for i in range(len(inputs))]
+    outs = [f"out{i}" for i in range(n_out)]
+    node = helper.make_node(op, names, outs, **attrs)
+    graph = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape) for n, x in zip(names, inputs)],
+        [helper.make_empty_tensor_value_info(o) for o in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)  # fills in the output types
+
+
+def _against_ort(op, inputs, n_out=1, opset=21, **attrs):
+    proto = _model(op, inputs, n_out, opset, **attrs)
+    feeds = {f"in{i}": x for i, x in enumerate(inputs)}
+    ours = compile_model(proto.SerializeToString()).run(feeds)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, feeds)
+    for i, expected in enumerate(theirs):
+        got = ours[f"out{i}"]
+        assert got.dtype == expected.dtype, (op, got.dtype, expected.dtype)
+        assert got.shape == expected.shape, (op, got.shape, expected.shape)
+        if expected.dtype.kind == "f":
+            np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6, equal_nan=True, err_msg=op)
+        else:
+            np.testing.assert_array_equal(got, expected, err_msg=op)
+
+
+def _ints(dtype, shape, low=-50, high=50):
+    info = np.iinfo(dtype)
+    return RNG.integers(max(low, info.min), min(high, info.max), size=shape, endpoint=True).astype(dtype)
+
+
+UNARY_FLOAT = ["Abs", "Neg", "Ceil", "Floor", "Round", "Sign", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos",
+               "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Tanh", "Asinh", "Acosh", "Atanh", "Erf", "Sigmoid",
+               "Softplus", "Softsign", "Relu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish",
+               "ThresholdedRelu", "IsNaN", "IsInf"]
+
+
+@pytest.mark.parametrize("op", UNARY_FLOAT)
+def test_unary_float_matches_onnxruntime(op):
+    x = np.concatenate([RNG.standard_normal(50).astype(np.float32) * 4, F32_EDGES])
+    with np.errstate(all="ignore"):
+        _against_ort(op, [x.reshape(6, 10)], opset=18)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_onnxruntime(approximate):
+    x = RNG.standard_normal((4, 64)).astype(np.float32) * 3
+    _against_ort("Gelu", [x], opset=20, approximate=approximate)
+
+
+@pytest.mark.parametrize("op,attrs", [("LeakyRelu", {"alpha": 0.1}), ("LeakyRelu", {"alpha": 3.0}),
+                                      ("LeakyRelu", {"alpha": -0.5}), ("Shrink", {"lambd": 1.0, "bias": 0.25}),
+                                      ("Elu", {"alpha": 0.3}), ("Celu", {"alpha": 2.0})])
+def test_activation_attributes_match_onnxruntime(op, attrs):
+    _against_ort(op, [RNG.standard_normal((5, 7)).astype(np.float32) * 3], opset=18, **attrs)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int8])
+def test_integer_div_truncates_and_mod_follows_sign_rules(dtype):
+    a = _ints(dtype, (3, 40))
+    b = _ints(dtype, (40,), 1, 9) * np.where(RNG.random(40) < 0.5, -1, 1).astype(dtype)
+    _against_ort("Div", [a, b])
+    _against_ort("Mod", [a, b], fmod=0)
+    _against_ort("Mod", [a, b], fmod=1)
+
+
+def test_float_mod_and_pow_dtype_rules():
+    a = RNG.standard_normal((4, 9)).astype(np.float32) * 10
+    b = RNG.standard_normal((9,)).astype(np.float32) * 3 + 0.5
+    _against_ort("Mod", [a, b], fmod=1)
+    _against_ort("Pow", [np.abs(a), b])
+    _against_ort("Pow", [a, np.arange(9, dtype=np.int64) % 4])  # float base, int exponent
+    _against_ort("Pow", [_ints(np.int64, (9,), -5, 5), np.arange(9, dtype=np.int64) % 4])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bit_shift_on_unsigned(dtype, direction):
+    x = _ints(dtype, (3, 8), 0, 255)
+    y = _ints(dtype, (8,), 0, 7)
+    _against_ort("BitShift", [x, y], direction=direction)
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Sum", "Mean"])
+def test_variadic_broadcast_and_nan(op):
+    a = RNG.standard_normal((2, 1, 5)).astype(np.float32)
+    a[0, 0, 1] = np.nan
+    b = RNG.standard_normal((3, 1)).astype(np.float32)
+    c = RNG.standard_normal((5,)).astype(np.float32)
+    _against_ort(op, [a, b, c])
+    _against_ort(op, [a])
+
+
+def test_clip_nan_and_limits():
+    x = np.concatenate([RNG.standard_normal(20).astype(np.float32) * 5, F32_EDGES])
+    _against_ort("Clip", [x, np.array(-1, np.float32), np.array(2, np.float32)], opset=13)
+    _against_ort("Clip", [x], opset=13)
+    _against_ort("Clip", [x], opset=6, min=-0.5, max=0.5)
+    _against_ort("Clip", [_ints(np.int32, (20,)), np.array(-3, np.int32), np.array(4, np.int32)], opset=13)
+
+
+def test_where_broadcasts_three_ways():
+    cond = RNG.random((3, 1, 4)) < 0.5
+    _against_ort("Where", [cond, RNG.standard_normal((2, 1)).astype(np.float32),
+                           RNG.standard_normal((4,)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("op", ["Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"])
+def test_comparisons(op):
+    a = _ints(np.int32, (4, 6), -2, 2)
+    _against_ort(op, [a, _ints(np.int32, (6,), -2, 2)])
+    _against_ort(op, [a.astype(np.float32), np.float32(np.nan) * np.ones(6, np.float32)])
+
+
+REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+          "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"]
+
+
+@pytest.mark.parametrize("op", REDUCE)
+@pytest.mark.parametrize("axes,keepdims", [([1], 1), ([0, -1], 0), (None, 1), (None, 0)])
+def test_reductions_with_axes_input_and_attribute(op, axes, keepdims):
+    x = np.abs(RNG.standard_normal((3, 4, 5)).astype(np.float32)) + 0.1
+    inputs = [x] + ([np.array(axes, np.int64)] if axes is not None else [])
+    _against_ort(op, inputs, opset=18, keepdims=keepdims)
+    _against_ort(op, [x], opset=11, keepdims=keepdims, **({"axes": axes} if axes is not None else {}))
+
+
+def test_reduce_log_sum_exp_does_not_overflow():
+    x = np.array([[1000.0, 1000.0], [-1000.0, -np.inf]], np.float32)
+    _against_ort("ReduceLogSumExp", [x, np.array([1], np.int64)], opset=18)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("opset,axis", [(11, 1), (11, -1), (13, 1), (13, -1), (13, 0)])
+def test_softmax_family_axis_rules(op, opset, axis):
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32) * 30
+    x[0, 0, :2] = x[0, 0, 2]  # Hardmax ties resolve to the first index
+    _against_ort(op, [x], opset=opset, axis=axis)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_extreme_ties(op, last):
+    x = _ints(np.int32, (4, 6), -2, 2)
+    _against_ort(op, [x], axis=1, keepdims=0, select_last_index=last)
+
+
+@pytest.mark.parametrize("op", ["CumSum"])
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumulative(op, exclusive, reverse):
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    _against_ort(op, [x, np.array(1, np.int64)], exclusive=exclusive, reverse=reverse)
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+def test_top_k_stable_ties(largest, dtype):
+    x = _ints(np.int64, (3, 12), 0, 4).astype(dtype)
+    _against_ort("TopK", [x, np.array([5], np.int64)], n_out=2, axis=1, largest=largest)
+
+
+def _elementwise_kernels():
+    """Every claimed unary float Elementwise kernel of this module's ops, at its newest version."""
+    for op in UNARY_FLOAT + ["Gelu", "Swish", "LeakyRelu", "Shrink"]:
+        cls = lookup("", op, 24)
+        if issubclass(cls, Elementwise):
+            yield pytest.param(cls, id=op)
+
+
+@pytest.mark.parametrize("cls", list(_elementwise_kernels()))
+def test_elementwise_honours_out_and_aliasing(cls):
+    kernel = cls({})
+    x = RNG.standard_normal((8, 33)).astype(np.float32) * 3
+    with np.errstate(all="ignore"):
+        expected = kernel.compute(x.copy())
+        out = np.empty_like(expected)
+        assert kernel.compute(x.copy(), out=out) is out
+        np.testing.assert_array_equal(out, expected)
+        if expected.dtype == x.dtype:  # the fuser may hand the input back as the output
+            alias = x.copy()
+            assert kernel.compute(alias, out=alias) is alias
+            np.testing.assert_array_equal(alias, expected)
+
+
+def test_binary_elementwise_aliasing_either_operand():
+    a = _ints(np.int32, (5, 7))
+    b = _ints(np.int32, (5, 7), 1, 9)
+    for op in ["Div", "Mod", "Pow", "Sub", "PRelu", "Max", "Sum"]:
+        kernel = lookup("", op, 21)({})
+        expected = kernel.compute(a.copy(), b.copy())
+        for side in (0, 1):
+            args = [a.copy(), b.copy()]
+            assert kernel.compute(*args, out=args[side]) is args[side]
+            np.testing.assert_array_equal(args[side], expected, err_msg=f"{op} out=input {side}")
+
+
+def test_refusals_carry_codes():
+    with pytest.raises(RtdError) as e:
+        lookup("", "BitShift", 11)({"direction": "UP"})
+    assert e.value.code is Code.E_MODEL_INVALID
+    with pytest.raises(RtdError) as e:
+        lookup("", "Relu", 14)({"alpha": 1.0})
+    assert e.value.code is Code.E_OP_UNSUPPORTED
+    with pytest.raises(RtdError) as e:
+        lookup("", "TopK", 11)({}).run(np.zeros((2, 3), np.float32), np.array([4], np.int64))
+    assert e.value.code is Code.E_INPUT_INVALID
+    with pytest.raises(RtdError) as e:
+        lookup("", "ReduceSum", 13)({}).run(np.zeros((2, 3), np.float32), np.array([2], np.int64))
+    assert e.value.code is Code.E_MODEL_INVALID
