@@ -22,11 +22,13 @@ REVOCATION_LIST = "revoked.txt"
 
 
 class TrustStore:
-    def __init__(self, directory: str):
+    def __init__(self, directory: str | None):
         self.directory = directory
         self.keys: dict[str, object] = {}       # fingerprint -> public key
         self.revoked: set[str] = set()
         self.revocation_error: str | None = None
+        if directory is None:
+            return
         for entry in sorted(os.listdir(directory)):
             if entry.endswith(".pub.pem"):
                 with open(os.path.join(directory, entry), "rb") as f:
@@ -43,6 +45,16 @@ class TrustStore:
                         self.revocation_error = f"{REVOCATION_LIST} line {number} is not a fingerprint"
                         break
                     self.revoked.add(line)
+
+    @classmethod
+    def from_pem_files(cls, paths) -> "TrustStore":
+        """A store trusting exactly these public key files (the operator's `rtctl verify --pubkey`)."""
+        store = cls(None)
+        for path in paths:
+            with open(path, "rb") as f:
+                key = keys.load_public(f.read(1 << 20), path)
+            store.keys[keys.fingerprint(key)] = key
+        return store
 
     def key_for(self, fingerprint: str):
         """The trusted, unrevoked public key with this fingerprint, or RtdError."""

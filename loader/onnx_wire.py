@@ -1,0 +1,74 @@
+"""A structural pre-scan of ONNX protobuf bytes, before any parser builds objects from them.
+
+Walks the wire format iteratively (an explicit stack, never recursion) along the only paths
+where graphs nest -- model.graph, model.functions, model.training_info, graph.node,
+function.node, node.attribute, attribute.g / attribute.graphs -- counting nodes and the depth
+of If/Loop/Scan bodies. A model nested 200 deep is thus refused as E_ONNX_LIMIT with its depth
+named, instead of surfacing as a protobuf recursion error (or a RecursionError) later.
+Malformed wire data is E_ONNX_PARSE.
+"""
+from rtd.errors import Code, RtdError
+
+# message kind -> {field number: child message kind} for the length-delimited fields we descend into
+_DESCEND = {
+    "model": {7: "graph", 20: "training", 25: "function"},
+    "training": {1: "graph", 2: "graph"},
+    "graph": {1: "node"},
+    "function": {7: "node"},
+    "node": {5: "attribute"},
+    "attribute": {6: "subgraph", 11: "subgraph"},
+}
+_FIXED = {1: 8, 5: 4}
+
+
+def _varint(buf, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise RtdError(Code.E_ONNX_PARSE, f"truncated or overlong varint at byte {pos}")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def scan(data: memoryview, *, max_depth: int, max_nodes: int) -> tuple[int, int]:
+    """(node count, deepest subgraph nesting) of serialized ModelProto bytes, within the caps."""
+    stack = [("model", 0, len(data), 0)]
+    nodes = deepest = 0
+    while stack:
+        kind, pos, end, depth = stack.pop()
+        children = _DESCEND.get(kind if kind != "subgraph" else "graph", {})
+        while pos < end:
+            key, pos = _varint(data, pos, end)
+            field, wire = key >> 3, key & 7
+            if field == 0:
+                raise RtdError(Code.E_ONNX_PARSE, f"field number 0 at byte {pos}")
+            if wire == 0:
+                _, pos = _varint(data, pos, end)
+            elif wire in _FIXED:
+                pos += _FIXED[wire]
+            elif wire == 2:
+                length, pos = _varint(data, pos, end)
+                if pos + length > end:
+                    raise RtdError(Code.E_ONNX_PARSE, f"field {field} runs past its message")
+                child = children.get(field)
+                if child == "subgraph":
+                    if depth + 1 > max_depth:
+                        raise RtdError(Code.E_ONNX_LIMIT, f"subgraphs nest deeper than {max_depth}")
+                    deepest = max(deepest, depth + 1)
+                    stack.append(("subgraph", pos, pos + length, depth + 1))
+                elif child is not None:
+                    if child == "node":
+                        nodes += 1
+                        if nodes > max_nodes:
+                            raise RtdError(Code.E_ONNX_LIMIT, f"more than {max_nodes} nodes")
+                    stack.append((child, pos, pos + length, depth))
+                pos += length
+            else:
+                raise RtdError(Code.E_ONNX_PARSE, f"wire type {wire} at byte {pos}")
+            if pos > end:
+                raise RtdError(Code.E_ONNX_PARSE, f"field {field} runs past its message")
+    return nodes, deepest
