@@ -1,0 +1,156 @@
+"""Separable resampling shared by Resize and Upsample: each axis is resized on its own.
+
+For every resized axis, `axis_weights` maps output positions to source coordinates (the
+coordinate_transformation_mode), then to a window of source indices and their weights
+(nearest / linear / cubic, optionally antialiased). Nearest becomes one `take`; linear and
+cubic become a dense (out x in) matrix applied with matmul, so bilinear NCHW resizing is two
+batched GEMMs. Edge handling follows the onnx reference: windows are clamped to the edge
+(replicate), `exclude_outside` zeroes and renormalizes out-of-range taps, and
+tf_crop_and_resize writes `extrapolation_value` where the source lies outside the input.
+"""
+import math
+
+import numpy as np
+from onnx import numpy_helper
+
+from rtd.errors import Code, RtdError
+
+MODES = ("nearest", "linear", "cubic")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize")
+ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
+
+
+def source_coordinates(transform: str, out_size: int, in_size: int, scale: float, roi):
+    """Where each output position samples the input, and which fall outside (crop mode only)."""
+    y = np.arange(out_size, dtype=np.float64)
+    out_float = scale * in_size
+    outside = None
+    if transform == "align_corners":
+        x = np.zeros(out_size) if out_float == 1 else y * (in_size - 1) / (out_float - 1)
+    elif transform == "asymmetric":
+        x = y / scale
+    elif transform == "pytorch_half_pixel":
+        x = np.full(out_size, -0.5) if out_float == 1 else (y + 0.5) / scale - 0.5
+    elif transform == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif transform == "half_pixel_symmetric":
+        offset = in_size / 2 * (1 - out_size / out_float)
+        x = offset + (y + 0.5) / scale - 0.5
+    else:  # tf_crop_and_resize
+        start, end = roi
+        if out_float == 1:
+            x = np.full(out_size, (end - start) * (in_size - 1) / 2)
+        else:
+            x = y * (end - start) * (in_size - 1) / (out_float - 1)
+        x = x + start * (in_size - 1)
+        outside = (x < 0) | (x > in_size - 1)
+    return x, outside
+
+
+def _cubic(t, a: float):
+    """The Keys cubic convolution kernel at distances t."""
+    t = np.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def _taps(mode: str, ratio, scale: float, cubic_a: float, antialias: bool):
+    """Weights (out, n) of the n-tap window for fractional positions `ratio` in (0, 1]."""
+    if mode == "linear" and not antialias:
+        return np.stack([1 - ratio, ratio], axis=1)
+    if mode == "cubic" and not antialias:
+        return _cubic(np.stack([ratio + 1, ratio, 1 - ratio, 2 - ratio], axis=1), cubic_a)
+    s = min(scale, 1.0)  # antialias widens the filter only when downsampling
+    reach = 1 if mode == "linear" else 2
+    start = math.floor(-reach / s) + 1
+    offsets = np.arange(start, 2 - start if mode == "cubic" else start + 2 - 2 * start)
+    t = (offsets[None, :] - ratio[:, None]) * s
+    weights = np.clip(1 - np.abs(t), 0, 1) if mode == "linear" else _cubic(t, cubic_a)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def axis_weights(mode, x, in_size, scale, nearest_mode, cubic_a, exclude_outside, antialias):
+    """(indices (out, n) clamped into [0, in_size), weights (out, n)) for source coordinates x."""
+    if mode == "nearest":
+        rounded = {"round_prefer_floor": np.ceil(x - 0.5), "round_prefer_ceil": np.floor(x + 0.5),
+                   "floor": np.floor(x), "ceil": np.ceil(x)}[nearest_mode]
+        index = np.where(x == np.floor(x), x, rounded).astype(np.int64)
+        return np.clip(index, 0, in_size - 1)[:, None], np.ones((x.size, 1))
+    base = np.floor(x)
+    ratio = np.where(x == base, 1.0, x - base)  # an exact hit takes the left window, as the reference does
+    weights = _taps(mode, ratio, scale, cubic_a, antialias)
+    n = weights.shape[1]
+    pad = math.ceil(n / 2)
+    padded = x + pad
+    p = np.floor(padded)
+    frac = padded - p
+    if n % 2 == 0:
+        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        offset = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    index = (p + offset).astype(np.int64)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        weights = np.where((index < 0) | (index >= in_size), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return np.clip(index, 0, in_size - 1), weights
+
+
+def _along(xp, x, axis: int, index, weights, work_dtype):
+    """Apply one axis's resampling: a take for single taps, a matmul with the dense matrix otherwise."""
+    if index.shape[1] == 1:
+        return xp.take(x, xp.asarray(index[:, 0]), axis=axis)
+    matrix = np.zeros((index.shape[0], x.shape[axis]))
+    np.add.at(matrix, (np.arange(index.shape[0])[:, None], index), weights)
+    matrix = xp.asarray(matrix.astype(work_dtype))
+    if axis == x.ndim - 1:
+        return x @ matrix.T
+    moved = xp.moveaxis(x, axis, -2)
+    return xp.moveaxis(matrix @ moved, -2, axis)
+
+
+def output_geometry(shape, axes, scales, sizes, policy: str):
+    """Per-axis (scale, out_size) for the resized axes, from scales or sizes (with aspect policy)."""
+    if sizes is not None:
+        sizes = [int(s) for s in sizes]
+        ratios = [sizes[i] / shape[a] for i, a in enumerate(axes)]
+        if policy != "stretch":
+            common = min(ratios) if policy == "not_larger" else max(ratios)
+            return [common] * len(axes), [int(common * shape[a] + 0.5) for a in axes]
+        return ratios, sizes
+    scales = [float(s) for s in scales]
+    if any(s <= 0 for s in scales):
+        raise RtdError(Code.E_INPUT_INVALID, f"Resize: scales must be positive, got {scales}")
+    return scales, [int(s * shape[a]) for s, a in zip(scales, axes)]
+
+
+def resize(xp, x, *, mode, scales=None, sizes=None, roi=None, axes=None, transform="half_pixel",
+           nearest_mode="round_prefer_floor", cubic_a=-0.75, exclude_outside=0, extrapolation_value=0.0,
+           policy="stretch", antialias=0):
+    axes = list(range(x.ndim)) if axes is None else list(axes)
+    count = len(sizes) if sizes is not None else len(scales)
+    if count != len(axes):
+        raise RtdError(Code.E_INPUT_INVALID, f"Resize: {count} scales/sizes for {len(axes)} axes")
+    ratios, out_sizes = output_geometry(x.shape, axes, scales, sizes, policy)
+    if roi is not None and roi.size == 0:
+        roi = None
+    if transform == "tf_crop_and_resize" and roi is None:
+        raise RtdError(Code.E_INPUT_INVALID, "Resize: tf_crop_and_resize needs a roi")
+    work_dtype = np.float64 if x.dtype == np.float64 else np.float32
+    y = x if mode == "nearest" else x.astype(work_dtype, copy=False)
+    for i, (axis, scale, out_size) in enumerate(zip(axes, ratios, out_sizes)):
+        axis_roi = None if roi is None else (float(roi[i]), float(roi[i + len(axes)]))
+        if out_size == x.shape[axis] and math.isclose(scale, 1.0) and (axis_roi is None or axis_roi == (0.0, 1.0)):
+            continue
+        coords, outside = source_coordinates(transform, out_size, x.shape[axis], scale, axis_roi)
+        index, weights = axis_weights(mode, coords, x.shape[axis], scale, nearest_mode, cubic_a, exclude_outside, antialias)
+        y = _along(xp, y, axis, index, weights, work_dtype)
+        if outside is not None and outside.any():
+            shape = [1] * y.ndim
+            shape[axis] = out_size
+            y = xp.where(xp.asarray(outside.reshape(shape)), y.dtype.type(extrapolation_value), y)
+    if y.dtype == x.dtype:
+        return y
+    return xp.asarray(numpy_helper.saturate_cast(np.asarray(y), x.dtype)) if xp is np else y.astype(x.dtype)

@@ -1,0 +1,60 @@
+"""Resize: nearest / linear / cubic resampling of any axes (see _resize for the arithmetic).
+
+Versions: 10 (scales input, asymmetric coordinates, floor rounding, like Upsample), 11 (roi,
+sizes, coordinate transforms, cubic), 13 (roi and scales optional), 18 (antialias, axes,
+keep_aspect_ratio_policy), 19 (half_pixel_symmetric).
+"""
+from rtd.errors import Code, RtdError
+
+from ._axes import normalize_axes
+from ._resize import ASPECT_POLICIES, MODES, NEAREST_MODES, TRANSFORMS, resize
+from .base import Kernel
+
+
+class Resize_10(Kernel):
+    attributes = {"mode": "nearest"}
+
+    def setup(self):
+        if self.mode not in ("nearest", "linear"):
+            raise RtdError(Code.E_OP_UNSUPPORTED, f"Resize-10: mode {self.mode!r}")
+
+    def run(self, x, scales):
+        return (resize(self.xp, x, mode=self.mode, scales=self.host(scales).tolist(), transform="asymmetric", nearest_mode="floor"),)
+
+
+class Resize_11(Kernel):
+    attributes = {"mode": "nearest", "coordinate_transformation_mode": "half_pixel", "cubic_coeff_a": -0.75,
+                  "exclude_outside": 0, "extrapolation_value": 0.0, "nearest_mode": "round_prefer_floor"}
+    transforms = tuple(t for t in TRANSFORMS if t != "half_pixel_symmetric")
+    antialias, axes, keep_aspect_ratio_policy = 0, None, "stretch"
+
+    def setup(self):
+        for name, allowed in (("mode", MODES), ("coordinate_transformation_mode", self.transforms),
+                              ("nearest_mode", NEAREST_MODES), ("keep_aspect_ratio_policy", ASPECT_POLICIES)):
+            if getattr(self, name) not in allowed:
+                raise RtdError(Code.E_OP_UNSUPPORTED, f"Resize-{self.since}: {name} {getattr(self, name)!r}")
+
+    def run(self, x, roi=None, scales=None, sizes=None):
+        scales = None if scales is None or scales.size == 0 else self.host(scales).tolist()
+        sizes = None if sizes is None or sizes.size == 0 else self.host(sizes).tolist()
+        if (scales is None) == (sizes is None):
+            raise RtdError(Code.E_INPUT_INVALID, "Resize: exactly one of scales and sizes must be given")
+        axes = None if self.axes is None else normalize_axes(self.axes, x.ndim, "Resize")
+        return (resize(self.xp, x, mode=self.mode, scales=scales, sizes=sizes,
+                       roi=None if roi is None else self.host(roi).astype(float), axes=axes,
+                       transform=self.coordinate_transformation_mode, nearest_mode=self.nearest_mode,
+                       cubic_a=self.cubic_coeff_a, exclude_outside=self.exclude_outside,
+                       extrapolation_value=self.extrapolation_value, policy=self.keep_aspect_ratio_policy,
+                       antialias=self.antialias),)
+
+
+class Resize_13(Resize_11):
+    """roi and scales became optional inputs; Resize_11.run already treats them so."""
+
+
+class Resize_18(Resize_11):
+    attributes = {**Resize_11.attributes, "antialias": 0, "axes": None, "keep_aspect_ratio_policy": "stretch"}
+
+
+class Resize_19(Resize_18):
+    transforms = TRANSFORMS
