@@ -136,7 +136,7 @@ def cmd_status(args) -> int:
     for column in ("tenant", "worker", "restarts", "last exit", "memory", "layers", "models"):
         table.add_column(column)
     for t in status["tenants"]:
-        layers = ", ".join(f"{k}: {v}" for k, v in t["layers"].items())
+        layers = ", ".join(f"{k}: {v.split(' ', 1)[0]}" for k, v in t["layers"].items())  # --json has the detail
         models = ", ".join(f"{n}{'' if m['ready'] else ' (not ready)'}" for n, m in t["models"].items())
         memory = t["usage"].get("memory_bytes")
         table.add_row(t["tenant"], "up" if t["alive"] else "down", str(t["restarts"]), t["last_exit"],
