@@ -1,54 +1,51 @@
-"""A plain interpreter of an ONNX graph over the op registry: the reference the compiler lowers.
+"""The plain interpreter of an IR graph over the op registry: the reference the compiler lowers.
 
 Each node becomes a kernel instance at construction (so an unsupported op refuses at compile
-time); `GraphRunner(feeds, scope)` walks the nodes in order over a name → array environment.
-Subgraph attributes (If/Loop/Scan bodies) become nested GraphRunners.
+time); `GraphRunner(feeds, scope)` walks the nodes in order over a name → value environment.
+Subgraph attributes (If/Loop/Scan bodies) become nested GraphRunners that read the enclosing
+environment through `scope`.
 """
 from collections import ChainMap
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
-from rtd.errors import Code, RtdError
-
+from .fused import fused_kernel
+from .ir import RTD_DOMAIN, Graph, Node
 from .ops import lookup
 
 
-def attribute_value(attr: onnx.AttributeProto, opsets: dict, xp):
-    """An attribute as the kernels see it: numbers, str, ndarrays, GraphRunners."""
-    A = onnx.AttributeProto
-    if attr.type == A.GRAPH:
-        return GraphRunner(attr.g, opsets, xp)
-    if attr.type == A.GRAPHS:
-        return [GraphRunner(g, opsets, xp) for g in attr.graphs]
-    if attr.type == A.TENSOR:
-        return numpy_helper.to_array(attr.t)
-    if attr.type == A.STRING:
-        return attr.s.decode("utf-8", "replace")
-    if attr.type == A.STRINGS:
-        return [s.decode("utf-8", "replace") for s in attr.strings]
-    if attr.type in (A.INTS, A.FLOATS):
-        return list(onnx.helper.get_attribute_value(attr))
-    return onnx.helper.get_attribute_value(attr)
+def make_kernel(node: Node, opsets: dict, xp=np):
+    """The kernel instance for one node; GRAPH attributes become subgraph runners."""
+    if node.domain == RTD_DOMAIN:
+        return fused_kernel(node, xp, lambda inner: make_kernel(inner, opsets, xp))
+    cls = lookup(node.domain, node.op_type, opsets[node.domain])
+    attrs = {}
+    for key, value in node.attrs.items():
+        if isinstance(value, Graph):
+            value = GraphRunner(value, xp)
+        elif isinstance(value, list) and value and isinstance(value[0], Graph):
+            value = [GraphRunner(g, xp) for g in value]
+        attrs[key] = value
+    return cls(attrs, xp)
 
 
 class GraphRunner:
-    def __init__(self, graph: onnx.GraphProto, opsets: dict[str, int], xp=np):
+    """Run an IR graph node by node; `__call__(feeds, scope=None) -> [outputs]`."""
+
+    def __init__(self, graph: Graph, xp=np):
         self.xp = xp
-        self.constants = {t.name: xp.asarray(numpy_helper.to_array(t)) for t in graph.initializer}
-        self.input_names = [v.name for v in graph.input if v.name not in self.constants]
-        self.output_names = [v.name for v in graph.output]
-        self.nodes = []
-        for node in graph.node:
-            domain = "" if node.domain == "ai.onnx" else node.domain
-            if domain not in opsets:
-                raise RtdError(Code.E_OP_UNSUPPORTED, f"{node.op_type}: domain {domain!r} not imported by the model")
-            cls = lookup(domain, node.op_type, opsets[domain])
-            attrs = {a.name: attribute_value(a, opsets, xp) for a in node.attribute}
-            self.nodes.append((list(node.input), list(node.output), cls(attrs, xp)))
+        self.graph = graph
+        self.constants = {k: xp.asarray(v) for k, v in graph.constants.items()}
+        self.input_names = list(graph.inputs)
+        self.output_names = list(graph.outputs)
+        self.nodes = [(node.inputs, node.outputs, make_kernel(node, graph.opsets, xp)) for node in graph.nodes]
 
     def __call__(self, feeds: dict, scope=None) -> list:
+        env = self.trace(feeds, scope)
+        return [env[name] for name in self.output_names]
+
+    def trace(self, feeds: dict, scope=None) -> ChainMap:
+        """Run the graph; the environment of every value it computed (a shape/value record)."""
         env = ChainMap({}, feeds, self.constants, *([scope] if scope is not None else []))
         for inputs, outputs, kernel in self.nodes:
             args = [env[name] if name else None for name in inputs]
@@ -56,4 +53,4 @@ class GraphRunner:
             for name, value in zip(outputs, results):
                 if name:
                     env[name] = value
-        return [env[name] for name in self.output_names]
+        return env

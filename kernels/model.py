@@ -1,27 +1,42 @@
-"""compile_model: ONNX bytes (or a path) → a CompiledModel with `inputs`, `outputs` and `run`."""
+"""compile_model: ONNX bytes (or a path) → a CompiledModel with `inputs`, `outputs` and `run`.
+
+Compile parses, builds the IR and runs the compile-time passes, constructing every kernel
+(so anything unsupported refuses here). The first run of each input-shape signature traces
+the lowered graph once, specialises it to that signature and caches the resulting plan.
+"""
+import collections
 import dataclasses
+import json
 import os
+import threading
 
 import numpy as np
 import onnx
 
 from rtd.errors import Code, RtdError
 
+from . import backend_cupy
 from .graph import GraphRunner
+from .ir import from_onnx
+from .lower import CPU_ONLY, PASSES, lower, lower_signature
+from .plan import Plan
+from .profile import Profile
 
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
     name: str
     dtype: np.dtype | None  # None for sequence/optional types
-    shape: tuple  # ints for fixed dims, str for symbolic ones, None for unknown
+    shape: tuple | None  # ints for fixed dims, str for symbolic ones, None per unknown dim; None if rank unknown
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
-    t = value.type.tensor_type
     if not value.type.HasField("tensor_type"):
-        return TensorSpec(value.name, None, ())
+        return TensorSpec(value.name, None, None)
+    t = value.type.tensor_type
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)) if t.elem_type else None
+    if not t.HasField("shape"):
+        return TensorSpec(value.name, dtype, None)
     shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
     return TensorSpec(value.name, dtype, shape)
 
@@ -38,22 +53,121 @@ def _parse(model) -> onnx.ModelProto:
         raise RtdError(Code.E_ONNX_PARSE, str(e)[:200]) from None
 
 
+def _xp(device: str):
+    if device == "cpu":
+        return np
+    if device == "cuda":
+        return backend_cupy.array_module()  # E_OP_UNSUPPORTED when CuPy or a GPU is absent
+    raise RtdError(Code.E_OP_UNSUPPORTED, f"device {device!r} unavailable: rtd runs on 'cpu' or 'cuda'")
+
+
 class CompiledModel:
-    def __init__(self, proto: onnx.ModelProto, device: str = "cpu"):
-        if device != "cpu":
-            raise RtdError(Code.E_OP_UNSUPPORTED, f"device {device!r} not available")
-        opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
-        self.runner = GraphRunner(proto.graph, opsets)
+    """A compiled ONNX model; `run` is safe to call from several threads at once."""
+
+    def __init__(self, proto: onnx.ModelProto, device: str = "cpu", optimize: bool = True,
+                 disable_passes=(), profile: bool = False, max_plans: int = 32):
+        self.device, self.xp = device, _xp(device)
+        if not proto.graph.node and not proto.graph.output:
+            raise RtdError(Code.E_MODEL_INVALID, "the graph is empty")
         initializers = {t.name for t in proto.graph.initializer}
         self.inputs = [_spec(v) for v in proto.graph.input if v.name not in initializers]
         self.outputs = [_spec(v) for v in proto.graph.output]
+        self.optimize, self.profile, self.max_plans = optimize, profile, max_plans
+        self.disable = set(disable_passes) | (CPU_ONLY if device != "cpu" else set())
+        if not optimize:
+            self.disable |= {name for name, _ in PASSES} | {"fold_signature", "fuse_chains"}
+        self.graph = lower(from_onnx(proto), self.disable)
+        self.runner = GraphRunner(self.graph, self.xp)  # builds every kernel: refusals happen now
+        self._plans: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._profiles: list = []
 
-    def run(self, feeds: dict) -> dict:
-        expected = {spec.name: spec for spec in self.inputs}
-        if set(feeds) != set(expected):
-            raise RtdError(Code.E_INPUT_INVALID, f"expected inputs {sorted(expected)}, got {sorted(feeds)}")
-        values = self.runner(feeds)
-        return {spec.name: value for spec, value in zip(self.outputs, values)}
+    def _check(self, feeds: dict) -> list:
+        expected = [spec.name for spec in self.inputs]
+        if not isinstance(feeds, dict) or set(feeds) != set(expected):
+            got = sorted(feeds) if isinstance(feeds, dict) else type(feeds).__name__
+            raise RtdError(Code.E_INPUT_INVALID, f"expected inputs {sorted(expected)}, got {got}")
+        values, symbols = [], {}
+        for spec in self.inputs:
+            value = feeds[spec.name]
+            if isinstance(value, np.generic):
+                value = np.asarray(value)
+            if spec.dtype is None:
+                values.append(value)
+                continue
+            if not isinstance(value, (np.ndarray, self.xp.ndarray)):
+                raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: expected an ndarray of {spec.dtype}, got {type(value).__name__}")
+            if value.dtype != spec.dtype:
+                raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: expected dtype {spec.dtype}, got {value.dtype}")
+            if spec.shape is not None:
+                if value.ndim != len(spec.shape):
+                    raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: expected shape {list(spec.shape)}, got {list(value.shape)}")
+                for want, got in zip(spec.shape, value.shape):
+                    if isinstance(want, str):
+                        if symbols.setdefault(want, got) != got:
+                            raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: dim {want!r} is {symbols[want]} elsewhere, got {got}")
+                    elif isinstance(want, int) and want != got:
+                        raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: expected shape {list(spec.shape)}, got {list(value.shape)}")
+            values.append(self.xp.asarray(value) if self.xp is not np else value)
+        return values
+
+    @staticmethod
+    def _signature(values: list) -> tuple:
+        return tuple((v.shape, v.dtype.str) if hasattr(v, "shape") else (type(v).__name__, len(v) if isinstance(v, list) else 0)
+                     for v in values)
+
+    def _plan(self, values: list):
+        """The cached plan of this signature, or (None, outputs) after tracing a new one."""
+        key = self._signature(values)
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan, None
+        env = self.runner.trace(dict(zip(self.runner.input_names, values)))
+        outputs = [env[name] for name in self.runner.output_names]
+        if any(isinstance(v, list) or v is None for v in values):
+            return None, outputs  # sequence/optional feeds: interpret, no shape plan
+        graph, shapes, static = lower_signature(self.graph, dict(env.maps[0], **dict(zip(self.graph.inputs, values))), self.disable)
+        plan = Plan(graph, shapes, static, self.xp)
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > self.max_plans:
+                self._plans.popitem(last=False)
+        return plan, outputs
+
+    def run(self, feeds: dict, profile: bool = False) -> dict:
+        values = self._check(feeds)
+        plan, outputs = self._plan(values)
+        if outputs is None:
+            record = Profile() if (profile or self.profile) else None
+            outputs = plan.run(values, record)
+            if record is not None:
+                with self._lock:
+                    self._profiles.append(record)
+        if self.xp is not np:
+            outputs = [backend_cupy.to_host(v) for v in outputs]
+        return {spec.name: value for spec, value in zip(self.outputs, outputs)}
+
+    def plan_stats(self, feeds: dict) -> dict:
+        """Steps, fused ops and memory (arena peak vs the naive sum) of the plan for these feeds' shapes."""
+        values = self._check(feeds)
+        plan, _ = self._plan(values)
+        if plan is None:
+            plan, _ = self._plan(values)
+        return {"nodes_in_model": len(self.runner.nodes), **(plan.stats() if plan else {})}
+
+    def profile_summary(self) -> dict:
+        """Per op label: calls and total microseconds over every profiled run so far."""
+        with self._lock:
+            return Profile.merge(self._profiles)
+
+    def write_trace(self, path) -> None:
+        """The profiled runs as a Chrome trace (chrome://tracing, ui.perfetto.dev)."""
+        with self._lock:
+            events = [event for i, p in enumerate(self._profiles) for event in p.events(run=i)]
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
 
 
 def compile_model(model, device: str = "cpu", **options) -> CompiledModel:

@@ -49,7 +49,9 @@ class Kernel:
 
     def host(self, x) -> np.ndarray:
         """A small tensor (a shape, axes, a scalar) as a NumPy array on the host."""
-        return x if isinstance(x, np.ndarray) or x is None else self.xp.asnumpy(x)
+        if x is None or isinstance(x, np.ndarray):
+            return x
+        return np.asarray(x) if self.xp is np else self.xp.asnumpy(x)
 
 
 class Elementwise(Kernel):

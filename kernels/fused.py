@@ -1,0 +1,189 @@
+"""Kernels the lowering passes create (domain "rtd"): each replaces a pattern of ONNX nodes.
+
+A fused kernel writes into buffers the memory planner hands it (`out`, and `scratch` for
+chains) so the plan allocates nothing per call; given None it allocates its own. They are
+not registered ops: models cannot name them, only the passes can.
+"""
+import math
+
+import numpy as np
+import scipy.special
+
+from rtd.errors import Code, RtdError
+
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+
+
+class Fused:
+    """A pass-made kernel: `run(*inputs, *buffers) -> tuple`; `buffers` names its planned buffers."""
+
+    needs_scope = False
+    buffers = ("out",)
+
+    def __init__(self, attrs: dict, xp=np, make_kernel=None):
+        self.__dict__.update(attrs)
+        self.xp = xp
+        self.setup(make_kernel)
+
+    def setup(self, make_kernel) -> None:
+        pass
+
+    def buffer_shape(self, k: int, inputs: list, out: tuple) -> tuple:
+        """(shape, dtype) of buffer k given the (shape, dtype) of the inputs and of the output."""
+        return out
+
+
+def _gelu_inplace(out, approximate: str):
+    """out <- gelu(out) without temporaries beyond one scratch of the same size."""
+    x = out.copy()
+    if approximate == "tanh":
+        np.multiply(x, x, out=out)
+        out *= x
+        out *= 0.044715
+        out += x
+        out *= _SQRT_2_PI
+        np.tanh(out, out=out)
+    else:
+        np.multiply(x, _SQRT1_2, out=out)
+        scipy.special.erf(out, out=out)
+    out += 1.0
+    out *= x
+    out *= 0.5
+    return out
+
+
+def _activate(out, activation):
+    if activation == "Relu":
+        np.maximum(out, 0, out=out)
+    elif activation in ("Gelu", "GeluTanh"):
+        _gelu_inplace(out, "tanh" if activation == "GeluTanh" else "none")
+    return out
+
+
+class Gelu(Fused):
+    """x * Φ(x): the Erf form (approximate "none") or the Tanh form of exporters."""
+
+    approximate = "none"
+
+    def run(self, x, out=None):
+        if out is None:
+            out = np.empty_like(x)
+        np.copyto(out, x)
+        return (_gelu_inplace(out, self.approximate),)
+
+
+class MatMulBias(Fused):
+    """MatMul(a, w) + bias, then an optional activation, in one output buffer (Gemm for any rank)."""
+
+    activation = None
+
+    def run(self, a, w, bias=None, out=None):
+        out = np.matmul(a, w, out=out)
+        if bias is not None:
+            np.add(out, bias, out=out)
+        return (_activate(out, self.activation),)
+
+
+class LayerNorm(Fused):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis."""
+
+    epsilon = 1e-5
+
+    def run(self, x, gamma=None, beta=None, out=None):
+        if out is None:
+            out = np.empty_like(x)
+        np.subtract(x, x.mean(axis=-1, keepdims=True), out=out)
+        var = np.einsum("...i,...i->...", out, out)[..., None]
+        var /= x.shape[-1]
+        var += self.epsilon
+        np.sqrt(var, out=var)
+        out /= var
+        if gamma is not None:
+            out *= gamma
+        if beta is not None:
+            out += beta
+        return (out,)
+
+
+def softmax_inplace(out, axis: int):
+    out -= out.max(axis=axis, keepdims=True)
+    np.exp(out, out=out)
+    out /= out.sum(axis=axis, keepdims=True)
+    return out
+
+
+class Softmax(Fused):
+    axis = -1
+
+    def run(self, x, out=None):
+        if out is None:
+            out = np.empty_like(x)
+        np.copyto(out, x)
+        return (softmax_inplace(out, self.axis),)
+
+
+class Attention(Fused):
+    """softmax(scale(q @ kt) + mask) @ v with the score matrix computed in place."""
+
+    scale = 1.0
+    scale_op = "Mul"  # how the exporter applied it: Mul by scale or Div by scale
+    buffers = ("out", "scores")
+
+    def buffer_shape(self, k, inputs, out):
+        if k == 0:
+            return out
+        (q, dtype), (kt, _) = inputs[0], inputs[1]
+        return np.broadcast_shapes(q[:-2], kt[:-2]) + (q[-2], kt[-1]), dtype
+
+    def run(self, q, kt, v, mask=None, out=None, scores=None):
+        s = np.matmul(q, kt, out=scores)
+        if self.scale_op == "Div":
+            s /= s.dtype.type(self.scale)
+        else:
+            s *= s.dtype.type(self.scale)
+        if mask is not None:
+            s += mask
+        softmax_inplace(s, -1)
+        return (np.matmul(s, v, out=out),)
+
+
+class ElementwiseChain(Fused):
+    """Element-wise kernels applied link after link, ping-ponging between `out` and `scratch`.
+
+    `links` is [(node, argspec)]: argspec[i] is an index into the chain's inputs, -1 for the
+    previous link's result, or None for an absent input. Every link's result has the chain's
+    output shape and dtype (the fusion pass checks), so each writes into a planned buffer.
+    """
+
+    buffers = ("out", "scratch")
+
+    def setup(self, make_kernel):
+        self.kernels = [(make_kernel(node), spec) for node, spec in self.links]
+
+    def run(self, *args):
+        *inputs, out, scratch = args
+        if out is None:
+            out = self.xp.empty(self.shape, self.dtype)
+        if scratch is None:
+            scratch = self.xp.empty(self.shape, self.dtype)
+        n = len(self.kernels)
+        prev = None
+        for k, (kernel, spec) in enumerate(self.kernels):
+            target = out if (n - 1 - k) % 2 == 0 else scratch
+            operands = [prev if i == -1 else (None if i is None else inputs[i]) for i in spec]
+            prev = kernel.compute(*operands, out=target)
+            if prev is not target:  # a kernel that ignored `out`: keep the result in our buffer
+                self.xp.copyto(target, prev)
+                prev = target
+        return (prev,)
+
+
+KERNELS = {cls.__name__: cls for cls in (Gelu, MatMulBias, LayerNorm, Softmax, Attention, ElementwiseChain)}
+
+
+def fused_kernel(node, xp, make_kernel):
+    cls = KERNELS.get(node.op_type)
+    if cls is None:
+        raise RtdError(Code.E_OP_UNSUPPORTED, f"{node.op_type} (domain rtd)")
+    return cls(node.attrs, xp, make_kernel)

@@ -1,0 +1,182 @@
+"""The executor's IR: an ONNX graph as plain Python nodes the lowering passes rewrite.
+
+`from_onnx` turns a GraphProto into a `Graph` (model-local functions inlined, subgraph
+attributes turned into nested `Graph`s, outer-scope names a subgraph reads recorded on its
+node as `implicit`); `check` is the invariant every pass must keep (run between passes).
+"""
+import dataclasses
+import itertools
+
+import onnx
+from onnx import numpy_helper
+
+from rtd.errors import Code, RtdError
+
+RTD_DOMAIN = "rtd"  # fused kernels made by the passes; never in a model
+
+
+@dataclasses.dataclass
+class Node:
+    op_type: str
+    domain: str
+    inputs: list  # value names; "" marks an absent optional input
+    outputs: list
+    attrs: dict  # python values; GRAPH attributes are nested `Graph`s
+    implicit: list = dataclasses.field(default_factory=list)  # outer names the subgraphs read
+    name: str = ""
+
+    def subgraphs(self):
+        for value in self.attrs.values():
+            if isinstance(value, Graph):
+                yield value
+            elif isinstance(value, list) and value and isinstance(value[0], Graph):
+                yield from value
+
+
+@dataclasses.dataclass
+class Graph:
+    nodes: list
+    inputs: list  # names fed at run time
+    outputs: list
+    constants: dict  # name -> np.ndarray (initializers and folded values)
+    opsets: dict  # domain -> version
+
+    def producers(self) -> dict:
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    def consumers(self) -> dict:
+        uses: dict = {}
+        for node in self.nodes:
+            for name in itertools.chain(node.inputs, node.implicit):
+                if name:
+                    uses.setdefault(name, []).append(node)
+        return uses
+
+    def free_names(self) -> set:
+        """Names this graph reads but neither defines nor is fed: the enclosing scope's."""
+        defined = set(self.inputs) | set(self.constants)
+        free = set()
+        for node in self.nodes:
+            free.update(n for n in itertools.chain(node.inputs, node.implicit) if n and n not in defined)
+            defined.update(node.outputs)
+        free.update(n for n in self.outputs if n not in defined)
+        return free
+
+
+def attribute_value(attr: onnx.AttributeProto, opsets: dict, functions: dict):
+    """An attribute as kernels see it: numbers, str, lists, ndarrays, nested Graphs."""
+    A = onnx.AttributeProto
+    if attr.type == A.GRAPH:
+        return from_graph(attr.g, opsets, functions)
+    if attr.type == A.GRAPHS:
+        return [from_graph(g, opsets, functions) for g in attr.graphs]
+    if attr.type == A.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if attr.type == A.TENSORS:
+        return [numpy_helper.to_array(t) for t in attr.tensors]
+    if attr.type == A.STRING:
+        return attr.s.decode("utf-8", "replace")
+    if attr.type == A.STRINGS:
+        return [s.decode("utf-8", "replace") for s in attr.strings]
+    if attr.type in (A.INTS, A.FLOATS):
+        return list(onnx.helper.get_attribute_value(attr))
+    if attr.type in (A.SPARSE_TENSOR, A.SPARSE_TENSORS, A.TYPE_PROTO, A.TYPE_PROTOS):
+        return onnx.helper.get_attribute_value(attr)
+    return onnx.helper.get_attribute_value(attr)
+
+
+def _domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+_fresh = itertools.count()
+
+
+def _inline(node: onnx.NodeProto, fn: onnx.FunctionProto, depth: int) -> list:
+    """The function body with names made unique and formal parameters bound to the call's."""
+    if depth > 32:
+        raise RtdError(Code.E_MODEL_INVALID, f"function {fn.name}: recursion deeper than 32")
+    prefix = f"{fn.name}__{next(_fresh)}__"
+    rename = {"": ""}
+    rename.update(zip(fn.input, list(node.input) + [""] * (len(fn.input) - len(node.input))))
+    rename.update(zip(fn.output, list(node.output) + [""] * (len(fn.output) - len(node.output))))
+    call_attrs = {a.name: a for a in node.attribute}
+    defaults = {a.name: a for a in fn.attribute_proto}
+    body = []
+    for inner in fn.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        del copy.input[:], copy.output[:], copy.attribute[:]
+        copy.input.extend(rename.setdefault(n, prefix + n) for n in inner.input)
+        copy.output.extend(rename.setdefault(n, prefix + n) for n in inner.output)
+        for attr in inner.attribute:
+            if attr.ref_attr_name:
+                bound = call_attrs.get(attr.ref_attr_name) or defaults.get(attr.ref_attr_name)
+                if bound is None:
+                    continue
+                new = onnx.AttributeProto()
+                new.CopyFrom(bound)
+                new.name = attr.name
+                copy.attribute.append(new)
+            else:
+                copy.attribute.append(attr)
+        body.append(copy)
+    return body
+
+
+def _expand(nodes, functions: dict, depth: int = 0) -> list:
+    out = []
+    for node in nodes:
+        fn = functions.get((_domain(node.domain), node.op_type))
+        if fn is None:
+            out.append(node)
+        else:
+            out.extend(_expand(_inline(node, fn, depth), functions, depth + 1))
+    return out
+
+
+def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict) -> Graph:
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    nodes = []
+    for proto in _expand(graph.node, functions):
+        domain = _domain(proto.domain)
+        if domain not in opsets:
+            raise RtdError(Code.E_OP_UNSUPPORTED, f"{proto.op_type}: domain {domain!r} not imported by the model")
+        attrs = {a.name: attribute_value(a, opsets, functions) for a in proto.attribute}
+        inputs = list(proto.input)
+        while inputs and not inputs[-1]:
+            inputs.pop()  # trailing absent inputs are simply not passed
+        node = Node(proto.op_type, domain, inputs, list(proto.output), attrs, name=proto.name)
+        node.implicit = sorted(set().union(*(g.free_names() for g in node.subgraphs())))
+        nodes.append(node)
+    inputs = [v.name for v in graph.input if v.name not in constants]
+    return Graph(nodes, inputs, [v.name for v in graph.output], constants, opsets)
+
+
+def from_onnx(proto: onnx.ModelProto) -> Graph:
+    opsets = {_domain(o.domain): o.version for o in proto.opset_import}
+    functions = {(_domain(f.domain), f.name): f for f in proto.functions}
+    for fn in proto.functions:
+        for o in fn.opset_import:
+            opsets.setdefault(_domain(o.domain), o.version)
+    graph = from_graph(proto.graph, opsets, functions)
+    check(graph, outer=set())
+    return graph
+
+
+def check(graph: Graph, outer: set) -> None:
+    """The IR invariant: every name is defined before use, once; outputs exist; subgraphs too."""
+    defined = set(graph.inputs) | set(graph.constants)
+    for node in graph.nodes:
+        for name in itertools.chain(node.inputs, node.implicit):
+            if name and name not in defined and name not in outer:
+                raise RtdError(Code.E_MODEL_INVALID, f"{node.op_type} {node.name!r}: input {name!r} is not defined before use")
+        for sub in node.subgraphs():
+            check(sub, outer | defined)
+        for name in node.outputs:
+            if name and name in defined:
+                raise RtdError(Code.E_MODEL_INVALID, f"{node.op_type} {node.name!r}: output {name!r} defined twice")
+            defined.add(name)
+    for name in graph.outputs:
+        if name not in defined and name not in outer:
+            raise RtdError(Code.E_MODEL_INVALID, f"graph output {name!r} is never produced")

@@ -1,0 +1,51 @@
+"""The lowering pipeline: named passes over the IR, with the IR invariant checked after each.
+
+`lower(graph)` runs the compile-time passes once per model; `lower_signature(graph, trace)`
+runs the ones that need a shape signature (what one traced run saw) once per signature.
+"""
+import copy
+
+from ..ir import Graph, check
+from .chains import fuse_chains
+from .fold import fold_constants, fold_signature
+from .patterns import fold_conv_batchnorm, fuse_attention, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax
+from .shapes import static_shapes
+from .simplify import eliminate_dead, eliminate_identity
+
+PASSES = (
+    ("fold_constants", fold_constants),
+    ("eliminate_identity", eliminate_identity),
+    ("eliminate_dead", eliminate_dead),
+    ("fold_conv_batchnorm", fold_conv_batchnorm),
+    ("fuse_layernorm", fuse_layernorm),
+    ("fuse_softmax", fuse_softmax),
+    ("fuse_gelu", fuse_gelu),
+    ("fuse_attention", fuse_attention),
+    ("fuse_matmul_bias", fuse_matmul_bias),
+    ("eliminate_dead", eliminate_dead),
+)
+CPU_ONLY = {"fuse_layernorm", "fuse_softmax", "fuse_gelu", "fuse_attention", "fuse_matmul_bias"}
+
+
+def lower(graph: Graph, disable=()) -> Graph:
+    """The compile-time passes, minus those named in `disable`; each result is checked."""
+    for name, run_pass in PASSES:
+        if name not in disable:
+            graph = run_pass(graph)
+            check(graph, outer=set())
+    return graph
+
+
+def lower_signature(graph: Graph, trace: dict, disable=()) -> tuple:
+    """A copy of `graph` specialised to one signature, and (shapes, statically shaped names)."""
+    graph = copy.copy(graph)
+    graph.nodes, graph.constants = list(graph.nodes), dict(graph.constants)
+    shapes = {name: (tuple(v.shape), v.dtype) for name, v in trace.items() if hasattr(v, "shape") and hasattr(v, "dtype")}
+    if "fold_signature" not in disable:
+        graph = eliminate_dead(fold_signature(graph, trace))
+        check(graph, outer=set())
+    static = static_shapes(graph, set(graph.constants))
+    if "fuse_chains" not in disable:
+        graph = fuse_chains(graph, shapes, static)
+        check(graph, outer=set())
+    return graph, shapes, static

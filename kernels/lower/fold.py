@@ -1,0 +1,66 @@
+"""Constant folding: at compile time over constants, and per shape signature over Shape chains.
+
+`fold_constants` evaluates nodes whose inputs are all constants. `fold_signature` uses one
+traced run for a shape signature: Shape/Size of a statically shaped value is a constant for
+that signature, and so is everything computed only from constants (the Shape → Gather →
+Unsqueeze → Concat → Reshape plumbing exporters emit), so those nodes leave the plan.
+"""
+import numpy as np
+
+from rtd.errors import RtdError
+
+from ..graph import make_kernel
+from ..ir import RTD_DOMAIN, Graph
+from .shapes import NONDETERMINISTIC, static_shapes
+
+_SLACK_BYTES = 1 << 20  # a folded value may exceed its inputs by this much (no Expand blow-ups)
+
+
+def _foldable(node) -> bool:
+    return node.domain != RTD_DOMAIN and node.op_type not in NONDETERMINISTIC and not node.implicit and not any(node.subgraphs())
+
+
+def _small_enough(values, inputs) -> bool:
+    budget = 4 * sum(x.nbytes for x in inputs if x is not None) + _SLACK_BYTES
+    return all(isinstance(v, np.ndarray) for v in values) and sum(v.nbytes for v in values) <= budget
+
+
+def fold_constants(graph: Graph) -> Graph:
+    keep = []
+    for node in graph.nodes:
+        if _foldable(node) and all(n in graph.constants for n in node.inputs if n):
+            args = [graph.constants[n] if n else None for n in node.inputs]
+            kernel = make_kernel(node, graph.opsets)  # an unsupported op refuses here, at compile time
+            try:
+                values = kernel.run(*args)
+            except (RtdError, ValueError, TypeError, IndexError, ArithmeticError):
+                values = None  # leave it to run time, where it reports against real feeds
+            if values is not None and _small_enough(values, args):
+                graph.constants.update((name, np.asarray(v)) for name, v in zip(node.outputs, values) if name)
+                continue
+        keep.append(node)
+    graph.nodes = keep
+    return graph
+
+
+def fold_signature(graph: Graph, trace: dict) -> Graph:
+    """Replace nodes whose outputs are fixed by the signature with the values the trace saw."""
+    static_values = set(graph.constants)
+    shaped = set(graph.inputs) | set(graph.constants)
+    keep = []
+    for node in graph.nodes:
+        shaped = static_shapes(graph, static_values) if node.op_type in ("Shape", "Size") else shaped
+        if node.domain == "" and node.op_type in ("Shape", "Size") and node.inputs[0] in shaped:
+            fixed = True
+        else:
+            fixed = _foldable(node) and all(n in static_values for n in node.inputs if n)
+        outs = [trace.get(n) for n in node.outputs if n]
+        ins = [trace.get(n) for n in node.inputs if n]
+        if fixed and _small_enough(outs, [x for x in ins if isinstance(x, np.ndarray)]):
+            for name, value in zip([n for n in node.outputs if n], outs):
+                graph.constants[name] = value
+                static_values.add(name)
+            continue
+        keep.append(node)
+    graph.nodes = keep
+    return graph

@@ -1,0 +1,223 @@
+"""Pattern fusions: node groups exporters emit, replaced by one fused kernel (domain "rtd").
+
+Each pass puts the fused node where the group's last node was and leaves the rest to the
+dead-node pass (an intermediate something else still reads simply stays computed).
+"""
+import math
+
+import numpy as np
+
+from ..ir import RTD_DOMAIN, Graph, Node
+from .rewrite import Index, near, reduce_axes, replace_node
+
+
+def _fused(op_type: str, inputs: list, outputs: list, **attrs) -> Node:
+    return Node(op_type, RTD_DOMAIN, inputs, outputs, attrs)
+
+
+def _last_axis_reduce(index: Index, node, op_type: str) -> bool:
+    return node is not None and node.op_type == op_type and reduce_axes(index, node) == [-1] and node.attrs.get("keepdims", 1) == 1
+
+
+def fold_conv_batchnorm(graph: Graph) -> Graph:
+    """BatchNormalization (inference) after a Conv with constant weights folds into the Conv."""
+    index = Index(graph)
+    c = graph.constants
+    for bn in list(graph.nodes):
+        if bn.op_type != "BatchNormalization" or bn.domain != "" or bn.attrs.get("training_mode", 0):
+            continue
+        if any(o for o in bn.outputs[1:]) or not all(n in c for n in bn.inputs[1:5]):
+            continue
+        conv = index.only(bn.inputs[0], "Conv")
+        if conv is None or conv.inputs[1] not in c or (len(conv.inputs) > 2 and conv.inputs[2] not in c):
+            continue
+        scale, bias, mean, var = (c[n].astype(np.float64) for n in bn.inputs[1:5])
+        w = c[conv.inputs[1]]
+        factor = scale / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
+        conv_bias = c[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 else 0.0
+        w_name, b_name = bn.outputs[0] + "__w", bn.outputs[0] + "__b"
+        c[w_name] = (w * factor.reshape(-1, *[1] * (w.ndim - 1))).astype(w.dtype)
+        c[b_name] = ((conv_bias - mean) * factor + bias).astype(w.dtype)
+        replace_node(graph, bn, Node("Conv", "", [conv.inputs[0], w_name, b_name], [bn.outputs[0]], dict(conv.attrs)))
+    return graph
+
+
+def fuse_layernorm(graph: Graph) -> Graph:
+    """ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (then Mul gamma, Add beta) → LayerNorm."""
+    index = Index(graph)
+    for div in list(graph.nodes):
+        if div.op_type != "Div" or div.domain != "":
+            continue
+        sub, sqrt = index.producer.get(div.inputs[0]), index.only(div.inputs[1], "Sqrt")
+        add = sqrt and index.only(sqrt.inputs[0], "Add")
+        var = add and index.only(add.inputs[0], "ReduceMean")
+        eps = add and index.scalar(add.inputs[1])
+        pow_ = var and index.only(var.inputs[0], "Pow")
+        if not (sub and sub.op_type == "Sub" and pow_ and eps is not None and near(index.scalar(pow_.inputs[1]), 2.0)):
+            continue
+        mean = index.producer.get(sub.inputs[1])
+        x = sub.inputs[0]
+        if pow_.inputs[0] != sub.outputs[0] or not _last_axis_reduce(index, var, "ReduceMean") \
+                or not _last_axis_reduce(index, mean, "ReduceMean") or mean.inputs[0] != x or len(index.uses(sub.outputs[0])) != 2:
+            continue
+        last, gamma, beta = div, "", ""
+        mul = index.next(div.outputs[0], "Mul")
+        if mul is not None and index.other(mul, last.outputs[0]) in graph.constants:
+            last, gamma = mul, index.other(mul, div.outputs[0])
+            bias = index.next(mul.outputs[0], "Add")
+            if bias is not None and index.other(bias, mul.outputs[0]) in graph.constants:
+                last, beta = bias, index.other(bias, mul.outputs[0])
+        inputs = [x, gamma, beta] if beta else ([x, gamma] if gamma else [x])
+        replace_node(graph, last, _fused("LayerNorm", inputs, [last.outputs[0]], epsilon=eps))
+    return graph
+
+
+def fuse_softmax(graph: Graph) -> Graph:
+    """Exp(x - ReduceMax(x)) / ReduceSum(...) over the last axis, and ONNX Softmax(axis=-1) → Softmax."""
+    index = Index(graph)
+    for node in list(graph.nodes):
+        if node.domain != "":
+            continue
+        if node.op_type == "Softmax" and graph.opsets[""] >= 13 and node.attrs.get("axis", -1) == -1:
+            replace_node(graph, node, _fused("Softmax", list(node.inputs), list(node.outputs), axis=-1))
+            continue
+        if node.op_type != "Div":
+            continue
+        exp, total = index.producer.get(node.inputs[0]), index.only(node.inputs[1], "ReduceSum")
+        if not (exp and exp.op_type == "Exp" and _last_axis_reduce(index, total, "ReduceSum") and total.inputs[0] == exp.outputs[0]):
+            continue
+        if len(index.uses(exp.outputs[0])) != 2 or exp.outputs[0] in index.pinned:
+            continue
+        x = exp.inputs[0]
+        shifted = index.only(x, "Sub")
+        if shifted is not None and _last_axis_reduce(index, index.producer.get(shifted.inputs[1]), "ReduceMax") \
+                and index.producer[shifted.inputs[1]].inputs[0] == shifted.inputs[0]:
+            x = shifted.inputs[0]
+        replace_node(graph, node, _fused("Softmax", [x], list(node.outputs), axis=-1))
+    return graph
+
+
+def _gelu_tail(index: Index, core: Node, x: str):
+    """After Erf(x/√2) or Tanh(...): Add 1, Mul x, Mul 0.5 in the orders exporters emit; the last node."""
+    plus = index.next(core.outputs[0], "Add")
+    if plus is None or not near(index.scalar(index.other(plus, core.outputs[0])), 1.0):
+        return None
+    times = index.next(plus.outputs[0], "Mul")
+    if times is None:
+        return None
+    other = index.other(times, plus.outputs[0])
+    if other == x:
+        half = index.next(times.outputs[0], "Mul")
+        return half if half is not None and near(index.scalar(index.other(half, times.outputs[0])), 0.5) else None
+    halved = index.producer.get(other)
+    if halved is not None and halved.op_type == "Mul" and x in halved.inputs and near(index.scalar(index.other(halved, x)), 0.5):
+        return times
+    return None
+
+
+def _tanh_core_input(index: Index, tanh: Node):
+    """x when tanh's input is √(2/π)·(x + 0.044715·x³); None otherwise."""
+    scaled = index.only(tanh.inputs[0], "Mul")
+    if scaled is None:
+        return None
+    for inner_name in scaled.inputs:
+        if near(index.scalar(index.other(scaled, inner_name)), math.sqrt(2 / math.pi)):
+            inner = index.only(inner_name, "Add")
+            if inner is None:
+                return None
+            for x in inner.inputs:
+                cubic = index.only(index.other(inner, x), "Mul")
+                if cubic is None:
+                    continue
+                for cube in cubic.inputs:
+                    power = index.only(cube, "Pow")
+                    if power is not None and power.inputs[0] == x and near(index.scalar(power.inputs[1]), 3.0) \
+                            and near(index.scalar(index.other(cubic, cube)), 0.044715):
+                        return x
+    return None
+
+
+def fuse_gelu(graph: Graph) -> Graph:
+    """x·½(1 + erf(x/√2)) and x·½(1 + tanh(√(2/π)(x + 0.044715x³))) → Gelu."""
+    index = Index(graph)
+    for node in list(graph.nodes):
+        if node.domain != "" or node.op_type not in ("Erf", "Tanh"):
+            continue
+        if node.op_type == "Erf":
+            scaled = index.producer.get(node.inputs[0])
+            if scaled is None or len(index.uses(node.inputs[0])) != 1 or scaled.op_type not in ("Div", "Mul"):
+                continue
+            x = scaled.inputs[0]
+            factor = index.scalar(scaled.inputs[1])
+            if not near(factor, math.sqrt(2) if scaled.op_type == "Div" else 1 / math.sqrt(2)):
+                continue
+            approximate = "none"
+        else:
+            x = _tanh_core_input(index, node)
+            approximate = "tanh"
+        last = x and _gelu_tail(index, node, x)
+        if last:
+            replace_node(graph, last, _fused("Gelu", [x], [last.outputs[0]], approximate=approximate))
+    return graph
+
+
+def fuse_attention(graph: Graph) -> Graph:
+    """MatMul(q, kᵀ) → scale (Mul/Div) → [Add mask] → Softmax → MatMul(·, v) → Attention."""
+    index = Index(graph)
+    for out in list(graph.nodes):
+        if out.op_type != "MatMul" or out.domain != "":
+            continue
+        soft = index.producer.get(out.inputs[0])
+        if soft is None or soft.op_type != "Softmax" or soft.domain != RTD_DOMAIN or len(index.uses(out.inputs[0])) != 1:
+            continue
+        mask = ""
+        scores = soft.inputs[0]
+        masked = index.only(scores, "Add")
+        if masked is not None:
+            for name in masked.inputs:
+                scaler = index.producer.get(name)
+                if scaler is not None and scaler.op_type in ("Mul", "Div") and len(index.uses(name)) == 1:
+                    scores, mask = name, index.other(masked, name)
+                    break
+        scaler = index.only(scores, "Mul") or index.only(scores, "Div")
+        if scaler is None:
+            continue
+        factor = index.scalar(scaler.inputs[1])
+        qk_name = scaler.inputs[0]
+        if factor is None and scaler.op_type == "Mul":
+            factor, qk_name = index.scalar(scaler.inputs[0]), scaler.inputs[1]
+        qk = index.only(qk_name, "MatMul")
+        if factor is None or qk is None:
+            continue
+        inputs = [*qk.inputs, out.inputs[1]] + ([mask] if mask else [])
+        replace_node(graph, out, _fused("Attention", inputs, list(out.outputs), scale=factor, scale_op=scaler.op_type))
+    return graph
+
+
+def fuse_matmul_bias(graph: Graph) -> Graph:
+    """MatMul(a, W) + b (+ Relu or Gelu) with constant W and b → MatMulBias (a Gemm of any rank)."""
+    index = Index(graph)
+    for mm in list(graph.nodes):
+        if mm.op_type != "MatMul" or mm.domain != "":
+            continue
+        w = index.constant(mm.inputs[1])
+        add = index.next(mm.outputs[0], "Add")
+        if w is None or w.ndim != 2 or add is None:
+            continue
+        bias_name = index.other(add, mm.outputs[0])
+        bias = index.constant(bias_name)
+        if bias is None or bias.ndim != 1 or bias.size != w.shape[1] or bias.dtype != w.dtype:
+            continue
+        last, activation = add, None
+        uses = index.uses(add.outputs[0])
+        if len(uses) == 1 and add.outputs[0] not in index.pinned:
+            act = uses[0]
+            if act.domain == "" and act.op_type == "Relu":
+                last, activation = act, "Relu"
+            elif act.domain == RTD_DOMAIN and act.op_type == "Gelu":
+                last, activation = act, "GeluTanh" if act.attrs["approximate"] == "tanh" else "Gelu"
+        fused = _fused("MatMulBias", [mm.inputs[0], mm.inputs[1], bias_name], [last.outputs[0]], activation=activation)
+        replace_node(graph, last, fused)
+        if last is not add:
+            graph.nodes.remove(add)
+    return graph
