@@ -35,8 +35,7 @@ sys.path.insert(0, ROOT)
 
 from rtd.errors import RtdError  # noqa: E402
 from rtd.kernels import compile_model  # noqa: E402
-from tests.zoo.compare import (FLOAT_TOLERANCE, QUANTIZED_TOLERANCE, mismatches, reference_session,  # noqa: E402
-                               run_reference)
+from tests.zoo.compare import mismatches, reference_session, run_reference  # noqa: E402
 
 BIG_DIMS = {  # the benchmark sizes where the nominal one is not enough
     "bert_base": ({"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}),
@@ -117,8 +116,7 @@ def bench_model(name: str, zoo, thread_counts: list[int], runs: int, min_seconds
         feeds = zoo.feeds(rng, dims)
         label = ",".join(f"{k}={v}" for k, v in dims.items())
         try:
-            problems = mismatches(model.run(feeds), run_reference(literal, feeds),
-                                  QUANTIZED_TOLERANCE if zoo.quantized else FLOAT_TOLERANCE)
+            problems = mismatches(model.run(feeds), run_reference(literal, feeds), zoo.tolerance)
         except Exception as e:  # a crash in the executor is a result to report, not a reason to stop
             problems = [f"{type(e).__name__}: {e}"]
         if problems:

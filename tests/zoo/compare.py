@@ -10,13 +10,22 @@ import onnxruntime as ort
 FLOAT_TOLERANCE = 1e-4
 
 # Quantized graphs: rtd and ORT do the same integer arithmetic (MatMulInteger/ConvInteger sums are
-# exact), but the float steps around it — scale = (max − min)/255, round(x/scale) + zero point,
-# and the requantize Mul — may be evaluated in a different (equally valid) order, e.g. x·(1/scale)
-# against x/scale. A value within one ulp of a rounding tie then lands one quantum away: one
-# input element moves by scale = range/255, so an output moves by at most 1/255 ≈ 4e-3 of its
-# range per flipped element feeding it. Flips are rare (ties within an ulp), LayerNorm re-scales
-# between layers, so two quanta of the output range bounds what equal arithmetic can differ by.
+# exact), but the float steps around it may round differently and both be reasonable. Seen here:
+# the spec says y = round(x/scale) + zero_point; ORT's literal kernel rounds x/scale + zero_point
+# instead, so x/scale = 61.500004 becomes 62+127 = 189 for rtd and round(188.500004 → 188.5 in
+# float32) = 188 for ORT. One input element then moves by one quantum (range/255), which moves the
+# outputs it feeds by at most about 1/255 ≈ 4e-3 of their range. For a few stacked layers (the
+# small CNNs) two quanta of the output range bound it:
 QUANTIZED_TOLERANCE = 2 / 255
+# In a deep stack, one flip early on is re-quantized by every later layer, and attention and
+# LayerNorm spread it across the whole output. Measured on minilm_qdyn (6 layers, 36 quantized
+# MatMuls; batch 1, seq 128): a single flipped element in layer 0 ends as a scaled error of
+# 1.7e-2 (hidden) / 3.9e-2 (pooled); ORT's own fused quantized kernels differ from its literal
+# graph by 1.4e-2 / 3.9e-2, and the quantized model differs from the float one by 3.7e-2 / 7.8e-2.
+# The bound sits a little above the flip-propagation figure. It fails a wrong scale, zero point or
+# sign (errors the size of the output itself) but cannot tell a systematically different rounding
+# mode from these legitimate flips: the small CNNs, held to QUANTIZED_TOLERANCE, catch that.
+DEEP_QUANTIZED_TOLERANCE = 6e-2
 
 
 def scaled_error(got: np.ndarray, want: np.ndarray) -> float:

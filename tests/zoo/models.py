@@ -22,6 +22,7 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 
 from . import nets
 from .cache import cached_model
+from .compare import DEEP_QUANTIZED_TOLERANCE, FLOAT_TOLERANCE, QUANTIZED_TOLERANCE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +31,8 @@ class ZooModel:
     builder: Callable[[], bytes]
     feeds: Callable[[np.random.Generator, dict], dict]
     dims: tuple[dict, ...]  # run at each; the first is the nominal (benchmark) size
-    big: bool = False  # minutes of export or run on 2 cores: opt-in in the tests
-    quantized: bool = False
+    big: bool = False  # the bulk of the test file's time on 2 cores: marked slow
+    tolerance: float = FLOAT_TOLERANCE  # scaled error allowed against onnxruntime (compare.py says why)
     depends: tuple[str, ...] = ()  # zoo models this one's builder derives from (part of its cache key)
 
     def path(self) -> str:
@@ -245,9 +246,9 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
                                                        {"batch": 2, "height": 128, "width": 192})),
     ZooModel("small_cnn", build_small_cnn, small_image_feeds, ({"batch": 1}, {"batch": 4})),
     ZooModel("minilm_qdyn", build_minilm_qdyn, token_feeds, ({"batch": 1, "seq": 128}, {"batch": 2, "seq": 50}),
-             quantized=True, depends=("minilm",)),
+             tolerance=DEEP_QUANTIZED_TOLERANCE, depends=("minilm",)),
     ZooModel("cnn_qdyn", build_cnn_qdyn, small_image_feeds, ({"batch": 1}, {"batch": 4}),
-             quantized=True, depends=("small_cnn",)),
+             tolerance=QUANTIZED_TOLERANCE, depends=("small_cnn",)),
     ZooModel("cnn_qdq", build_cnn_qdq, small_image_feeds, ({"batch": 1}, {"batch": 4}),
-             quantized=True, depends=("small_cnn",)),
+             tolerance=QUANTIZED_TOLERANCE, depends=("small_cnn",)),
 ]}

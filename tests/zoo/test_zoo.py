@@ -15,7 +15,7 @@ import pytest
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
 
-from .compare import FLOAT_TOLERANCE, QUANTIZED_TOLERANCE, mismatches, reference_session, run_reference
+from .compare import mismatches, reference_session, run_reference
 from .models import ZOO
 
 
@@ -51,14 +51,13 @@ def test_matches_onnxruntime(name, compiled):
     zoo = ZOO[name]
     model = compiled(name)
     reference = reference_session(zoo.path(), threads=2, optimized=False)
-    tolerance = QUANTIZED_TOLERANCE if zoo.quantized else FLOAT_TOLERANCE
     seed = _seed()
     rng = np.random.default_rng(seed)
     for dims in zoo.dims + zoo.dims[:1]:  # back to the first size: a cached plan must serve new inputs
         feeds = zoo.feeds(rng, dims)
         want = run_reference(reference, feeds)
         got = model.run(feeds)
-        problems = mismatches(got, want, tolerance)
+        problems = mismatches(got, want, zoo.tolerance)
         assert not problems, f"{name} at {dims} (RTD_ZOO_SEED={seed}): " + "; ".join(problems)
 
 
