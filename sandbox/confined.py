@@ -97,7 +97,8 @@ def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None,
             cg.kill()
         reports.drain(max(0.5, deadline - time.monotonic()))
         status = contain.reap(helper, 5.0)
-        final = contain.exit_status(*contain.ended(status, reports), cg.oom_kills(), killed)
+        final = contain.exit_status(*contain.ended(status, reports), cg.oom_kills(), killed,
+                                     policy.limits.cpu_seconds)
     finally:
         theirs.close()
         ours.close()

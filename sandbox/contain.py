@@ -113,9 +113,10 @@ def _helper(spec: Spec, report: int) -> int:
         if pid == 0:
             _worker(spec, report, with_userns)
         _report(report, worker_pid=pid)
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
         _report(report, exit={"code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
-                              "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None})
+                              "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                              "cpu_s": usage.ru_utime + usage.ru_stime})
         return 0
     except BaseException as e:
         _failed(report, step, e)
@@ -213,17 +214,19 @@ class Reports:
             self.eof = True
 
 
-def ended(helper_status: int | None, reports: Reports) -> tuple[int | None, int | None]:
-    """(exit code, signal) of the worker: as its helper reported it, else the helper's own end."""
+def ended(helper_status: int | None, reports: Reports) -> tuple[int | None, int | None, float]:
+    """(exit code, signal, CPU seconds) of the worker: as its helper reported it, else the helper's own end."""
     if reports.exit is not None:
-        return reports.exit["code"], reports.exit["signal"]
+        return reports.exit["code"], reports.exit["signal"], reports.exit["cpu_s"]
     if helper_status is not None and os.WIFSIGNALED(helper_status):
-        return None, os.WTERMSIG(helper_status)
-    return (os.waitstatus_to_exitcode(helper_status) if helper_status is not None else None), None
+        return None, os.WTERMSIG(helper_status), 0.0
+    return (os.waitstatus_to_exitcode(helper_status) if helper_status is not None else None), None, 0.0
 
 
-def exit_status(code: int | None, sig: int | None, oom_kills: int, killed: bool) -> ExitStatus:
-    """Name what ended the worker: the kernel's OOM counter, the exit signal, our own kill."""
+def exit_status(code: int | None, sig: int | None, cpu_s: float, oom_kills: int, killed: bool,
+                cpu_seconds: int) -> ExitStatus:
+    """Name what ended the worker: the kernel's OOM counter, the exit signal, our own kill,
+    the CPU rlimit (pid 1 of a namespace ignores SIGXCPU, so the kernel's SIGKILL ends it)."""
     if sig is None:
         return ExitStatus(code, None, None, "exited" if code == 0 else f"exited with code {code}")
     if sig == signal.SIGSYS:
@@ -232,7 +235,7 @@ def exit_status(code: int | None, sig: int | None, oom_kills: int, killed: bool)
         return ExitStatus(None, sig, "memory", f"out of memory: cgroup memory limit (oom_kill={oom_kills})")
     if sig == signal.SIGKILL and killed:
         return ExitStatus(None, sig, None, "killed by the supervisor")
-    if sig == signal.SIGXCPU:
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_seconds and cpu_s >= cpu_seconds):
         return ExitStatus(None, sig, "cpu", "CPU time limit (RLIMIT_CPU)")
     if sig == signal.SIGXFSZ:
         return ExitStatus(None, sig, "rlimits", "file size limit (RLIMIT_FSIZE)")

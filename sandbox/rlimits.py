@@ -6,9 +6,10 @@ import resource
 def apply(limits):
     pairs = {resource.RLIMIT_CORE: 0, resource.RLIMIT_NOFILE: limits.nofile,
              resource.RLIMIT_FSIZE: limits.fsize_bytes, resource.RLIMIT_NPROC: limits.pids}
-    if limits.cpu_seconds:
-        pairs[resource.RLIMIT_CPU] = limits.cpu_seconds
+    pairs = {which: (value, value) for which, value in pairs.items()}
+    if limits.cpu_seconds:   # SIGXCPU at the soft limit names the layer; SIGKILL a second later
+        pairs[resource.RLIMIT_CPU] = (limits.cpu_seconds, limits.cpu_seconds + 1)
     for which, value in pairs.items():
-        resource.setrlimit(which, (value, value))
-        if resource.getrlimit(which) != (value, value):
+        resource.setrlimit(which, value)
+        if resource.getrlimit(which) != value:
             raise OSError(0, f"rlimit {which} did not take")

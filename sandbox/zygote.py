@@ -37,15 +37,15 @@ def _send(sock: socket.socket, fds=(), **msg):
 class WorkerHandle:
     """One confined worker started by the zygote."""
 
-    def __init__(self, zygote: "Zygote", wid: str, cgroup: WorkerCgroup, layers: dict):
-        self._zygote, self.id, self.cgroup, self.layers = zygote, wid, cgroup, layers
+    def __init__(self, wid: str, cgroup: WorkerCgroup, layers: dict, cpu_seconds: int):
+        self.id, self.cgroup, self.layers, self._cpu_seconds = wid, cgroup, layers, cpu_seconds
         self.pid = None          # the worker's host pid (pid 1 inside its namespace)
         self._done = threading.Event()
         self._status = None
         self._killed = False
 
-    def _finish(self, code, sig):
-        self._status = contain.exit_status(code, sig, self.cgroup.oom_kills(), self._killed)
+    def _finish(self, code, sig, cpu_s):
+        self._status = contain.exit_status(code, sig, cpu_s, self.cgroup.oom_kills(), self._killed, self._cpu_seconds)
         try:
             self.cgroup.remove()
         finally:
@@ -112,7 +112,7 @@ class Zygote:
         policy = policy or load_policy()
         wid = f"z{self.pid}-{next(self._ids)}"
         cg, layers, _ = contain.prepare(policy, identity, wid)
-        handle = WorkerHandle(self, wid, cg, layers)
+        handle = WorkerHandle(wid, cg, layers, policy.limits.cpu_seconds)
         with self._spawn_lock:
             self._handles[wid] = handle
             try:
@@ -144,12 +144,12 @@ class Zygote:
             if msg["op"] == "exit":
                 handle = self._handles.pop(msg["id"], None)
                 if handle:
-                    handle._finish(msg["code"], msg["signal"])
+                    handle._finish(msg["code"], msg["signal"], msg["cpu_s"])
             else:
                 self._replies.put(msg)
         for handle in list(self._handles.values()):   # zygote gone: its workers died with it
             handle.kill()
-            handle._finish(None, signal.SIGKILL)
+            handle._finish(None, signal.SIGKILL, 0.0)
         self._replies.put({"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": "zygote exited"}})
 
     def close(self):
@@ -264,5 +264,5 @@ def _reap(ctl, workers: dict):
             continue   # an orphaned worker reparented to us
         wid, reports = workers.pop(pid)
         reports.drain(0.5)
-        code, sig = contain.ended(status, reports)
-        _send(ctl, op="exit", id=wid, code=code, signal=sig)
+        code, sig, cpu_s = contain.ended(status, reports)
+        _send(ctl, op="exit", id=wid, code=code, signal=sig, cpu_s=cpu_s)
