@@ -214,7 +214,8 @@ class TenantWorker:
 
     def view(self) -> dict:
         usage = self.handle.usage() if self.alive() else {}
-        return {"tenant": self.tenant.id, "alive": self.alive(), "restarts": self.restarts,
+        return {"tenant": self.tenant.id, "alive": self.alive(), "pid": self.handle.pid if self.alive() else None,
+                "restarts": self.restarts,
                 "last_exit": self.last_exit, "layers": dict(self.handle.layers) if self.alive() else {},
                 "usage": usage, "models": {n: {"ready": s.ready, "failed": s.failed} for n, s in self.models.items()}}
 

@@ -1,0 +1,187 @@
+"""A real `rtd serve` subprocess on a real Unix socket with two tenants (acme, beta), each
+with its own RSA key, trust store and token, plus helpers that build small ONNX models
+with onnx.helper and sign them with the loader's own packer."""
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rtd.daemon.client import Client
+from rtd.daemon.config import token_hash
+from rtd.loader import keys, pack
+
+RTD = os.path.join(os.path.dirname(sys.executable), "rtd")
+TENANTS = ("acme", "beta")
+
+if os.geteuid() != 0:
+    pytest.skip("the daemon's workers are confined with namespaces and cgroups: needs root", allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mlp(weight_seed: int = 0, inner: int = 3) -> bytes:
+    """X[N,4] → Relu(X·W + b) → Y[N,3]; the weights depend on the seed."""
+    rng = np.random.default_rng(weight_seed)
+    w = numpy_helper.from_array(rng.standard_normal((4, inner)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(inner).astype(np.float32), "B")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["H"]), helper.make_node("Add", ["H", "B"], ["Z"]),
+         helper.make_node("Relu", ["Z"], ["Y"])], "mlp",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", inner])], [w, b])
+    return _bytes(graph)
+
+
+def slow_model(layers: int = 12, width: int = 384) -> bytes:
+    """A chain of MatMuls: as slow as the batch it is given."""
+    w = numpy_helper.from_array((np.eye(width) * 0.999).astype(np.float32), "W")
+    nodes, prev = [], "X"
+    for i in range(layers):
+        nodes.append(helper.make_node("MatMul", [prev, "W"], [f"H{i}"]))
+        prev = f"H{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["Y"]))
+    graph = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", width])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", width])], [w])
+    return _bytes(graph)
+
+
+def memory_bomb() -> bytes:
+    """Expand a scalar to the shape the request names: the guard cannot know the size."""
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["V", "S"], ["Y"])], "bomb",
+        [helper.make_tensor_value_info("V", TensorProto.FLOAT, [1]), helper.make_tensor_value_info("S", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    return _bytes(graph)
+
+
+def _bytes(graph) -> bytes:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+class Daemon:
+    """One rtd serve process and what a test needs to talk to it."""
+
+    def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20):
+        self.root = str(root)
+        self.state = os.path.join(self.root, "state")
+        self.socket = os.path.join(self.state, "rtd.sock")
+        self.metrics_port = free_port()
+        self.tokens, self.keys = {}, {}
+        self.admin_token = secrets.token_urlsafe(32)
+        tenant_tables = []
+        for i, tenant in enumerate(TENANTS):
+            key_dir, trust = os.path.join(self.root, "keys", tenant), os.path.join(self.root, "trust", tenant)
+            os.makedirs(trust)
+            private, public = keys.write_keypair(key_dir)
+            os.link(public, os.path.join(trust, os.path.basename(public)))
+            self.keys[tenant] = keys.load_private(private)
+            self.tokens[tenant] = secrets.token_urlsafe(32)
+            tenant_tables.append(f"""
+[[tenant]]
+id = "{tenant}"
+token_sha256 = ["{token_hash(self.tokens[tenant])}"]
+trusted_keys = "{trust}"
+uid = {62000 + i}
+gid = {62000 + i}
+policy = {{ limits = {{ memory_bytes = {memory_bytes} }} }}
+""")
+        self.config = os.path.join(self.root, "rtd.toml")
+        with open(self.config, "w") as f:
+            f.write(f"""state_dir = "state"
+[metrics]
+port = {self.metrics_port}
+[admin]
+token_sha256 = ["{token_hash(self.admin_token)}"]
+[limits]
+max_message_bytes = {16 << 20}
+max_queue = {max_queue}
+max_concurrency = {max_concurrency}
+restart_backoff_s = 0.1
+""" + "".join(tenant_tables))
+        self.proc = None
+        self.log = os.path.join(self.root, "rtd.log")
+
+    def start(self, timeout: float = 60.0) -> "Daemon":
+        self.proc = subprocess.Popen([RTD, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
+                                     stderr=open(self.log, "ab"))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rtd serve exited {self.proc.returncode}: {self.read_log()}")
+            if "serving on" in self.read_log():
+                return self
+            time.sleep(0.1)
+        raise RuntimeError(f"rtd serve did not come up: {self.read_log()}")
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def read_log(self) -> str:
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def url(self) -> str:
+        return f"unix:{self.socket}"
+
+    def client(self, tenant: str) -> Client:
+        return Client(self.url(), self.tokens[tenant])
+
+    def package(self, tenant: str, model: bytes, name: str, counter: int = 1, config: bytes | None = None) -> dict:
+        return pack.package_files(model, name=name, version=f"1.0.{counter}", counter=counter,
+                                  private_key=self.keys[tenant], config_bytes=config)
+
+    def status(self) -> dict:
+        return Client(self.url(), None).status(self.admin_token)
+
+    def worker(self, tenant: str) -> dict:
+        return next(t for t in self.status()["tenants"] if t["tenant"] == tenant)
+
+    def wait_ready(self, tenant: str, name: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.worker(tenant)["models"].get(name, {}).get("ready"):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{tenant}/{name} not ready again: {self.worker(tenant)}")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    d = Daemon(tmp_path_factory.mktemp("rtd")).start()
+    yield d
+    assert d.stop() == 0, d.read_log()
+
+
+@pytest.fixture
+def fresh_daemon(tmp_path):
+    """For tests that kill, overload or restart: a daemon of their own."""
+    made = []
+
+    def make(**kwargs):
+        made.append(Daemon(tmp_path / f"d{len(made)}", **kwargs).start())
+        return made[-1]
+    yield make
+    for d in made:
+        d.stop()

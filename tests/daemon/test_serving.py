@@ -1,0 +1,213 @@
+"""End to end against a real `rtd serve`: an unmodified tritonclient drives a tenant's whole
+life cycle; tenants are isolated; every malformed or unauthenticated request is refused
+with a clear status and changes nothing. Results are checked against onnxruntime."""
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import onnxruntime
+import pytest
+import tritonclient.grpc as tc
+from tritonclient.utils import InferenceServerException
+
+from rtd.errors import Code, RtdError
+from rtd.loader import pack
+from tests.daemon.conftest import mlp
+
+RTCTL = os.path.join(os.path.dirname(sys.executable), "rtctl")
+
+
+def reference(model: bytes, feeds: dict) -> dict:
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def triton(daemon, tenant: str) -> tuple[tc.InferenceServerClient, dict]:
+    return tc.InferenceServerClient(daemon.url()), {"authorization": f"Bearer {daemon.tokens[tenant]}"}
+
+
+def status_of(excinfo) -> str:
+    return excinfo.value.status()
+
+
+def test_tritonclient_life_cycle(daemon):
+    client, headers = triton(daemon, "acme")
+    model = mlp(1)
+    files = {f"file:{path}": data for path, data in daemon.package("acme", model, "mlp").items()}
+    assert client.is_server_live() and client.is_server_ready()
+    client.load_model("mlp", headers=headers, files=files)
+    assert client.is_model_ready("mlp", headers=headers)
+    meta = client.get_model_metadata("mlp", headers=headers)
+    assert meta.name == "mlp" and meta.versions == ["1"]
+    assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [("X", "FP32", [-1, 4])]
+    assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [("Y", "FP32", [-1, 3])]
+    x = np.random.default_rng(2).standard_normal((5, 4)).astype(np.float32)
+    given = tc.InferInput("X", [5, 4], "FP32")
+    given.set_data_from_numpy(x)
+    result = client.infer("mlp", [given], headers=headers, request_id="r1")
+    np.testing.assert_allclose(result.as_numpy("Y"), reference(model, {"X": x})["Y"], rtol=1e-5, atol=1e-6)
+    assert result.get_response().id == "r1"
+    config = client.get_model_config("mlp", headers=headers).config
+    assert config.name == "mlp" and config.input[0].name == "X"
+    index = client.get_model_repository_index(headers=headers)
+    assert [(m.name, m.state) for m in index.models] == [("mlp", "READY")]
+    client.unload_model("mlp", headers=headers)
+    assert not client.is_model_ready("mlp", headers=headers)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("mlp", [given], headers=headers)
+    assert status_of(e) == "StatusCode.NOT_FOUND"
+
+
+def test_server_metadata_advertises_only_what_is_implemented(daemon):
+    client, _ = triton(daemon, "acme")
+    meta = client.get_server_metadata()
+    assert meta.name == "rtd" and set(meta.extensions) == {"model_repository", "model_configuration", "binary_tensor_data"}
+    with pytest.raises(InferenceServerException) as e:
+        client.get_system_shared_memory_status()
+    assert status_of(e) == "StatusCode.UNIMPLEMENTED"
+
+
+def test_rtctl_load_and_run(daemon, tmp_path):
+    model = mlp(3)
+    pack.write_package(daemon.package("beta", model, "cli"), str(tmp_path / "cli.tar"), "cli")
+    token = tmp_path / "token"
+    token.write_text(daemon.tokens["beta"])
+    conn = ["--socket", daemon.socket, "--token-file", str(token)]
+    done = subprocess.run([RTCTL, "load", str(tmp_path / "cli.tar"), *conn], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.save(tmp_path / "x.npy", x)
+    done = subprocess.run([RTCTL, "run", "cli", "--input", f"X={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / "out"),
+                           "--json", *conn], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    want = reference(model, {"X": x})["Y"]
+    np.testing.assert_allclose(np.array(json.loads(done.stdout)["outputs"]["Y"]["data"]), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "Y.npy"), want, rtol=1e-5, atol=1e-6)
+    listed = subprocess.run([RTCTL, "list", "--json", *conn], capture_output=True, text=True, timeout=60)
+    assert {"name": "cli", "version": "1", "state": "READY", "reason": ""} in json.loads(listed.stdout)
+    refused = subprocess.run([RTCTL, "run", "nope", "--input", f"X={tmp_path / 'x.npy'}", *conn],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stderr.startswith("E_MODEL_NOT_FOUND:")
+
+
+def test_tenants_with_the_same_model_name_see_only_their_own(daemon):
+    x = np.ones((1, 4), np.float32)
+    for tenant, seed in (("acme", 10), ("beta", 20)):
+        daemon.client(tenant).load("shared", daemon.package(tenant, mlp(seed), "shared"))
+    for tenant, seed in (("acme", 10), ("beta", 20)):
+        got = daemon.client(tenant).infer("shared", {"X": x})["Y"]
+        np.testing.assert_allclose(got, reference(mlp(seed), {"X": x})["Y"], rtol=1e-5, atol=1e-6)
+    daemon.client("acme").load("acme_only", daemon.package("acme", mlp(11), "acme_only"))
+    assert "acme_only" not in [m.name for m in daemon.client("beta").index()]
+    with pytest.raises(RtdError) as e:
+        daemon.client("beta").infer("acme_only", {"X": x})
+    assert e.value.code == Code.E_MODEL_NOT_FOUND
+    client, headers = triton(daemon, "beta")
+    with pytest.raises(InferenceServerException) as e:
+        client.get_model_metadata("acme_only", headers=headers)
+    assert status_of(e) == "StatusCode.NOT_FOUND"
+    assert not client.is_model_ready("acme_only", headers=headers)
+
+
+def test_a_package_signed_by_another_tenant_is_refused(daemon):
+    with pytest.raises(RtdError) as e:
+        daemon.client("beta").load("stolen", daemon.package("acme", mlp(1), "stolen"))
+    assert e.value.code == Code.E_KEY_UNTRUSTED
+
+
+@pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer wrong-token-wrong-token-wrong"}, {"authorization": "Basic eA=="}])
+def test_wrong_or_missing_token(daemon, headers):
+    client = tc.InferenceServerClient(daemon.url())
+    with pytest.raises(InferenceServerException) as e:
+        client.get_model_repository_index(headers=headers)
+    assert status_of(e) == "StatusCode.UNAUTHENTICATED"
+    with pytest.raises(RtdError) as e:
+        daemon.client("acme").status("not-the-admin-token")
+    assert e.value.code == Code.E_UNAUTHENTICATED
+
+
+@pytest.fixture(scope="module")
+def typed(daemon):
+    daemon.client("acme").load("typed", daemon.package("acme", mlp(5), "typed"))
+    return daemon.client("acme")
+
+
+@pytest.mark.parametrize("inputs, code", [
+    ({"X": np.ones((2, 5), np.float32)}, Code.E_INPUT_INVALID),        # shape mismatch
+    ({"X": np.ones((2, 4), np.float64)}, Code.E_INPUT_INVALID),        # wrong dtype
+    ({}, Code.E_INPUT_INVALID),                                        # missing input
+    ({"X": np.ones((2, 4), np.float32), "Q": np.ones(1, np.float32)}, Code.E_INPUT_INVALID),  # unknown input
+])
+def test_malformed_requests_refused(typed, inputs, code):
+    with pytest.raises(RtdError) as e:
+        typed.infer("typed", inputs)
+    assert e.value.code == code and code.status == "INVALID_ARGUMENT"
+    np.testing.assert_equal(typed.infer("typed", {"X": np.zeros((1, 4), np.float32)})["Y"].shape, (1, 3))
+
+
+def test_bytes_that_do_not_match_the_shape(typed, daemon):
+    from rtd.proto import grpc_service_pb2 as pb
+    request = pb.ModelInferRequest(model_name="typed", inputs=[pb.ModelInferRequest.InferInputTensor(
+        name="X", datatype="FP32", shape=[1 << 20, 1 << 10])], raw_input_contents=[b"\0" * 16])
+    with pytest.raises(RtdError) as e:
+        typed.call("ModelInfer", request)
+    assert e.value.code == Code.E_REQUEST_INVALID
+    request.inputs[0].shape[:] = [2, 4]
+    with pytest.raises(RtdError) as e:
+        typed.call("ModelInfer", request)
+    assert e.value.code == Code.E_REQUEST_INVALID and "needs 32" in e.value.detail
+
+
+def test_oversize_message_is_refused_by_the_bounded_transport(typed):
+    with pytest.raises(RtdError) as e:
+        typed.infer("typed", {"X": np.ones((1 << 21, 4), np.float32)})  # 32 MiB > the 16 MiB bound
+    assert "RESOURCE_EXHAUSTED" in e.value.detail
+
+
+def test_tampered_package_refused_and_nothing_changes(daemon):
+    client = daemon.client("acme")
+    client.load("keep", daemon.package("acme", mlp(7), "keep"))
+    before = [(m.name, m.version, m.state) for m in client.index()]
+    tampered = daemon.package("acme", mlp(8), "keep", counter=2)
+    model = bytearray(tampered["2/model.onnx"])
+    model[-5] ^= 0x01
+    tampered["2/model.onnx"] = bytes(model)
+    with pytest.raises(RtdError) as e:
+        client.load("keep", tampered)
+    assert e.value.code == Code.E_DIGEST_MISMATCH
+    assert [(m.name, m.version, m.state) for m in client.index()] == before
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(client.infer("keep", {"X": x})["Y"], reference(mlp(7), {"X": x})["Y"], rtol=1e-5, atol=1e-6)
+    with open(os.path.join(daemon.state, "registry.json")) as f:
+        assert json.load(f)["tenants"]["acme"]["keep"]["counter"] == 1
+
+
+def test_rollback_to_an_older_counter_is_refused(daemon):
+    client = daemon.client("beta")
+    client.load("roll", daemon.package("beta", mlp(1), "roll", counter=3))
+    with pytest.raises(RtdError) as e:
+        client.load("roll", daemon.package("beta", mlp(2), "roll", counter=2))
+    assert e.value.code == Code.E_ROLLBACK
+
+
+def test_unsigned_config_override_refused(daemon):
+    client, headers = triton(daemon, "acme")
+    files = {f"file:{p}": d for p, d in daemon.package("acme", mlp(1), "cfg").items()}
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model("cfg", headers=headers, files=files, config=json.dumps({"max_batch_size": 8}))
+    assert status_of(e) == "StatusCode.INVALID_ARGUMENT" and "E_CONFIG_INVALID" in e.value.message()
+    assert not client.is_model_ready("cfg", headers=headers)
+
+
+def test_metrics_use_tritons_names(daemon, typed):
+    typed.infer("typed", {"X": np.ones((1, 4), np.float32)})
+    with pytest.raises(RtdError):
+        daemon.client("acme").load("bad", {"1/model.onnx": b"junk"})
+    text = urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10).read().decode()
+    assert 'nv_inference_request_success_total{model="typed",tenant="acme",version="1"}' in text
+    assert "nv_inference_compute_infer_duration_us_total" in text and "nv_inference_queue_duration_us_total" in text
+    assert 'rtd_verification_refusals_total{code="E_FILE_MISSING",tenant="acme"}' in text
+    assert 'rtd_tenant_memory_bytes{tenant="acme"}' in text
