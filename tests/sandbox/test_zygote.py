@@ -1,0 +1,102 @@
+"""The zygote for real: fork-server workers are confined (checked from the host side
+through /proc), answer over their one socket, report exits, and are killed and cleaned up."""
+import os
+import signal
+import socket
+
+import pytest
+
+from rtd.errors import Code, RtdError
+from rtd.sandbox import TenantIdentity, load_policy
+from rtd.sandbox.confined import recv_json, send_json
+from rtd.sandbox.zygote import Zygote
+
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the zygote's workers need root"),
+              pytest.mark.usefixtures("no_cgroup_leftovers")]
+ACME = TenantIdentity("acme", 61000, 61000)
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    z = Zygote.start(preload=("rtd.sandbox.echo",))
+    yield z
+    z.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(z.pid, os.WNOHANG)   # reaped by close()
+
+
+def start_echo(zygote, policy=None, identity=ACME):
+    ours, theirs = socket.socketpair()
+    handle = zygote.spawn("rtd.sandbox.echo:serve", policy=policy, identity=identity, sock=theirs, args=("hi",))
+    theirs.close()
+    assert recv_json(ours) == {"hello": ["hi"]}
+    return handle, ours
+
+
+def proc_status(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return {k: v.strip() for k, v in (line.split(":", 1) for line in f)}
+
+
+def test_worker_answers_and_exits_cleanly(zygote):
+    handle, sock = start_echo(zygote)
+    send_json(sock, {"x": [1, 2]})
+    assert recv_json(sock) == {"x": [1, 2]}
+    assert handle.alive()
+    sock.close()
+    status = handle.wait(10)
+    assert (status.code, status.signal, status.layer) == (0, None, None)
+    assert not handle.alive()
+
+
+def test_worker_confinement_seen_from_the_host(zygote):
+    handle, sock = start_echo(zygote)
+    st = proc_status(handle.pid)
+    assert st["Seccomp"] == "2" and st["NoNewPrivs"] == "1"
+    assert st["CapEff"] == st["CapBnd"] == "0" * 16
+    assert st["Uid"].split() == ["61000"] * 4 and st["Gid"].split() == ["61000"] * 4
+    assert st["NSpid"].split()[-1] == "1"
+    assert len(os.listdir(f"/proc/{handle.pid}/fd")) == 1   # only the RPC socket
+    for ns in ("mnt", "pid", "net", "ipc", "uts", "cgroup", "user"):
+        assert os.readlink(f"/proc/{handle.pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"), ns
+    assert all(v.startswith(("enforced", "unavailable: no GPU")) for v in handle.layers.values()), handle.layers
+    usage = handle.usage()
+    assert usage["pids"] == 2 and usage["memory_bytes"] > 0 and usage["oom_kills"] == 0
+    sock.close()
+    handle.wait(10)
+
+
+def test_kill_is_a_hard_kill_of_the_tree(zygote):
+    handle, sock = start_echo(zygote)
+    handle.kill()
+    status = handle.wait(10)
+    assert status.signal == signal.SIGKILL and status.layer is None and "supervisor" in status.reason
+    assert recv_json(sock) is None
+    sock.close()
+
+
+def test_strict_refusal_changes_nothing(zygote):
+    ours, theirs = socket.socketpair()
+    with pytest.raises(RtdError) as e:
+        zygote.spawn("rtd.sandbox.echo:serve", policy=load_policy({"mandatory": ["gpu"]}), identity=ACME, sock=theirs)
+    assert e.value.code is Code.E_LAYER_UNAVAILABLE
+    handle, sock = start_echo(zygote)   # the zygote still serves
+    sock.close()
+    assert handle.wait(10).code == 0
+
+
+def test_target_must_be_preloaded(zygote):
+    ours, theirs = socket.socketpair()
+    with pytest.raises(RtdError) as e:
+        zygote.spawn("rtd.sandbox.nonexistent:serve", identity=ACME, sock=theirs)
+    assert e.value.code is Code.E_CONTAINMENT and "not preloaded" in e.value.detail
+
+
+def test_two_tenants_run_side_by_side(zygote):
+    a, sa = start_echo(zygote)
+    b, sb = start_echo(zygote, identity=TenantIdentity("globex", 61001, 61001))
+    assert os.readlink(f"/proc/{a.pid}/ns/mnt") != os.readlink(f"/proc/{b.pid}/ns/mnt")
+    assert proc_status(b.pid)["Uid"].split()[0] == "61001"
+    for handle, sock in ((a, sa), (b, sb)):
+        sock.close()
+        assert handle.wait(10).code == 0
