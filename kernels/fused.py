@@ -20,6 +20,7 @@ class Fused:
 
     needs_scope = False
     buffers = ("out",)
+    arity = 1  # positional inputs before the buffers (absent trailing ones arrive as None)
 
     def __init__(self, attrs: dict, xp=np, make_kernel=None):
         self.__dict__.update(attrs)
@@ -76,6 +77,7 @@ class Gelu(Fused):
 class MatMulBias(Fused):
     """MatMul(a, w) + bias, then an optional activation, in one output buffer (Gemm for any rank)."""
 
+    arity = 3
     activation = None
 
     def run(self, a, w, bias=None, out=None):
@@ -89,6 +91,7 @@ class LayerNorm(Fused):
     """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis."""
 
     epsilon = 1e-5
+    arity = 3
 
     def run(self, x, gamma=None, beta=None, out=None):
         if out is None:
@@ -129,6 +132,7 @@ class Attention(Fused):
     scale = 1.0
     scale_op = "Mul"  # how the exporter applied it: Mul by scale or Div by scale
     buffers = ("out", "scores")
+    arity = 4
 
     def buffer_shape(self, k, inputs, out):
         if k == 0:
@@ -160,14 +164,16 @@ class ElementwiseChain(Fused):
 
     def setup(self, make_kernel):
         self.kernels = [(make_kernel(node), spec) for node, spec in self.links]
+        self.arity = 1 + max((i for _, spec in self.links for i in spec if i is not None), default=-1)
 
     def run(self, *args):
-        *inputs, out, scratch = args
+        inputs, out = args[: self.arity], args[self.arity]
+        n = len(self.kernels)
+        scratch = args[self.arity + 1] if n > 1 else None
         if out is None:
             out = self.xp.empty(self.shape, self.dtype)
-        if scratch is None:
+        if scratch is None and n > 1:
             scratch = self.xp.empty(self.shape, self.dtype)
-        n = len(self.kernels)
         prev = None
         for k, (kernel, spec) in enumerate(self.kernels):
             target = out if (n - 1 - k) % 2 == 0 else scratch

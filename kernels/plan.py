@@ -32,7 +32,9 @@ class Plan:
         frees = self._frees()
         self.labels, self.steps = [], []
         for step, (node, kernel) in enumerate(zip(graph.nodes, kernels)):
-            args = tuple(self.slot[n] for n in node.inputs + node.implicit) + tuple(buffers[step])
+            args = tuple(self.slot[n] for n in node.inputs + node.implicit)
+            if isinstance(kernel, Fused):  # buffers follow the full positional arity
+                args += (0,) * (kernel.arity - len(args)) + tuple(buffers[step])
             outs = tuple(self.slot[o] if o else 1 for o in node.outputs)
             self.steps.append((self._call(kernel, node), args, outs, frees[step]))
             self.labels.append(node.op_type)

@@ -22,16 +22,21 @@ PASSES = (
     ("fuse_gelu", fuse_gelu),
     ("fuse_attention", fuse_attention),
     ("fuse_matmul_bias", fuse_matmul_bias),
-    ("eliminate_dead", eliminate_dead),
 )
 CPU_ONLY = {"fuse_layernorm", "fuse_softmax", "fuse_gelu", "fuse_attention", "fuse_matmul_bias"}
 
 
 def lower(graph: Graph, disable=()) -> Graph:
-    """The compile-time passes, minus those named in `disable`; each result is checked."""
+    """The compile-time passes, minus those named in `disable`; each result is checked.
+
+    A fusion leaves the nodes it replaced for dead-node elimination, which runs after every
+    pass so the next pass counts only live consumers.
+    """
     for name, run_pass in PASSES:
         if name not in disable:
             graph = run_pass(graph)
+            if "eliminate_dead" not in disable:
+                graph = eliminate_dead(graph)
             check(graph, outer=set())
     return graph
 

@@ -54,7 +54,7 @@ def fold_signature(graph: Graph, trace: dict) -> Graph:
             fixed = True
         else:
             fixed = _foldable(node) and all(n in static_values for n in node.inputs if n)
-        outs = [trace.get(n) for n in node.outputs if n]
+        outs = [np.asarray(v) if isinstance(v, np.generic) else v for v in (trace.get(n) for n in node.outputs if n)]
         ins = [trace.get(n) for n in node.inputs if n]
         if fixed and _small_enough(outs, [x for x in ins if isinstance(x, np.ndarray)]):
             for name, value in zip([n for n in node.outputs if n], outs):

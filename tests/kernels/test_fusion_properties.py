@@ -1,0 +1,157 @@
+"""Every lowering pass, checked as a property: the optimised plan computes the same function as
+the unoptimised interpreter (`optimize=False`) on random shapes and values, and the pass fired.
+"""
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rtd.kernels import compile_model
+
+from kernel_graphs import const, model, node
+
+SETTINGS = settings(max_examples=12, deadline=None)
+dim = st.integers(1, 6)
+
+
+def check(m, feeds, rtol=1e-5, atol=1e-5) -> dict:
+    """Run optimised and unoptimised; return the optimised plan's op counts."""
+    want = compile_model(m, optimize=False).run(feeds)
+    fast = compile_model(m)
+    for _ in range(2):  # the traced first run and the cached plan's run
+        got = fast.run(feeds)
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol)
+            assert got[name].dtype == value.dtype and got[name].shape == value.shape
+    return fast.plan_stats(feeds)["ops"]
+
+
+def rand(seed, *shape):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@SETTINGS
+@given(b=dim, s=dim, h=st.integers(2, 9), seed=st.integers(0, 2**16), affine=st.booleans())
+def test_layernorm_pattern(b, s, h, seed, affine):
+    nodes = [node("ReduceMean", ["x"], ["m"], axes=[-1]), node("Sub", ["x", "m"], ["d"]),
+             node("Pow", ["d", "two"], ["p"]), node("ReduceMean", ["p"], ["v"], axes=[-1]),
+             node("Add", ["v", "eps"], ["ve"]), node("Sqrt", ["ve"], ["sd"]), node("Div", ["d", "sd"], ["n"])]
+    inits = [const("two", np.float32(2)), const("eps", np.float32(1e-5))]
+    out = "n"
+    if affine:
+        nodes += [node("Mul", ["n", "g"], ["ng"]), node("Add", ["ng", "beta"], ["y"])]
+        inits += [const("g", rand(seed + 1, h)), const("beta", rand(seed + 2, h))]
+        out = "y"
+    ops = check(model(nodes, [("x", [b, s, h])], [(out, None)], inits), {"x": rand(seed, b, s, h)}, rtol=1e-4, atol=1e-4)
+    assert ops == {"LayerNorm": 1}
+
+
+@SETTINGS
+@given(b=dim, n=st.integers(1, 12), seed=st.integers(0, 2**16), shifted=st.booleans())
+def test_softmax_pattern(b, n, seed, shifted):
+    nodes = [node("ReduceMax", ["x", "axes"], ["mx"]), node("Sub", ["x", "mx"], ["z"])] if shifted else []
+    nodes += [node("Exp", ["z" if shifted else "x"], ["e"]), node("ReduceSum", ["e", "axes"], ["t"]), node("Div", ["e", "t"], ["y"])]
+    m = model(nodes, [("x", [b, n])], [("y", None)], [const("axes", np.array([-1], np.int64))], opset=18)
+    assert check(m, {"x": rand(seed, b, n) * 4}) == {"Softmax": 1}
+
+
+@SETTINGS
+@given(shape=st.lists(dim, min_size=1, max_size=3), seed=st.integers(0, 2**16), half_first=st.booleans(), mul_form=st.booleans())
+def test_gelu_erf_pattern(shape, seed, half_first, mul_form):
+    scale = [node("Mul", ["x", "rs2"], ["xs"])] if mul_form else [node("Div", ["x", "s2"], ["xs"])]
+    nodes = scale + [node("Erf", ["xs"], ["e"]), node("Add", ["e", "one"], ["e1"])]
+    if half_first:
+        nodes += [node("Mul", ["x", "half"], ["xh"]), node("Mul", ["xh", "e1"], ["y"])]
+    else:
+        nodes += [node("Mul", ["x", "e1"], ["xe"]), node("Mul", ["xe", "half"], ["y"])]
+    inits = [const("s2", np.float32(math.sqrt(2))), const("rs2", np.float32(1 / math.sqrt(2))),
+             const("one", np.float32(1)), const("half", np.float32(0.5))]
+    assert check(model(nodes, [("x", shape)], [("y", None)], inits), {"x": rand(seed, *shape) * 3}) == {"Gelu": 1}
+
+
+@SETTINGS
+@given(shape=st.lists(dim, min_size=1, max_size=3), seed=st.integers(0, 2**16))
+def test_gelu_tanh_pattern(shape, seed):
+    nodes = [node("Pow", ["x", "three"], ["x3"]), node("Mul", ["x3", "c"], ["x3c"]), node("Add", ["x", "x3c"], ["inner"]),
+             node("Mul", ["inner", "k"], ["ik"]), node("Tanh", ["ik"], ["t"]), node("Add", ["t", "one"], ["t1"]),
+             node("Mul", ["x", "t1"], ["xt"]), node("Mul", ["xt", "half"], ["y"])]
+    inits = [const("three", np.float32(3)), const("c", np.float32(0.044715)), const("k", np.float32(math.sqrt(2 / math.pi))),
+             const("one", np.float32(1)), const("half", np.float32(0.5))]
+    assert check(model(nodes, [("x", shape)], [("y", None)], inits), {"x": rand(seed, *shape) * 3}) == {"Gelu": 1}
+
+
+@SETTINGS
+@given(b=dim, h=st.integers(1, 3), s=dim, d=st.integers(1, 8), seed=st.integers(0, 2**16), masked=st.booleans(), div=st.booleans())
+def test_attention_pattern(b, h, s, d, seed, masked, div):
+    scale = node("Div", ["qk", "scale"], ["sc"]) if div else node("Mul", ["qk", "scale"], ["sc"])
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["qk"]), scale]
+    nodes += [node("Add", ["sc", "mask"], ["sm"]), node("Softmax", ["sm"], ["p"], axis=-1)] if masked else [node("Softmax", ["sc"], ["p"], axis=-1)]
+    nodes += [node("MatMul", ["p", "v"], ["y"])]
+    inputs = [("q", [b, h, s, d]), ("k", [b, h, s, d]), ("v", [b, h, s, d])] + ([("mask", [b, 1, 1, s])] if masked else [])
+    feeds = {name: rand(seed + i, *shape) for i, (name, shape) in enumerate(inputs)}
+    if masked:
+        feeds["mask"] = np.where(feeds["mask"] > 0.5, -1e4, 0).astype(np.float32)
+    factor = math.sqrt(d) if div else 1 / math.sqrt(d)
+    ops = check(model(nodes, inputs, [("y", None)], [const("scale", np.float32(factor))]), feeds)
+    assert ops.get("Attention") == 1 and "Softmax" not in ops
+
+
+@SETTINGS
+@given(b=dim, s=dim, k=st.integers(1, 16), n=st.integers(1, 16), seed=st.integers(0, 2**16),
+       act=st.sampled_from([None, "Relu", "Gelu"]))
+def test_matmul_bias_activation(b, s, k, n, seed, act):
+    nodes = [node("MatMul", ["x", "w"], ["mm"]), node("Add", ["mm", "bias"], ["y" if act is None else "a"])]
+    inits = [const("w", rand(seed + 1, k, n)), const("bias", rand(seed + 2, n))]
+    if act == "Relu":
+        nodes.append(node("Relu", ["a"], ["y"]))
+    elif act == "Gelu":  # the Erf form, fused to Gelu first, then into the MatMulBias
+        nodes += [node("Div", ["a", "s2"], ["as"]), node("Erf", ["as"], ["e"]), node("Add", ["e", "one"], ["e1"]),
+                  node("Mul", ["a", "e1"], ["ae"]), node("Mul", ["ae", "half"], ["y"])]
+        inits += [const("s2", np.float32(math.sqrt(2))), const("one", np.float32(1)), const("half", np.float32(0.5))]
+    ops = check(model(nodes, [("x", [b, s, k])], [("y", None)], inits), {"x": rand(seed, b, s, k)}, rtol=1e-4, atol=1e-4)
+    assert ops == {"MatMulBias": 1}
+
+
+@SETTINGS
+@given(n=st.integers(1, 2), c=st.integers(1, 4), m=st.integers(1, 5), hw=st.integers(3, 7), seed=st.integers(0, 2**16),
+       bias=st.booleans())
+def test_conv_batchnorm_folding(n, c, m, hw, seed, bias):
+    conv_in = ["x", "w", "cb"] if bias else ["x", "w"]
+    nodes = [node("Conv", conv_in, ["cv"], pads=[1, 1, 1, 1]), node("BatchNormalization", ["cv", "s", "b", "mu", "var"], ["y"], epsilon=1e-3)]
+    rng = np.random.default_rng(seed)
+    inits = [const("w", rand(seed + 1, m, c, 3, 3)), const("cb", rand(seed + 2, m)), const("s", rand(seed + 3, m)),
+             const("b", rand(seed + 4, m)), const("mu", rand(seed + 5, m)), const("var", rng.uniform(0.5, 2, m).astype(np.float32))]
+    ops = check(model(nodes, [("x", [n, c, hw, hw])], [("y", None)], inits), {"x": rand(seed, n, c, hw, hw)}, rtol=1e-4, atol=1e-4)
+    assert ops == {"Conv": 1}
+
+
+OPS = {"Add": 2, "Mul": 2, "Sub": 2, "Max": 2, "Relu": 1, "Sigmoid": 1, "Tanh": 1, "Neg": 1, "Abs": 1}
+
+
+@SETTINGS
+@given(a=dim, b=dim, chain=st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=6), seed=st.integers(0, 2**16),
+       bshape=st.sampled_from(["full", "row", "col", "scalar"]))
+def test_elementwise_chains(a, b, chain, seed, bshape):
+    other_shape = {"full": [a, b], "row": [1, b], "col": [a, 1], "scalar": []}[bshape]
+    nodes, prev = [], "x"
+    for i, op in enumerate(chain):
+        args = [prev, "y"] if OPS[op] == 2 else [prev]
+        nodes.append(node(op, args, [f"t{i}"]))
+        prev = f"t{i}"
+    m = model(nodes, [("x", [a, b]), ("y", other_shape)], [(prev, None)])
+    ops = check(m, {"x": rand(seed, a, b), "y": rand(seed + 1, *other_shape)})
+    assert ops == {"ElementwiseChain": 1}
+
+
+@SETTINGS
+@given(b=dim, s=dim, h=st.integers(1, 8), seed=st.integers(0, 2**16))
+def test_shape_chain_folding(b, s, h, seed):
+    """Shape → Gather → Unsqueeze → Concat → Reshape, as exporters emit it, folds per signature."""
+    nodes = [node("Shape", ["x"], ["sh"]), node("Gather", ["sh", "zero"], ["b0"], axis=0), node("Unsqueeze", ["b0", "ax"], ["b1"]),
+             node("Concat", ["b1", "rest"], ["target"], axis=0), node("Reshape", ["x", "target"], ["r"]),
+             node("Identity", ["r"], ["ri"]), node("Dropout", ["ri"], ["rd"]), node("Relu", ["rd"], ["y"]),
+             node("Neg", ["x"], ["unused"])]
+    inits = [const("zero", np.array(0, np.int64)), const("ax", np.array([0], np.int64)), const("rest", np.array([-1], np.int64))]
+    ops = check(model(nodes, [("x", ["B", "S", h])], [("y", None)], inits, opset=13), {"x": rand(seed, b, s, h)})
+    assert set(ops) == {"Reshape", "ElementwiseChain"}
