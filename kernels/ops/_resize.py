@@ -22,7 +22,12 @@ ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
 
 
 def source_coordinates(transform: str, out_size: int, in_size: int, scale: float, roi):
-    """Where each output position samples the input, and which fall outside (crop mode only)."""
+    """Where each output position samples the input, and which fall outside (crop mode only).
+
+    align_corners and tf_crop_and_resize divide by the fractional output length scale * in_size,
+    as the onnx reference and node tests do; onnxruntime uses the integer length, which agrees
+    whenever scale * in_size is whole (as it is for sizes and for integer upsampling).
+    """
     y = np.arange(out_size, dtype=np.float64)
     out_float = scale * in_size
     outside = None
@@ -31,7 +36,7 @@ def source_coordinates(transform: str, out_size: int, in_size: int, scale: float
     elif transform == "asymmetric":
         x = y / scale
     elif transform == "pytorch_half_pixel":
-        x = np.full(out_size, -0.5) if out_float == 1 else (y + 0.5) / scale - 0.5
+        x = (y + 0.5) / scale - 0.5 if out_size > 1 else np.zeros(out_size)
     elif transform == "half_pixel":
         x = (y + 0.5) / scale - 0.5
     elif transform == "half_pixel_symmetric":
@@ -40,10 +45,9 @@ def source_coordinates(transform: str, out_size: int, in_size: int, scale: float
     else:  # tf_crop_and_resize
         start, end = roi
         if out_float == 1:
-            x = np.full(out_size, (end - start) * (in_size - 1) / 2)
+            x = np.full(out_size, (start + end) / 2 * (in_size - 1))
         else:
-            x = y * (end - start) * (in_size - 1) / (out_float - 1)
-        x = x + start * (in_size - 1)
+            x = start * (in_size - 1) + y * (end - start) * (in_size - 1) / (out_float - 1)
         outside = (x < 0) | (x > in_size - 1)
     return x, outside
 
