@@ -1,0 +1,93 @@
+"""If, Loop, Scan, SequenceMap and model-local functions, checked against onnx.reference."""
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from rtd.kernels import compile_model
+
+from kernel_graphs import const, model, node
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def vi(name, elem=F, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def agree(m, feeds):
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for optimize in (False, True):
+        got = compile_model(m, optimize=optimize).run(feeds)
+        for spec, value in zip(m.graph.output, want):
+            np.testing.assert_allclose(got[spec.name], value, rtol=1e-6, atol=1e-6)
+
+
+def test_if_branches_read_outer_scope():
+    then = helper.make_graph([node("Add", ["x", "y"], ["t"])], "then", [], [vi("t")])
+    other = helper.make_graph([node("Sub", ["x", "y"], ["e"])], "else", [], [vi("e")])
+    nodes = [node("ReduceSum", ["x"], ["s"], keepdims=0), node("Greater", ["s", "zero"], ["c"]),
+             node("If", ["c"], ["out"], then_branch=then, else_branch=other)]
+    m = model(nodes, [("x", [3]), ("y", [3])], [("out", None)], [const("zero", np.float32(0))], opset=13)
+    agree(m, {"x": np.array([1, 2, 3], np.float32), "y": np.ones(3, np.float32)})
+    agree(m, {"x": -np.array([1, 2, 3], np.float32), "y": np.ones(3, np.float32)})
+
+
+def test_loop_carries_state_stacks_scan_outputs_and_reads_outer_scope():
+    body = helper.make_graph(
+        [node("Add", ["acc", "step"], ["acc_out"]), node("Identity", ["cond"], ["cond_out"]), node("Mul", ["acc_out", "two"], ["scan"])],
+        "body", [vi("i", I64, []), vi("cond", B, []), vi("acc", F, [2])], [vi("cond_out", B, []), vi("acc_out", F, [2]), vi("scan", F, [2])])
+    nodes = [node("Loop", ["n", "go", "init"], ["final", "stacked"], body=body)]
+    m = model(nodes, [vi("n", I64, []), vi("go", B, []), ("init", [2]), ("step", [2])], [("final", None), ("stacked", None)],
+              [const("two", np.float32(2))], opset=13)
+    agree(m, {"n": np.array(4, np.int64), "go": np.array(True), "init": np.zeros(2, np.float32), "step": np.array([1, -1], np.float32)})
+
+
+def test_loop_stops_on_condition():
+    body = helper.make_graph(
+        [node("Add", ["acc", "one"], ["acc_out"]), node("Less", ["acc_out", "limit"], ["cond_out"])],
+        "body", [vi("i", I64, []), vi("cond", B, []), vi("acc", F, [])], [vi("cond_out", B, []), vi("acc_out", F, [])])
+    nodes = [node("Loop", ["", "go", "start"], ["final"], body=body)]
+    m = model(nodes, [vi("go", B, []), ("start", [])], [("final", None)],
+              [const("one", np.float32(1)), const("limit", np.float32(5))], opset=13)
+    agree(m, {"go": np.array(True), "start": np.array(0.5, np.float32)})
+
+
+def test_scan_reverse_direction_and_axis():
+    body = helper.make_graph([node("Add", ["s", "x"], ["s_out"]), node("Identity", ["s_out"], ["y"])],
+                             "body", [vi("s", F, [2]), vi("x", F, [2])], [vi("s_out", F, [2]), vi("y", F, [2])])
+    nodes = [node("Scan", ["init", "xs"], ["final", "ys"], body=body, num_scan_inputs=1,
+                  scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1])]
+    m = model(nodes, [("init", [2]), ("xs", [2, 5])], [("final", None), ("ys", None)], opset=16)
+    xs = np.arange(10, dtype=np.float32).reshape(2, 5)
+    running = np.cumsum(xs[:, ::-1], axis=1)  # onnx.reference has no reverse Scan: the sums by hand
+    for optimize in (False, True):
+        got = compile_model(m, optimize=optimize).run({"init": np.zeros(2, np.float32), "xs": xs})
+        np.testing.assert_allclose(got["final"], xs.sum(axis=1))
+        np.testing.assert_allclose(got["ys"], running)
+
+
+def test_sequence_map_over_a_sequence_and_a_tensor():
+    body = helper.make_graph([node("Add", ["a", "b"], ["c"])], "body", [vi("a"), vi("b")], [vi("c")])
+    nodes = [node("SplitToSequence", ["x"], ["sq"], axis=0), node("SequenceMap", ["sq", "y"], ["out"], body=body),
+             node("ConcatFromSequence", ["out"], ["z"], axis=0)]
+    m = model(nodes, [("x", [3, 2]), ("y", [2])], [("z", None)], opset=17)
+    agree(m, {"x": np.arange(6, dtype=np.float32).reshape(3, 2), "y": np.ones(2, np.float32)})
+
+
+def test_model_local_function_is_inlined_with_attribute_references():
+    fn = helper.make_function(
+        "custom", "ScaledRelu", ["x"], ["y"],
+        [node("Relu", ["x"], ["r"]), helper.make_node("Constant", [], ["k"], value_float=0.0),
+         node("Mul", ["r", "k2"], ["y"])],
+        [helper.make_opsetid("", 17)], attributes=[])
+    fn.node[1].ClearField("attribute")
+    fn.node[1].attribute.append(helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT))
+    fn.attribute_proto.append(helper.make_attribute("value_float", 1.0))
+    fn.node[2].input[1] = "k"
+    nodes = [helper.make_node("ScaledRelu", ["x"], ["y"], domain="custom", value_float=3.0),
+             helper.make_node("ScaledRelu", ["y"], ["z"], domain="custom")]
+    m = model(nodes, [("x", [4])], [("z", None)], functions=[fn])
+    x = np.array([-1, 0, 2, 5], np.float32)
+    for optimize in (False, True):
+        np.testing.assert_allclose(compile_model(m, optimize=optimize).run({"x": x})["z"], np.maximum(x, 0) * 3.0)

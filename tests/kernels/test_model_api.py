@@ -1,0 +1,155 @@
+"""The compile_model contract: refusals with codes, input checks, plans per signature, threads,
+memory planning and the profiler's Chrome trace."""
+import json
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from rtd.errors import Code, RtdError
+from rtd.kernels import backend_cupy, compile_model
+
+from kernel_graphs import const, model, node
+
+
+def mlp(hidden=16):
+    rng = np.random.default_rng(0)
+    nodes = [node("MatMul", ["x", "w1"], ["h"]), node("Add", ["h", "b1"], ["hb"]), node("Relu", ["hb"], ["a"]),
+             node("MatMul", ["a", "w2"], ["o"]), node("Add", ["o", "b2"], ["ob"]), node("Sigmoid", ["ob"], ["s"]),
+             node("Mul", ["s", "ob"], ["y"])]
+    inits = [const("w1", rng.standard_normal((8, hidden)).astype(np.float32)), const("b1", rng.standard_normal(hidden).astype(np.float32)),
+             const("w2", rng.standard_normal((hidden, 4)).astype(np.float32)), const("b2", rng.standard_normal(4).astype(np.float32))]
+    return model(nodes, [("x", ["batch", 8])], [("y", ["batch", 4])], inits)
+
+
+def refusal(fn) -> RtdError:
+    with pytest.raises(RtdError) as info:
+        fn()
+    return info.value
+
+
+def test_bad_bytes_refuse_with_parse_error():
+    assert refusal(lambda: compile_model(b"\x08\x07not-onnx\xff\xff")).code is Code.E_ONNX_PARSE
+
+
+def test_unsupported_op_refuses_at_compile_naming_op_and_opset():
+    m = model([node("NoSuchOp", ["x"], ["y"])], [("x", [2])], [("y", None)])
+    err = refusal(lambda: compile_model(m.SerializeToString()))
+    assert err.code is Code.E_OP_UNSUPPORTED and "NoSuchOp" in err.detail and "17" in err.detail
+    unknown_domain = model([helper.make_node("Relu", ["x"], ["y"], domain="com.example")], [("x", [2])], [("y", None)])
+    assert refusal(lambda: compile_model(unknown_domain)).code is Code.E_OP_UNSUPPORTED
+
+
+def test_unknown_attribute_refuses_at_compile():
+    m = model([node("Relu", ["x"], ["y"], alpha=1.0)], [("x", [2])], [("y", None)])
+    assert refusal(lambda: compile_model(m)).code is Code.E_OP_UNSUPPORTED
+
+
+def test_dangling_name_is_a_malformed_model():
+    m = model([node("Relu", ["nowhere"], ["y"])], [("x", [2])], [("y", None)])
+    assert refusal(lambda: compile_model(m)).code is Code.E_MODEL_INVALID
+
+
+def test_wrong_inputs_are_refused_with_expected_and_got():
+    m = compile_model(mlp().SerializeToString())
+    x = np.ones((2, 8), np.float32)
+    cases = [({"wrong": x}, "expected inputs"), ({"x": x.astype(np.float64)}, "expected dtype float32, got float64"),
+             ({"x": np.ones((2, 7), np.float32)}, "expected shape"), ({"x": np.ones(8, np.float32)}, "expected shape"),
+             ({"x": x, "extra": x}, "expected inputs"), ({"x": [[1.0] * 8]}, "expected an ndarray")]
+    for feeds, words in cases:
+        err = refusal(lambda: m.run(feeds))
+        assert err.code is Code.E_INPUT_INVALID and words in err.detail, err
+    assert m.run({"x": x})["y"].shape == (2, 4)  # a refusal changed nothing
+
+
+def test_symbolic_dims_must_agree_across_inputs():
+    nodes = [node("Add", ["a", "b"], ["c"])]
+    m = compile_model(model(nodes, [("a", ["n", 3]), ("b", ["n", 3])], [("c", None)]))
+    err = refusal(lambda: m.run({"a": np.ones((2, 3), np.float32), "b": np.ones((4, 3), np.float32)}))
+    assert err.code is Code.E_INPUT_INVALID and "'n'" in err.detail
+
+
+def test_specs_report_names_dtypes_and_symbolic_shapes():
+    m = compile_model(mlp())
+    assert [(s.name, s.dtype, s.shape) for s in m.inputs] == [("x", np.dtype(np.float32), ("batch", 8))]
+    assert [(s.name, s.shape) for s in m.outputs] == [("y", ("batch", 4))]
+
+
+def test_cuda_refuses_cleanly_without_cupy_or_gpu():
+    reason = backend_cupy.unavailable_reason()
+    if reason is None:
+        pytest.skip("a GPU and CuPy are present: the refusal path does not apply")
+    err = refusal(lambda: compile_model(mlp(), device="cuda"))
+    assert err.code is Code.E_OP_UNSUPPORTED and err.detail.startswith("device cuda unavailable")
+    assert refusal(lambda: compile_model(mlp(), device="tpu")).code is Code.E_OP_UNSUPPORTED
+
+
+def test_one_plan_per_shape_signature_and_each_matches_the_interpreter():
+    fast, ref = compile_model(mlp()), compile_model(mlp(), optimize=False)
+    rng = np.random.default_rng(1)
+    for batch in (1, 3, 1, 7, 3):
+        x = rng.standard_normal((batch, 8)).astype(np.float32)
+        np.testing.assert_allclose(fast.run({"x": x})["y"], ref.run({"x": x})["y"], rtol=1e-5, atol=1e-6)
+    assert len(fast._plans) == 3
+
+
+def test_memory_plan_reuses_buffers_and_outputs_are_not_arena_views():
+    nodes, prev = [], "x"
+    for i in range(8):  # a stack of elementwise stages, each read by the next only
+        nodes += [node("Mul", [prev, "k"], [f"m{i}"]), node("MatMul", [f"m{i}", "w"], [f"p{i}"]), node("Add", [f"p{i}", "b"], [f"a{i}"])]
+        prev = f"a{i}"
+    inits = [const("k", np.float32(0.5)), const("w", np.eye(16, dtype=np.float32)), const("b", np.ones(16, np.float32))]
+    m = compile_model(model(nodes, [("x", [32, 16])], [(prev, None)], inits))
+    x = np.ones((32, 16), np.float32)
+    stats = m.plan_stats({"x": x})
+    assert stats["planned_buffers"] >= 8 and stats["peak_bytes"] * 3 <= stats["naive_bytes"], stats
+    first = m.run({"x": x})[prev]
+    second = m.run({"x": 2 * x})[prev]
+    assert not np.shares_memory(first, second)
+    np.testing.assert_allclose(first, compile_model(model(nodes, [("x", [32, 16])], [(prev, None)], inits), optimize=False).run({"x": x})[prev])
+
+
+def test_concurrent_runs_from_many_threads_give_each_caller_its_answer():
+    fast, ref = compile_model(mlp(hidden=64)), compile_model(mlp(hidden=64), optimize=False)
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((1 + i % 3, 8)).astype(np.float32) for i in range(24)]
+    expected = [ref.run({"x": x})["y"] for x in inputs]
+    failures = []
+
+    def worker(offset):
+        for k in range(40):
+            i = (offset + k) % len(inputs)
+            got = fast.run({"x": inputs[i]})["y"]
+            if not np.allclose(got, expected[i], rtol=1e-5, atol=1e-6):
+                failures.append(i)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_profiler_times_every_step_and_writes_a_chrome_trace(tmp_path):
+    m = compile_model(mlp())
+    x = np.ones((2, 8), np.float32)
+    m.run({"x": x})  # traced first run (not profiled: it is the interpreter)
+    m.run({"x": x}, profile=True)
+    m.run({"x": x}, profile=True)
+    summary = m.profile_summary()
+    assert summary["MatMulBias"]["calls"] == 4 and all(v["total_us"] >= 0 for v in summary.values())
+    path = tmp_path / "trace.json"
+    m.write_trace(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    ops = [e for e in events if e["cat"] == "op"]
+    assert len(ops) == 2 * m.plan_stats({"x": x})["steps"]
+    assert all(e["ph"] == "X" and e["dur"] >= 0 and "ts" in e and "pid" in e and "tid" in e for e in events)
+
+
+def test_sequence_inputs_run_through_the_interpreter():
+    seq_in = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
+    m = model([node("SequenceLength", ["s"], ["n"])], [seq_in], [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    out = compile_model(m).run({"s": [np.ones(2, np.float32), np.ones(3, np.float32)]})
+    assert int(out["n"]) == 2
