@@ -189,7 +189,7 @@ class Reports:
     def expect_ready(self, timeout: float) -> int:
         """Wait until the worker is confined; returns its host pid or raises the failed step."""
         deadline = time.monotonic() + timeout
-        while not (self.ready or self.error or self.eof):
+        while not ((self.ready and self.worker_pid) or self.error or self.eof):   # the pid may come second
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RtdError(Code.E_CONTAINMENT, f"worker not confined within {timeout} s")

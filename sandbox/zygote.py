@@ -9,6 +9,7 @@ reaps, and reports exits."""
 import importlib
 import itertools
 import json
+import logging
 import os
 import queue
 import select
@@ -22,8 +23,10 @@ from rtd.sandbox import contain, seccomp, syscalls
 from rtd.sandbox.cgroup import WorkerCgroup
 from rtd.sandbox.policy import Policy, TenantIdentity, load_policy
 
+log = logging.getLogger("rtd.sandbox")
 BASE_PRELOAD = ("numpy", "scipy.special", "onnx", "encodings.idna", "json", "struct", "mmap")
 MAX_MSG = 1 << 20
+_ids = itertools.count()   # worker names: z<supervisor pid>-<n>, unique across zygotes
 
 
 def _send(sock: socket.socket, fds=(), **msg):
@@ -48,6 +51,8 @@ class WorkerHandle:
         self._status = contain.exit_status(code, sig, cpu_s, self.cgroup.oom_kills(), self._killed, self._cpu_seconds)
         try:
             self.cgroup.remove()
+        except RtdError as e:   # keep serving the other workers; the leak is reported, not hidden
+            log.error("worker %s: %s", self.id, e)
         finally:
             self._done.set()
 
@@ -81,7 +86,6 @@ class Zygote:
         self._handles: dict[str, WorkerHandle] = {}
         self._replies: queue.Queue = queue.Queue()
         self._spawn_lock = threading.Lock()
-        self._ids = itertools.count()
         self._reader = threading.Thread(target=self._read_loop, name="rtd-zygote-reader", daemon=True)
         self._reader.start()
 
@@ -110,7 +114,7 @@ class Zygote:
         if identity is None or sock is None:
             raise RtdError(Code.E_POLICY_INVALID, "spawn needs an identity and a socket")
         policy = policy or load_policy()
-        wid = f"z{self.pid}-{next(self._ids)}"
+        wid = f"z{os.getpid()}-{next(_ids)}"
         cg, layers, _ = contain.prepare(policy, identity, wid)
         handle = WorkerHandle(wid, cg, layers, policy.limits.cpu_seconds)
         with self._spawn_lock:
