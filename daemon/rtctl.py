@@ -4,10 +4,10 @@ import argparse
 import json
 import sys
 
-from rtd.daemon import cli_package, cli_serving
+from rtd.daemon import cli_doctor, cli_package, cli_serving
 from rtd.errors import RtdError
 
-COMMAND_MODULES = (cli_package, cli_serving,)  # each module: register(subparsers) adding parsers with set_defaults(func=...)
+COMMAND_MODULES = (cli_package, cli_serving, cli_doctor,)  # each module: register(subparsers) adding parsers with set_defaults(func=...)
 
 
 def main(argv=None) -> int:

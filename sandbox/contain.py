@@ -230,7 +230,7 @@ def exit_status(code: int | None, sig: int | None, cpu_s: float, oom_kills: int,
     if sig is None:
         return ExitStatus(code, None, None, "exited" if code == 0 else f"exited with code {code}")
     if sig == signal.SIGSYS:
-        return ExitStatus(None, sig, "seccomp", "a forbidden system call (seccomp kill-process)")
+        return ExitStatus(None, sig, "seccomp", "SIGSYS: a forbidden system call")
     if sig == signal.SIGKILL and oom_kills:
         return ExitStatus(None, sig, "memory", f"out of memory: cgroup memory limit (oom_kill={oom_kills})")
     if sig == signal.SIGKILL and killed:
