@@ -1,10 +1,10 @@
 """Gelu: x * Phi(x) exactly (erf) or by the tanh approximation (`approximate="tanh"`)."""
 import math
 
-from scipy import special
-
 from rtd.errors import Code, RtdError
 
+from . import _erf
+from ._blocked import blockable, in_blocks
 from .base import Elementwise
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -24,6 +24,11 @@ class Gelu_20(Elementwise):
         return f"0.5 * in0 * (1 + erf(in0 * {math.sqrt(0.5)!r}))"
 
     def compute(self, x, out=None):
+        if blockable(self.xp, x, out):
+            return in_blocks(self._gelu, x, out)
+        return self._gelu(x, out)
+
+    def _gelu(self, x, out):
         xp = self.xp
         if self.approximate == "tanh":
             gate = xp.multiply(x, x)  # sqrt(2/pi) * (x + 0.044715 x^3) = x * (c + c*0.044715 * x^2)
@@ -33,7 +38,7 @@ class Gelu_20(Elementwise):
             xp.tanh(gate, out=gate)
         else:
             gate = xp.multiply(x, math.sqrt(0.5))
-            special.erf(gate, out=gate)
+            _erf.erf(xp, gate, out=gate)
         gate += 1
         gate *= 0.5
         return xp.multiply(x, gate, out=out)

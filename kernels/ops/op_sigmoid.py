@@ -1,6 +1,7 @@
-"""Sigmoid: 1 / (1 + exp(-x)), overflow-free through scipy.special.expit."""
-from scipy import special
+"""Sigmoid: 1 / (1 + exp(-x)), blocked over cache-sized pieces for large NumPy arrays."""
+import numpy as np
 
+from ._blocked import blockable, in_blocks
 from .base import Elementwise
 
 
@@ -8,4 +9,14 @@ class Sigmoid_6(Elementwise):
     cuda = "1 / (1 + exp(-in0))"
 
     def compute(self, x, out=None):
-        return special.expit(x, out=out)
+        with np.errstate(over="ignore"):  # exp(-x) = inf for x < -88 gives the right 0
+            if blockable(self.xp, x, out):
+                return in_blocks(self._sigmoid, x, out)
+            return self._sigmoid(x, out)
+
+    def _sigmoid(self, x, out):
+        xp = self.xp
+        denominator = xp.negative(x)
+        xp.exp(denominator, out=denominator)
+        denominator += 1
+        return xp.reciprocal(denominator, out=out)
