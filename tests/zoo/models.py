@@ -152,8 +152,14 @@ def build_mlp_dynamo() -> bytes:
 
 
 def build_lstm_tagger() -> bytes:
-    net = nets.perturbed_init(nets.LSTMTagger(), seed=5000)
+    net = nets.perturbed_init(nets.RNNTagger(torch.nn.LSTM), seed=5000)
     return export(net, (torch.zeros(2, 12, dtype=torch.long),), opset=12, inputs=["tokens"], outputs=["tags"],
+                  dynamic={"tokens": {0: "batch", 1: "seq"}, "tags": {0: "batch", 1: "seq"}})
+
+
+def build_gru_tagger() -> bytes:
+    net = nets.perturbed_init(nets.RNNTagger(torch.nn.GRU), seed=5001)
+    return export(net, (torch.zeros(2, 12, dtype=torch.long),), opset=14, inputs=["tokens"], outputs=["tags"],
                   dynamic={"tokens": {0: "batch", 1: "seq"}, "tags": {0: "batch", 1: "seq"}})
 
 
@@ -240,6 +246,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("minilm_dynamo", build_minilm_dynamo, token_feeds, ({"batch": 1, "seq": 128}, {"batch": 2, "seq": 45})),
     ZooModel("bert_base", build_bert_base, token_feeds, ({"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}), big=True),
     ZooModel("lstm_tagger", build_lstm_tagger, tag_feeds, ({"batch": 2, "seq": 32}, {"batch": 5, "seq": 9})),
+    ZooModel("gru_tagger", build_gru_tagger, tag_feeds, ({"batch": 2, "seq": 32}, {"batch": 3, "seq": 5})),
     ZooModel("control_flow", build_control_flow, control_flow_feeds,
              ({"batch": 4, "steps": 3}, {"batch": 1, "steps": 0}, {"batch": 6, "steps": 7})),
     ZooModel("detector", build_detector, image_feeds, ({"batch": 1, "height": 256, "width": 256},

@@ -154,17 +154,17 @@ class MLP(nn.Module):
         return self.layers(x)
 
 
-class LSTMTagger(nn.Module):
-    """Token ids [batch, seq] → tag logits [batch, seq, tags] through a bidirectional LSTM."""
+class RNNTagger(nn.Module):
+    """Token ids [batch, seq] → tag logits [batch, seq, tags] through a bidirectional LSTM or GRU."""
 
-    def __init__(self, vocab: int = 5000, embed: int = 128, hidden: int = 256, tags: int = 20):
+    def __init__(self, cell: type = nn.LSTM, vocab: int = 5000, embed: int = 128, hidden: int = 256, tags: int = 20):
         super().__init__()
         self.embed = nn.Embedding(vocab, embed)
-        self.lstm = nn.LSTM(embed, hidden, batch_first=True, bidirectional=True)
+        self.rnn = cell(embed, hidden, batch_first=True, bidirectional=True)
         self.out = nn.Linear(2 * hidden, tags)
 
     def forward(self, tokens):
-        y, _ = self.lstm(self.embed(tokens))
+        y, _ = self.rnn(self.embed(tokens))
         return self.out(y)
 
 
