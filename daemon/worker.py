@@ -106,9 +106,9 @@ def serve(sock, *args) -> None:
                 frames.send(sock, Kind.ERROR, frame.request_id, {"code": e.code.name, "detail": e.detail[:MAX_DETAIL]})
             except MemoryError:
                 frames.send(sock, Kind.ERROR, frame.request_id, {"code": Code.E_RESOURCE_EXHAUSTED.name, "detail": "allocation failed"})
-            except (ValueError, TypeError, IndexError, KeyError, ArithmeticError) as e:
+            except Exception as e:  # a bug or an executor failure on this input: answer, keep serving
                 detail = f"{type(e).__name__}: {e}"[:MAX_DETAIL]
-                frames.send(sock, Kind.ERROR, frame.request_id, {"code": Code.E_MODEL_INVALID.name, "detail": detail})
+                frames.send(sock, Kind.ERROR, frame.request_id, {"code": Code.E_INTERNAL.name, "detail": detail})
         finally:
             for fd in frame.fds:
                 os.close(fd)

@@ -62,7 +62,7 @@ def memory_bomb() -> bytes:
     graph = helper.make_graph(
         [helper.make_node("Expand", ["V", "S"], ["Y"])], "bomb",
         [helper.make_tensor_value_info("V", TensorProto.FLOAT, [1]), helper.make_tensor_value_info("S", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["A", "B"])])
     return _bytes(graph)
 
 
@@ -117,13 +117,14 @@ restart_backoff_s = 0.1
         self.log = os.path.join(self.root, "rtd.log")
 
     def start(self, timeout: float = 60.0) -> "Daemon":
+        seen = len(self.read_log()) if os.path.exists(self.log) else 0
         self.proc = subprocess.Popen([RTD, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
                                      stderr=open(self.log, "ab"))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"rtd serve exited {self.proc.returncode}: {self.read_log()}")
-            if "serving on" in self.read_log():
+            if "serving on" in self.read_log()[seen:]:
                 return self
             time.sleep(0.1)
         raise RuntimeError(f"rtd serve did not come up: {self.read_log()}")

@@ -1,0 +1,121 @@
+"""Faults against a real `rtd serve`: a worker SIGKILLed mid-request, a memory bomb
+OOM-killed by its cgroup, a model that keeps killing its worker, a daemon restart, and
+overload. Each time only the affected tenant sees errors and service comes back."""
+import concurrent.futures
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rtd.errors import Code, RtdError
+from tests.daemon.conftest import memory_bomb, mlp, slow_model
+
+
+def test_worker_sigkill_mid_request_fails_only_that_tenant(fresh_daemon):
+    d = fresh_daemon()
+    d.client("acme").load("slow", d.package("acme", slow_model(), "slow"))
+    d.client("beta").load("mlp", d.package("beta", mlp(1), "mlp"))
+    pid = d.worker("acme")["pid"]
+    big = np.ones((6000, 384), np.float32)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        doomed = pool.submit(d.client("acme").infer, "slow", {"X": big})
+        time.sleep(0.5)
+        assert not doomed.done(), "the request should still be running when the worker is killed"
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(RtdError) as e:
+            doomed.result(timeout=60)
+    assert e.value.code.status == "UNAVAILABLE" and "worker died" in e.value.detail
+    x = np.ones((1, 4), np.float32)
+    assert d.client("beta").infer("mlp", {"X": x})["Y"].shape == (1, 3)  # the other tenant never noticed
+    d.wait_ready("acme", "slow")
+    got = d.client("acme").infer("slow", {"X": np.ones((2, 384), np.float32)})["Y"]
+    np.testing.assert_allclose(got, np.full((2, 384), 0.999 ** 12, np.float32), rtol=1e-4)
+    status = d.worker("acme")
+    assert status["restarts"] == 1 and status["pid"] != pid
+    assert d.worker("beta")["restarts"] == 0
+
+
+def test_memory_bomb_is_oom_killed_and_the_other_tenant_is_unaffected(fresh_daemon):
+    d = fresh_daemon(memory_bytes=256 << 20)
+    d.client("acme").load("bomb", d.package("acme", memory_bomb(), "bomb"))
+    d.client("acme").load("mlp", d.package("acme", mlp(1), "mlp"))
+    d.client("beta").load("mlp", d.package("beta", mlp(2), "mlp"))
+    with pytest.raises(RtdError) as e:
+        d.client("acme").infer("bomb", {"V": np.ones(1, np.float32), "S": np.array([40000, 40000], np.int64)})
+    assert e.value.code in (Code.E_SANDBOX_KILLED, Code.E_RESOURCE_EXHAUSTED), e.value
+    if e.value.code == Code.E_SANDBOX_KILLED:
+        assert "memory" in e.value.detail
+    x = np.ones((1, 4), np.float32)
+    assert d.client("beta").infer("mlp", {"X": x})["Y"].shape == (1, 3)
+    d.wait_ready("acme", "mlp")
+    assert d.client("acme").infer("mlp", {"X": x})["Y"].shape == (1, 3)
+    assert d.worker("beta")["restarts"] == 0
+
+
+def test_a_model_that_keeps_killing_its_worker_is_marked_failed(fresh_daemon):
+    d = fresh_daemon(memory_bytes=256 << 20)
+    d.client("acme").load("bomb", d.package("acme", memory_bomb(), "bomb"))
+    bomb = {"V": np.ones(1, np.float32), "S": np.array([40000, 40000], np.int64)}
+    codes = []
+    for _ in range(3):
+        d.wait_ready("acme", "bomb")
+        with pytest.raises(RtdError) as e:
+            d.client("acme").infer("bomb", bomb)
+        codes.append(e.value.code)
+    if Code.E_RESOURCE_EXHAUSTED in codes:
+        pytest.skip("this host refuses the allocation (MemoryError) instead of OOM-killing the worker")
+    with pytest.raises(RtdError) as e:
+        d.client("acme").infer("bomb", bomb)
+    assert e.value.code == Code.E_MODEL_FAILED
+    [entry] = d.client("acme").index()
+    assert entry.state == "UNAVAILABLE" and "killed its worker 3 times" in entry.reason
+
+
+def test_daemon_restart_restores_models(fresh_daemon):
+    d = fresh_daemon()
+    x = np.ones((3, 4), np.float32)
+    d.client("acme").load("mlp", d.package("acme", mlp(4), "mlp"))
+    d.client("beta").load("mlp", d.package("beta", mlp(5), "mlp", counter=4))
+    before = {t: d.client(t).infer("mlp", {"X": x})["Y"] for t in ("acme", "beta")}
+    assert d.stop() == 0
+    assert not os.path.exists(d.socket)
+    d.start()
+    for tenant in ("acme", "beta"):
+        np.testing.assert_array_equal(d.client(tenant).infer("mlp", {"X": x})["Y"], before[tenant])
+    assert [m.version for m in d.client("beta").index()] == ["4"]
+    with pytest.raises(RtdError) as e:  # the rollback mark survived the restart too
+        d.client("beta").load("mlp", d.package("beta", mlp(5), "mlp", counter=3))
+    assert e.value.code == Code.E_ROLLBACK
+
+
+def test_overload_is_refused_at_once_and_the_queue_stays_bounded(fresh_daemon):
+    d = fresh_daemon(max_queue=3, max_concurrency=1)
+    d.client("acme").load("slow", d.package("acme", slow_model(), "slow"))
+    d.client("beta").load("mlp", d.package("beta", mlp(1), "mlp"))
+    batch = {"X": np.ones((1500, 384), np.float32)}
+    outcomes, lock = [], threading.Lock()
+
+    def one():
+        started = time.monotonic()
+        try:
+            d.client("acme").infer("slow", batch)
+            result = "ok"
+        except RtdError as e:
+            result = e.code
+        with lock:
+            outcomes.append((result, time.monotonic() - started))
+    threads = [threading.Thread(target=one) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    refused = [s for r, s in outcomes if r == Code.E_OVERLOADED]
+    assert len(outcomes) == 12 and refused, outcomes
+    assert sum(r == "ok" for r, _ in outcomes) + len(refused) == 12, outcomes
+    assert sum(r == "ok" for r, _ in outcomes) >= 3
+    assert Code.E_OVERLOADED.status == "RESOURCE_EXHAUSTED"
+    assert d.client("beta").infer("mlp", {"X": np.ones((1, 4), np.float32)})["Y"].shape == (1, 3)
+    assert d.client("acme").infer("slow", {"X": np.ones((1, 384), np.float32)})["Y"].shape == (1, 384)
