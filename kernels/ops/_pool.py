@@ -1,12 +1,12 @@
 """Windowed pooling shared by MaxPool, AveragePool and LpPool: one vectorized op per kernel tap.
 
-A ResNet 3x3 pool is nine whole-tensor `maximum`/`add` calls into the output, never a reduction
-over a strided window view. Averages divide by a count map built the same way from a 0/1
+Max and sum are associative, so a k x k pool reduces one axis at a time (k + k whole-array
+`maximum`/`add` calls on strided views), never a reduction over a window view. Averages divide by a count map built the same way from a 0/1
 mask, so pads and ceil-mode overhang are counted exactly as ONNX specifies.
 """
 import numpy as np
 
-from ._window import geometry, pad_into, taps
+from ._window import geometry, pad_into, separable, taps
 
 POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "kernel_shape": None, "pads": None, "strides": None}
 
@@ -19,13 +19,10 @@ def max_pool(xp, x, kernel, strides, dilations, pads, auto_pad, ceil_mode, stora
     """(y, indices or None); indices are flat positions in x (row- or column-major per storage_order)."""
     out_shape, begin, end = geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
     padded = pad_into(x, begin, end, lowest(x.dtype), "maxpool", xp)
-    y = xp.empty(x.shape[:2] + tuple(out_shape), x.dtype)
-    tap_views = list(taps(padded, kernel, strides, dilations, out_shape))
-    y[...] = tap_views[0][1]
-    for _, view in tap_views[1:]:
-        xp.maximum(y, view, out=y)
+    y = separable(xp, padded, kernel, strides, dilations, out_shape, xp.maximum)
     if not want_indices:
         return y, None
+    tap_views = list(taps(padded, kernel, strides, dilations, out_shape))
     best = xp.zeros(y.shape, np.int64)
     for i in range(len(tap_views) - 1, -1, -1):  # reversed: the first maximal tap wins, like ONNX
         xp.copyto(best, i, where=tap_views[i][1] == y)
@@ -52,9 +49,7 @@ def sum_pool(xp, x, kernel, strides, dilations, pads, auto_pad, ceil_mode, count
     padded = pad_into(x, begin, end, 0, "sumpool", xp)
     if p is not None:
         padded = xp.abs(padded) if p == 1 else xp.abs(padded) ** p
-    y = xp.zeros(x.shape[:2] + tuple(out_shape), x.dtype)
-    for _, view in taps(padded, kernel, strides, dilations, out_shape):
-        y += view
+    y = separable(xp, padded, kernel, strides, dilations, out_shape, xp.add)
     if p is not None:
         return y if p == 1 else y ** (1.0 / p)
     nd = len(kernel)
@@ -74,8 +69,6 @@ def sum_pool(xp, x, kernel, strides, dilations, pads, auto_pad, ceil_mode, count
     else:
         inner = tuple(slice(b, b + s) for b, s in zip(begin, spatial))
     mask[(slice(None), slice(None)) + inner] = 1
-    count = np.zeros((1, 1) + tuple(out_shape), x.dtype)
-    for _, view in taps(mask, kernel, strides, dilations, out_shape):
-        count += view
+    count = separable(np, mask, kernel, strides, dilations, out_shape, np.add)
     y /= xp.asarray(np.maximum(count, 1))
     return y

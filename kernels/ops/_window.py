@@ -75,6 +75,27 @@ def taps(padded, kernel, strides, dilations, out_shape):
         yield offset, padded[tuple(index)]
 
 
+def separable(xp, padded, kernel, strides, dilations, out_shape, combine):
+    """Reduce every window with the associative ufunc `combine`, one spatial axis at a time.
+
+    A k x k window costs k + k whole-array ops on shrinking arrays instead of k * k.
+    """
+    nd = len(kernel)
+    dilations = list(dilations or [1] * nd)
+    strides = list(strides or [1] * nd)
+    y = padded
+    for axis, (k, d, s, o) in enumerate(zip(kernel, dilations, strides, out_shape)):
+        def part(t, axis=axis, d=d, s=s, o=o):
+            index = [slice(None)] * y.ndim
+            index[axis + 2] = slice(t * d, t * d + (o - 1) * s + 1, s)
+            return y[tuple(index)]
+        acc = part(0).copy()
+        for t in range(1, k):
+            combine(acc, part(t), out=acc)
+        y = acc
+    return y if y is not padded else padded.copy()
+
+
 _local = threading.local()
 
 

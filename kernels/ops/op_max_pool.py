@@ -4,13 +4,18 @@ from .base import Kernel
 
 
 class MaxPool_1(Kernel):
+    """Indices cost about twice the pool itself, so they are computed only when the node may use
+    them: from opset 8 on, unless whoever builds the kernel sets `n_outputs` (the number of
+    outputs the node names) to 1."""
+
     attributes = POOL_ATTRIBUTES
+    n_outputs = 2
 
     def run(self, x):
         a = self.__dict__
         y, indices = max_pool(self.xp, x, self.kernel_shape, self.strides, a.get("dilations"), self.pads,
                               self.auto_pad, a.get("ceil_mode", 0), a.get("storage_order", 0),
-                              want_indices=self.since >= 8)
+                              want_indices=self.since >= 8 and self.n_outputs > 1)
         return (y,) if indices is None else (y, indices)
 
 
