@@ -127,7 +127,8 @@ def output_geometry(shape, axes, scales, sizes, policy: str):
     scales = [float(s) for s in scales]
     if any(s <= 0 for s in scales):
         raise RtdError(Code.E_INPUT_INVALID, f"Resize: scales must be positive, got {scales}")
-    return scales, [int(s * shape[a]) for s, a in zip(scales, axes)]
+    # float32 product as onnxruntime computes it: 10 * 1.8f is 18, not 17.99999...
+    return scales, [int(np.float32(s) * np.float32(shape[a])) for s, a in zip(scales, axes)]
 
 
 def resize(xp, x, *, mode, scales=None, sizes=None, roi=None, axes=None, transform="half_pixel",
