@@ -22,7 +22,7 @@ from typing import Callable
 
 from rtd.errors import Code, RtdError
 from rtd.sandbox import gpu, mountns, namespaces, privileges, rlimits, seccomp
-from rtd.sandbox.cgroup import WorkerCgroup, detect_layout
+from rtd.sandbox.cgroup import Layout, WorkerCgroup, detect_layout
 from rtd.sandbox.host import plan_layers
 
 log = logging.getLogger("rtd.sandbox")
@@ -50,11 +50,11 @@ class Spec:
     bpf: bytes | None
 
 
-def prepare(policy, identity, worker: str) -> tuple[WorkerCgroup, dict, bytes | None]:
+def prepare(policy, identity, worker: str, layout: Layout | None = None) -> tuple[WorkerCgroup, dict, bytes | None]:
     """Launcher side: decide the layers, refuse or warn, make the cgroup, compile seccomp."""
     if os.geteuid() != 0:
         raise RtdError(Code.E_LAYER_UNAVAILABLE, "the launcher must run as root")
-    layout = detect_layout()
+    layout = layout or detect_layout()
     layers = plan_layers(policy, layout)
     missing = {k: v for k, v in layers.items() if not v.startswith(("enforced", "disabled by policy"))}
     required = [k for k in policy.mandatory if k in missing]

@@ -20,7 +20,7 @@ import threading
 
 from rtd.errors import Code, RtdError
 from rtd.sandbox import contain, seccomp, syscalls
-from rtd.sandbox.cgroup import WorkerCgroup
+from rtd.sandbox.cgroup import WorkerCgroup, detect_layout
 from rtd.sandbox.policy import Policy, TenantIdentity, load_policy
 
 log = logging.getLogger("rtd.sandbox")
@@ -83,6 +83,7 @@ class Zygote:
 
     def __init__(self, pid: int, ctl: socket.socket):
         self.pid, self._ctl = pid, ctl
+        self._layout = detect_layout()   # the host's cgroup hierarchies do not change while we run
         self._handles: dict[str, WorkerHandle] = {}
         self._replies: queue.Queue = queue.Queue()
         self._spawn_lock = threading.Lock()
@@ -115,7 +116,7 @@ class Zygote:
             raise RtdError(Code.E_POLICY_INVALID, "spawn needs an identity and a socket")
         policy = policy or load_policy()
         wid = f"z{os.getpid()}-{next(_ids)}"
-        cg, layers, _ = contain.prepare(policy, identity, wid)
+        cg, layers, _ = contain.prepare(policy, identity, wid, self._layout)
         handle = WorkerHandle(wid, cg, layers, policy.limits.cpu_seconds)
         with self._spawn_lock:
             self._handles[wid] = handle

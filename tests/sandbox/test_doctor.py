@@ -1,0 +1,36 @@
+"""rtctl doctor end to end: it tells the truth about this host and the battery holds."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rtd.sandbox import host_report
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="doctor launches confined workers (root)")
+
+
+def test_doctor_json_reports_host_and_battery():
+    out = subprocess.run([sys.executable, "-m", "rtd.daemon.rtctl", "doctor", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["ok"] and data["escaped"] == [] and len(data["battery"]) >= 25
+    assert data["host"]["kernel"] == os.uname().release
+
+
+def test_host_report_never_claims_what_the_host_lacks():
+    report = host_report()
+    if not os.path.exists("/dev/nvidiactl") and not os.path.isdir("/dev/dri"):
+        assert report["gpu"] == "unavailable: no GPU" and report["layers"]["gpu"] == "unavailable: no GPU"
+    with open("/proc/self/mounts") as f:
+        has_v2 = any(line.split()[2] == "cgroup2" for line in f)
+    assert (report["cgroup"]["v2_root"] is not None) == has_v2
+    for resource in ("memory", "pids", "cpu"):
+        state = report["layers"][resource]
+        home = "v2" if resource in report["cgroup"]["v2_controllers"] else (
+            "v1" if resource in report["cgroup"]["v1_controllers"] else None)
+        assert state.startswith(f"enforced (cgroup {home}") if home else state.startswith("unavailable")
+    if not os.path.exists(os.path.join(report["cgroup"]["v2_root"] or "/-", "dmem.capacity")):
+        assert report["dmem"].startswith("unavailable")
