@@ -1,5 +1,7 @@
 """The zygote for real: fork-server workers are confined (checked from the host side
 through /proc), answer over their one socket, report exits, and are killed and cleaned up."""
+import array
+import mmap
 import os
 import signal
 import socket
@@ -18,7 +20,7 @@ ACME = TenantIdentity("acme", 61000, 61000)
 
 @pytest.fixture(scope="module")
 def zygote():
-    z = Zygote.start(preload=("rtd.sandbox.echo",))
+    z = Zygote.start(preload=("rtd.sandbox.echo", __name__))
     yield z
     z.close()
     with pytest.raises(ChildProcessError):
@@ -100,3 +102,33 @@ def test_two_tenants_run_side_by_side(zygote):
     for handle, sock in ((a, sa), (b, sb)):
         sock.close()
         assert handle.wait(10).code == 0
+
+
+def memfd_worker(sock):
+    """Inside the sandbox: map a memfd the supervisor passed, answer with a memfd of our own."""
+    msg, fds, _, _ = socket.recv_fds(sock, 1024, 1)
+    size = int(msg)
+    with mmap.mmap(fds[0], size, prot=mmap.PROT_READ) as view:
+        total = sum(view[:size])
+    reply = os.memfd_create("rtd-reply", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(reply, 8)
+    with mmap.mmap(reply, 8) as out:
+        out[:] = array.array("q", [total]).tobytes()
+    socket.send_fds(sock, [b"8"], [reply])
+
+
+def test_memfds_cross_the_socket_both_ways(zygote):
+    ours, theirs = socket.socketpair()
+    handle = zygote.spawn(f"{__name__}:memfd_worker", identity=ACME, sock=theirs)
+    theirs.close()
+    data = bytes(range(256)) * 4096
+    fd = os.memfd_create("rtd-request")
+    os.write(fd, data)
+    socket.send_fds(ours, [str(len(data)).encode()], [fd])
+    os.close(fd)
+    msg, fds, _, _ = socket.recv_fds(ours, 1024, 1)
+    assert int.from_bytes(os.pread(fds[0], int(msg), 0), "little") == sum(data)
+    os.close(fds[0])
+    ours.close()
+    status = handle.wait(10)
+    assert (status.code, status.signal) == (0, None), status
