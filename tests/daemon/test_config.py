@@ -1,0 +1,126 @@
+"""The daemon's config, tenants and registry: validation refuses what it does not know,
+tokens match only by hash, and the registry survives a reopen and never tears."""
+import hashlib
+import json
+import os
+
+import pytest
+
+from rtd.daemon import config
+from rtd.daemon.config import ConfigError
+from rtd.daemon.registry import Registry
+from rtd.daemon.tenants import Tenants
+from rtd.errors import Code, RtdError
+
+TOKEN = "t" * 43
+GOOD = f"""
+state_dir = "state"
+[listen]
+unix = "run/rtd.sock"
+[metrics]
+port = 9102
+[admin]
+token_sha256 = ["{hashlib.sha256(b'admin-token').hexdigest()}"]
+[limits]
+max_queue = 8
+request_timeout_s = 2.5
+[[tenant]]
+id = "acme"
+token_sha256 = ["{hashlib.sha256(TOKEN.encode()).hexdigest()}"]
+trusted_keys = "trust/acme"
+policy = {{ limits = {{ memory_bytes = 1000000 }} }}
+"""
+
+
+def test_good_config_parses_with_paths_relative_to_the_file(tmp_path):
+    c = config.parse(GOOD, base=str(tmp_path))
+    assert c.state_dir == str(tmp_path / "state") and c.unix_socket == str(tmp_path / "run/rtd.sock")
+    assert c.limits.max_queue == 8 and c.limits.request_timeout_s == 2.5 and c.limits.max_concurrency == 4
+    [t] = c.tenants
+    assert (t.id, t.uid, t.gid, t.trusted_keys) == ("acme", 61000, 61000, str(tmp_path / "trust/acme"))
+
+
+@pytest.mark.parametrize("change, message", [
+    (("[limits]", "[limits]\nmax_qeueu = 3"), "unknown keys"),
+    (("port = 9102", 'port = "9102"'), "metrics.port: expected int"),
+    (("port = 9102", "port = 70000"), "0..65535"),
+    (('id = "acme"', 'id = "ac me"'), "letters, digits"),
+    (('[listen]\nunix = "run/rtd.sock"', '[listen]\ntcp = "0.0.0.0:1"'), "mTLS"),
+    (("max_queue = 8", "max_queue = 0"), "must be positive"),
+    (("max_queue = 8", "max_queue = true"), "expected int"),
+    (('trusted_keys = "trust/acme"', 'trusted_keys = "trust/acme"\nuid = 0'), "never root"),
+    (("state_dir", "stat_dir"), "state_dir: required"),
+    ((hashlib.sha256(TOKEN.encode()).hexdigest(), "nothex"), "token hashes"),
+    (("[metrics]", "[metrics"), "not TOML"),
+])
+def test_bad_configs_are_refused_naming_the_key(change, message):
+    with pytest.raises(ConfigError, match=message):
+        config.parse(GOOD.replace(*change, 1))
+
+
+def test_duplicate_tenants_refused():
+    tenant = GOOD[GOOD.index("[[tenant]]"):]
+    with pytest.raises(ConfigError, match="duplicate"):
+        config.parse(GOOD + tenant)
+
+
+def test_embedded_default_creates_keys_and_tokens_once(tmp_path, capsys):
+    c = config.embedded_default(str(tmp_path / "s"))
+    notes = capsys.readouterr().err
+    assert "embedded default" in notes and "signing key" in notes and "token" in notes
+    state = tmp_path / "s"
+    assert oct(os.stat(state / "dev-keys" / "signing.pem").st_mode & 0o777) == "0o600"
+    assert oct(os.stat(state / "dev.token").st_mode & 0o777) == "0o600"
+    assert (state / "trust" / "dev" / "signing.pub.pem").read_bytes() == (state / "dev-keys" / "signing.pub.pem").read_bytes()
+    token = (state / "dev.token").read_text().strip()
+    assert len(token) >= 32 and Tenants(c).authenticate([("authorization", f"Bearer {token}")]).id == "dev"
+    again = config.embedded_default(str(state))
+    assert "created" not in capsys.readouterr().err and again.tenants == c.tenants
+
+
+def test_tokens_match_only_their_tenant_and_admin_is_separate(tmp_path):
+    tenants = Tenants(config.parse(GOOD, base=str(tmp_path)))
+    assert tenants.authenticate([("authorization", f"Bearer {TOKEN}")]).id == "acme"
+    for metadata in ([], [("authorization", f"Bearer {TOKEN}x")], [("authorization", TOKEN)],
+                     [("authorization", "Bearer admin-token")], [("x-token", TOKEN)]):
+        with pytest.raises(RtdError) as e:
+            tenants.authenticate(metadata)
+        assert e.value.code == Code.E_UNAUTHENTICATED
+    tenants.authenticate_admin([("authorization", "Bearer admin-token")])
+    with pytest.raises(RtdError):
+        tenants.authenticate_admin([("authorization", f"Bearer {TOKEN}")])
+
+
+class FakeFile:
+    def __init__(self, data: bytes):
+        self.data = memoryview(data)
+
+
+class Pkg:
+    """The fields of a VerifiedPackage the registry records (the registry only stores bytes)."""
+    def __init__(self, name, counter, model):
+        self.name, self.version, self.version_dir, self.counter = name, f"1.0.{counter}", str(counter), counter
+        self.manifest_sha256, self.key_fingerprint, self.config_text = "ab" * 32, "cd" * 32, None
+        self.files = {f"{counter}/model.onnx": FakeFile(model), f"{counter}/metadata.json": FakeFile(b"{}")}
+
+
+def test_registry_persists_dedups_and_collects_blobs(tmp_path):
+    r = Registry(str(tmp_path))
+    r.record("acme", Pkg("m", 1, b"model-a"))
+    r.record("beta", Pkg("m", 1, b"model-a"))
+    assert len(os.listdir(tmp_path / "blobs")) == 2            # identical bytes stored once
+    reopened = Registry(str(tmp_path))
+    assert sorted((t, n, f["1/model.onnx"]) for t, n, f in reopened.packages()) == [
+        ("acme", "m", b"model-a"), ("beta", "m", b"model-a")]
+    reopened.record("acme", Pkg("m", 2, b"model-b"))
+    reopened.forget("beta", "m")
+    assert [(t, n, sorted(f)) for t, n, f in Registry(str(tmp_path)).packages()] == [
+        ("acme", "m", ["2/metadata.json", "2/model.onnx"])]
+    assert len(os.listdir(tmp_path / "blobs")) == 2
+    assert not [p for p in os.listdir(tmp_path) if ".tmp." in p]
+
+
+def test_registry_refuses_a_foreign_file(tmp_path):
+    (tmp_path / "registry.json").write_text(json.dumps({"format": 99}))
+    with pytest.raises(RtdError):
+        Registry(str(tmp_path))
