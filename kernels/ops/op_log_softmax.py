@@ -1,4 +1,8 @@
-"""LogSoftmax: (x - max) - log(sum(exp(x - max))) along an axis."""
+"""LogSoftmax: (x - max) - log(sum(exp(x - max))) along an axis.
+
+Always shifted by the row maximum (unlike Softmax): x - log(sum(exp(x))) would cancel to
+ulp(|x|) for the dominant entries, where x - max is exactly 0.
+"""
 from ._softmax import AlongAxis, Coerced2D
 
 

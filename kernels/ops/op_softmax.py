@@ -1,12 +1,12 @@
 """Softmax: exp(x - max) / sum(exp(x - max)) along an axis, in one output buffer."""
-from ._softmax import AlongAxis, Coerced2D
+from ._softmax import AlongAxis, Coerced2D, exp_shift
 
 
 class Softmax_13(AlongAxis):
     def along(self, x, axis):
         xp = self.xp
-        result = xp.subtract(x, xp.max(x, axis=axis, keepdims=True))
-        xp.exp(result, out=result)
+        shift = exp_shift(xp, x, axis)
+        result = xp.exp(x) if shift is None else xp.exp(xp.subtract(x, shift))
         result /= xp.sum(result, axis=axis, keepdims=True)
         return result
 

@@ -155,10 +155,19 @@ def test_reduce_log_sum_exp_does_not_overflow():
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
 @pytest.mark.parametrize("opset,axis", [(11, 1), (11, -1), (13, 1), (13, -1), (13, 0)])
-def test_softmax_family_axis_rules(op, opset, axis):
-    x = RNG.standard_normal((2, 3, 4)).astype(np.float32) * 30
+@pytest.mark.parametrize("scale", [3, 30])  # Softmax skips the max shift when exp cannot overflow
+def test_softmax_family_axis_rules(op, opset, axis, scale):
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32) * scale
     x[0, 0, :2] = x[0, 0, 2]  # Hardmax ties resolve to the first index
     _against_ort(op, [x], opset=opset, axis=axis)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_with_masked_entries(op):
+    x = RNG.standard_normal((2, 4, 6)).astype(np.float32)
+    x[:, :, 4:] = -np.inf
+    x[0, 0, 0] = 1000.0
+    _against_ort(op, [x], opset=13, axis=-1)
 
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
@@ -168,18 +177,29 @@ def test_arg_extreme_ties(op, last):
     _against_ort(op, [x], axis=1, keepdims=0, select_last_index=last)
 
 
-@pytest.mark.parametrize("op", ["CumSum"])
+@pytest.mark.parametrize("shape,axis", [((3, 5), 1), ((3, 5), 0), ((4, 300), 0), ((2, 5, 300), -2)])
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
-def test_cumulative(op, exclusive, reverse):
-    x = RNG.standard_normal((3, 5)).astype(np.float32)
-    _against_ort(op, [x, np.array(1, np.int64)], exclusive=exclusive, reverse=reverse)
+def test_cumulative(shape, axis, exclusive, reverse):  # small shapes accumulate, wide ones loop slices
+    x = RNG.standard_normal(shape).astype(np.float32)
+    _against_ort("CumSum", [x, np.array(axis, np.int64)], exclusive=exclusive, reverse=reverse)
+    _against_ort("CumSum", [_ints(np.int32, shape), np.array(axis, np.int32)], exclusive=exclusive, reverse=reverse)
 
 
 @pytest.mark.parametrize("largest", [0, 1])
-@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
-def test_top_k_stable_ties(largest, dtype):
-    x = _ints(np.int64, (3, 12), 0, 4).astype(dtype)
-    _against_ort("TopK", [x, np.array([5], np.int64)], n_out=2, axis=1, largest=largest)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32, np.int8, np.uint8])
+@pytest.mark.parametrize("k", [1, 5, 12])
+def test_top_k_stable_ties(largest, dtype, k):  # packed int64 codes for <= 32-bit types, argsort else
+    x = _ints(np.int64, (3, 12), -3, 3).astype(dtype)
+    if dtype == np.uint8:
+        x = x + np.uint8(3)
+    _against_ort("TopK", [x, np.array([k], np.int64)], n_out=2, axis=1, largest=largest)
+    _against_ort("TopK", [x, np.array([min(k, 3)], np.int64)], n_out=2, axis=0, largest=largest)
+
+
+def test_top_k_float_extremes_and_signed_zero():
+    x = np.float32([[0.0, -0.0, 3.0, -np.inf, np.inf, 1e-38, -1e-38, 2.0, -0.0, 0.0]])
+    for largest in (0, 1):
+        _against_ort("TopK", [x, np.array([7], np.int64)], n_out=2, axis=1, largest=largest)
 
 
 def _elementwise_kernels():
