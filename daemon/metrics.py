@@ -43,10 +43,12 @@ class Metrics:
         labels = (model, version, tenant)
         self.success.labels(*labels).inc()
         self.count.labels(*labels).inc(batch)
-        self.exec_count.labels(*labels).inc()
         self.request_us.labels(*labels).inc(total_s * 1e6)
         self.queue_us.labels(*labels).inc(queue_s * 1e6)
         self.compute_us.labels(*labels).inc(compute_s * 1e6)
+
+    def executed(self, model: str, version: str, tenant: str):
+        self.exec_count.labels(model, version, tenant).inc()
 
     def failed(self, model: str, version: str, tenant: str, reason: str):
         self.failure.labels(model, version, tenant, reason).inc()

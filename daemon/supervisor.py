@@ -12,6 +12,7 @@ import time
 from google.protobuf import json_format
 
 from rtd.daemon.admission import Gate
+from rtd.daemon.batching import Batcher
 from rtd.daemon.config import Config, TenantConfig
 from rtd.daemon.metrics import Metrics
 from rtd.daemon.pool import Pool
@@ -38,6 +39,7 @@ class Supervisor:
         self.pool = Pool(zygote, config.tenants, config.limits, self.metrics)
         self.gates = {t.id: Gate(config.limits.max_queue, config.limits.max_concurrency) for t in config.tenants}
         self.load_locks = {t.id: threading.Lock() for t in config.tenants}
+        self.batchers: dict[tuple[str, str], Batcher] = {}
         self.metrics.memory_source = self.memory
         self.started = False
 
@@ -60,6 +62,8 @@ class Supervisor:
 
     def close(self) -> None:
         self.started = False
+        for batcher in self.batchers.values():
+            batcher.close()
         self.pool.close()
 
     def ready(self) -> bool:
@@ -73,11 +77,22 @@ class Supervisor:
         return slot
 
     def _place(self, tenant: TenantConfig, name: str, pkg) -> None:
+        worker = self.pool.workers[tenant.id]
         try:
-            self.pool.workers[tenant.id].load(name, pkg)
+            worker.load(name, pkg)
         except BaseException:
             pkg.close()
             raise
+        old = self.batchers.pop((tenant.id, name), None)
+        if old is not None:
+            old.close()
+        config = pkg.config
+        if config is not None and config.max_batch_size > 0 and config.HasField("dynamic_batching"):
+            delay = config.dynamic_batching.max_queue_delay_microseconds / 1e6
+            labels = (name, pkg.version_dir, tenant.id)
+            self.batchers[(tenant.id, name)] = Batcher(
+                name, config.max_batch_size, delay, lambda i, o, d: worker.infer(name, i, o, d),
+                on_execution=lambda rows: self.metrics.executed(*labels))
 
     def load(self, tenant: TenantConfig, name: str, files: dict, config_json: str | None = None) -> None:
         """Verify a signed package ({relative path: bytes}) and serve it; no files = reload by name."""
@@ -119,6 +134,9 @@ class Supervisor:
     def unload(self, tenant: TenantConfig, name: str) -> None:
         with self.load_locks[tenant.id]:
             self._slot(tenant, name)
+            batcher = self.batchers.pop((tenant.id, name), None)
+            if batcher is not None:
+                batcher.close()
             self.pool.workers[tenant.id].unload(name)
             self.registry.forget(tenant.id, name)
 
@@ -203,15 +221,21 @@ class Supervisor:
             self._check_inputs(name, slot.signature, inputs, outputs)
             limit = self.config.limits.request_timeout_s
             deadline = start + (min(timeout_s, limit) if timeout_s else limit)
+            batcher = self.batchers.get((tenant.id, name))
             with self.gates[tenant.id].admit(deadline):
                 admitted = time.monotonic()
-                results = self.pool.workers[tenant.id].infer(name, inputs, outputs, deadline)
+                if batcher is not None:
+                    results = batcher.submit(inputs, outputs, deadline)
+                else:
+                    results = self.pool.workers[tenant.id].infer(name, inputs, outputs, deadline)
+                    self.metrics.executed(name, version, tenant.id)
         except RtdError as e:
             self.metrics.failed(name, version, tenant.id, "REJECTED" if e.code.status in (
                 "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED") else "BACKEND")
             raise
         done = time.monotonic()
-        batch = next(iter(inputs.values())).shape[0] if inputs and next(iter(inputs.values())).ndim else 1
+        batched = slot.package.config is not None and slot.package.config.max_batch_size > 0
+        batch = next(iter(inputs.values())).shape[0] if batched and inputs else 1
         self.metrics.inferred(name, version, tenant.id, batch, done - start, admitted - start, done - admitted)
         return version, results
 

@@ -211,3 +211,36 @@ def test_metrics_use_tritons_names(daemon, typed):
     assert "nv_inference_compute_infer_duration_us_total" in text and "nv_inference_queue_duration_us_total" in text
     assert 'rtd_verification_refusals_total{code="E_FILE_MISSING",tenant="acme"}' in text
     assert 'rtd_tenant_memory_bytes{tenant="acme"}' in text
+
+
+BATCHED_CONFIG = b"""
+name: "batched"
+max_batch_size: 8
+input [{ name: "X" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "Y" data_type: TYPE_FP32 dims: [3] }]
+dynamic_batching { max_queue_delay_microseconds: 500000 }
+"""
+
+
+def _metric(daemon, line_start: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
+
+
+def test_dynamic_batching_runs_concurrent_requests_as_one_execution(daemon):
+    import concurrent.futures
+    model = mlp(9)
+    daemon.client("beta").load("batched", daemon.package("beta", model, "batched", config=BATCHED_CONFIG))
+    meta = daemon.client("beta").metadata_of("batched")
+    assert list(meta.inputs[0].shape) == [-1, 4]
+    xs = [np.random.default_rng(i).standard_normal((i % 2 + 1, 4)).astype(np.float32) for i in range(4)]
+    executions = 'nv_inference_exec_count_total{model="batched",tenant="beta"'
+    before = _metric(daemon, executions)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda x: daemon.client("beta").infer("batched", {"X": x})["Y"], xs))
+    for x, got in zip(xs, results):
+        np.testing.assert_allclose(got, reference(model, {"X": x})["Y"], rtol=1e-5, atol=1e-6)
+    assert _metric(daemon, executions) - before < 4
+    with pytest.raises(RtdError) as e:
+        daemon.client("beta").infer("batched", {"X": np.ones((9, 4), np.float32)})
+    assert e.value.code == Code.E_INPUT_INVALID
