@@ -87,8 +87,8 @@ def cold_start(side: str, path: str, feeds: dict, threads: int) -> dict:
 
 # ---- latency ----
 
-def time_pair(run_rtd, run_ort, runs: int, min_seconds: float) -> tuple[float, float]:
-    """Median seconds of each, after a warm-up, in alternating blocks of 5 runs."""
+def time_pair(run_rtd, run_ort, runs: int, min_seconds: float) -> tuple[list[float], list[float]]:
+    """Seconds per run of each, after a warm-up, in alternating blocks of 5 runs."""
     for fn in (run_rtd, run_ort):
         fn()
         fn()
@@ -100,7 +100,13 @@ def time_pair(run_rtd, run_ort, runs: int, min_seconds: float) -> tuple[float, f
                 t = time.perf_counter()
                 fn()
                 out.append(time.perf_counter() - t)
-    return statistics.median(samples[0]), statistics.median(samples[1])
+    return samples
+
+
+def noisy(samples: list[float]) -> bool:
+    """Interquartile range over 20 % of the median: the machine was busy; flag the number."""
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return q3 - q1 > 0.2 * median
 
 
 def bench_model(name: str, zoo, thread_counts: list[int], runs: int, min_seconds: float, seed: int) -> list[dict]:
@@ -126,12 +132,13 @@ def bench_model(name: str, zoo, thread_counts: list[int], runs: int, min_seconds
             session = reference_session(path, threads, optimized=True)
             try:
                 with threadpoolctl.threadpool_limits(threads):
-                    rtd_s, ort_s = time_pair(lambda: model.run(feeds), lambda: session.run(None, feeds), runs, min_seconds)
+                    rtd_t, ort_t = time_pair(lambda: model.run(feeds), lambda: session.run(None, feeds), runs, min_seconds)
             except Exception as e:  # e.g. a plan that breaks on its second run: report, go on with the next model
                 rows.append({"model": name, "dims": label, "error": f"crashed while timing: {type(e).__name__}: {e}"[:160]})
                 break
-            rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3,
-                         "ort_ms": ort_s * 1e3, "ratio": rtd_s / ort_s})
+            rtd_s, ort_s = statistics.median(rtd_t), statistics.median(ort_t)
+            rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3, "ort_ms": ort_s * 1e3,
+                         "ratio": rtd_s / ort_s, "noisy": "*" * (noisy(rtd_t) + noisy(ort_t))})
         if "error" not in rows[-1]:
             rows[-1]["cold"] = {side: cold_start(side, path, feeds, max(thread_counts)) for side in ("rtd", "ort")}
     return rows
@@ -144,7 +151,7 @@ def report(rows: list[dict], thread_counts: list[int]) -> str:
             lines.append(f"| {r['model']} | {r['dims']} | – | – | – | {r['error']} |")
         else:
             lines.append(f"| {r['model']} | {r['dims']} | {r['threads']} | {r['rtd_ms']:.2f} | {r['ort_ms']:.2f} "
-                         f"| {r['ratio']:.2f}× |")
+                         f"| {r['ratio']:.2f}×{r['noisy']} |")
     lines.append("")
     for threads in thread_counts:
         ratios = [r["ratio"] for r in rows if r.get("threads") == threads]
@@ -152,6 +159,7 @@ def report(rows: list[dict], thread_counts: list[int]) -> str:
             geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
             lines.append(f"geometric mean rtd/ORT at {threads} thread(s): {geomean:.2f}× over {len(ratios)} "
                          f"configurations (worst {max(ratios):.2f}×)")
+    lines.append("(* / **: one / both sides' interquartile range exceeded 20 % of the median)")
     failed = [r for r in rows if "error" in r]
     lines.append(f"not timed (refused or wrong): {len(failed)}")
     lines += ["", "| model | dims | rtd compile s | ORT session s | rtd 1st run s | ORT 1st run s "
