@@ -35,9 +35,8 @@ def _open_dir(name: str, dir_fd: int | None, path: str) -> int:
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.EMLINK):
-            raise RtdError(Code.E_LINK_FORBIDDEN, f"{path} is a symlink") from None
-        if e.errno == errno.ENOTDIR:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):   # O_DIRECTORY|O_NOFOLLOW on a symlink: ENOTDIR
+            _refuse_non_regular(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode, path)
             raise RtdError(Code.E_SPECIAL_FILE, f"{path} is not a directory") from None
         if e.errno == errno.ENOENT:
             raise RtdError(Code.E_FILE_MISSING, f"{path} does not exist") from None

@@ -220,7 +220,11 @@ class _Walk:
 def check_model(data, *, allowed_ops: set[tuple[str, str]] | None = None,
                 external: Mapping | None = None, limits: GuardLimits = GuardLimits()) -> onnx.ModelProto:
     """Parse and check an ONNX model from bytes; return it with any external data inlined."""
-    view = memoryview(data)
+    with memoryview(data) as view:   # released on any exit, so the caller can close its memfd
+        return _check(view, allowed_ops, external, limits)
+
+
+def _check(view: memoryview, allowed_ops, external, limits: GuardLimits) -> onnx.ModelProto:
     formats.refuse_unsafe(view, "model")
     if len(view) > limits.max_model_bytes:
         raise RtdError(Code.E_ONNX_LIMIT, f"model is {len(view)} bytes, over {limits.max_model_bytes}")

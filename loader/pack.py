@@ -29,17 +29,25 @@ def _tensor_signature(values) -> list[dict]:
     return out
 
 
-def build_metadata(model_bytes: bytes, *, name: str, version: str, counter: int,
-                   expires: str | None = None, config_bytes: bytes | None = None,
-                   created: datetime.datetime | None = None, **optional) -> dict:
-    """metadata.json content for a model (the operator's tooling reads the graph's signature here)."""
+def graph_signature(model_bytes: bytes) -> tuple[list[dict], list[dict]]:
+    """The inputs and outputs of a model's graph (the operator's tooling parses it; the daemon never does)."""
     graph = onnx.load_from_string(model_bytes).graph
     initializers = {t.name for t in graph.initializer}
+    return (_tensor_signature(v for v in graph.input if v.name not in initializers),
+            _tensor_signature(graph.output))
+
+
+def build_metadata(model_bytes: bytes, *, name: str, version: str, counter: int,
+                   expires: str | None = None, config_bytes: bytes | None = None,
+                   created: datetime.datetime | None = None, signature: tuple | None = None,
+                   **optional) -> dict:
+    """metadata.json content; `signature` = (inputs, outputs), read from the model when None."""
+    inputs, outputs = signature if signature is not None else graph_signature(model_bytes)
     meta = {
         "format": metadata.FORMAT, "name": name, "version": version, "counter": counter,
         "created": metadata.timestamp(created or datetime.datetime.now(datetime.timezone.utc)),
-        "inputs": _tensor_signature(v for v in graph.input if v.name not in initializers),
-        "outputs": _tensor_signature(graph.output),
+        "inputs": inputs,
+        "outputs": outputs,
         "config_sha256": hashlib.sha256(config_bytes).hexdigest() if config_bytes is not None else None,
         **{k: v for k, v in optional.items() if v is not None},
     }

@@ -31,9 +31,12 @@ class SealedFile:
     def close(self) -> None:
         if self.fd < 0:
             return
-        self.data.release()
-        if self._map is not None:
-            self._map.close()
+        try:
+            self.data.release()
+            if self._map is not None:
+                self._map.close()
+        except BufferError:
+            pass   # a caller still holds a view: the mapping goes with the last view, the memfd now
         os.close(self.fd)
         self.fd = -1
 

@@ -8,7 +8,9 @@ The signature file `checksum.sha256.sig` is a small JSON envelope, strictly pars
 The raw signature covers the manifest bytes exactly (`openssl pkeyutl`/`dgst -sigopt
 rsa_padding_mode:pss -sigopt rsa_pss_saltlen:32` checks it too). `key` only selects which
 trusted key to try; `manifest_sha256` only sharpens the refusal code (a manifest edited after
-signing reads E_DIGEST_MISMATCH). Neither is trusted: the signature decides.
+signing reads E_DIGEST_MISMATCH). Neither is trusted: the signature decides. The envelope
+must be byte-for-byte canonical (sorted keys, fixed layout, canonical base64), so no edit of
+the signature file, however harmless it looks, is accepted.
 
 `verify` raises and never returns a bool. Parameters are never auto-detected for acceptance;
 when the fixed scheme fails, the trusted key is tried with PKCS#1 v1.5 and PSS with other salts
@@ -69,8 +71,10 @@ def read_envelope(data) -> Envelope:
         raw = base64.b64decode(env["signature"], validate=True) if isinstance(env["signature"], str) else b""
     except binascii.Error:
         raw = b""
-    if not raw:
-        raise RtdError(Code.E_SIG_INVALID, "envelope signature is not base64 bytes")
+    if not raw or base64.b64encode(raw).decode() != env["signature"]:
+        raise RtdError(Code.E_SIG_INVALID, "envelope signature is not canonical base64")
+    if boundedjson.dumps(env) != bytes(data):
+        raise RtdError(Code.E_SIG_INVALID, "envelope is not in canonical form")
     return Envelope(env["key"], env["manifest_sha256"], raw)
 
 
