@@ -1,0 +1,183 @@
+"""Convolution, pooling, normalization, recurrent and quantized kernels beyond the onnx node tests.
+
+Each case is a one-node ONNX model run through rtd and through onnxruntime on the same random
+inputs; the shapes are picked to drive every plan the kernels choose between (pointwise,
+depthwise, pixel-major and channel-major convolution; pooled Indices in both storage orders;
+ragged bidirectional recurrences). Scratch buffers are per thread, so concurrent runs are
+checked too, and refusals are checked for their stable codes.
+"""
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from rtd.errors import Code, RtdError
+from rtd.kernels import compile_model
+
+RNG = np.random.default_rng(11)
+
+
+def _model(op, inputs, consts=(), n_out=1, opset=21, **attrs):
+    """Fed inputs named in0.., initializers c0..; an empty string in `consts` skips an optional input."""
+    names = [f"in{i}" for i in range(len(inputs))]
+    inits = [numpy_helper.from_array(c, f"c{i}") for i, c in enumerate(consts) if c is not None]
+    const_names = [f"c{i}" if c is not None else "" for i, c in enumerate(consts)]
+    node = helper.make_node(op, names + const_names, [f"out{i}" for i in range(n_out)], **attrs)
+    graph = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape) for n, x in zip(names, inputs)],
+        [helper.make_empty_tensor_value_info(f"out{i}") for i in range(n_out)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    return onnx.shape_inference.infer_shapes(model).SerializeToString()
+
+
+def _against_ort(op, inputs, consts=(), n_out=1, opset=21, rtol=1e-4, atol=1e-5, **attrs):
+    model = _model(op, inputs, consts, n_out, opset, **attrs)
+    feeds = {f"in{i}": x for i, x in enumerate(inputs)}
+    ours = compile_model(model).run(feeds)
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for i, expected in enumerate(theirs):
+        got = ours[f"out{i}"]
+        assert got.dtype == expected.dtype and got.shape == expected.shape, (op, i, got.shape, expected.shape)
+        if expected.dtype.kind == "f":
+            np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, err_msg=f"{op} output {i}")
+        else:
+            np.testing.assert_array_equal(got, expected, err_msg=f"{op} output {i}")
+    return ours
+
+
+def _f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+CONV_CASES = [  # (x shape, w shape, attrs): each plan of _conv, with odd pads, strides and dilations
+    ((2, 16, 9, 9), (8, 16, 1, 1), {}),  # pointwise: one GEMM over NCHW
+    ((1, 64, 20, 20), (8, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # pixel-major im2col
+    ((2, 32, 18, 18), (4, 32, 3, 3), {"pads": [0, 1, 2, 1], "strides": [1, 1], "dilations": [2, 1]}),
+    ((1, 3, 17, 15), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),  # channel-major
+    ((2, 12, 10, 10), (6, 4, 3, 3), {"group": 3, "pads": [1, 1, 1, 1], "strides": [2, 1]}),  # grouped
+    ((1, 8, 11, 11), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1], "dilations": [2, 2]}),  # depthwise
+    ((2, 6, 13), (4, 6, 3), {"pads": [2, 1], "strides": [2]}),  # 1-D
+    ((1, 4, 5, 6, 7), (3, 4, 2, 3, 2), {"pads": [1, 0, 1, 0, 1, 1]}),  # 3-D
+    ((1, 16, 7, 8), (8, 16, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    ((1, 16, 32, 32), (8, 16, 1, 1), {"strides": [2, 2]}),  # 1x1 with stride: not pointwise
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", CONV_CASES)
+def test_conv_plans_match_onnxruntime(x_shape, w_shape, attrs):
+    _against_ort("Conv", [_f32(*x_shape)], [_f32(*w_shape), _f32(w_shape[0])], **attrs)
+
+
+def test_conv_half_precision_accumulates_in_float32():
+    x, w = _f32(1, 32, 12, 12).astype(np.float16), _f32(16, 32, 3, 3).astype(np.float16)
+    _against_ort("Conv", [x], [w], rtol=2e-3, atol=2e-3, pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]},
+    {"group": 2, "dilations": [2, 1]},
+    {"output_shape": [11, 12], "strides": [2, 2]},
+])
+def test_conv_transpose_matches_onnxruntime(attrs):
+    _against_ort("ConvTranspose", [_f32(2, 4, 5, 6)], [_f32(4, 3, 3, 3), _f32(3 * attrs.get("group", 1))],
+                 kernel_shape=[3, 3], **attrs)
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [2, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [2, 1, 0, 1]},
+])
+def test_maxpool_values_and_indices_match_onnxruntime(attrs, storage_order):
+    x = _f32(2, 3, 11, 10)
+    _against_ort("MaxPool", [x], n_out=2, storage_order=storage_order, **attrs)
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("ceil_mode", [0, 1])
+def test_averagepool_counts_match_onnxruntime(count_include_pad, ceil_mode):
+    _against_ort("AveragePool", [_f32(1, 4, 10, 9)], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 1],
+                 count_include_pad=count_include_pad, ceil_mode=ceil_mode)
+
+
+def test_gemm_folds_alpha_beta_and_transposes():
+    a, b = _f32(5, 7), _f32(6, 5)  # A' is 7x5, B' is 5x6
+    _against_ort("Gemm", [a, b], [_f32(1, 6)], alpha=0.5, beta=-2.0, transA=1, transB=1)
+    _against_ort("Gemm", [a.T.copy()], [b.T.copy(), _f32(7, 1)], beta=0.0)
+
+
+def test_layer_and_group_normalization_match_onnxruntime():
+    x = _f32(2, 6, 5, 4) * 3 + 1
+    _against_ort("LayerNormalization", [x], [_f32(5, 4), _f32(5, 4)], n_out=3, axis=2, epsilon=1e-3, opset=17)
+    _against_ort("BatchNormalization", [x], [_f32(6), _f32(6), _f32(6), np.abs(_f32(6)) + 0.1], opset=15)
+    _against_ort("InstanceNormalization", [x], [_f32(6), _f32(6)])
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_recurrent_ragged_bidirectional_matches_onnxruntime(op):
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    seq, batch, inp, hidden = 5, 3, 4, 6
+    x = _f32(seq, batch, inp)
+    w, r = _f32(2, gates * hidden, inp) * 0.5, _f32(2, gates * hidden, hidden) * 0.5
+    consts = [w, r, _f32(2, 2 * gates * hidden), np.array([5, 2, 4], np.int32), _f32(2, batch, hidden)]
+    attrs = {"hidden_size": hidden, "direction": "bidirectional"}
+    if op == "LSTM":
+        consts += [_f32(2, batch, hidden), _f32(2, 3 * hidden)]  # initial_c and peepholes
+    if op == "GRU":
+        attrs["linear_before_reset"] = 1
+    _against_ort(op, [x], consts, n_out=3 if op == "LSTM" else 2, **attrs)
+
+
+def test_lstm_clip_and_custom_activations_match_onnxruntime():
+    x = _f32(4, 2, 3) * 4
+    w, r = _f32(1, 16, 3), _f32(1, 16, 4)
+    _against_ort("LSTM", [x], [w, r], n_out=3, hidden_size=4, clip=0.7,
+                 activations=["HardSigmoid", "LeakyRelu", "Softsign"], activation_alpha=[0.3, 0.05],
+                 activation_beta=[0.4])
+
+
+def test_quantized_conv_and_matmul_match_onnxruntime():
+    x = RNG.integers(0, 255, (1, 8, 9, 9), dtype=np.uint8)
+    w = RNG.integers(-127, 127, (4, 8, 3, 3), dtype=np.int8)
+    w_scale = (np.abs(_f32(4)) * 0.01 + 0.001).astype(np.float32)
+    consts = [np.float32(0.02), np.uint8(120), w, w_scale, np.zeros(4, np.int8), np.float32(0.5), np.uint8(128),
+              RNG.integers(-500, 500, 4, dtype=np.int32)]
+    _against_ort("QLinearConv", [x], consts, opset=13, pads=[1, 1, 1, 1])
+    a = RNG.integers(0, 255, (5, 7), dtype=np.uint8)
+    b = RNG.integers(0, 255, (7, 3), dtype=np.uint8)
+    _against_ort("MatMulInteger", [a], [b, np.uint8(3), np.uint8(200)], opset=13)
+    _against_ort("DynamicQuantizeLinear", [_f32(4, 9)], n_out=3, opset=13)
+
+
+def test_concurrent_runs_do_not_share_scratch_buffers():
+    x1, x2 = _f32(1, 64, 20, 20), _f32(1, 64, 20, 20)
+    model = compile_model(_model("Conv", [x1], [_f32(8, 64, 3, 3)], pads=[1, 1, 1, 1]))
+    want = {id(x): model.run({"in0": x})["out0"] for x in (x1, x2)}
+    failures = []
+
+    def hammer(x):
+        for _ in range(30):
+            if not np.array_equal(model.run({"in0": x})["out0"], want[id(x)]):
+                failures.append(id(x))
+
+    threads = [threading.Thread(target=hammer, args=(x,)) for x in (x1, x2, x1, x2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_refusals_carry_stable_codes():
+    with pytest.raises(RtdError) as err:
+        compile_model(_model("Conv", [_f32(1, 4, 5, 5)], [_f32(2, 4, 3, 3)], fancy=1))
+    assert err.value.code is Code.E_OP_UNSUPPORTED
+    model = compile_model(_model("Conv", [_f32(1, 4, 5, 5)], [_f32(2, 4, 3, 3)]))
+    with pytest.raises(RtdError) as err:
+        model.run({"in0": _f32(1, 4, 5, 5)[:, :3]})
+    assert err.value.code is Code.E_INPUT_INVALID
