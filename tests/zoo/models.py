@@ -163,26 +163,8 @@ def build_gru_tagger() -> bytes:
                   dynamic={"tokens": {0: "batch", 1: "seq"}, "tags": {0: "batch", 1: "seq"}})
 
 
-class _LoopThenBranch(torch.nn.Module):
-    """`steps` residual tanh layers (an ONNX Loop), then a data-dependent branch (an ONNX If)."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(16, 16)
-
-    def forward(self, x, steps: torch.Tensor):
-        h = x
-        for _ in range(int(steps)):
-            h = torch.tanh(self.lin(h)) + 0.5 * h
-        if bool(h.sum() > 0):
-            out = h * 2.0 - 1.0
-        else:
-            out = torch.sigmoid(h)
-        return out
-
-
 def build_control_flow() -> bytes:
-    net = torch.jit.script(nets.perturbed_init(_LoopThenBranch(), seed=16))
+    net = torch.jit.script(nets.perturbed_init(nets.LoopThenBranch(), seed=16))
     return export(net, (torch.randn(2, 16), torch.tensor(3)), opset=13, inputs=["x", "steps"], outputs=["y"],
                   dynamic={"x": {0: "batch"}, "y": {0: "batch"}})
 

@@ -168,6 +168,27 @@ class RNNTagger(nn.Module):
         return self.out(y)
 
 
+class LoopThenBranch(nn.Module):
+    """`steps` residual tanh layers (an ONNX Loop), then a data-dependent branch (an ONNX If).
+
+    Meant for torch.jit.script, so the TorchScript exporter keeps the control flow.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x, steps: torch.Tensor):
+        h = x
+        for _ in range(int(steps)):
+            h = torch.tanh(self.lin(h)) + 0.5 * h
+        if bool(h.sum() > 0):
+            out = h * 2.0 - 1.0
+        else:
+            out = torch.sigmoid(h)
+        return out
+
+
 class TinyFPN(nn.Module):
     """A small detector: strided backbone, top-down FPN (nearest and bilinear upsampling + Concat), heads."""
 
