@@ -11,6 +11,8 @@ import scipy.special
 
 from rtd.errors import Code, RtdError
 
+from .backend_cupy import chain_kernel
+
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 
@@ -165,6 +167,8 @@ class ElementwiseChain(Fused):
     def setup(self, make_kernel):
         self.kernels = [(make_kernel(node), spec) for node, spec in self.links]
         self.arity = 1 + max((i for _, spec in self.links for i in spec if i is not None), default=-1)
+        # on a GPU the whole chain is one generated kernel (None on the CPU or without CUDA forms)
+        self.gpu = chain_kernel(self.kernels, self.arity, self.dtype) if self.xp is not np else None
 
     def run(self, *args):
         inputs, out = args[: self.arity], args[self.arity]
@@ -172,6 +176,8 @@ class ElementwiseChain(Fused):
         scratch = args[self.arity + 1] if n > 1 else None
         if out is None:
             out = self.xp.empty(self.shape, self.dtype)
+        if self.gpu is not None:
+            return (self.gpu(*inputs, out),)
         if scratch is None and n > 1:
             scratch = self.xp.empty(self.shape, self.dtype)
         prev = None

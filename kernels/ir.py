@@ -45,9 +45,10 @@ class Graph:
         return {out: node for node in self.nodes for out in node.outputs if out}
 
     def consumers(self) -> dict:
+        """name -> the distinct nodes that read it, in graph order."""
         uses: dict = {}
         for node in self.nodes:
-            for name in itertools.chain(node.inputs, node.implicit):
+            for name in set(itertools.chain(node.inputs, node.implicit)):
                 if name:
                     uses.setdefault(name, []).append(node)
         return uses

@@ -53,11 +53,11 @@ def _parse(model) -> onnx.ModelProto:
         raise RtdError(Code.E_ONNX_PARSE, str(e)[:200]) from None
 
 
-def _xp(device: str):
+def _xp(device: str, gpu_memory_limit: int | None):
     if device == "cpu":
         return np
     if device == "cuda":
-        return backend_cupy.array_module()  # E_OP_UNSUPPORTED when CuPy or a GPU is absent
+        return backend_cupy.array_module(gpu_memory_limit)  # E_OP_UNSUPPORTED when CuPy or a GPU is absent
     raise RtdError(Code.E_OP_UNSUPPORTED, f"device {device!r} unavailable: rtd runs on 'cpu' or 'cuda'")
 
 
@@ -65,8 +65,8 @@ class CompiledModel:
     """A compiled ONNX model; `run` is safe to call from several threads at once."""
 
     def __init__(self, proto: onnx.ModelProto, device: str = "cpu", optimize: bool = True,
-                 disable_passes=(), profile: bool = False, max_plans: int = 32):
-        self.device, self.xp = device, _xp(device)
+                 disable_passes=(), profile: bool = False, max_plans: int = 32, gpu_memory_limit: int | None = None):
+        self.device, self.xp = device, _xp(device, gpu_memory_limit)
         if not proto.graph.node and not proto.graph.output:
             raise RtdError(Code.E_MODEL_INVALID, "the graph is empty")
         initializers = {t.name for t in proto.graph.initializer}
@@ -138,13 +138,16 @@ class CompiledModel:
 
     def run(self, feeds: dict, profile: bool = False) -> dict:
         values = self._check(feeds)
-        plan, outputs = self._plan(values)
-        if outputs is None:
-            record = Profile() if (profile or self.profile) else None
-            outputs = plan.run(values, record)
-            if record is not None:
-                with self._lock:
-                    self._profiles.append(record)
+        try:
+            plan, outputs = self._plan(values)
+            if outputs is None:
+                record = Profile() if (profile or self.profile) else None
+                outputs = plan.run(values, record)
+                if record is not None:
+                    with self._lock:
+                        self._profiles.append(record)
+        except backend_cupy.OUT_OF_MEMORY as e:
+            raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"GPU memory: {e}") from None
         if self.xp is not np:
             outputs = [backend_cupy.to_host(v) for v in outputs]
         return {spec.name: value for spec, value in zip(self.outputs, outputs)}
