@@ -95,6 +95,13 @@ def _read_model_dir(dir_fd: int, files: FileSet) -> None:
 
 def read_directory(path: str, files: FileSet) -> None:
     """Read a model directory or a version directory into `files`."""
+    try:
+        _read_tree(path, files)
+    except OSError as e:   # an entry vanished or became unreadable between listing and reading
+        raise RtdError(Code.E_FILE_MISSING, f"{e.filename or path}: {e.strerror}") from None
+
+
+def _read_tree(path: str, files: FileSet) -> None:
     top_fd = _open_dir(path, None, path)
     try:
         if layout.MANIFEST in os.listdir(top_fd):

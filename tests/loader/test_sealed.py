@@ -1,0 +1,83 @@
+"""Verify-then-load without TOCTOU: the package holds sealed memfds of the bytes it hashed.
+
+The race harness swaps the model file on disk while packages are being verified; every
+outcome must be either a refusal or a package whose bytes are exactly the signed ones.
+"""
+import errno
+import fcntl
+import hashlib
+import os
+import threading
+
+import pytest
+
+from rtd.errors import RtdError
+from rtd.loader import pack, verify_package
+
+from conftest import add_model
+import numpy as np
+
+
+@pytest.fixture
+def package_dir(tmp_path, signer, model_bytes):
+    path = str(tmp_path / "adder")
+    pack.write_directory(pack.package_files(model_bytes, name="adder", version="1.0.0", private_key=signer), path)
+    return path
+
+
+def test_memfd_is_sealed_and_read_only(package_dir, trust, model_bytes):
+    with verify_package(package_dir, trust=trust, tenant="t", rollback=None) as pkg:
+        fd = pkg.model.fd
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        assert seals & fcntl.F_SEAL_WRITE and seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW
+        assert seals & fcntl.F_SEAL_SEAL
+        with pytest.raises(OSError) as e:
+            os.pwrite(fd, b"x", 0)
+        assert e.value.errno == errno.EPERM
+        with pytest.raises(OSError):
+            os.ftruncate(fd, 0)
+        with pytest.raises(TypeError):
+            pkg.model.data[0] = 0
+        assert os.pread(fd, len(model_bytes) + 1, 0) == model_bytes
+        assert pkg.model.sha256 == hashlib.sha256(model_bytes).hexdigest()
+    assert pkg.model.fd == -1
+
+
+def test_file_rewritten_after_verification_changes_nothing(package_dir, trust, model_bytes):
+    with verify_package(package_dir, trust=trust, tenant="t", rollback=None) as pkg:
+        with open(os.path.join(package_dir, "1", "model.onnx"), "r+b") as f:
+            f.write(b"\xff" * 16)
+        assert pkg.model.bytes() == model_bytes
+
+
+def test_race_swapping_the_model_during_verification(package_dir, trust, model_bytes):
+    target = os.path.join(package_dir, "1", "model.onnx")
+    evil = add_model(np.full((1, 4), 666, np.float32))
+    signed_digest = hashlib.sha256(model_bytes).hexdigest()
+    stop = threading.Event()
+
+    def swapper():
+        flip = 0
+        while not stop.is_set():
+            tmp = target + ".swap"
+            with open(tmp, "wb") as f:
+                f.write(evil if flip else model_bytes)
+            os.replace(tmp, target)
+            flip ^= 1
+
+    outcomes = {"refused": 0, "verified": 0}
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    try:
+        for _ in range(200):
+            try:
+                with verify_package(package_dir, trust=trust, tenant="t", rollback=None) as pkg:
+                    assert hashlib.sha256(pkg.model.bytes()).hexdigest() == signed_digest
+                    assert os.pread(pkg.model.fd, 1 << 20, 0) == model_bytes
+                    outcomes["verified"] += 1
+            except RtdError:
+                outcomes["refused"] += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert sum(outcomes.values()) == 200
