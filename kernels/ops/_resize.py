@@ -2,9 +2,8 @@
 
 For every resized axis, `axis_weights` maps output positions to source coordinates (the
 coordinate_transformation_mode), then to a window of source indices and their weights
-(nearest / linear / cubic, optionally antialiased). Nearest becomes one `take`; linear and
-cubic become a dense (out x in) matrix applied with matmul, so bilinear NCHW resizing is two
-batched GEMMs. Edge handling follows the onnx reference: windows are clamped to the edge
+(nearest / linear / cubic, optionally antialiased). Each tap of the window is one `take`
+scaled by its weights; whole-factor nearest upsampling is a single broadcast copy. Edge handling follows the onnx reference: windows are clamped to the edge
 (replicate), `exclude_outside` zeroes and renormalizes out-of-range taps, and
 tf_crop_and_resize writes `extrapolation_value` where the source lies outside the input.
 """
@@ -103,16 +102,48 @@ def axis_weights(mode, x, in_size, scale, nearest_mode, cubic_a, exclude_outside
 
 
 def _along(xp, x, axis: int, index, weights, work_dtype):
-    """Apply one axis's resampling: a take for single taps, a matmul with the dense matrix otherwise."""
-    if index.shape[1] == 1:
-        return xp.take(x, xp.asarray(index[:, 0]), axis=axis)
-    matrix = np.zeros((index.shape[0], x.shape[axis]))
-    np.add.at(matrix, (np.arange(index.shape[0])[:, None], index), weights)
-    matrix = xp.asarray(matrix.astype(work_dtype))
-    if axis == x.ndim - 1:
-        return x @ matrix.T
-    moved = xp.moveaxis(x, axis, -2)
-    return xp.moveaxis(matrix @ moved, -2, axis)
+    """Resample one axis: the sum over window taps of (gathered slab x tap weight).
+
+    Memory-bound passes over the output, one per tap: a dense (out x in) matrix would
+    multiply mostly zeros.
+    """
+    out = None
+    shape = [1] * x.ndim
+    shape[axis] = index.shape[0]
+    for tap in range(index.shape[1]):
+        term = _gather(xp, x, axis, index[:, tap])
+        if index.shape[1] > 1:
+            term *= xp.asarray(weights[:, tap].astype(work_dtype).reshape(shape))
+        out = term if out is None else xp.add(out, term, out=out)
+    return out
+
+
+def _gather(xp, x, axis: int, index):
+    # On the last axis basic fancy indexing beats take (measured ~1.4x on NCHW maps).
+    return x[..., xp.asarray(index)] if axis == x.ndim - 1 else xp.take(x, xp.asarray(index), axis=axis)
+
+
+def _repeat_factor(index, in_size: int) -> int:
+    """k when nearest indices are each source index repeated k times in order, else 0."""
+    k, rest = divmod(index.shape[0], in_size)
+    return k if not rest and np.array_equal(index[:, 0], np.arange(index.shape[0]) // k) else 0
+
+
+def _repeat(xp, x, factors: dict):
+    """Whole-factor nearest upsampling (what 2x detector upsampling is): the last axis by one
+    gather, the others by one broadcast copy whose inner runs stay contiguous rows."""
+    last = x.ndim - 1
+    if last in factors:
+        x = _gather(xp, x, last, np.arange(x.shape[last] * factors[last]) // factors[last])
+    split, expanded, out_shape = [], [], []
+    for axis, dim in enumerate(x.shape):
+        k = 1 if axis == last else factors.get(axis, 1)
+        split += [dim, 1]
+        expanded += [dim, k]
+        out_shape.append(dim * k)
+    if math.prod(expanded) == x.size:
+        return x
+    return xp.broadcast_to(x.reshape(split), expanded).reshape(out_shape)
 
 
 def output_geometry(shape, axes, scales, sizes, policy: str):
@@ -144,17 +175,24 @@ def resize(xp, x, *, mode, scales=None, sizes=None, roi=None, axes=None, transfo
     if transform == "tf_crop_and_resize" and roi is None:
         raise RtdError(Code.E_INPUT_INVALID, "Resize: tf_crop_and_resize needs a roi")
     work_dtype = np.float64 if x.dtype == np.float64 else np.float32
-    y = x if mode == "nearest" else x.astype(work_dtype, copy=False)
+    plans = []
     for i, (axis, scale, out_size) in enumerate(zip(axes, ratios, out_sizes)):
         axis_roi = None if roi is None else (float(roi[i]), float(roi[i + len(axes)]))
         if out_size == x.shape[axis] and math.isclose(scale, 1.0) and (axis_roi is None or axis_roi == (0.0, 1.0)):
             continue
         coords, outside = source_coordinates(transform, out_size, x.shape[axis], scale, axis_roi)
         index, weights = axis_weights(mode, coords, x.shape[axis], scale, nearest_mode, cubic_a, exclude_outside, antialias)
+        plans.append((axis, index, weights, outside))
+    if mode == "nearest" and plans and all(outside is None for *_, outside in plans):
+        factors = {axis: _repeat_factor(index, x.shape[axis]) for axis, index, _, _ in plans}
+        if all(factors.values()):
+            return _repeat(xp, x, factors)
+    y = x if mode == "nearest" else x.astype(work_dtype, copy=False)
+    for axis, index, weights, outside in plans:
         y = _along(xp, y, axis, index, weights, work_dtype)
         if outside is not None and outside.any():
             shape = [1] * y.ndim
-            shape[axis] = out_size
+            shape[axis] = index.shape[0]
             y = xp.where(xp.asarray(outside.reshape(shape)), y.dtype.type(extrapolation_value), y)
     if y.dtype == x.dtype:
         return y
