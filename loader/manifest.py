@@ -12,7 +12,7 @@ from rtd.errors import Code, RtdError
 from rtd.loader import layout
 
 MAX_BYTES = layout.SMALL_CAPS[layout.MANIFEST][0]
-_LINE = re.compile(rb"([0-9a-f]{64})  ([^\n]*)")
+_LINE = re.compile(rb"([0-9a-f]{64})  ([^\n\r]*)")
 
 
 def render(digests: dict[str, str]) -> bytes:
