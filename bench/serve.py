@@ -24,6 +24,7 @@ import grpc
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from rtd.daemon import frames
 from rtd.daemon.client import Client
 from rtd.daemon.config import Limits, TenantConfig, token_hash
 from rtd.daemon.metrics import Metrics
@@ -151,6 +152,7 @@ def main() -> int:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         echo_server(args.echo_server)
         return 0
+    frames.keep_large_buffers_warm()  # as rtd serve does
     zygote = Zygote.start(preload=("rtd.daemon.worker",))  # before any thread
     model = mlp()
     x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)

@@ -1,15 +1,20 @@
 """The supervisor↔worker wire format: one fixed header, a small bounded JSON head, and
-tensors as raw bytes — inline for small ones, sealed memfds passed with SCM_RIGHTS for
-large ones, so a 64 MB tensor crosses the boundary without being copied through the socket.
+tensors as raw bytes — inline for small ones, and for large ones in the sender's *arena*:
+a reusable shared memfd the peer maps once (its fd travels with SCM_RIGHTS in the first
+frame after it is created or grown), so a 64 MB tensor crosses the boundary with one copy
+into already-faulted shared pages instead of through the socket.
 
 Frame = Header(magic, version, kind, fd count, request id, head length, body length)
         + head (UTF-8 JSON object, ≤ MAX_HEAD) + body (inline tensor bytes, ≤ MAX_BODY)
         + ancillary fds (≤ MAX_FDS).
-The head lists tensors as {"name", "dtype", "shape", "fd" | "offset"}; the receiver checks
-every length, dtype, shape and fd count against the bytes actually present before it
-builds an array. Nothing here ever unpickles: numpy arrays are rebuilt from raw bytes.
+The head lists tensors as {"name", "dtype", "shape", "offset" | "at"} ("offset" into the
+body, "at" into the sender's arena); the receiver checks every length, dtype, shape, fd
+count and arena bound before it builds an array. Arena views are valid until the next
+frame, so the supervisor copies what it receives (`recv(..., copy=True)`); the worker,
+which handles one frame at a time, uses them in place. Nothing here ever unpickles.
 """
 import array
+import ctypes
 import dataclasses
 import enum
 import fcntl
@@ -31,7 +36,9 @@ MAX_BODY = 1 << 26
 MAX_FDS = 64
 MAX_TENSOR_BYTES = 1 << 34
 MAX_RANK = 16
-INLINE_LIMIT = 1 << 16  # tensors at least this big travel as memfds
+MAX_ARENA = 1 << 34
+INLINE_LIMIT = 1 << 16  # tensors at least this big travel through the arena
+ALIGN = 64
 DTYPES = frozenset(("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
                     "int64", "float16", "float32", "float64", "object"))
 
@@ -51,7 +58,7 @@ class Frame:
     kind: Kind
     request_id: int
     head: dict
-    tensors: dict  # name -> np.ndarray (read-only views over received bytes or mapped memfds)
+    tensors: dict  # name -> np.ndarray (read-only; arena views unless received with copy=True)
     fds: list      # fds not consumed by tensors (e.g. the model memfd of LOAD); caller closes
 
 
@@ -59,20 +66,60 @@ def _protocol(detail: str) -> RtdError:
     return RtdError(Code.E_WORKER_PROTOCOL, detail)
 
 
-def memfd_from(data) -> int:
-    """A sealed memfd holding `data` (bytes-like). write(2) into the fresh memfd is about
-    twice as fast as copying through a new shared mapping (no page faults on our side)."""
-    view = memoryview(data).cast("B")
-    fd = os.memfd_create("rtd-tensor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        written = 0
-        while written < view.nbytes:
-            written += os.write(fd, view[written:])
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+def keep_large_buffers_warm() -> None:
+    """Let glibc serve large allocations from the heap and keep freed memory, so a 64 MB
+    buffer reuses faulted pages instead of mapping fresh ones (about 2× faster copies).
+    Call before forking the zygote so workers inherit it."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.mallopt(-4, 0)            # M_MMAP_MAX: no mmap-backed allocations
+    libc.mallopt(-1, 1 << 30)      # M_TRIM_THRESHOLD: keep up to 1 GiB of freed heap
+
+
+class Arena:
+    """This side's reusable shared memory for large outgoing tensors."""
+
+    def __init__(self):
+        self.fd, self.map, self.size, self.announced = -1, None, 0, False
+
+    def reserve(self, nbytes: int) -> None:
+        if nbytes <= self.size:
+            return
+        size = -(-max(nbytes, 2 * self.size, 1 << 20) // mmap.PAGESIZE) * mmap.PAGESIZE
+        fd = os.memfd_create("rtd-arena", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.close()
+        self.fd, self.map, self.size, self.announced = fd, mapping, size, False
+
+    def put(self, offset: int, a: np.ndarray) -> None:
+        np.frombuffer(self.map, np.uint8, a.nbytes, offset)[:] = a.reshape(-1).view(np.uint8)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd, self.map, self.size = -1, None, 0  # the mapping goes when its last view does
+
+
+class PeerArena:
+    """A read-only mapping of the peer's arena, replaced when the peer announces a new one."""
+
+    def __init__(self):
+        self.view, self.size = None, 0
+
+    def replace(self, fd: int) -> None:
+        size = os.fstat(fd).st_size
+        if not 0 < size <= MAX_ARENA:
+            raise _protocol(f"arena of {size} bytes refused")
+        self.view, self.size = memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ)), size
+
+    def slice(self, at, nbytes: int) -> memoryview:
+        if self.view is None or not isinstance(at, int) or isinstance(at, bool) or at < 0 or at + nbytes > self.size:
+            raise _protocol("tensor outside the peer's arena")
+        return self.view[at: at + nbytes]
 
 
 def map_fd(fd: int, size: int) -> memoryview:
@@ -93,39 +140,42 @@ def _dtype_name(a: np.ndarray) -> str:
 
 
 def send(sock: socket.socket, kind: Kind, request_id: int, head: dict | None = None,
-         tensors: dict | None = None, fds: list | None = None) -> None:
-    """Send one frame. Tensors ≥ INLINE_LIMIT bytes go as fresh sealed memfds."""
+         tensors: dict | None = None, fds: list | None = None, arena: Arena | None = None) -> None:
+    """Send one frame; tensors ≥ INLINE_LIMIT bytes go through `arena` when one is given."""
     head = dict(head or {})
-    described, body, owned, passed = [], [], [], list(fds or [])
-    offset = 0
-    try:
-        for name, value in (tensors or {}).items():
-            a = np.ascontiguousarray(value)
-            entry = {"name": name, "dtype": _dtype_name(a), "shape": list(a.shape)}
-            if a.nbytes >= INLINE_LIMIT:
-                fd = memfd_from(a.reshape(-1).view(np.uint8) if a.nbytes else b"")
-                owned.append(fd)
-                entry["fd"] = len(passed)
-                passed.append(fd)
-            else:
-                entry["offset"] = offset
-                body.append(a.tobytes())
-                offset += a.nbytes
-            described.append(entry)
-        if described:
-            head["tensors"] = described
-        head_bytes = json.dumps(head, separators=(",", ":")).encode()
-        if len(head_bytes) > MAX_HEAD or offset > MAX_BODY or len(passed) > MAX_FDS:
-            raise RtdError(Code.E_REQUEST_INVALID, "frame exceeds the worker protocol's bounds")
-        header = HEADER.pack(MAGIC, VERSION, int(kind), len(passed), request_id, len(head_bytes), offset)
-        payload = b"".join([header, head_bytes, *body])
-        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))] if passed else []
-        sent = sock.sendmsg([payload], ancillary)
-        if sent < len(payload):
-            sock.sendall(memoryview(payload)[sent:])
-    finally:
-        for fd in owned:
-            os.close(fd)
+    described, body, passed = [], [], list(fds or [])
+    arrays = {name: np.ascontiguousarray(value) for name, value in (tensors or {}).items()}
+    big = {n for n, a in arrays.items() if arena is not None and a.nbytes >= INLINE_LIMIT}
+    if big:
+        arena.reserve(sum(-(-arrays[n].nbytes // ALIGN) * ALIGN for n in big))
+        if not arena.announced:
+            head["arena_fd"] = len(passed)
+            passed.append(arena.fd)
+    offset, at = 0, 0
+    for name, a in arrays.items():
+        entry = {"name": name, "dtype": _dtype_name(a), "shape": list(a.shape)}
+        if name in big:
+            arena.put(at, a)
+            entry["at"] = at
+            at += -(-a.nbytes // ALIGN) * ALIGN
+        else:
+            entry["offset"] = offset
+            body.append(a.tobytes())
+            offset += a.nbytes
+        described.append(entry)
+    if described:
+        head["tensors"] = described
+    head_bytes = json.dumps(head, separators=(",", ":")).encode()
+    if len(head_bytes) > MAX_HEAD or offset > MAX_BODY or len(passed) > MAX_FDS:
+        raise RtdError(Code.E_REQUEST_INVALID, "frame exceeds the worker protocol's bounds")
+    header = HEADER.pack(MAGIC, VERSION, int(kind), len(passed), request_id, len(head_bytes), offset)
+    payload = b"".join([header, head_bytes, *body])
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))] if passed else []
+    sent = sock.sendmsg([payload], ancillary)
+    if sent < len(payload):
+        sock.sendall(memoryview(payload)[sent:])
+    if "arena_fd" in head:
+        arena.announced = True
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -159,8 +209,9 @@ def _recv_header(sock: socket.socket) -> tuple[bytes, list]:
     return bytes(data), received
 
 
-def recv(sock: socket.socket) -> Frame:
-    """Receive and validate one frame; EOFError when the peer is gone."""
+def recv(sock: socket.socket, peer: PeerArena | None = None, copy: bool = False) -> Frame:
+    """Receive and validate one frame; EOFError when the peer is gone. Arena tensors are
+    views into `peer` (copied out when `copy`)."""
     header, fds = _recv_header(sock)
     try:
         magic, version, kind, nfds, request_id, head_len, body_len = HEADER.unpack(header)
@@ -182,7 +233,14 @@ def recv(sock: socket.socket) -> Frame:
             raise _protocol("head is not JSON") from None
         if not isinstance(head, dict):
             raise _protocol("head is not a JSON object")
-        tensors, used = _tensors(head.pop("tensors", []), body, fds)
+        used = set()
+        if "arena_fd" in head:
+            i = head.pop("arena_fd")
+            if peer is None or not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(fds):
+                raise _protocol("bad arena announcement")
+            peer.replace(fds[i])
+            used.add(i)
+        tensors = _tensors(head.pop("tensors", []), body, peer, copy)
         rest = [fd for i, fd in enumerate(fds) if i not in used]
         for i in used:
             os.close(fds[i])  # the mapping keeps the memory alive; the fd is no longer needed
@@ -196,10 +254,10 @@ def recv(sock: socket.socket) -> Frame:
         raise
 
 
-def _tensors(entries, body: memoryview, fds: list) -> tuple[dict, set]:
+def _tensors(entries, body: memoryview, peer: PeerArena | None, copy: bool) -> dict:
     if not isinstance(entries, list):
         raise _protocol("tensors is not a list")
-    out, used = {}, set()
+    out = {}
     for e in entries:
         if not isinstance(e, dict) or not isinstance(e.get("name"), str) or e["name"] in out:
             raise _protocol("bad or duplicate tensor entry")
@@ -212,16 +270,15 @@ def _tensors(entries, body: memoryview, fds: list) -> tuple[dict, set]:
         nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
         if nbytes > MAX_TENSOR_BYTES:
             raise _protocol(f"tensor {e['name']!r}: {nbytes} bytes exceeds the cap")
-        if "fd" in e:
-            i = e["fd"]
-            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(fds) or i in used:
-                raise _protocol(f"tensor {e['name']!r}: bad fd index")
-            used.add(i)
-            data = map_fd(fds[i], nbytes)
+        if "at" in e:
+            if peer is None:
+                raise _protocol(f"tensor {e['name']!r}: arena tensor without an arena")
+            data = peer.slice(e["at"], nbytes)
         else:
             off = e.get("offset")
             if not isinstance(off, int) or isinstance(off, bool) or off < 0 or off + nbytes > len(body):
                 raise _protocol(f"tensor {e['name']!r}: bytes outside the body")
             data = body[off: off + nbytes]
-        out[e["name"]] = np.frombuffer(data, dtype=dtype).reshape(shape)
-    return out, used
+        array_ = np.frombuffer(data, dtype=dtype).reshape(shape)
+        out[e["name"]] = array_.copy() if copy and "at" in e else array_
+    return out

@@ -43,6 +43,7 @@ class TenantWorker:
         self.lock = threading.Lock()        # one frame exchange at a time on the socket
         self.handle = None
         self.sock = None
+        self.arena, self.peer = frames.Arena(), frames.PeerArena()
         self.ids = itertools.count(1)
         self.restarts = 0
         self.last_exit = ""
@@ -64,6 +65,8 @@ class TenantWorker:
         finally:
             child.close()
         self.sock = parent
+        self.arena.close()
+        self.arena, self.peer = frames.Arena(), frames.PeerArena()  # the new worker knows neither
 
     def _died(self, during: str | None) -> RtdError:
         """Account for a dead worker; returns the error its in-flight request gets."""
@@ -95,8 +98,8 @@ class TenantWorker:
         request_id = next(self.ids)
         try:
             self.sock.settimeout(timeout)
-            frames.send(self.sock, kind, request_id, head, tensors, fds)
-            reply = frames.recv(self.sock)
+            frames.send(self.sock, kind, request_id, head, tensors, fds, arena=self.arena)
+            reply = frames.recv(self.sock, self.peer, copy=True)
         except socket.timeout:
             self._died(model)
             raise RtdError(Code.E_DEADLINE, "the worker did not answer in time and was restarted") from None

@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from rtd.daemon import config as configuration
+from rtd.daemon import frames
 from rtd.daemon.grpc_front import build_server
 from rtd.daemon.metrics import Metrics
 from rtd.daemon.supervisor import Supervisor
@@ -64,6 +65,7 @@ def _listen(server: grpc.Server, config: configuration.Config) -> list[str]:
 
 
 def serve(config: configuration.Config) -> int:
+    frames.keep_large_buffers_warm()  # inherited by the zygote and its workers
     zygote = Zygote.start(preload=(WORKER_MODULE,))  # before any thread
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -92,16 +92,16 @@ def serve(sock, *args) -> None:
     """The worker's main loop: one frame in, one frame out, until the supervisor hangs up."""
     if not isinstance(sock, socket.socket):
         sock = socket.socket(fileno=sock)
-    worker = Worker()
+    worker, arena, peer = Worker(), frames.Arena(), frames.PeerArena()
     while True:
         try:
-            frame = frames.recv(sock)
+            frame = frames.recv(sock, peer)
         except EOFError:
             return
         try:
             try:
                 head, tensors = worker.handle(frame)
-                frames.send(sock, Kind.OK, frame.request_id, head, tensors)
+                frames.send(sock, Kind.OK, frame.request_id, head, tensors, arena=arena)
             except RtdError as e:
                 frames.send(sock, Kind.ERROR, frame.request_id, {"code": e.code.name, "detail": e.detail[:MAX_DETAIL]})
             except MemoryError:

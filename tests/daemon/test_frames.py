@@ -1,7 +1,6 @@
 """The worker wire format over a real socketpair: inline and memfd tensors, and refusals of
 every malformed frame before any array is built."""
 import os
-import array
 import socket
 
 import numpy as np
@@ -19,22 +18,55 @@ def pair():
     a.close(), b.close()
 
 
-def test_round_trip_inline_and_memfd(pair):
+def test_round_trip_inline_and_arena(pair):
     a, b = pair
+    arena, peer = frames.Arena(), frames.PeerArena()
     small = np.arange(12, dtype=np.float32).reshape(3, 4)
-    big = np.random.default_rng(0).standard_normal((512, 512))  # 2 MiB → memfd
-    frames.send(a, Kind.INFER, 7, {"key": "m"}, {"small": small, "big": big, "empty": np.zeros((0, 3), np.int64)})
-    got = frames.recv(b)
+    big = np.random.default_rng(0).standard_normal((512, 512))  # 2 MiB → arena
+    frames.send(a, Kind.INFER, 7, {"key": "m"}, {"small": small, "big": big, "empty": np.zeros((0, 3), np.int64)}, arena=arena)
+    got = frames.recv(b, peer)
     assert (got.kind, got.request_id, got.head, got.fds) == (Kind.INFER, 7, {"key": "m"}, [])
     np.testing.assert_array_equal(got.tensors["small"], small)
     np.testing.assert_array_equal(got.tensors["big"], big)
     assert got.tensors["empty"].shape == (0, 3)
     assert not got.tensors["big"].flags.writeable
+    first_size = peer.size
+    bigger = np.ones((1024, 1024))                 # 8 MiB: the arena grows, the new fd travels once
+    frames.send(a, Kind.INFER, 8, {}, {"x": big, "y": bigger}, arena=arena)
+    got = frames.recv(b, peer, copy=True)
+    assert peer.size > first_size and got.tensors["x"].flags.owndata
+    np.testing.assert_array_equal(got.tensors["x"], big)
+    np.testing.assert_array_equal(got.tensors["y"], bigger)
+    frames.send(a, Kind.INFER, 9, {}, {"x": small * 2, "y": bigger * 3}, arena=arena)  # no fd this time
+    got = frames.recv(b, peer)
+    np.testing.assert_array_equal(got.tensors["y"], bigger * 3)
+    arena.close()
+
+
+def test_arena_bounds_are_checked(pair):
+    a, b = pair
+    arena, peer = frames.Arena(), frames.PeerArena()
+    frames.send(a, Kind.OK, 1, {}, {"x": np.ones(1 << 15)}, arena=arena)
+    frames.recv(b, peer)
+    head = b'{"tensors":[{"name":"x","dtype":"float64","shape":[%d]}]}' % (peer.size // 8 + 1)
+    _raw(a, head=head.replace(b'"shape"', b'"at":0,"shape"'))
+    with pytest.raises(RtdError, match="outside the peer's arena"):
+        frames.recv(b, peer)
+    _raw(a, head=b'{"tensors":[{"name":"x","dtype":"uint8","shape":[1],"at":0}]}')
+    with pytest.raises(RtdError, match="without an arena"):
+        frames.recv(b)
+    arena.close()
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("test", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    return fd
 
 
 def test_extra_fd_is_handed_to_the_caller(pair):
     a, b = pair
-    fd = frames.memfd_from(b"model bytes")
+    fd = _memfd(b"model bytes")
     frames.send(a, Kind.LOAD, 1, {"key": "m"}, fds=[fd])
     os.close(fd)
     got = frames.recv(b)
@@ -57,7 +89,7 @@ def _raw(sock, kind=Kind.OK, nfds=0, head=b"{}", body=b"", magic=MAGIC, version=
     ({"head": b'{"tensors":[{"name":"x","dtype":"float32","shape":[4]}]}', "body": b"\0" * 8}, "outside the body"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"object","shape":[1]}]}'}, "refused"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"float32","shape":[-1]}]}'}, "bad shape"),
-    ({"head": b'{"tensors":[{"name":"x","dtype":"uint8","shape":[1],"fd":0}]}'}, "bad fd index"),
+    ({"head": b'{"arena_fd":0}'}, "bad arena announcement"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"uint8","shape":[1099511627775,1099511627775]}]}'}, "exceeds the cap"),
 ])
 def test_malformed_frames_are_refused(pair, kwargs, message):
@@ -75,25 +107,11 @@ def test_oversized_head_refused_before_reading_it(pair):
         frames.recv(b)
 
 
-def test_memfd_shorter_than_claimed_is_refused(pair):
-    a, b = pair
-    fd = frames.memfd_from(b"abc")
-    head = b'{"tensors":[{"name":"x","dtype":"float64","shape":[100],"fd":0}]}'
-    a.sendmsg([HEADER.pack(MAGIC, VERSION, Kind.OK, 1, 1, len(head), 0) + head],
-              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
-    os.close(fd)
-    with pytest.raises(RtdError, match="memfd holds 3 bytes"):
-        frames.recv(b)
-
-
-def test_memfd_is_sealed():
-    import fcntl
-    fd = frames.memfd_from(b"x" * 10)
+def test_model_fd_shorter_than_claimed_is_refused():
+    fd = _memfd(b"abc")
     try:
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-        assert seals & fcntl.F_SEAL_WRITE and seals & fcntl.F_SEAL_SEAL
-        with pytest.raises(OSError):
-            os.write(fd, b"y")
+        with pytest.raises(RtdError, match="memfd holds 3 bytes"):
+            frames.map_fd(fd, 100)
     finally:
         os.close(fd)
 
