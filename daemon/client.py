@@ -42,8 +42,10 @@ def _as_rtd_error(e: grpc.RpcError) -> RtdError:
 
 
 class Client:
-    def __init__(self, target: str, token: str | None, credentials: grpc.ChannelCredentials | None = None):
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)]
+    def __init__(self, target: str, token: str | None, credentials: grpc.ChannelCredentials | None = None,
+                 options=()):
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE),
+                   *options]
         self.channel = (grpc.secure_channel(target, credentials, options) if credentials
                         else grpc.insecure_channel(target, options))
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()

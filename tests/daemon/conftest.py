@@ -76,7 +76,8 @@ def _bytes(graph) -> bytes:
 class Daemon:
     """One rtd serve process and what a test needs to talk to it."""
 
-    def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20):
+    def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20,
+                 listen: str = ""):
         self.root = str(root)
         self.state = os.path.join(self.root, "state")
         self.socket = os.path.join(self.state, "rtd.sock")
@@ -103,6 +104,7 @@ policy = {{ limits = {{ memory_bytes = {memory_bytes} }} }}
         self.config = os.path.join(self.root, "rtd.toml")
         with open(self.config, "w") as f:
             f.write(f"""state_dir = "state"
+{listen}
 [metrics]
 port = {self.metrics_port}
 [admin]
