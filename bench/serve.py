@@ -13,7 +13,6 @@ import concurrent.futures
 import os
 import secrets
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -17,7 +17,6 @@ import array
 import ctypes
 import dataclasses
 import enum
-import fcntl
 import json
 import mmap
 import os
