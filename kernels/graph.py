@@ -26,7 +26,10 @@ def make_kernel(node: Node, opsets: dict, xp=np):
         elif isinstance(value, list) and value and isinstance(value[0], Graph):
             value = [GraphRunner(g, xp) for g in value]
         attrs[key] = value
-    return cls(attrs, xp)
+    n_outputs = len(node.outputs)
+    while n_outputs and not node.outputs[n_outputs - 1]:
+        n_outputs -= 1  # trailing unnamed outputs are not asked for
+    return cls(attrs, xp, n_outputs=n_outputs)
 
 
 class GraphRunner:

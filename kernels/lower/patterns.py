@@ -43,9 +43,14 @@ def fold_conv_batchnorm(graph: Graph) -> Graph:
 
 
 def fuse_layernorm(graph: Graph) -> Graph:
-    """ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (then Mul gamma, Add beta) → LayerNorm."""
+    """ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (then Mul gamma, Add beta), and ONNX
+    LayerNormalization over the last axis whose statistics outputs nobody reads → LayerNorm."""
     index = Index(graph)
     for div in list(graph.nodes):
+        if div.op_type == "LayerNormalization" and div.domain == "" and div.attrs.get("axis", -1) == -1 \
+                and not any(index.uses(o) or o in index.pinned for o in div.outputs[1:] if o):
+            replace_node(graph, div, _fused("LayerNorm", list(div.inputs), div.outputs[:1], epsilon=div.attrs.get("epsilon", 1e-5)))
+            continue
         if div.op_type != "Div" or div.domain != "":
             continue
         sub, sqrt = index.producer.get(div.inputs[0]), index.only(div.inputs[1], "Sqrt")
@@ -194,11 +199,52 @@ def fuse_attention(graph: Graph) -> Graph:
     return graph
 
 
+def _activation(index: Index, name: str):
+    """The Relu or fused Gelu that alone reads `name`: (node, activation name) or (None, None)."""
+    uses = index.uses(name)
+    if len(uses) == 1 and name not in index.pinned:
+        act = uses[0]
+        if act.domain == "" and act.op_type == "Relu":
+            return act, "Relu"
+        if act.domain == RTD_DOMAIN and act.op_type == "Gelu":
+            return act, "GeluTanh" if act.attrs["approximate"] == "tanh" else "Gelu"
+    return None, None
+
+
+def _gemm_as_matmul(graph: Graph, index: Index, gemm: Node):
+    """(a, contiguous W, bias name or "") when a Gemm is a plain a @ W + bias; None otherwise."""
+    a = gemm.attrs
+    b = index.constant(gemm.inputs[1])
+    if a.get("alpha", 1.0) != 1.0 or a.get("transA", 0) or b is None or b.ndim != 2:
+        return None
+    bias = gemm.inputs[2] if len(gemm.inputs) > 2 else ""
+    c = index.constant(bias) if bias else None
+    if bias and (c is None or a.get("beta", 1.0) != 1.0 or c.size != (b.shape[0] if a.get("transB", 0) else b.shape[1])):
+        return None
+    w_name = gemm.outputs[0] + "__w"
+    graph.constants[w_name] = np.ascontiguousarray(b.T if a.get("transB", 0) else b)
+    if bias:
+        graph.constants[bias + "__flat"] = c.reshape(-1)
+        bias += "__flat"
+    return gemm.inputs[0], w_name, bias
+
+
 def fuse_matmul_bias(graph: Graph) -> Graph:
-    """MatMul(a, W) + b (+ Relu or Gelu) with constant W and b → MatMulBias (a Gemm of any rank)."""
+    """MatMul(a, W) + b, or Gemm(a, B, C) with alpha 1, then an optional Relu or Gelu, with
+    constant weights and bias → MatMulBias (a Gemm for any rank of `a`, into a planned buffer)."""
     index = Index(graph)
     for mm in list(graph.nodes):
-        if mm.op_type != "MatMul" or mm.domain != "":
+        if mm.domain != "" or mm.op_type not in ("MatMul", "Gemm"):
+            continue
+        if mm.op_type == "Gemm":
+            parts = _gemm_as_matmul(graph, index, mm)
+            if parts is None:
+                continue
+            act, activation = _activation(index, mm.outputs[0])
+            last = act or mm
+            replace_node(graph, last, _fused("MatMulBias", list(parts), [last.outputs[0]], activation=activation))
+            if last is not mm:
+                graph.nodes.remove(mm)
             continue
         w = index.constant(mm.inputs[1])
         add = index.next(mm.outputs[0], "Add")
@@ -208,16 +254,9 @@ def fuse_matmul_bias(graph: Graph) -> Graph:
         bias = index.constant(bias_name)
         if bias is None or bias.ndim != 1 or bias.size != w.shape[1] or bias.dtype != w.dtype:
             continue
-        last, activation = add, None
-        uses = index.uses(add.outputs[0])
-        if len(uses) == 1 and add.outputs[0] not in index.pinned:
-            act = uses[0]
-            if act.domain == "" and act.op_type == "Relu":
-                last, activation = act, "Relu"
-            elif act.domain == RTD_DOMAIN and act.op_type == "Gelu":
-                last, activation = act, "GeluTanh" if act.attrs["approximate"] == "tanh" else "Gelu"
-        fused = _fused("MatMulBias", [mm.inputs[0], mm.inputs[1], bias_name], [last.outputs[0]], activation=activation)
-        replace_node(graph, last, fused)
+        act, activation = _activation(index, add.outputs[0])
+        last = act or add
+        replace_node(graph, last, _fused("MatMulBias", [mm.inputs[0], mm.inputs[1], bias_name], [last.outputs[0]], activation=activation))
         if last is not add:
             graph.nodes.remove(add)
     return graph

@@ -21,6 +21,7 @@ class Kernel:
     domain = ""  # "" is ai.onnx
     attributes: dict = {}  # name -> default, or REQUIRED
     needs_scope = False  # control flow: run(..., scope=outer_values) to see enclosing names
+    n_outputs: int | None = None  # the node's output count (Split into equal parts, MaxPool indices)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -30,7 +31,7 @@ class Kernel:
             versions.append((cls.since, cls))
             versions.sort(key=lambda v: v[0])
 
-    def __init__(self, attrs: dict, xp=np):
+    def __init__(self, attrs: dict, xp=np, n_outputs: int | None = None):
         unknown = set(attrs) - set(self.attributes)
         if unknown:
             raise RtdError(Code.E_OP_UNSUPPORTED, f"{self.op_type}-{self.since}: attribute(s) {sorted(unknown)} not understood")
@@ -39,6 +40,8 @@ class Kernel:
                 raise RtdError(Code.E_MODEL_INVALID, f"{self.op_type}: required attribute {name!r} missing")
             setattr(self, name, attrs.get(name, default))
         self.xp = xp
+        if n_outputs is not None:
+            self.n_outputs = n_outputs
         self.setup()
 
     def setup(self) -> None:

@@ -155,3 +155,26 @@ def test_shape_chain_folding(b, s, h, seed):
     inits = [const("zero", np.array(0, np.int64)), const("ax", np.array([0], np.int64)), const("rest", np.array([-1], np.int64))]
     ops = check(model(nodes, [("x", ["B", "S", h])], [("y", None)], inits, opset=13), {"x": rand(seed, b, s, h)})
     assert set(ops) == {"Reshape", "ElementwiseChain"}
+
+
+@SETTINGS
+@given(m=st.integers(1, 9), k=st.integers(1, 12), n=st.integers(1, 12), seed=st.integers(0, 2**16), trans_b=st.booleans(),
+       bias=st.sampled_from(["none", "vector", "row"]), relu=st.booleans())
+def test_gemm_becomes_matmul_bias(m, k, n, seed, trans_b, bias, relu):
+    inputs = ["x", "w"] + ([] if bias == "none" else ["c"])
+    nodes = [node("Gemm", inputs, ["g"], transB=int(trans_b))] + ([node("Relu", ["g"], ["y"])] if relu else [])
+    inits = [const("w", rand(seed + 1, *((n, k) if trans_b else (k, n))))]
+    if bias != "none":
+        inits.append(const("c", rand(seed + 2, *((n,) if bias == "vector" else (1, n)))))
+    ops = check(model(nodes, [("x", [m, k])], [("y" if relu else "g", None)], inits), {"x": rand(seed, m, k)}, rtol=1e-4, atol=1e-4)
+    assert ops == {"MatMulBias": 1}
+
+
+@SETTINGS
+@given(b=dim, s=dim, h=st.integers(2, 9), seed=st.integers(0, 2**16), with_bias=st.booleans())
+def test_layernormalization_op_becomes_layernorm(b, s, h, seed, with_bias):
+    inputs = ["x", "g", "beta"] if with_bias else ["x", "g"]
+    nodes = [node("LayerNormalization", inputs, ["y"], axis=-1, epsilon=1e-5)]
+    inits = [const("g", rand(seed + 1, h)), const("beta", rand(seed + 2, h))]
+    ops = check(model(nodes, [("x", [b, s, h])], [("y", None)], inits), {"x": rand(seed, b, s, h)}, rtol=1e-4, atol=1e-4)
+    assert ops == {"LayerNorm": 1}
