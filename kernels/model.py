@@ -154,10 +154,7 @@ class CompiledModel:
 
     def plan_stats(self, feeds: dict) -> dict:
         """Steps, fused ops and memory (arena peak vs the naive sum) of the plan for these feeds' shapes."""
-        values = self._check(feeds)
-        plan, _ = self._plan(values)
-        if plan is None:
-            plan, _ = self._plan(values)
+        plan, _ = self._plan(self._check(feeds))
         return {"nodes_in_model": len(self.runner.nodes), **(plan.stats() if plan else {})}
 
     def profile_summary(self) -> dict:

@@ -37,7 +37,8 @@ class Plan:
                 args += (0,) * (kernel.arity - len(args)) + tuple(buffers[step])
             outs = tuple(self.slot[o] if o else 1 for o in node.outputs)
             self.steps.append((self._call(kernel, node), args, outs, frees[step]))
-            self.labels.append(node.op_type)
+            links = node.attrs.get("links") if node.op_type == "ElementwiseChain" else None
+            self.labels.append(f"{node.op_type}({'+'.join(n.op_type for n, _ in links)})" if links else node.op_type)
         self._local = threading.local()
 
     @staticmethod
@@ -137,7 +138,7 @@ class Plan:
 
     def stats(self) -> dict:
         ops: dict = {}
-        for label in self.labels:
-            ops[label] = ops.get(label, 0) + 1
+        for node in self.graph.nodes:
+            ops[node.op_type] = ops.get(node.op_type, 0) + 1
         return {"steps": len(self.steps), "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
                 "naive_bytes": self.naive_bytes, "ops": ops}

@@ -11,7 +11,7 @@ from rtd.errors import RtdError
 
 from ..graph import make_kernel
 from ..ir import RTD_DOMAIN, Graph
-from .shapes import NONDETERMINISTIC, static_shapes
+from .shapes import NONDETERMINISTIC, shape_fixed
 
 _SLACK_BYTES = 1 << 20  # a folded value may exceed its inputs by this much (no Expand blow-ups)
 
@@ -46,21 +46,23 @@ def fold_constants(graph: Graph) -> Graph:
 def fold_signature(graph: Graph, trace: dict) -> Graph:
     """Replace nodes whose outputs are fixed by the signature with the values the trace saw."""
     static_values = set(graph.constants)
-    shaped = set(graph.inputs) | set(graph.constants)
+    shaped = set(graph.inputs) | static_values
     keep = []
     for node in graph.nodes:
-        shaped = static_shapes(graph, static_values) if node.op_type in ("Shape", "Size") else shaped
-        if node.domain == "" and node.op_type in ("Shape", "Size") and node.inputs[0] in shaped:
-            fixed = True
+        if node.domain == "" and node.op_type in ("Shape", "Size"):
+            fixed = node.inputs[0] in shaped
         else:
             fixed = _foldable(node) and all(n in static_values for n in node.inputs if n)
-        outs = [np.asarray(v) if isinstance(v, np.generic) else v for v in (trace.get(n) for n in node.outputs if n)]
+        names = [n for n in node.outputs if n]
+        outs = [np.asarray(v) if isinstance(v, np.generic) else v for v in (trace.get(n) for n in names)]
         ins = [trace.get(n) for n in node.inputs if n]
         if fixed and _small_enough(outs, [x for x in ins if isinstance(x, np.ndarray)]):
-            for name, value in zip([n for n in node.outputs if n], outs):
-                graph.constants[name] = value
-                static_values.add(name)
+            graph.constants.update(zip(names, outs))
+            static_values.update(names)
+            shaped.update(names)
             continue
+        if shape_fixed(node, shaped, static_values):
+            shaped.update(names)
         keep.append(node)
     graph.nodes = keep
     return graph

@@ -29,18 +29,21 @@ SHAPE_PARAMS = {
 NONDETERMINISTIC = frozenset("RandomNormal RandomNormalLike RandomUniform RandomUniformLike Bernoulli Multinomial".split())
 
 
+def shape_fixed(node, shaped: set, static_values: set) -> bool:
+    """Whether `node`'s output shapes follow from what is known: `shaped` names have fixed
+    shapes, `static_values` names fixed values."""
+    if node.domain == RTD_DOMAIN or (node.domain == "" and node.op_type in SHAPE_ONLY):
+        return all(n in shaped for n in node.inputs if n)
+    if node.domain == "" and node.op_type in SHAPE_PARAMS:
+        params = SHAPE_PARAMS[node.op_type]
+        return all((n in static_values) if i in params else (n in shaped) for i, n in enumerate(node.inputs) if n)
+    return all(n in static_values for n in node.inputs if n) and node.op_type not in NONDETERMINISTIC and not node.implicit
+
+
 def static_shapes(graph: Graph, static_values: set) -> set:
     """Names whose shapes the signature fixes (feeds, constants and what follows from them)."""
-    static = set(graph.inputs) | set(graph.constants) | set(static_values)
+    shaped = set(graph.inputs) | set(graph.constants) | set(static_values)
     for node in graph.nodes:
-        ins = [n for n in node.inputs if n]
-        if node.domain == RTD_DOMAIN or (node.domain == "" and node.op_type in SHAPE_ONLY):
-            ok = all(n in static for n in ins)
-        elif node.domain == "" and node.op_type in SHAPE_PARAMS:
-            params = SHAPE_PARAMS[node.op_type]
-            ok = all((n in static_values) if i in params else (n in static) for i, n in enumerate(node.inputs) if n)
-        else:
-            ok = all(n in static_values for n in ins) and node.op_type not in NONDETERMINISTIC and not node.implicit
-        if ok:
-            static.update(n for n in node.outputs if n)
-    return static
+        if shape_fixed(node, shaped, static_values):
+            shaped.update(n for n in node.outputs if n)
+    return shaped
