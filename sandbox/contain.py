@@ -17,6 +17,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import time
 from typing import Callable
 
@@ -112,6 +113,7 @@ def _helper(spec: Spec, report: int) -> int:
         pid = os.fork()
         if pid == 0:
             _worker(spec, report, with_userns)
+        os.close(spec.sock_fd)   # the worker's end is the worker's alone: its death is the supervisor's EOF
         _report(report, worker_pid=pid)
         _, status, usage = os.wait4(pid, 0)
         _report(report, exit={"code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
@@ -129,6 +131,7 @@ def _worker(spec: Spec, report: int, with_userns: bool):
         privileges.new_session()
         privileges.die_with_parent()
         privileges.keep_only_fds({report, spec.sock_fd})
+        sys.stdin = sys.stdout = sys.stderr = None   # fds 0-2 are closed: print() must not hit a reused fd
         sock = socket.socket(fileno=spec.sock_fd)
         step = "namespaces"
         namespaces.set_hostname()
