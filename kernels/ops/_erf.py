@@ -5,7 +5,8 @@ vectorized approximation. Here P is a degree-6 polynomial fitted (weighted least
 float64) to atanh(erf(x)) / x on [0, 3.95], where float32 erf saturates; with NumPy's SIMD tanh
 the result is within 3.3e-7 relative / 1.8e-7 absolute of the exact erf over all of float32
 (checked in tests/kernels/test_ops_elementwise.py). NaN propagates; +-inf give +-1.
-Other dtypes, and any array module but NumPy, use scipy.special.erf.
+float16 and bfloat16 go through float32; float64, and any array module but NumPy, use
+scipy.special.erf.
 """
 import numpy as np
 from scipy import special
@@ -31,9 +32,15 @@ def _erf32(x, out):
 
 
 def erf(xp, x, out=None):
-    """erf of each element of x, into `out` when given (`out` may alias x)."""
-    if xp is not np or x.dtype != np.float32:
+    """erf of each element of x, into `out` when given (`out` may alias x); keeps x's dtype."""
+    if xp is not np or x.dtype == np.float64:
         return special.erf(x, out=out)
+    if x.dtype != np.float32:  # float16, bfloat16: through float32
+        result = erf(xp, x.astype(np.float32)).astype(x.dtype)
+        if out is None:
+            return result
+        out[...] = result
+        return out
     if blockable(xp, x, out):
         return in_blocks(_erf32, x, out)
     return _erf32(x, out)

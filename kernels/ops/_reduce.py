@@ -42,17 +42,17 @@ def reduces_empty(x, axes) -> bool:
 def lowest(dtype):
     """The identity of max: -inf, the type's minimum, or False."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return -np.inf
-    return False if dtype.kind == "b" else np.iinfo(dtype).min
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min
+    return False if dtype.kind == "b" else -np.inf
 
 
 def highest(dtype):
     """The identity of min: +inf, the type's maximum, or True."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return np.inf
-    return True if dtype.kind == "b" else np.iinfo(dtype).max
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).max
+    return True if dtype.kind == "b" else np.inf
 
 
 def in_type_of(x, result):

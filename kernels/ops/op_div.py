@@ -7,7 +7,7 @@ class Div_7(Elementwise):
 
     def compute(self, a, b, out=None):
         xp = self.xp
-        if a.dtype.kind == "f" or b.dtype.kind == "f":
+        if a.dtype.kind not in "iu" or b.dtype.kind not in "iu":  # floats, bfloat16 (kind "V") included
             return xp.divide(a, b, out=out)
         if a.dtype.kind == "u" and b.dtype.kind == "u":
             return xp.floor_divide(a, b, out=out)

@@ -37,7 +37,7 @@ class Gelu_20(Elementwise):
             gate *= x
             xp.tanh(gate, out=gate)
         else:
-            gate = xp.multiply(x, math.sqrt(0.5))
+            gate = xp.multiply(x, x.dtype.type(math.sqrt(0.5)))  # typed: bfloat16 * float is float32
             _erf.erf(xp, gate, out=gate)
         gate += 1
         gate *= 0.5

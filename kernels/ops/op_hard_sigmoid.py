@@ -10,6 +10,6 @@ class HardSigmoid_6(Elementwise):
         return f"fmin(fmax({self.alpha!r} * in0 + {self.beta!r}, 0), 1)"
 
     def compute(self, x, out=None):
-        result = self.xp.multiply(x, self.alpha, out=out)
+        result = self.xp.multiply(x, x.dtype.type(self.alpha), out=out)  # typed: bfloat16 * float is float32
         result += self.beta
         return self.xp.clip(result, 0, 1, out=result)

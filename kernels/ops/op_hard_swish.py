@@ -6,7 +6,7 @@ class HardSwish_14(Elementwise):
     cuda = "in0 * fmin(fmax(in0 / 6 + 0.5, 0), 1)"
 
     def compute(self, x, out=None):
-        gate = self.xp.multiply(x, 1 / 6)
+        gate = self.xp.multiply(x, x.dtype.type(1 / 6))  # typed: bfloat16 * float is float32
         gate += 0.5
         self.xp.clip(gate, 0, 1, out=gate)
         return self.xp.multiply(x, gate, out=out)

@@ -13,4 +13,4 @@ class LeakyRelu_6(Elementwise):
         # For alpha <= 1 the larger of x and alpha*x is the answer on both sides of 0 (the
         # smaller for alpha > 1): one temporary, no mask.
         pick = self.xp.maximum if self.alpha <= 1 else self.xp.minimum
-        return pick(x, self.xp.multiply(x, self.alpha), out=out)
+        return pick(x, self.xp.multiply(x, x.dtype.type(self.alpha)), out=out)  # typed: keeps bfloat16

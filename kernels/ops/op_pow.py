@@ -7,7 +7,7 @@ class Pow_7(Elementwise):
 
     def compute(self, x, y, out=None):
         xp = self.xp
-        if x.dtype.kind == "f":
+        if x.dtype.kind not in "iu":  # floats, bfloat16 (kind "V") included
             # y in x's float type keeps the power in x's precision instead of promoting to float64
             return xp.power(x, y.astype(x.dtype, copy=False), out=out)
         result = xp.power(x, y)  # integer base: NumPy's promotion, then back to x's type

@@ -20,7 +20,7 @@ class Swish_24(Elementwise):
 
     def _swish(self, x, out):
         xp = self.xp
-        denominator = xp.multiply(x, -self.alpha)
+        denominator = xp.multiply(x, x.dtype.type(-self.alpha))  # typed: bfloat16 * float is float32
         xp.exp(denominator, out=denominator)
         denominator += 1
         return xp.divide(x, denominator, out=out)

@@ -47,7 +47,7 @@ class TopK_11(Kernel):
             raise RtdError(Code.E_INPUT_INVALID, f"TopK: k={k} outside [0, {n}] for axis {axis}")
         key = x
         if self.largest:  # an order-reversing map keeps ties in index order (-x overflows ints)
-            key = xp.negative(x) if x.dtype.kind == "f" else xp.invert(x)
+            key = xp.invert(x) if x.dtype.kind in "iub" else xp.negative(x)
         if x.dtype in _PACKABLE and 0 < k < n and n < 2**31:
             codes = _packed(xp, key, axis)
             codes = xp.partition(codes, k - 1, axis=axis)

@@ -282,3 +282,19 @@ def test_blocked_kernels_on_large_arrays_in_place(op, attrs, exact):
     alias = x.copy()
     assert kernel.compute(alias, out=alias) is alias
     np.testing.assert_array_equal(alias, got)
+
+
+@pytest.mark.parametrize("op", UNARY_FLOAT + ["Gelu", "Swish", "LeakyRelu", "Shrink", "Div", "Pow", "Mod", "Softmax", "TopK"])
+def test_bfloat16_keeps_its_type(op):  # bfloat16 is dtype kind "V" and promotes with Python floats
+    import ml_dtypes
+    kernel = lookup("", op, 24)({"fmod": 1} if op == "Mod" else {})
+    bf16 = ml_dtypes.bfloat16
+    x = RNG.standard_normal((4, 8)).astype(bf16)
+    y = (np.abs(RNG.standard_normal((4, 8))) + 0.5).astype(bf16)
+    args = {"Div": [x, y], "Pow": [y, x], "Mod": [x, y], "TopK": [x, np.array([3], np.int64)]}.get(op, [x])
+    with np.errstate(all="ignore"):  # the same bfloat16 values, computed in float32 and rounded
+        want = kernel.run(*[a.astype(np.float32) if a.dtype == bf16 else a for a in args])
+        got = kernel.run(*args)
+    for w, g in zip(want, got):
+        assert g.dtype == (bf16 if w.dtype == np.float32 else w.dtype), op
+        np.testing.assert_allclose(g.astype(np.float32), w, rtol=2e-2, atol=1e-2, equal_nan=True, err_msg=op)
