@@ -121,8 +121,12 @@ class Plan:
             frame[slot] = value
         if profile is None:
             for fn, args, outs, frees in self.steps:
-                for i, value in zip(outs, fn(*[frame[i] for i in args])):
-                    frame[i] = value
+                results = fn(*[frame[i] for i in args])
+                if len(outs) == 1:
+                    frame[outs[0]] = results[0]
+                else:
+                    for i, value in zip(outs, results):
+                        frame[i] = value
                 for i in frees:
                     frame[i] = None
         else:
