@@ -181,3 +181,45 @@ def test_refusals_carry_stable_codes():
     with pytest.raises(RtdError) as err:
         model.run({"in0": _f32(1, 4, 5, 5)[:, :3]})
     assert err.value.code is Code.E_INPUT_INVALID
+
+
+def _ms_against_ort(op, inputs, consts=(), outputs=(0,), rtol=1e-4, atol=1e-5, **attrs):
+    """A com.microsoft contrib node against onnxruntime, which implements the domain natively."""
+    names = [f"in{i}" for i in range(len(inputs))]
+    inits = [numpy_helper.from_array(c, f"c{i}") for i, c in enumerate(consts) if c is not None]
+    const_names = [f"c{i}" if c is not None else "" for i, c in enumerate(consts)]
+    out_names = [f"out{i}" if i in outputs else "" for i in range(max(outputs) + 1)]
+    node = helper.make_node(op, names + const_names, out_names, domain="com.microsoft", **attrs)
+    graph = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape) for n, x in zip(names, inputs)],
+        [helper.make_tensor_value_info(f"out{i}", onnx.TensorProto.FLOAT, None) for i in outputs], initializer=inits)
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                   helper.make_opsetid("com.microsoft", 1)]).SerializeToString()
+    feeds = {n: x for n, x in zip(names, inputs)}
+    ours = compile_model(model).run(feeds)
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for i, expected in zip(outputs, theirs):
+        np.testing.assert_allclose(ours[f"out{i}"], expected, rtol=rtol, atol=atol, err_msg=f"{op} output {i}")
+
+
+def test_contrib_activations_and_fused_matmul_match_onnxruntime():
+    x = _f32(3, 5, 8) * 2
+    _ms_against_ort("Gelu", [x])
+    _ms_against_ort("BiasGelu", [x], [_f32(8)])
+    _ms_against_ort("FastGelu", [x], [_f32(8)], atol=1e-4)
+    _ms_against_ort("FusedMatMul", [x], [_f32(6, 8)], alpha=0.25, transB=1)
+
+
+def test_contrib_skip_layer_normalization_matches_onnxruntime():
+    x, skip = _f32(2, 7, 16), _f32(2, 7, 16)
+    _ms_against_ort("SkipLayerNormalization", [x, skip], [_f32(16), _f32(16), _f32(16)], outputs=(0, 3), epsilon=1e-5)
+
+
+def test_contrib_quantized_matmuls_match_onnxruntime():
+    a = _f32(4, 6, 16)
+    b = RNG.integers(-127, 127, (16, 5), dtype=np.int8)
+    b_scale = np.float32(0.03)
+    _ms_against_ort("DynamicQuantizeMatMul", [a], [b, b_scale, np.int8(0), _f32(5)], rtol=0, atol=1e-5)
+    qa = RNG.integers(0, 255, (4, 16), dtype=np.uint8)
+    _ms_against_ort("MatMulIntegerToFloat", [qa], [b, np.float32(0.02), b_scale, np.uint8(128), np.int8(0), _f32(5)])
