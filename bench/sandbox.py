@@ -27,7 +27,7 @@ from rtd.sandbox.confined import recv_json, send_json
 from rtd.sandbox.zygote import Zygote
 
 
-def time_zygote(zygote, policy, identity) -> float:
+def time_zygote(zygote, policy, identity) -> tuple[float, dict]:
     ours, theirs = socket.socketpair()
     start = time.perf_counter()
     handle = zygote.spawn("rtd.sandbox.echo:serve", policy=policy, identity=identity, sock=theirs)
@@ -37,7 +37,7 @@ def time_zygote(zygote, policy, identity) -> float:
     assert reply == {"hello": []}, reply
     ours.close()
     assert handle.wait(10).code == 0
-    return elapsed
+    return elapsed, handle.startup_ms
 
 
 def time_bare_fork() -> float:
@@ -85,10 +85,14 @@ def main() -> int:
     zygote = Zygote.start(preload=("rtd.sandbox.echo",))
     policy, identity = load_policy(), TenantIdentity("bench", 61000, 61000)
     sides = {"zygote (all layers)": [], "bare fork (no confinement)": [], "fresh interpreter + numpy": []}
+    steps: dict[str, list[float]] = {}
     try:
         time_zygote(zygote, policy, identity)   # warm-up: first-ever cgroup creation and fork
         for _ in range(args.runs):
-            sides["zygote (all layers)"].append(time_zygote(zygote, policy, identity))
+            elapsed, startup = time_zygote(zygote, policy, identity)
+            sides["zygote (all layers)"].append(elapsed)
+            for step, ms in startup.items():
+                steps.setdefault(step, []).append(ms)
             sides["bare fork (no confinement)"].append(time_bare_fork())
             sides["fresh interpreter + numpy"].append(time_fresh_interpreter())
     finally:
@@ -98,6 +102,10 @@ def main() -> int:
     print("|---|---|---|")
     for name, samples in sides.items():
         print(f"| {name} | {summary(samples)} | {statistics.median(samples) / zyg:.2f}× |")
+    print(f"\nWhere the zygote path's time goes (median ms per step, in the zygote's children):\n")
+    print("| step | median ms |\n|---|---|")
+    for step, samples in steps.items():
+        print(f"| {step} | {statistics.median(samples):.2f} |")
     print(f"\nload average at the end: {os.getloadavg()}")
     return 0
 

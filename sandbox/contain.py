@@ -88,6 +88,12 @@ def _report(fd: int, **msg):
     os.write(fd, json.dumps(msg).encode() + b"\n")
 
 
+def _mark(fd: int, step: str) -> str:
+    """Tell the launcher a step starts (CLOCK_MONOTONIC, comparable across processes)."""
+    _report(fd, step=step, t=time.perf_counter())
+    return step
+
+
 def _failed(fd: int, step: str, e: BaseException):
     try:
         _report(fd, error={"code": Code.E_CONTAINMENT.name, "detail": f"{step}: {e}"})
@@ -98,18 +104,20 @@ def _failed(fd: int, step: str, e: BaseException):
 def _helper(spec: Spec, report: int) -> int:
     step = "helper"
     try:
+        _mark(report, "helper")
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         privileges.keep_only_fds({report, spec.sock_fd})
         privileges.die_with_parent()
-        step = "cgroup"
+        step = _mark(report, "cgroup")
         for path in spec.procs_files:
             with open(path, "w") as f:
                 f.write(str(os.getpid()))
-        step = "namespaces"
+        step = _mark(report, "namespaces")
         with_userns = spec.layers["userns"].startswith("enforced")
         namespaces.enter(spec.identity.uid, spec.identity.gid, with_userns)
         privileges.die_with_parent()   # a uid change clears the parent-death signal
+        step = _mark(report, "fork")
         pid = os.fork()
         if pid == 0:
             _worker(spec, report, with_userns)
@@ -128,27 +136,28 @@ def _helper(spec: Spec, report: int) -> int:
 def _worker(spec: Spec, report: int, with_userns: bool):
     code, step, ready = EXIT_CONTAINMENT_FAILED, "session", False
     try:
+        _mark(report, "session")
         privileges.new_session()
         privileges.die_with_parent()
         privileges.keep_only_fds({report, spec.sock_fd})
         sys.stdin = sys.stdout = sys.stderr = None   # fds 0-2 are closed: print() must not hit a reused fd
         sock = socket.socket(fileno=spec.sock_fd)
-        step = "namespaces"
+        step = _mark(report, "hostname")
         namespaces.set_hostname()
-        step = "mounts"
+        step = _mark(report, "mounts")
         mountns.build_root(spec.policy.ro_binds, spec.policy.limits.scratch_bytes,
                            spec.identity.uid, spec.identity.gid)
-        step = "rlimits"
+        step = _mark(report, "rlimits")
         rlimits.apply(spec.policy.limits)
-        step = "gpu"
+        step = _mark(report, "gpu")
         gpu.cap_cupy_pool(spec.policy.limits.gpu_memory_bytes)
-        step = "privileges"
+        step = _mark(report, "privileges")
         privileges.drop(spec.identity.uid, spec.identity.gid, with_userns)
         privileges.die_with_parent()   # re-armed: the uid switch cleared it
-        step = "seccomp"
+        step = _mark(report, "seccomp")
         if spec.bpf is not None:
             seccomp.install(spec.bpf)
-        _report(report, ready=True)
+        _report(report, ready=True, t=time.perf_counter())
         os.close(report)
         ready = True
         spec.target(sock, *spec.args)
@@ -168,6 +177,7 @@ class Reports:
     def __init__(self, fd: int):
         self.fd, self.buf, self.eof = fd, b"", False
         self.worker_pid, self.exit, self.error, self.ready = None, None, None, False
+        self.steps: dict[str, float] = {}   # step -> when it started; "ready" when confined
 
     def pump(self, timeout: float | None) -> bool:
         """Read what is available (waiting up to `timeout`); False when nothing came."""
@@ -187,6 +197,8 @@ class Reports:
             self.exit = msg.get("exit", self.exit)
             self.error = msg.get("error", self.error)
             self.ready = self.ready or msg.get("ready", False)
+            if "t" in msg:
+                self.steps["ready" if msg.get("ready") else msg["step"]] = msg["t"]
         return True
 
     def expect_ready(self, timeout: float) -> int:
@@ -243,6 +255,12 @@ def exit_status(code: int | None, sig: int | None, cpu_s: float, oom_kills: int,
     if sig == signal.SIGXFSZ:
         return ExitStatus(None, sig, "rlimits", "file size limit (RLIMIT_FSIZE)")
     return ExitStatus(None, sig, None, f"killed by {signal.Signals(sig).name}")
+
+
+def step_durations(launched: float, steps: dict[str, float]) -> dict[str, float]:
+    """Milliseconds each step took, from the launcher's fork ("launch") to "ready"."""
+    marks = sorted([("launch", launched)] + list(steps.items()), key=lambda kv: kv[1])
+    return {name: round((nxt - t) * 1000, 3) for (name, t), (_, nxt) in zip(marks, marks[1:])}
 
 
 def reap(pid: int, timeout: float) -> int | None:

@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from rtd.errors import Code, RtdError
 from rtd.sandbox import contain, seccomp, syscalls
@@ -43,6 +44,7 @@ class WorkerHandle:
     def __init__(self, wid: str, cgroup: WorkerCgroup, layers: dict, cpu_seconds: int):
         self.id, self.cgroup, self.layers, self._cpu_seconds = wid, cgroup, layers, cpu_seconds
         self.pid = None          # the worker's host pid (pid 1 inside its namespace)
+        self.startup_ms = {}     # confinement step -> milliseconds it took in the zygote's children
         self._done = threading.Event()
         self._status = None
         self._killed = False
@@ -134,7 +136,7 @@ class Zygote:
             cg.kill()
             cg.remove()
             raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
-        handle.pid = reply["pid"]
+        handle.pid, handle.startup_ms = reply["pid"], reply["steps"]
         return handle
 
     def _read_loop(self):
@@ -240,6 +242,7 @@ def _spawn(ctl, msg: dict, passed: list, workers: dict):
         spec = contain.Spec(_resolve(msg["target"]), tuple(msg["args"]), passed[0], policy,
                             TenantIdentity(name, uid, gid), list(msg["procs"]), msg["layers"],
                             None if policy.unsafe_disable_seccomp else seccomp.compiled())
+        launched = time.perf_counter()
         helper, report_fd = contain.launch(spec)
     except RtdError as e:
         _send(ctl, op="failed", id=msg.get("id"), error={"code": e.code.name, "detail": e.detail})
@@ -254,7 +257,7 @@ def _spawn(ctl, msg: dict, passed: list, workers: dict):
     except RtdError as e:
         _send(ctl, op="failed", id=msg["id"], error={"code": e.code.name, "detail": e.detail})
         return
-    _send(ctl, op="spawned", id=msg["id"], pid=pid)
+    _send(ctl, op="spawned", id=msg["id"], pid=pid, steps=contain.step_durations(launched, reports.steps))
 
 
 def _reap(ctl, workers: dict):
