@@ -38,6 +38,7 @@ IOCTLS = (0x541B, 0x5421, 0x5451, 0x5450)   # FIONREAD FIONBIO FIOCLEX FIONCLEX
 TCGETS = 0x5401
 FCNTLS = (0, 1, 2, 3, 4, 1030, 1033, 1034)  # DUPFD GETFD SETFD GETFL SETFL DUPFD_CLOEXEC ADD/GET_SEALS
 MFD_EXEC, MFD_HUGETLB = 0x10, 0x4
+ARG_FILTERED = ("clone", "mmap", "mprotect", "ioctl", "fcntl", "memfd_create")
 
 
 def build() -> sc.SyscallFilter:
@@ -92,4 +93,5 @@ def status() -> str:
         return "unavailable: kernel without seccomp filters"
     if "kill_process" not in actions:
         return "unavailable: kernel lacks SECCOMP_RET_KILL_PROCESS"
-    return f"enforced (kill-process allow-list of {len(ALLOW) + 6} syscalls, argument filters, TSYNC)"
+    return (f"enforced (kill-process allow-list of {len(ALLOW) + len(ARG_FILTERED)} syscalls, "
+            f"{len(ARG_FILTERED)} with argument filters, TSYNC)")
