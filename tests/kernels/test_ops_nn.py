@@ -223,3 +223,16 @@ def test_contrib_quantized_matmuls_match_onnxruntime():
     _ms_against_ort("DynamicQuantizeMatMul", [a], [b, b_scale, np.int8(0), _f32(5)], rtol=0, atol=1e-5)
     qa = RNG.integers(0, 255, (4, 16), dtype=np.uint8)
     _ms_against_ort("MatMulIntegerToFloat", [qa], [b, np.float32(0.02), b_scale, np.uint8(128), np.int8(0), _f32(5)])
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("GlobalLpPool", {"p": 3}),
+    ("GlobalMaxPool", {}),
+    ("GlobalAveragePool", {}),
+    ("LpPool", {"p": 1, "kernel_shape": [2, 3], "strides": [2, 1], "pads": [1, 0, 0, 1]}),
+    ("LRN", {"size": 5, "alpha": 2e-3, "beta": 0.6, "bias": 1.5}),
+    ("MeanVarianceNormalization", {"axes": [0, 2, 3]}),
+    ("LpNormalization", {"axis": 1, "p": 1}),
+])
+def test_window_and_normalization_ops_match_onnxruntime(op, attrs):
+    _against_ort(op, [_f32(2, 5, 6, 7)], opset=17, **attrs)
