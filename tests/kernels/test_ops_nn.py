@@ -13,6 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
@@ -236,3 +237,21 @@ def test_contrib_quantized_matmuls_match_onnxruntime():
 ])
 def test_window_and_normalization_ops_match_onnxruntime(op, attrs):
     _against_ort(op, [_f32(2, 5, 6, 7)], opset=17, **attrs)
+
+
+@pytest.mark.parametrize("weight_type", ["QInt8", "QUInt8"])
+def test_onnxruntime_dynamic_quantizer_output_matches_onnxruntime(tmp_path, weight_type):
+    """quantize_dynamic's graph (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul) must agree exactly."""
+    inits = [numpy_helper.from_array(_f32(32, 64), "w1"), numpy_helper.from_array(_f32(64), "b1"),
+             numpy_helper.from_array(_f32(64, 10), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["h2"]),
+             helper.make_node("Relu", ["h2"], ["h3"]), helper.make_node("MatMul", ["h3", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), tmp_path / "m.onnx")
+    quantize_dynamic(tmp_path / "m.onnx", tmp_path / "q.onnx", weight_type=getattr(QuantType, weight_type))
+    model = (tmp_path / "q.onnx").read_bytes()
+    assert {n.op_type for n in onnx.load_from_string(model).graph.node} >= {"DynamicQuantizeLinear", "MatMulInteger"}
+    x = _f32(5, 32)
+    expected = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(compile_model(model).run({"x": x})["y"], expected, rtol=1e-6, atol=1e-5)
