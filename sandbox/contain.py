@@ -65,8 +65,12 @@ def prepare(policy, identity, worker: str, layout: Layout | None = None) -> tupl
         log.warning("worker %s starts WITHOUT layer %s: %s", worker, name, why)
     cg = WorkerCgroup.create(layout, policy.cgroup_parent, identity.name, worker, policy.limits)
     layers.update(cg.layers)
-    bpf = None if policy.unsafe_disable_seccomp else seccomp.compiled()
-    return cg, layers, bpf
+    return cg, layers, seccomp_program(layers)
+
+
+def seccomp_program(layers: dict) -> bytes | None:
+    """The compiled filter when the seccomp layer is in force (off by policy or host: None)."""
+    return seccomp.compiled() if layers["seccomp"].startswith("enforced") else None
 
 
 def launch(spec: Spec) -> tuple[int, int]:

@@ -241,7 +241,7 @@ def _spawn(ctl, msg: dict, passed: list, workers: dict):
         name, uid, gid = msg["identity"]
         spec = contain.Spec(_resolve(msg["target"]), tuple(msg["args"]), passed[0], policy,
                             TenantIdentity(name, uid, gid), list(msg["procs"]), msg["layers"],
-                            None if policy.unsafe_disable_seccomp else seccomp.compiled())
+                            contain.seccomp_program(msg["layers"]))
         launched = time.perf_counter()
         helper, report_fd = contain.launch(spec)
     except RtdError as e:
