@@ -8,7 +8,12 @@ compared before timing; the two sides alternate in blocks of 5 runs, so drift on
 machine hits both alike. Prints per-case medians (of >= --runs) and rtd/ORT ratios (below 1.0:
 rtd is faster), and the geometric mean of the ratios per thread count.
 
+On a machine shared with other work, wall-clock medians swing with preemption; `--clock cpu`
+times each run by this process's CPU time instead (time.process_time), which preemption does
+not inflate. It is a fair latency proxy at 1 thread only (at T threads it sums all threads).
+
     .venv/bin/python bench/ops.py                  # all cases, 1 and 2 threads, 30 runs each
+    .venv/bin/python bench/ops.py --threads 1 --clock cpu
     .venv/bin/python bench/ops.py --threads 1 --runs 10 --only conv
 """
 import os
@@ -82,14 +87,14 @@ def cases():
                                                                      _rand(1024)], transB=1), x
 
 
-def _median_pair(run_a, run_b, runs):
+def _median_pair(run_a, run_b, runs, clock):
     a, b = [], []
     for _ in range(max(1, runs // 5)):
         for fn, acc in ((run_a, a), (run_b, b)):
             for _ in range(5):
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn()
-                acc.append(time.perf_counter() - t0)
+                acc.append(clock() - t0)
     return statistics.median(a) * 1e3, statistics.median(b) * 1e3
 
 
@@ -98,10 +103,12 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--only", default="", help="substring of the case labels to keep")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = ap.parse_args()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     selected = [c for c in cases() if args.only in c[0]]
     for threads in (int(t) for t in args.threads.split(",")):
-        print(f"\n{threads} thread(s): median ms over >= {args.runs} runs")
+        print(f"\n{threads} thread(s): median {args.clock}-clock ms over >= {args.runs} runs")
         print(f"{'case':44s} {'rtd':>9s} {'ORT':>9s} {'rtd/ORT':>8s}")
         ratios = []
         with threadpoolctl.threadpool_limits(threads):
@@ -117,7 +124,8 @@ def main():
                 for _ in range(3):  # warm-up: caches, scratch buffers, BLAS threads
                     rtd.run({"x": x})
                     sess.run(None, {"x": x})
-                t_rtd, t_ort = _median_pair(lambda: rtd.run({"x": x}), lambda: sess.run(None, {"x": x}), args.runs)
+                t_rtd, t_ort = _median_pair(lambda: rtd.run({"x": x}), lambda: sess.run(None, {"x": x}), args.runs,
+                                              clock)
                 ratios.append(t_rtd / t_ort)
                 print(f"{label:44s} {t_rtd:9.3f} {t_ort:9.3f} {t_rtd / t_ort:8.2f}", flush=True)
         print(f"{'geometric mean of rtd/ORT':44s} {'':9s} {'':9s} {math.exp(statistics.mean(map(math.log, ratios))):8.2f}")
