@@ -83,7 +83,12 @@ class MatMulBias(Fused):
     activation = None
 
     def run(self, a, w, bias=None, out=None):
-        out = np.matmul(a, w, out=out)
+        if a.ndim > 2 and a.flags.c_contiguous:  # one GEMM over all rows, not one per batch entry
+            rows = a.reshape(-1, a.shape[-1])
+            flat = np.matmul(rows, w, out=None if out is None else out.reshape(rows.shape[0], w.shape[1]))
+            out = flat.reshape(*a.shape[:-1], w.shape[1]) if out is None else out
+        else:
+            out = np.matmul(a, w, out=out)
         if bias is not None:
             np.add(out, bias, out=out)
         return (_activate(out, self.activation),)
