@@ -1,8 +1,7 @@
 """Split along `axis` by sizes (attribute until 12, input from 13), or into equal parts.
 
 Equal parts (no sizes) are as many as the node has outputs, or `num_outputs` (opset 18, the
-last part smaller when uneven). The output count is not an attribute before 18: the executor
-sets `n_outputs` on the instance from the node (None until it does).
+last part smaller when uneven). Before 18 the count comes from the node: `Kernel.n_outputs`.
 """
 import numpy as np
 
@@ -14,7 +13,6 @@ from .base import Kernel
 
 class Split_2(Kernel):
     attributes = {"axis": 0, "split": None}
-    n_outputs: int | None = None  # set by the executor: len(node.outputs)
     num_outputs = None
 
     def sizes(self, dim: int, split) -> list[int]:
