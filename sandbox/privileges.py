@@ -17,7 +17,7 @@ def keep_only_fds(keep: set[int]):
         if fd > low:
             os.closerange(low, fd)
         low = fd + 1
-    os.closerange(low, 1 << 20)
+    os.closerange(low, 0x7FFFFFFF)   # close_range(2): every fd number above, whatever RLIMIT_NOFILE was
 
 
 def new_session():
