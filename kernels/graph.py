@@ -9,6 +9,8 @@ from collections import ChainMap
 
 import numpy as np
 
+from rtd.errors import Code, RtdError
+
 from .fused import fused_kernel
 from .ir import RTD_DOMAIN, Graph, Node
 from .ops import lookup
@@ -29,7 +31,12 @@ def make_kernel(node: Node, opsets: dict, xp=np):
     n_outputs = len(node.outputs)
     while n_outputs and not node.outputs[n_outputs - 1]:
         n_outputs -= 1  # trailing unnamed outputs are not asked for
-    return cls(attrs, xp, n_outputs=n_outputs)
+    try:
+        return cls(attrs, xp, n_outputs=n_outputs)
+    except RtdError:
+        raise
+    except Exception as e:  # an attribute value a kernel's setup cannot use: the model is at fault
+        raise RtdError(Code.E_MODEL_INVALID, f"{node.op_type} {node.name!r}: {type(e).__name__}: {str(e)[:160]}") from None
 
 
 class GraphRunner:

@@ -148,6 +148,11 @@ class CompiledModel:
                         self._profiles.append(record)
         except backend_cupy.OUT_OF_MEMORY as e:
             raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"GPU memory: {e}") from None
+        except (ValueError, IndexError, TypeError, ArithmeticError, MemoryError) as e:
+            # inputs that passed the declared checks but break the graph (dims the model
+            # relates but does not declare alike, out-of-range indices): a refusal, not a crash
+            code = Code.E_RESOURCE_EXHAUSTED if isinstance(e, MemoryError) else Code.E_INPUT_INVALID
+            raise RtdError(code, f"the model cannot run on these inputs: {type(e).__name__}: {str(e)[:160]}") from None
         if self.xp is not np:
             outputs = [backend_cupy.to_host(v) for v in outputs]
         return {spec.name: value for spec, value in zip(self.outputs, outputs)}

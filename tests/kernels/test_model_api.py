@@ -153,3 +153,11 @@ def test_sequence_inputs_run_through_the_interpreter():
     m = model([node("SequenceLength", ["s"], ["n"])], [seq_in], [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
     out = compile_model(m).run({"s": [np.ones(2, np.float32), np.ones(3, np.float32)]})
     assert int(out["n"]) == 2
+
+
+def test_inputs_the_graph_cannot_take_are_refused_not_crashed():
+    """Both inputs declare symbolic dims with different names, but Add needs them to broadcast."""
+    m = compile_model(model([node("Add", ["a", "b"], ["c"])], [("a", ["n"]), ("b", ["m"])], [("c", None)]))
+    err = refusal(lambda: m.run({"a": np.ones(3, np.float32), "b": np.ones(4, np.float32)}))
+    assert err.code is Code.E_INPUT_INVALID and "cannot run on these inputs" in err.detail
+    assert m.run({"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})["c"].tolist() == [2, 2, 2]
