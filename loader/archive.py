@@ -1,5 +1,8 @@
-"""Reading a .tar / .tar.gz package: streamed member by member into sealed memfds, never extracted.
+"""Reading a .tar / .tar.gz package: member by member into sealed memfds, never extracted.
 
+A compressed archive is streamed (tarfile "r|*") through a SealedWriter; a plain tar is walked
+header by header ("r:") and each member's bytes are copied by the kernel from their offset in
+the archive (sealed.seal_from_fd), as fast as a directory package.
 Nothing is written to disk. Only regular-file members whose names fit the layout are accepted
 (directory members that are prefixes of the layout are skipped); symlink and hardlink members
 are E_LINK_FORBIDDEN, devices and FIFOs E_SPECIAL_FILE, '..' / absolute / non-UTF-8 names
@@ -19,9 +22,10 @@ import zlib
 from rtd.errors import Code, RtdError
 from rtd.loader import layout
 from rtd.loader.fileset import FileSet
-from rtd.loader.sealed import SealedWriter
+from rtd.loader.sealed import SealedWriter, seal_from_fd
 
 _CHUNK = 1 << 20
+_COMPRESSED_MAGICS = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
 _RATIO_FLOOR = 32 << 20   # the ratio cap applies once this much has been inflated
 
 
@@ -66,6 +70,10 @@ def _check_type(member: tarfile.TarInfo) -> None:
 
 def _read_member(stream: tarfile.TarFile, member, parts, files: FileSet, inflation: _Inflation) -> None:
     cap, code = files.admit(parts, member.size)
+    if inflation is None:   # uncompressed: the member's bytes sit in the file, copied by the kernel
+        files.add(parts, seal_from_fd("/".join(parts), stream.fileobj.fileno(), member.size,
+                                      member.offset_data, Code.E_ARCHIVE_INVALID))
+        return
     source = stream.extractfile(member)
     writer = SealedWriter("/".join(parts), cap, code)
     try:
@@ -87,9 +95,11 @@ def read_archive(path: str, files: FileSet) -> None:
     with os.fdopen(fd, "rb") as raw:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise RtdError(Code.E_SPECIAL_FILE, f"{path} is not a regular file")
-        inflation, top, members = _Inflation(raw, files.limits), [], 0
+        compressed = raw.read(6).startswith(_COMPRESSED_MAGICS)
+        raw.seek(0)
+        inflation, top, members = (_Inflation(raw, files.limits) if compressed else None), [], 0
         try:
-            with tarfile.open(fileobj=raw, mode="r|*") as stream:
+            with tarfile.open(fileobj=raw, mode="r|*" if compressed else "r:") as stream:
                 for member in stream:
                     members += 1
                     if members > files.limits.max_archive_members:

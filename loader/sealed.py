@@ -5,6 +5,7 @@ against write, shrink and grow, so the bytes the manifest vouched for are the by
 worker receives (its fd is handed over; nothing re-opens a path). `.data` is a read-only
 memoryview over a private mapping of the same memfd.
 """
+import concurrent.futures
 import fcntl
 import hashlib
 import mmap
@@ -13,7 +14,8 @@ import os
 from rtd.errors import Code, RtdError
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
-_CHUNK = 8 << 20  # sized so a chunk is still in cache when hashed right after the copy
+_CHUNK = 1 << 20  # sized so a chunk is still in cache (L2) when hashed right after the copy
+_PIPELINE_FROM = 16 << 20   # below this a helper thread costs more than it overlaps
 
 
 class SealedFile:
@@ -54,10 +56,36 @@ def _finish(name: str, fd: int, size: int, digest, mapping) -> SealedFile:
     return SealedFile(name, fd, size, digest.hexdigest(), mapping)
 
 
-def seal_from_fd(name: str, src_fd: int, size: int) -> SealedFile:
-    """Copy `size` bytes of a regular file into a new sealed memfd, hashing each chunk right after
-    the kernel copied it (sendfile: page cache to memfd, no user-space copy). A file that shrinks
-    while being read is refused; growth past `size` is never read."""
+def _copy_and_hash(name: str, src_fd: int, offset: int, fd: int, size: int, view: memoryview, digest,
+                   short_code: Code) -> None:
+    """sendfile chunk k+1 while a helper thread hashes chunk k (both release the GIL), so a large
+    file costs about one hash pass, not a copy plus a hash. Hash updates stay strictly in order."""
+    pool = concurrent.futures.ThreadPoolExecutor(1) if size > _PIPELINE_FROM else None
+    pending = None
+    try:
+        done = 0
+        while done < size:
+            n = os.sendfile(fd, src_fd, offset + done, min(_CHUNK, size - done))
+            if n <= 0:
+                raise RtdError(short_code, f"{name} ended {size - done} bytes early")
+            if pending is not None:
+                pending.result()
+            chunk = view[done:done + n]
+            pending = pool.submit(digest.update, chunk) if pool else digest.update(chunk)
+            done += n
+        if pending is not None:
+            pending.result()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def seal_from_fd(name: str, src_fd: int, size: int, offset: int = 0,
+                 short_code: Code = Code.E_DIGEST_MISMATCH) -> SealedFile:
+    """Copy `size` bytes from `offset` of a regular file into a new sealed memfd, hashing each chunk
+    right after the kernel copied it (sendfile: page cache to memfd, no user-space copy). A file
+    that ends early (e.g. shrank while being read) is refused with `short_code`; bytes past
+    `size` are never read."""
     fd = _new_memfd(name)
     mapping = None
     try:
@@ -67,13 +95,7 @@ def seal_from_fd(name: str, src_fd: int, size: int) -> SealedFile:
             mapping = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ)
             view = memoryview(mapping)
             try:
-                done = 0
-                while done < size:
-                    n = os.sendfile(fd, src_fd, done, min(_CHUNK, size - done))
-                    if n <= 0:
-                        raise RtdError(Code.E_DIGEST_MISMATCH, f"{name} shrank while being read")
-                    digest.update(view[done:done + n])
-                    done += n
+                _copy_and_hash(name, src_fd, offset, fd, size, view, digest, short_code)
             finally:
                 view.release()
         return _finish(name, fd, size, digest, mapping)
