@@ -8,6 +8,7 @@ the result. Other geometries gather each tap of the window with `take`. Edge han
 (replicate), `exclude_outside` zeroes and renormalizes out-of-range taps, and
 tf_crop_and_resize writes `extrapolation_value` where the source lies outside the input.
 """
+import functools
 import math
 
 import numpy as np
@@ -152,11 +153,22 @@ def _along_periodic(xp, x, axis: int, out_size: int, period: int, step: int, off
     return out
 
 
-def _along(xp, x, axis: int, index, weights, work_dtype):
+@functools.lru_cache(maxsize=256)
+def axis_plan(mode, transform, in_size, out_size, scale, roi, nearest_mode, cubic_a, exclude_outside, antialias):
+    """(index, weights, outside, periodic) for one axis, cached: a model resizes the same
+    shapes on every run, and building the plan costs more Python than small maps take to copy."""
+    coords, outside = source_coordinates(transform, out_size, in_size, scale, roi)
+    index, weights = axis_weights(mode, coords, in_size, scale, nearest_mode, cubic_a, exclude_outside, antialias)
+    for array in (index, weights, outside):
+        if array is not None:
+            array.flags.writeable = False  # shared by every run that hits the cache
+    return index, weights, outside, _period(index, weights, in_size)
+
+
+def _along(xp, x, axis: int, index, weights, periodic, work_dtype):
     """Resample one axis: periodic slices when the geometry allows, else the sum over window
     taps of (gathered slab x tap weight). Both are memory-bound passes; a dense (out x in)
     matrix would multiply mostly zeros."""
-    periodic = _period(index, weights, x.shape[axis])
     if periodic is not None:
         return _along_periodic(xp, x, axis, index.shape[0], *periodic, work_dtype)
     index = np.clip(index, 0, x.shape[axis] - 1)
@@ -210,15 +222,14 @@ def resize(xp, x, *, mode, scales=None, sizes=None, roi=None, axes=None, transfo
         axis_roi = None if roi is None else (float(roi[i]), float(roi[i + len(axes)]))
         if out_size == x.shape[axis] and math.isclose(scale, 1.0) and (axis_roi is None or axis_roi == (0.0, 1.0)):
             continue
-        coords, outside = source_coordinates(transform, out_size, x.shape[axis], scale, axis_roi)
-        index, weights = axis_weights(mode, coords, x.shape[axis], scale, nearest_mode, cubic_a, exclude_outside, antialias)
-        plans.append((axis, index, weights, outside))
+        plans.append((axis, *axis_plan(mode, transform, x.shape[axis], out_size, scale, axis_roi, nearest_mode,
+                                       cubic_a, bool(exclude_outside), bool(antialias))))
     # Strided last-axis writes are the slow pass: do that axis while the array is smallest
     # (first when it grows, last when it shrinks); the other axes then write whole rows.
     plans.sort(key=lambda plan: (plan[0] == x.ndim - 1) != (plan[1].shape[0] > x.shape[plan[0]]))
     y = x if mode == "nearest" else x.astype(work_dtype, copy=False)
-    for axis, index, weights, outside in plans:
-        y = _along(xp, y, axis, index, weights, work_dtype)
+    for axis, index, weights, outside, periodic in plans:
+        y = _along(xp, y, axis, index, weights, periodic, work_dtype)
         if outside is not None and outside.any():
             shape = [1] * y.ndim
             shape[axis] = index.shape[0]
