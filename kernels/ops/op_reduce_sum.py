@@ -1,10 +1,10 @@
 """ReduceSum: the sum over the given axes (axes as an input from opset 13)."""
-from ._reduce import AxesFromAttribute, AxesFromInput
+from ._reduce import AxesFromAttribute, AxesFromInput, sum_over
 
 
 class ReduceSum_13(AxesFromInput):
     def reduce(self, x, axes, keepdims):
-        return self.xp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+        return sum_over(self.xp, x, axes, keepdims)
 
 
 class ReduceSum_1(AxesFromAttribute, ReduceSum_13):

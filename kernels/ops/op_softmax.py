@@ -1,4 +1,5 @@
 """Softmax: exp(x - max) / sum(exp(x - max)) along an axis, in one output buffer."""
+from ._reduce import sum_over
 from ._softmax import AlongAxis, Coerced2D, exp_shift
 
 
@@ -7,7 +8,8 @@ class Softmax_13(AlongAxis):
         xp = self.xp
         shift = exp_shift(xp, x, axis)
         result = xp.exp(x) if shift is None else xp.exp(xp.subtract(x, shift))
-        result /= xp.sum(result, axis=axis, keepdims=True)
+        scale = xp.reciprocal(sum_over(xp, result, (axis,), keepdims=True))
+        result *= scale  # a multiply by the per-row reciprocal: broadcast divide is slower
         return result
 
 

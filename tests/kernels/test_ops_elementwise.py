@@ -140,7 +140,7 @@ REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "Re
 
 
 @pytest.mark.parametrize("op", REDUCE)
-@pytest.mark.parametrize("axes,keepdims", [([1], 1), ([0, -1], 0), (None, 1), (None, 0)])
+@pytest.mark.parametrize("axes,keepdims", [([1], 1), ([0, -1], 0), ([-1], 1), ([2], 0), (None, 1), (None, 0)])
 def test_reductions_with_axes_input_and_attribute(op, axes, keepdims):
     x = np.abs(RNG.standard_normal((3, 4, 5)).astype(np.float32)) + 0.1
     inputs = [x] + ([np.array(axes, np.int64)] if axes is not None else [])
