@@ -53,19 +53,15 @@ def sum_pool(xp, x, kernel, strides, dilations, pads, auto_pad, ceil_mode, count
     if p is not None:
         return y if p == 1 else y ** (1.0 / p)
     nd = len(kernel)
-    explicit_pads = list(begin) + [e for e in end]
-    if auto_pad in ("NOTSET", "") :
-        given = list(pads or [0] * 2 * nd)
-        explicit_pads = given[:nd] + given[nd:]
-    overhang = any(e > g for e, g in zip(end, explicit_pads[nd:]))
-    if count_include_pad and not overhang:
+    # the pads that count with count_include_pad: never the ceil-mode overhang geometry() added
+    counted_end = list(pads or [0] * 2 * nd)[nd:] if auto_pad in ("NOTSET", "") else end
+    if count_include_pad and list(end) == list(counted_end):
         y /= y.dtype.type(np.prod(kernel))
         return y
     spatial = x.shape[2:]
     mask = np.zeros((1, 1) + tuple(b + s + e for b, s, e in zip(begin, spatial, end)), x.dtype)
     if count_include_pad:
-        inner = tuple(slice(b - pb, b + s + pe) for b, s, pb, pe in
-                      zip(begin, spatial, explicit_pads[:nd], explicit_pads[nd:]))
+        inner = tuple(slice(0, b + s + ce) for b, s, ce in zip(begin, spatial, counted_end))
     else:
         inner = tuple(slice(b, b + s) for b, s in zip(begin, spatial))
     mask[(slice(None), slice(None)) + inner] = 1
