@@ -9,6 +9,7 @@ directory and the rollback store is byte-for-byte unchanged.
 import base64
 import dataclasses
 import datetime
+import gc
 import hashlib
 import io
 import json
@@ -60,6 +61,7 @@ def weights_model() -> tuple[bytes, np.ndarray]:
 
 
 def _snapshot(root: str, rollback_path: str) -> dict:
+    gc.collect()   # views dropped by earlier tests must not close their mappings mid-comparison
     fds = {}
     for fd in os.listdir("/proc/self/fd"):
         try:
