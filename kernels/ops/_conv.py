@@ -48,11 +48,14 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
 
 
 def _depthwise(xp, x, w, k, strides, dilations, begin, end, out_shape):
-    n, m = x.shape[0], w.shape[0]
+    """One multiply-add per kernel tap over the whole tensor (no loop over channels)."""
+    n, m, nd = x.shape[0], w.shape[0], len(k)
+    tap_weights = w.reshape(m, -1)
+    if nd == 2 and all(s == 1 for s in (strides or [1])):
+        return _depthwise_wide(xp, x, tap_weights, k, dilations or [1, 1], begin, end, out_shape)
     padded = pad_into(x, begin, end, 0, "conv", xp)
     y = xp.empty((n, m) + tuple(out_shape), x.dtype)
-    tap_weights = w.reshape(m, -1)
-    shape = (1, m) + (1,) * len(k)
+    shape = (1, m) + (1,) * nd
     tmp = scratch("conv-tap", y.shape, x.dtype, xp)
     for i, (_, view) in enumerate(taps(padded, k, strides, dilations, out_shape)):
         if i == 0:
@@ -61,6 +64,32 @@ def _depthwise(xp, x, w, k, strides, dilations, begin, end, out_shape):
             xp.multiply(view, tap_weights[:, i].reshape(shape), out=tmp)
             y += tmp
     return y
+
+
+def _depthwise_wide(xp, x, tap_weights, k, dilations, begin, end, out_shape):
+    """Stride-1 2-D depthwise on the padded width: every tap is one long contiguous run.
+
+    Output rows are computed over the full padded width (the extra columns are dropped at the
+    end), so a tap is a flat offset into the padded plane instead of a 2-D strided view.
+    """
+    n, m = x.shape[:2]
+    (kh, kw), (dh, dw), (oh, ow) = k, dilations, out_shape
+    padded = pad_into(x, begin, [end[0] + 1, end[1]], 0, "conv-wide", xp)  # a spare row keeps taps in bounds
+    wp = padded.shape[3]
+    flat = padded.reshape(n, m, -1)
+    length = oh * wp
+    y = xp.empty((n, m, length), x.dtype)
+    tmp = scratch("conv-wide-tap", y.shape, x.dtype, xp)
+    for i in range(kh):
+        for j in range(kw):
+            tap, offset = i * kw + j, i * dh * wp + j * dw
+            view = flat[:, :, offset:offset + length]
+            if tap == 0:
+                xp.multiply(view, tap_weights[:, 0, None], out=y)
+            else:
+                xp.multiply(view, tap_weights[:, tap, None], out=tmp)
+                y += tmp
+    return y.reshape(n, m, oh, wp)[:, :, :, :ow]
 
 
 def _channel_major(xp, x, w, group, k, strides, dilations, begin, end, out_shape):

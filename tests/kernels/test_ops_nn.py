@@ -60,7 +60,9 @@ CONV_CASES = [  # (x shape, w shape, attrs): each plan of _conv, with odd pads, 
     ((2, 32, 18, 18), (4, 32, 3, 3), {"pads": [0, 1, 2, 1], "strides": [1, 1], "dilations": [2, 1]}),
     ((1, 3, 17, 15), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),  # channel-major
     ((2, 12, 10, 10), (6, 4, 3, 3), {"group": 3, "pads": [1, 1, 1, 1], "strides": [2, 1]}),  # grouped
-    ((1, 8, 11, 11), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1], "dilations": [2, 2]}),  # depthwise
+    ((1, 8, 11, 11), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1], "dilations": [2, 2]}),  # depthwise, wide rows
+    ((2, 8, 12, 9), (8, 1, 5, 3), {"group": 8, "pads": [2, 0, 1, 2]}),  # depthwise, asymmetric pads
+    ((1, 8, 11, 11), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1], "strides": [2, 2]}),  # depthwise, per-tap views
     ((2, 6, 13), (4, 6, 3), {"pads": [2, 1], "strides": [2]}),  # 1-D
     ((1, 4, 5, 6, 7), (3, 4, 2, 3, 2), {"pads": [1, 0, 1, 0, 1, 1]}),  # 3-D
     ((1, 16, 7, 8), (8, 16, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
