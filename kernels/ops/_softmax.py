@@ -13,8 +13,8 @@ from ._axes import normalize_axis
 from .base import Kernel
 
 
-def exp_shift(xp, x, axis):
-    """What to subtract from x before exp along `axis`: the row maximum, or None when unneeded.
+def exp_is_safe(xp, x, axis) -> bool:
+    """True when exp(x) needs no shift by the row maximum before a sum along `axis`.
 
     The shift only guards exp against overflow (and all-underflow rows). When the whole array
     lies where exp is finite and normal even summed over a row, exp(x) / sum(exp(x)) is exact
@@ -24,9 +24,8 @@ def exp_shift(xp, x, axis):
         info = np.finfo(x.dtype)
         top = math.log(info.max) - math.log(x.shape[axis]) - 1
         bottom = math.log(info.tiny) + 8
-        if bottom < float(xp.min(x)) and float(xp.max(x)) < top:  # NaN fails both: shifted path
-            return None
-    return xp.max(x, axis=axis, keepdims=True)
+        return bottom < float(xp.min(x)) and float(xp.max(x)) < top  # NaN fails both
+    return False
 
 
 class AlongAxis(Kernel):

@@ -9,7 +9,7 @@ class ReduceMean_18(AxesFromInput):
         if x.dtype.kind == "f" and x.size:  # a sum and one division of the (small) result
             count = math.prod(x.shape[a] for a in (range(x.ndim) if axes is None else axes))
             total = self.xp.asarray(sum_over(self.xp, x, axes, keepdims))
-            return self.xp.divide(total, x.dtype.type(count), out=total) if count else total / 0
+            return self.xp.divide(total, x.dtype.type(count), out=total)
         return in_type_of(x, self.xp.mean(x, axis=axes, keepdims=keepdims))
 
 

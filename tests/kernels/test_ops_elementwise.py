@@ -298,3 +298,10 @@ def test_bfloat16_keeps_its_type(op):  # bfloat16 is dtype kind "V" and promotes
     for w, g in zip(want, got):
         assert g.dtype == (bf16 if w.dtype == np.float32 else w.dtype), op
         np.testing.assert_allclose(g.astype(np.float32), w, rtol=2e-2, atol=1e-2, equal_nan=True, err_msg=op)
+
+
+@pytest.mark.parametrize("scale", [1, 40])  # unshifted and max-shifted exp
+@pytest.mark.parametrize("shape,axis", [((3, 300, 128), -1), ((70_000,), 0), ((2, 9000, 3), 1)])
+def test_softmax_blocked_rows_match_onnxruntime(scale, shape, axis):
+    x = RNG.standard_normal(shape).astype(np.float32) * scale
+    _against_ort("Softmax", [x], opset=13, axis=axis)
