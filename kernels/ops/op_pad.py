@@ -10,8 +10,6 @@ from rtd.errors import Code, RtdError
 from ._axes import normalize_axes
 from .base import REQUIRED, Kernel
 
-_NUMPY_MODE = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
-
 
 def pad(xp, x, pads, value, mode: str, axes=None):
     """`pads` is [begin_0, begin_1, ..., end_0, end_1, ...] over `axes` (default: all)."""
@@ -28,7 +26,7 @@ def pad(xp, x, pads, value, mode: str, axes=None):
     x = x[tuple(crop)]
     if mode == "constant":
         return xp.pad(x, widths, mode="constant", constant_values=value)
-    return xp.pad(x, widths, mode=_NUMPY_MODE[mode])
+    return xp.pad(x, widths, mode=mode)  # ONNX's reflect/edge/wrap are NumPy's
 
 
 class _Pad(Kernel):
@@ -49,7 +47,10 @@ class Pad_2(_Pad):
 class Pad_11(_Pad):
     attributes = {"mode": "constant"}
 
-    def run(self, x, pads, constant_value=None, axes=None):
+    def run(self, x, pads, constant_value=None):
+        return self.pad_axes(x, pads, constant_value, None)
+
+    def pad_axes(self, x, pads, constant_value, axes):
         value = 0 if constant_value is None else self.host(self.xp.asarray(constant_value)).reshape(-1)[0]
         if axes is not None:
             axes = normalize_axes(self.host(axes), x.ndim, "Pad")
@@ -57,8 +58,9 @@ class Pad_11(_Pad):
 
 
 class Pad_18(Pad_11):
-    """Adds the optional `axes` input (Pad_11.run already accepts it)."""
+    def run(self, x, pads, constant_value=None, axes=None):
+        return self.pad_axes(x, pads, constant_value, axes)
 
 
-class Pad_19(Pad_11):
+class Pad_19(Pad_18):
     modes = ("constant", "reflect", "edge", "wrap")

@@ -5,7 +5,6 @@ shapes detectors and encoders use); the random ops by their distributions and se
 the shape ops by the views they return; bad inputs by their refusal codes.
 """
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
