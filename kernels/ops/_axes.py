@@ -26,3 +26,11 @@ def wrap_indices(xp, indices, dim: int, op: str):
     if host is not None and host.size and (host.min() < -dim or host.max() >= dim):
         raise RtdError(Code.E_INPUT_INVALID, f"{op}: index out of range for a dimension of {dim}")
     return xp.where(indices < 0, indices + dim, indices)
+
+
+def dims(values, op: str) -> tuple[int, ...]:
+    """A shape-like input (target shape, repeats) as ints; negative entries are a bad input."""
+    out = tuple(int(v) for v in np.asarray(values).reshape(-1).tolist())
+    if any(v < 0 for v in out):
+        raise RtdError(Code.E_INPUT_INVALID, f"{op}: negative dimension in {list(out)}")
+    return out

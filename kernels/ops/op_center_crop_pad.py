@@ -1,5 +1,5 @@
 """CenterCropPad: crop or zero-pad each listed axis to the target size, keeping the centre."""
-from ._axes import normalize_axes
+from ._axes import dims, normalize_axes
 from .base import Kernel
 
 
@@ -7,7 +7,7 @@ class CenterCropPad_18(Kernel):
     attributes = {"axes": None}
 
     def run(self, x, shape):
-        target = self.host(shape).tolist()
+        target = dims(self.host(shape), "CenterCropPad")
         axes = range(x.ndim) if self.axes is None else normalize_axes(self.axes, x.ndim, "CenterCropPad")
         crop = [slice(None)] * x.ndim
         place = [slice(None)] * x.ndim

@@ -130,6 +130,10 @@ def test_multinomial_follows_the_logits():
     ("Split", 13, {}, (np.zeros(5), np.array([2, 2])), Code.E_INPUT_INVALID),
     ("SequenceAt", 11, {}, ([np.zeros(1)], np.array(3)), Code.E_INPUT_INVALID),
     ("OptionalGetElement", 18, {}, (None,), Code.E_INPUT_INVALID),
+    ("ConstantOfShape", 21, {}, (np.array([2, -3]),), Code.E_INPUT_INVALID),
+    ("Tile", 13, {}, (np.zeros((2, 2)), np.array([1, -1])), Code.E_INPUT_INVALID),
+    ("GatherElements", 13, {}, (np.zeros((2, 2)), np.array([[0, 2]])), Code.E_INPUT_INVALID),
+    ("ScatterND", 18, {}, (np.zeros(3), np.array([[3]]), np.ones(1)), Code.E_INPUT_INVALID),
 ])
 def test_bad_inputs_refused_with_a_code(op, opset, attrs, inputs, code):
     with pytest.raises(RtdError) as err:
