@@ -10,7 +10,22 @@ import math
 import numpy as np
 
 from ._axes import normalize_axis
+from ._blocked import BLOCK
 from .base import Kernel
+
+
+def by_row_blocks(xp, rows_fn, x, axis):
+    """`rows_fn(x_part, out_part, axis)` over L2-sized blocks of rows when `axis` is the
+    contiguous last one (each pass then stays in cache), else once over the whole array."""
+    result = xp.empty_like(x)
+    if xp is np and axis == x.ndim - 1 and x.flags.c_contiguous and x.size > BLOCK:
+        rows, out = x.reshape(-1, x.shape[-1]), result.reshape(-1, x.shape[-1])
+        step = max(1, BLOCK // x.shape[-1])
+        for start in range(0, len(rows), step):
+            rows_fn(rows[start:start + step], out[start:start + step], 1)
+        return result
+    rows_fn(x, result, axis)
+    return result
 
 
 def exp_is_safe(xp, x, axis) -> bool:

@@ -1,28 +1,18 @@
 """Softmax: exp(x - max) / sum(exp(x - max)) along an axis.
 
-Along a contiguous last axis (the attention case) rows are processed in L2-sized blocks, so
-exp, row sum and scaling each touch memory once; the per-row max shift is skipped when exp
-provably cannot overflow (`exp_is_safe`).
+Rows are processed in L2-sized blocks along a contiguous last axis (the attention case); the
+per-row max shift is skipped when exp provably cannot overflow (`exp_is_safe`).
 """
-import numpy as np
+import functools
 
-from ._blocked import BLOCK
 from ._reduce import sum_over
-from ._softmax import AlongAxis, Coerced2D, exp_is_safe
+from ._softmax import AlongAxis, Coerced2D, by_row_blocks, exp_is_safe
 
 
 class Softmax_13(AlongAxis):
     def along(self, x, axis):
-        xp = self.xp
-        shift = not exp_is_safe(xp, x, axis)
-        if xp is np and axis == x.ndim - 1 and x.flags.c_contiguous and x.size > BLOCK:
-            result = np.empty_like(x)
-            rows, out = x.reshape(-1, x.shape[-1]), result.reshape(-1, x.shape[-1])
-            step = max(1, BLOCK // x.shape[-1])
-            for start in range(0, len(rows), step):
-                self._rows(rows[start:start + step], out[start:start + step], 1, shift)
-            return result
-        return self._rows(x, xp.empty_like(x), axis, shift)
+        rows = functools.partial(self._rows, shift=not exp_is_safe(self.xp, x, axis))
+        return by_row_blocks(self.xp, rows, x, axis)
 
     def _rows(self, x, out, axis, shift):
         xp = self.xp
@@ -31,9 +21,7 @@ class Softmax_13(AlongAxis):
             xp.exp(out, out=out)
         else:
             xp.exp(x, out=out)
-        scale = xp.reciprocal(sum_over(xp, out, (axis,), keepdims=True))
-        out *= scale  # a multiply by the per-row reciprocal: a broadcast divide is slower
-        return out
+        out *= xp.reciprocal(sum_over(xp, out, (axis,), keepdims=True))  # broadcast divide is slower
 
 
 class Softmax_1(Coerced2D, Softmax_13):

@@ -300,8 +300,22 @@ def test_bfloat16_keeps_its_type(op):  # bfloat16 is dtype kind "V" and promotes
         np.testing.assert_allclose(g.astype(np.float32), w, rtol=2e-2, atol=1e-2, equal_nan=True, err_msg=op)
 
 
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("scale", [1, 40])  # unshifted and max-shifted exp
 @pytest.mark.parametrize("shape,axis", [((3, 300, 128), -1), ((70_000,), 0), ((2, 9000, 3), 1)])
-def test_softmax_blocked_rows_match_onnxruntime(scale, shape, axis):
+def test_softmax_blocked_rows_match_onnxruntime(op, scale, shape, axis):
     x = RNG.standard_normal(shape).astype(np.float32) * scale
-    _against_ort("Softmax", [x], opset=13, axis=axis)
+    _against_ort(op, [x], opset=13, axis=axis)
+
+
+def test_kernels_keep_no_per_call_state_across_threads():
+    """One kernel instance serves concurrent runs (model.run is thread-safe): inputs needing and
+    not needing Softmax's max shift, run at once, each get their own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    kernel = lookup("", "Softmax", 13)({})
+    inputs = [RNG.standard_normal((64, 512)).astype(np.float32) * (1 if i % 2 else 300) for i in range(16)]
+    expected = [kernel.run(x)[0] for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            for got, want in zip(pool.map(lambda x: kernel.run(x)[0], inputs), expected):
+                np.testing.assert_array_equal(got, want)
