@@ -4,6 +4,7 @@ No GPU is needed: nvcc compiles for sm_90 on the CPU. Every registered Elementwi
 a `cuda` expression (and no required attributes) becomes a one-link chain; chains taken from
 real plans check how links bind to each other.
 """
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from rtd.kernels.ops import REQUIRED, Elementwise, lookup, supported
 
 from kernel_graphs import model, node
 
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if shutil.os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 INTEGER_OPS = {"BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift"}
 
 
