@@ -1,4 +1,6 @@
 """Pow: x ** y under broadcasting; the result keeps x's type whatever y's type is."""
+import numpy as np
+
 from .base import Elementwise
 
 
@@ -10,6 +12,8 @@ class Pow_7(Elementwise):
         if x.dtype.kind not in "iu":  # floats, bfloat16 (kind "V") included
             # y in x's float type keeps the power in x's precision instead of promoting to float64
             return xp.power(x, y.astype(x.dtype, copy=False), out=out)
+        if y.dtype.kind == "i" and bool((y < 0).any()):  # NumPy refuses int ** negative int
+            y = y.astype(np.float64)  # C's pow then truncation: 2 ** -1 -> 0, 1 ** -3 -> 1
         result = xp.power(x, y)  # integer base: NumPy's promotion, then back to x's type
         if out is None:
             return result.astype(x.dtype, copy=False)

@@ -94,6 +94,7 @@ def test_float_mod_and_pow_dtype_rules():
     _against_ort("Pow", [np.abs(a), b])
     _against_ort("Pow", [a, np.arange(9, dtype=np.int64) % 4])  # float base, int exponent
     _against_ort("Pow", [_ints(np.int64, (9,), -5, 5), np.arange(9, dtype=np.int64) % 4])
+    _against_ort("Pow", [np.array([1, -1, 2, 1, 3], np.int32), np.array([-3, -2, -1, 0, 2], np.int32)])
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
