@@ -65,8 +65,10 @@ class CompiledModel:
     """A compiled ONNX model; `run` is safe to call from several threads at once."""
 
     def __init__(self, proto: onnx.ModelProto, device: str = "cpu", optimize: bool = True,
-                 disable_passes=(), profile: bool = False, max_plans: int = 32, gpu_memory_limit: int | None = None):
+                 disable_passes=(), profile: bool = False, max_plans: int = 32, gpu_memory_limit: int | None = None,
+                 arena_limit: int | None = None):
         self.device, self.xp = device, _xp(device, gpu_memory_limit)
+        self.arena_limit = arena_limit  # bytes one thread's planned buffers may take, per signature
         if not proto.graph.node and not proto.graph.output:
             raise RtdError(Code.E_MODEL_INVALID, "the graph is empty")
         initializers = {t.name for t in proto.graph.initializer}
@@ -130,6 +132,9 @@ class CompiledModel:
             return None, outputs  # sequence/optional feeds: interpret, no shape plan
         graph, shapes, static = lower_signature(self.graph, dict(env.maps[0], **dict(zip(self.graph.inputs, values))), self.disable)
         plan = Plan(graph, shapes, static, self.xp)
+        if self.arena_limit is not None and plan.peak_bytes > self.arena_limit:
+            raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"input shapes {[list(v.shape) for v in values]} need a "
+                           f"{plan.peak_bytes}-byte arena, over the {self.arena_limit}-byte limit")
         with self._lock:
             self._plans[key] = plan
             while len(self._plans) > self.max_plans:

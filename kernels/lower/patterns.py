@@ -33,6 +33,8 @@ def fold_conv_batchnorm(graph: Graph) -> Graph:
             continue
         scale, bias, mean, var = (c[n].astype(np.float64) for n in bn.inputs[1:5])
         w = c[conv.inputs[1]]
+        if any(p.shape != (w.shape[0],) for p in (scale, bias, mean, var)):
+            continue  # spatial=0 (opset < 9) keeps per-position statistics: not a per-channel fold
         factor = scale / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
         conv_bias = c[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 else 0.0
         w_name, b_name = bn.outputs[0] + "__w", bn.outputs[0] + "__b"

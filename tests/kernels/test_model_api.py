@@ -161,3 +161,11 @@ def test_inputs_the_graph_cannot_take_are_refused_not_crashed():
     err = refusal(lambda: m.run({"a": np.ones(3, np.float32), "b": np.ones(4, np.float32)}))
     assert err.code is Code.E_INPUT_INVALID and "cannot run on these inputs" in err.detail
     assert m.run({"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})["c"].tolist() == [2, 2, 2]
+
+
+def test_arena_limit_refuses_shapes_whose_plan_is_too_big_and_keeps_serving_small_ones():
+    m = compile_model(mlp(hidden=256), arena_limit=64 * 1024)
+    assert m.run({"x": np.ones((4, 8), np.float32)})["y"].shape == (4, 4)  # 4 KiB of buffers
+    err = refusal(lambda: m.run({"x": np.ones((512, 8), np.float32)}))  # 512 KiB of buffers
+    assert err.code is Code.E_RESOURCE_EXHAUSTED and "arena" in err.detail
+    assert m.run({"x": np.ones((4, 8), np.float32)})["y"].shape == (4, 4)
