@@ -1,4 +1,7 @@
-"""Squeeze: drop size-1 axes (the listed ones, or all); axes moved from attribute to input at 13."""
+"""Squeeze: drop size-1 axes (the listed ones, or all); axes moved from attribute to input at 13.
+
+Returns a view: the fuser writes in place only into buffers it allocated.
+"""
 from rtd.errors import Code, RtdError
 
 from ._axes import normalize_axes

@@ -1,4 +1,7 @@
-"""Unsqueeze: insert size-1 axes at positions of the output; axes moved to an input at 13."""
+"""Unsqueeze: insert size-1 axes at positions of the output; axes moved to an input at 13.
+
+Returns a view: the fuser writes in place only into buffers it allocated.
+"""
 from ._axes import normalize_axes
 from .base import REQUIRED, Kernel
 
