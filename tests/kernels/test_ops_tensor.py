@@ -2,16 +2,19 @@
 
 Resize and Gather are checked against onnxruntime on random NCHW / embedding inputs (the
 shapes detectors and encoders use); the random ops by their distributions and seeding;
-the shape ops by the views they return; bad inputs by their refusal codes.
+the shape ops by the views they return; bad inputs by their refusal codes; Resize's
+strided fast path against its generic gather path (hypothesis).
 """
 import numpy as np
 import onnxruntime as ort
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
-from rtd.kernels.ops import lookup
+from rtd.kernels.ops import _resize, lookup
 
 RNG = np.random.default_rng()
 
@@ -160,3 +163,22 @@ def test_resize_refuses_both_scales_and_sizes():
     with pytest.raises(RtdError) as err:
         _kernel("Resize", 13).run(x, None, np.ones(4, np.float32), np.array([1, 1, 8, 8]))
     assert err.value.code is Code.E_INPUT_INVALID
+
+
+@settings(max_examples=150, deadline=None)
+@given(in_size=st.integers(1, 24), factor=st.integers(1, 4), upsample=st.booleans(),
+       mode=st.sampled_from(["nearest", "linear", "cubic"]),
+       transform=st.sampled_from(["half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners", "half_pixel_symmetric"]),
+       nearest_mode=st.sampled_from(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]),
+       exclude_outside=st.booleans(), antialias=st.booleans())
+def test_resize_periodic_path_equals_gather_path(in_size, factor, upsample, mode, transform, nearest_mode,
+                                                 exclude_outside, antialias):
+    """The strided-phase fast path computes what the generic per-tap gathers compute."""
+    out_size = in_size * factor if upsample else max(in_size // factor, 1)
+    scale = out_size / in_size
+    index, weights, _, periodic = _resize.axis_plan(mode, transform, in_size, out_size, scale, None, nearest_mode,
+                                                    -0.75, exclude_outside, antialias and mode != "nearest")
+    x = RNG.standard_normal((2, 3, in_size)).astype(np.float32)
+    gathered = _resize._along(np, x, 2, index, weights, None, np.float32)
+    if periodic is not None:
+        np.testing.assert_allclose(_resize._along(np, x, 2, index, weights, periodic, np.float32), gathered, rtol=1e-5, atol=1e-6)
