@@ -138,8 +138,12 @@ def sign_version_dir(version_dir: str, private_key, *, name: str | None = None, 
     files = {f"{counter_text}/{entry}": _read_regular(os.path.join(version_dir, entry))
              for entry in sorted(os.listdir(version_dir)) if entry not in layout.UNSIGNED}
     meta_path = f"{counter_text}/{layout.METADATA}"
-    if meta_path in files:
+    if meta_path in files:   # kept as written; refuse now what verification would refuse later
         meta = metadata.parse(files[meta_path])
+        if meta["counter"] != int(counter_text):
+            raise RtdError(Code.E_BINDING_MISMATCH, f"metadata counter {meta['counter']} in directory {counter_text}")
+        if meta["config_sha256"] != (hashlib.sha256(config_bytes).hexdigest() if config_bytes is not None else None):
+            raise RtdError(Code.E_DIGEST_MISMATCH, "metadata.json binds a different config.pbtxt")
     else:
         meta = build_metadata(files[f"{counter_text}/{layout.MODEL}"],
                               name=name or os.path.basename(parent), version=version or f"{counter_text}.0.0",

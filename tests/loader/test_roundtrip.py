@@ -9,6 +9,7 @@ import tarfile
 
 import pytest
 
+from rtd.errors import Code, RtdError
 from rtd.loader import RollbackStore, keys, pack, verify_package
 from rtd.proto.model_config_pb2 import ModelConfig
 
@@ -89,3 +90,14 @@ def test_sign_version_dir_in_place(tmp_path, signer, trust, model_bytes):
     pack.sign_version_dir(str(version_dir), signer)   # re-signing keeps the existing metadata
     with verify_package(str(version_dir.parent), trust=trust, tenant="t", rollback=None) as pkg:
         assert pkg.metadata == meta
+
+
+def test_sign_refuses_metadata_that_would_not_verify(tmp_path, signer, model_bytes):
+    version_dir = tmp_path / "resnet" / "3"
+    version_dir.mkdir(parents=True)
+    (version_dir / "model.onnx").write_bytes(model_bytes)
+    pack.sign_version_dir(str(version_dir), signer)
+    (version_dir.parent / "config.pbtxt").write_text('name: "resnet"\n')   # config added after metadata
+    with pytest.raises(RtdError) as e:
+        pack.sign_version_dir(str(version_dir), signer)
+    assert e.value.code is Code.E_DIGEST_MISMATCH

@@ -9,13 +9,13 @@ import hashlib
 import os
 import threading
 
+import numpy as np
 import pytest
 
 from rtd.errors import RtdError
 from rtd.loader import pack, verify_package
 
 from conftest import add_model
-import numpy as np
 
 
 @pytest.fixture

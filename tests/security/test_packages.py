@@ -14,7 +14,6 @@ import hashlib
 import io
 import json
 import os
-import stat
 import tarfile
 import threading
 import zipfile
