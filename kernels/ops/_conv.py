@@ -10,7 +10,6 @@ The plan is chosen per call from the shapes (cheap integer arithmetic):
 im2col and padded inputs live in per-thread scratch buffers reused across calls.
 """
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from rtd.errors import Code, RtdError
 
@@ -98,7 +97,7 @@ def _channel_major(xp, x, w, group, k, strides, dilations, begin, end, out_shape
     kk, pixels = int(np.prod(k)), int(np.prod(out_shape))
     padded = pad_into(x, begin, end, 0, "conv", xp)
     cols = scratch("im2col", (n, c) + tuple(k) + tuple(out_shape), x.dtype, xp)
-    view = windows(padded, k, strides, dilations, out_shape)  # (N, C, *out, *k)
+    view = windows(xp, padded, k, strides, dilations, out_shape)  # (N, C, *out, *k)
     cols[...] = view.transpose((0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd)))
     y = xp.empty((n, m, pixels), x.dtype)
     xp.matmul(w.reshape(group, m // group, (c // group) * kk), cols.reshape(n, group, (c // group) * kk, pixels),
@@ -116,7 +115,7 @@ def _pixel_major(xp, x, w, k, strides, dilations, begin, end, out_shape):
     padded = scratch(("conv-nhwc", tuple(begin)), (n, hp, wp, c), x.dtype, xp, zero=True)
     padded[:, begin[0]:begin[0] + x.shape[2], begin[1]:begin[1] + x.shape[3]] = x.transpose(0, 2, 3, 1)
     span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
-    view = sliding_window_view(padded, span, axis=(1, 2))  # (N, H', W', C, span_h, span_w)
+    view = xp.lib.stride_tricks.sliding_window_view(padded, span, axis=(1, 2))  # (N, H', W', C, span_h, span_w)
     view = view[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, :, ::dh, ::dw]
     cols = scratch("im2col-nhwc", (n, oh, ow, kh, kw, c), x.dtype, xp)
     cols[...] = view.transpose(0, 1, 2, 4, 5, 3)

@@ -9,7 +9,6 @@ import math
 import threading
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from rtd.errors import Code, RtdError
 
@@ -49,13 +48,13 @@ def geometry(in_shape, kernel, strides, dilations, pads, auto_pad="NOTSET", ceil
     return out, list(begin), end
 
 
-def windows(padded, kernel, strides, dilations, out_shape):
+def windows(xp, padded, kernel, strides, dilations, out_shape):
     """A view (N, C, *out, *kernel) of every window of `padded` (N, C, *spatial); no copy."""
     nd = len(kernel)
     dilations = list(dilations or [1] * nd)
     strides = list(strides or [1] * nd)
     span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    view = sliding_window_view(padded, span, axis=tuple(range(2, 2 + nd)))
+    view = xp.lib.stride_tricks.sliding_window_view(padded, span, axis=tuple(range(2, 2 + nd)))
     index = [slice(None), slice(None)]
     index += [slice(0, (o - 1) * s + 1, s) for o, s in zip(out_shape, strides)]
     index += [slice(None, None, d) for d in dilations]
