@@ -1,4 +1,17 @@
-"""rtd's executor: ONNX graphs compiled to NumPy (CPU) and CuPy (GPU) plans."""
+"""rtd's executor: ONNX graphs compiled to NumPy (CPU) and CuPy (GPU) plans.
+
+    model = compile_model(onnx_bytes_or_path, device="cpu")   # refusals: RtdError with a Code
+    model.inputs, model.outputs                               # [TensorSpec(name, dtype, shape)]
+    model.run({name: ndarray}) -> {name: ndarray}             # thread-safe
+    model.run(feeds, profile=True); model.write_trace(path)   # Chrome/Perfetto trace
+    model.plan_stats(feeds)                                   # steps, fused ops, arena vs naive bytes
+
+Pipeline: `ir.from_onnx` (functions inlined) → `lower.lower` (compile-time passes) → per input
+shape signature: one traced run of `graph.GraphRunner`, `lower.lower_signature` (Shape-chain
+folding, element-wise chains) → `plan.Plan` (slot-indexed steps, arena from `memory.place`).
+`backend` is the onnx.backend.base.Backend the node tests run against.
+"""
+from . import backend
 from .model import CompiledModel, TensorSpec, compile_model
 
-__all__ = ["CompiledModel", "TensorSpec", "compile_model"]
+__all__ = ["CompiledModel", "TensorSpec", "backend", "compile_model"]
