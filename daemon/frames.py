@@ -18,6 +18,7 @@ import ctypes
 import dataclasses
 import enum
 import json
+import math
 import mmap
 import os
 import socket
@@ -38,8 +39,9 @@ MAX_RANK = 16
 MAX_ARENA = 1 << 34
 INLINE_LIMIT = 1 << 16  # tensors at least this big travel through the arena
 ALIGN = 64
-DTYPES = frozenset(("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
-                    "int64", "float16", "float32", "float64", "object"))
+DTYPES = {name: np.dtype(name) for name in ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16",
+                                            "int32", "int64", "float16", "float32", "float64")}
+_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 class Kind(enum.IntEnum):
@@ -132,8 +134,8 @@ def map_fd(fd: int, size: int) -> memoryview:
 
 
 def _dtype_name(a: np.ndarray) -> str:
-    name = a.dtype.name
-    if name not in DTYPES or name == "object":
+    name = _NAMES.get(a.dtype)
+    if name is None:
         raise RtdError(Code.E_REQUEST_INVALID, f"dtype {a.dtype} cannot cross the worker boundary")
     return name
 
@@ -227,7 +229,7 @@ def recv(sock: socket.socket, peer: PeerArena | None = None, copy: bool = False)
         raw_head = _recv_exact(sock, head_len)
         body = memoryview(bytes(_recv_exact(sock, body_len))) if body_len else memoryview(b"")
         try:
-            head = json.loads(raw_head) if head_len else {}
+            head = json.loads(raw_head.decode()) if head_len else {}
         except (ValueError, UnicodeDecodeError):
             raise _protocol("head is not JSON") from None
         if not isinstance(head, dict):
@@ -261,12 +263,12 @@ def _tensors(entries, body: memoryview, peer: PeerArena | None, copy: bool) -> d
         if not isinstance(e, dict) or not isinstance(e.get("name"), str) or e["name"] in out:
             raise _protocol("bad or duplicate tensor entry")
         dtype, shape = e.get("dtype"), e.get("shape")
-        if dtype not in DTYPES or dtype == "object":
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise _protocol(f"tensor {e['name']!r}: dtype {dtype!r} refused")
         if (not isinstance(shape, list) or len(shape) > MAX_RANK
                 or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40 for d in shape)):
             raise _protocol(f"tensor {e['name']!r}: bad shape")
-        nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+        nbytes = math.prod(shape) * DTYPES[dtype].itemsize
         if nbytes > MAX_TENSOR_BYTES:
             raise _protocol(f"tensor {e['name']!r}: {nbytes} bytes exceeds the cap")
         if "at" in e:
@@ -278,6 +280,6 @@ def _tensors(entries, body: memoryview, peer: PeerArena | None, copy: bool) -> d
             if not isinstance(off, int) or isinstance(off, bool) or off < 0 or off + nbytes > len(body):
                 raise _protocol(f"tensor {e['name']!r}: bytes outside the body")
             data = body[off: off + nbytes]
-        array_ = np.frombuffer(data, dtype=dtype).reshape(shape)
+        array_ = np.frombuffer(data, dtype=DTYPES[dtype]).reshape(shape)
         out[e["name"]] = array_.copy() if copy and "at" in e else array_
     return out

@@ -89,6 +89,7 @@ def _raw(sock, kind=Kind.OK, nfds=0, head=b"{}", body=b"", magic=MAGIC, version=
     ({"head": b'{"tensors":[{"name":"x","dtype":"float32","shape":[4]}]}', "body": b"\0" * 8}, "outside the body"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"object","shape":[1]}]}'}, "refused"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"float32","shape":[-1]}]}'}, "bad shape"),
+    ({"head": b'{"tensors":[{"name":"x","dtype":["float32"],"shape":[1]}]}'}, "refused"),
     ({"head": b'{"arena_fd":0}'}, "bad arena announcement"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"uint8","shape":[1099511627775,1099511627775]}]}'}, "exceeds the cap"),
 ])
