@@ -257,3 +257,22 @@ def test_onnxruntime_dynamic_quantizer_output_matches_onnxruntime(tmp_path, weig
     x = _f32(5, 32)
     expected = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(compile_model(model).run({"x": x})["y"], expected, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "lengths", "raw", "unidirectional", "past"])
+def test_contrib_attention_matches_onnxruntime(mask_kind):
+    batch, seq, hidden, heads = 2, 5, 16, 4
+    x = _f32(batch, seq, hidden)
+    consts = [_f32(hidden, 3 * hidden) * 0.3, _f32(3 * hidden)]
+    attrs = {"num_heads": heads}
+    if mask_kind == "lengths":
+        consts.append(np.array([5, 3], np.int32))
+    elif mask_kind == "raw":
+        consts.append(np.array([[1, 1, 0, 1, 1], [1, 0, 0, 0, 1]], np.int32))
+    elif mask_kind == "unidirectional":
+        attrs["unidirectional"] = 1
+    elif mask_kind == "past":
+        consts += [None, _f32(2, batch, heads, 3, hidden // heads)]
+        attrs["unidirectional"] = 1
+    outputs = (0, 1) if mask_kind == "past" else (0,)
+    _ms_against_ort("Attention", [x], consts, outputs=outputs, **attrs)
