@@ -3,9 +3,10 @@
 Each case is a one-node ONNX model run by `rtd.kernels.compile_model(...).run` and by an
 onnxruntime session (CPU, `--threads` intra-op threads) on the same input in the same process.
 Outputs are compared before anything is timed; the two are then called alternately, so both
-see the same machine load, and each column is the best of those rounds. For element-wise ops a third column
-times the kernel alone writing into a reused output (`compute(..., out=buf)`), which is what
-the planned executor calls. Ratios below 1.0 mean rtd is faster.
+see the same machine load, and each column is the best of those rounds. "rtd run" is the whole
+executor (which may substitute its own fused kernels); "kernel" is this op's registered kernel
+alone, element-wise ones writing into a reused output (`compute(..., out=buf)`), as the
+planned executor calls them. Ratios below 1.0 mean rtd is faster.
 
     .venv/bin/python bench/bench_ops_elementwise.py [--threads 1] [--min-time 0.5]
 """
@@ -36,11 +37,12 @@ def _case(name, op, x, *, consts=(), opset=21, n_out=1, **attrs):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
     model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     kernel = lookup("", op, opset)(attrs)
-    in_place = None
     if isinstance(kernel, Elementwise):
         out = kernel.compute(x, *consts)
-        in_place = lambda: kernel.compute(x, *consts, out=out)  # noqa: E731
-    return name, model.SerializeToString(), {"x": x}, in_place
+        alone = lambda: kernel.compute(x, *consts, out=out)  # noqa: E731
+    else:
+        alone = lambda: kernel.run(x, *consts)  # noqa: E731
+    return name, model.SerializeToString(), {"x": x}, alone
 
 
 def cases():
@@ -72,7 +74,7 @@ def cases():
     yield _case("CumSum hidden axis 1", "CumSum", h, consts=[np.array(1, np.int64)])
 
 
-def _alternating_medians(fns, min_time):
+def _best_of_alternating(fns, min_time):
     """Best seconds of each function, called in turn until min_time has passed (>= 10 rounds).
 
     The best, not the median: on a shared machine the slow samples measure the neighbours.
@@ -95,27 +97,24 @@ def main():
     args = parser.parse_args()
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
-    print(f"| case | rtd run ms | ORT {args.threads}t ms | rtd/ORT | kernel out= ms | kernel/ORT |")
+    print(f"| case | rtd run ms | ORT {args.threads}t ms | run/ORT | kernel ms | kernel/ORT |")
     print("|---|---|---|---|---|---|")
     ratios, kernel_ratios = [], []
-    for name, model, feeds, in_place in cases():
+    for name, model, feeds, alone in cases():
         ours = compile_model(model)
         session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         expected = session.run(None, feeds)
         got = ours.run(feeds)
         for want, have in zip(expected, got.values()):
             np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5, err_msg=name)
-        fns = [lambda: ours.run(feeds), lambda: session.run(None, feeds)] + ([in_place] if in_place else [])
-        t_rtd, t_ort, *t_kernel = _alternating_medians(fns, args.min_time)
+        fns = [lambda: ours.run(feeds), lambda: session.run(None, feeds), alone]
+        t_rtd, t_ort, t_kernel = _best_of_alternating(fns, args.min_time)
         ratios.append(t_rtd / t_ort)
-        kernel = "| - | -"
-        if t_kernel:
-            kernel_ratios.append(t_kernel[0] / t_ort)
-            kernel = f"| {t_kernel[0] * 1e3:.3f} | {t_kernel[0] / t_ort:.2f}"
-        print(f"| {name} | {t_rtd * 1e3:.3f} | {t_ort * 1e3:.3f} | {t_rtd / t_ort:.2f} {kernel} |", flush=True)
+        kernel_ratios.append(t_kernel / t_ort)
+        print(f"| {name} | {t_rtd * 1e3:.3f} | {t_ort * 1e3:.3f} | {t_rtd / t_ort:.2f} "
+              f"| {t_kernel * 1e3:.3f} | {t_kernel / t_ort:.2f} |", flush=True)
     geomean = lambda r: float(np.exp(np.mean(np.log(r))))  # noqa: E731
-    print(f"\ngeometric mean rtd/ORT: {geomean(ratios):.2f} (all cases); "
-          f"kernel out=/ORT: {geomean(kernel_ratios):.2f} (element-wise cases)")
+    print(f"\ngeometric means: run/ORT {geomean(ratios):.2f}, kernel/ORT {geomean(kernel_ratios):.2f}")
 
 
 if __name__ == "__main__":

@@ -320,3 +320,64 @@ def test_kernels_keep_no_per_call_state_across_threads():
         for _ in range(5):
             for got, want in zip(pool.map(lambda x: kernel.run(x)[0], inputs), expected):
                 np.testing.assert_array_equal(got, want)
+
+
+def _cuda_cases():
+    """(label, kernel, input arrays) for every element-wise kernel here that offers a `cuda` form."""
+    x = np.concatenate([RNG.standard_normal(40) * 3, [0.0, -0.0, 0.5, -0.5, 2.5, 1.0, -1.0]]).astype(np.float32)
+    unit = np.tanh(x).astype(np.float32) * np.float32(0.99)  # inside (-1, 1) for asin/atanh
+    positive = (np.abs(x) + 1).astype(np.float32)
+    flags = RNG.random((3, x.size)) < 0.5
+    ints = _ints(np.int32, (2, x.size), -20, 20)
+    inputs = {"Acos": [unit], "Asin": [unit], "Atanh": [unit], "Acosh": [positive], "Log": [positive],
+              "Sqrt": [positive], "Reciprocal": [positive], "Div": [x, positive], "Pow": [positive, x],
+              "PRelu": [x, unit], "Where": [flags[0], x, positive], "Clip": [x, -unit * 2, positive],
+              "And": list(flags[:2]), "Or": list(flags[:2]), "Xor": list(flags[:2]), "Not": [flags[0]],
+              "BitwiseAnd": list(ints), "BitwiseOr": list(ints), "BitwiseXor": list(ints), "BitwiseNot": [ints[0]],
+              "BitShift": [np.abs(ints[0]).astype(np.uint32), (np.abs(ints[1]) % 8).astype(np.uint32)]}
+    binary = {"Add", "Sub", "Mul", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Mod"}
+    attrs = {"Mod": {"fmod": 1}, "BitShift": {"direction": "LEFT"}, "Elu": {"alpha": 0.7}, "Celu": {"alpha": 1.5},
+             "LeakyRelu": {"alpha": 0.2}, "Swish": {"alpha": 1.3}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4},
+             "ThresholdedRelu": {"alpha": 0.5}, "Shrink": {"lambd": 0.6, "bias": 0.2}, "Gelu": {"approximate": "tanh"},
+             "IsInf": {"detect_negative": 0}}
+    ops = sorted(set(UNARY_FLOAT) | binary | set(inputs) | set(attrs) | {"Gelu", "Swish", "Mish"})
+    for op in ops:
+        kernel = lookup("", op, 24)(attrs.get(op, {}))
+        if isinstance(kernel, Elementwise) and kernel.cuda:
+            yield op, kernel, inputs.get(op, [x, positive] if op in binary else [x])
+
+
+def _c_literals(a):
+    return a.astype(float if a.dtype.kind == "f" else int).tolist()
+
+
+def test_cuda_expressions_compute_what_the_kernels_compute(tmp_path):
+    """Each `cuda` string, compiled as C++ over the same inputs, matches the NumPy kernel: the GPU
+    fuser can trust them without a GPU here (CUDA's math functions have the same names)."""
+    import shutil
+    import subprocess
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not installed: cannot compile the CUDA C expressions on the host")
+    ctype = {np.dtype(np.float32): "float", np.dtype(bool): "bool", np.dtype(np.int32): "int",
+             np.dtype(np.uint32): "unsigned"}
+    cases = list(_cuda_cases())
+    body = []
+    for k, (op, kernel, args) in enumerate(cases):
+        arrays = "".join(f"static const {ctype[a.dtype]} a{k}_{i}[] = {{{', '.join(map(repr, _c_literals(a)))}}};\n"
+                         for i, a in enumerate(args))
+        decls = "".join(f"{ctype[a.dtype]} in{i} = a{k}_{i}[j]; " for i, a in enumerate(args))
+        body.append(f"{arrays}for (int j = 0; j < {args[0].size}; j++) {{ {decls}"
+                    f"printf(\"%.9g\\n\", (double)({kernel.cuda})); }}\n")
+    source = tmp_path / "exprs.cpp"
+    source.write_text("#include <cmath>\n#include <cstdio>\nusing namespace std;\nint main() {\n" + "".join(body) + "}\n")
+    subprocess.run(["g++", "-O0", "-w", "-o", str(tmp_path / "exprs"), str(source)], check=True, timeout=120)
+    printed = subprocess.run([str(tmp_path / "exprs")], check=True, capture_output=True, text=True).stdout.split()
+    values = np.array([float(v) for v in printed])
+    offset = 0
+    for op, kernel, args in cases:
+        with np.errstate(all="ignore"):
+            want = np.asarray(kernel.compute(*args), dtype=np.float64)
+        got = values[offset:offset + want.size]
+        offset += want.size
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6, equal_nan=True, err_msg=f"{op}: {kernel.cuda}")
+    assert offset == values.size
