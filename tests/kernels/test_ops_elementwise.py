@@ -5,11 +5,17 @@ same inputs (edge values included: NaN, inf, negative integers, ties), and compa
 in-place contract of Elementwise (`out=` honoured, `out` may alias an input) is checked
 directly on the kernels, and refusals are checked for their stable codes.
 """
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import helper
+from scipy import special
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
@@ -25,7 +31,8 @@ def _model(op, inputs, n_out=1, opset=21, **attrs):
     node = helper.make_node(op, names, outs, **attrs)
     graph = helper.make_graph(
         [node], op,
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape) for n, x in zip(names, inputs)],
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+         for n, x in zip(names, inputs)],
         [helper.make_empty_tensor_value_info(o) for o in outs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)  # fills in the output types
@@ -254,7 +261,6 @@ def test_refusals_carry_codes():
 
 
 def test_float32_erf_is_accurate_everywhere():
-    from scipy import special
     x = np.concatenate([np.linspace(-6, 6, 400_001, dtype=np.float32), RNG.standard_normal(100_000).astype(np.float32),
                         np.float32([0, -0.0, 1e-38, 1e-30, -1e-8, 3.95, 4.0, 1e30, -1e30])])
     exact = special.erf(x.astype(np.float64))
@@ -267,8 +273,8 @@ def test_float32_erf_is_accurate_everywhere():
 
 
 @pytest.mark.parametrize("op,attrs,exact", [
-    ("Erf", {}, lambda x: __import__("scipy.special").special.erf(x)),
-    ("Gelu", {}, lambda x: 0.5 * x * (1 + __import__("scipy.special").special.erf(x / np.sqrt(2)))),
+    ("Erf", {}, special.erf),
+    ("Gelu", {}, lambda x: 0.5 * x * (1 + special.erf(x / np.sqrt(2)))),
     ("Gelu", {"approximate": "tanh"}, lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))),
     ("Sigmoid", {}, lambda x: 1 / (1 + np.exp(-x))),
     ("Swish", {"alpha": 1.5}, lambda x: x / (1 + np.exp(-1.5 * x)))])
@@ -285,9 +291,9 @@ def test_blocked_kernels_on_large_arrays_in_place(op, attrs, exact):
     np.testing.assert_array_equal(alias, got)
 
 
-@pytest.mark.parametrize("op", UNARY_FLOAT + ["Gelu", "Swish", "LeakyRelu", "Shrink", "Div", "Pow", "Mod", "Softmax", "TopK"])
+@pytest.mark.parametrize("op", UNARY_FLOAT + ["Gelu", "Swish", "LeakyRelu", "Shrink", "Div", "Pow", "Mod",
+                                               "Softmax", "TopK"])
 def test_bfloat16_keeps_its_type(op):  # bfloat16 is dtype kind "V" and promotes with Python floats
-    import ml_dtypes
     kernel = lookup("", op, 24)({"fmod": 1} if op == "Mod" else {})
     bf16 = ml_dtypes.bfloat16
     x = RNG.standard_normal((4, 8)).astype(bf16)
@@ -312,7 +318,6 @@ def test_softmax_blocked_rows_match_onnxruntime(op, scale, shape, axis):
 def test_kernels_keep_no_per_call_state_across_threads():
     """One kernel instance serves concurrent runs (model.run is thread-safe): inputs needing and
     not needing Softmax's max shift, run at once, each get their own answer."""
-    from concurrent.futures import ThreadPoolExecutor
     kernel = lookup("", "Softmax", 13)({})
     inputs = [RNG.standard_normal((64, 512)).astype(np.float32) * (1 if i % 2 else 300) for i in range(16)]
     expected = [kernel.run(x)[0] for x in inputs]
@@ -354,8 +359,6 @@ def _c_literals(a):
 def test_cuda_expressions_compute_what_the_kernels_compute(tmp_path):
     """Each `cuda` string, compiled as C++ over the same inputs, matches the NumPy kernel: the GPU
     fuser can trust them without a GPU here (CUDA's math functions have the same names)."""
-    import shutil
-    import subprocess
     if shutil.which("g++") is None:
         pytest.skip("g++ not installed: cannot compile the CUDA C expressions on the host")
     ctype = {np.dtype(np.float32): "float", np.dtype(bool): "bool", np.dtype(np.int32): "int",
@@ -369,7 +372,8 @@ def test_cuda_expressions_compute_what_the_kernels_compute(tmp_path):
         body.append(f"{arrays}for (int j = 0; j < {args[0].size}; j++) {{ {decls}"
                     f"printf(\"%.9g\\n\", (double)({kernel.cuda})); }}\n")
     source = tmp_path / "exprs.cpp"
-    source.write_text("#include <cmath>\n#include <cstdio>\nusing namespace std;\nint main() {\n" + "".join(body) + "}\n")
+    header = "#include <cmath>\n#include <cstdio>\nusing namespace std;\nint main() {\n"
+    source.write_text(header + "".join(body) + "}\n")
     subprocess.run(["g++", "-O0", "-w", "-o", str(tmp_path / "exprs"), str(source)], check=True, timeout=120)
     printed = subprocess.run([str(tmp_path / "exprs")], check=True, capture_output=True, text=True).stdout.split()
     values = np.array([float(v) for v in printed])
