@@ -190,3 +190,18 @@ def test_constant_subgraphs_fold_at_compile(k, n, m, seed):
     ops = check(m_, {"x": rand(seed, m, k)}, rtol=1e-5, atol=1e-5)
     assert ops == {"MatMul": 1}
     assert compile_model(m_).plan_stats({"x": rand(seed, m, k)})["nodes_in_model"] == 1
+
+
+@settings(max_examples=6, deadline=None)
+@given(sizes=st.lists(st.tuples(dim, st.integers(1, 3)), min_size=2, max_size=5), seed=st.integers(0, 2**16))
+def test_one_model_many_signatures_each_planned_on_its_own(sizes, seed):
+    """Relu(x[a,1]) + y[1,b] then Sigmoid: a chain when b == 1, broken by broadcasting otherwise."""
+    nodes = [node("Relu", ["x"], ["r"]), node("Add", ["r", "y"], ["s"]), node("Sigmoid", ["s"], ["z"])]
+    m = model(nodes, [("x", ["a", 1]), ("y", [1, "b"])], [("z", None)])
+    fast, plain = compile_model(m), compile_model(m, optimize=False)
+    for i, (a, b) in enumerate(sizes * 2):  # every signature twice: traced, then cached
+        feeds = {"x": rand(seed + i, a, 1), "y": rand(seed + i + 1, 1, b)}
+        np.testing.assert_allclose(fast.run(feeds)["z"], plain.run(feeds)["z"], rtol=1e-6)
+        steps = fast.plan_stats(feeds)["steps"]
+        assert steps == (1 if b == 1 else 2)
+    assert len(fast._plans) == len(set(sizes))
