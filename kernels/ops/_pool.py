@@ -1,8 +1,9 @@
-"""Windowed pooling shared by MaxPool, AveragePool and LpPool: one vectorized op per kernel tap.
+"""Windowed pooling shared by MaxPool, AveragePool and LpPool.
 
 Max and sum are associative, so a k x k pool reduces one axis at a time (k + k whole-array
-`maximum`/`add` calls on strided views), never a reduction over a window view. Averages divide by a count map built the same way from a 0/1
-mask, so pads and ceil-mode overhang are counted exactly as ONNX specifies.
+`maximum`/`add` calls on strided views), never a reduction over a window view. Averages
+divide by a count map built the same way from a 0/1 mask, so pads and ceil-mode overhang
+are counted exactly as ONNX specifies.
 """
 import numpy as np
 

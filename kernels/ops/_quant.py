@@ -38,7 +38,8 @@ def broadcast_param(value, shape, axis, block_size=0):
     if value.shape[axis] != shape[axis]:
         value = value.take(range(shape[axis]), axis=axis)
     if value.shape != tuple(shape):
-        raise RtdError(Code.E_INPUT_INVALID, f"blocked quantization: parameter shape {value.shape} does not fit input {tuple(shape)}")
+        raise RtdError(Code.E_INPUT_INVALID,
+                       f"blocked quantization: parameter shape {value.shape} does not fit input {tuple(shape)}")
     return value
 
 

@@ -15,7 +15,10 @@ class ConvTranspose_1(Kernel):
         extra = list(self.output_padding or [0] * nd)
         full = [s * (i - 1) + e + (k - 1) * d + 1 for i, s, e, k, d in zip(spatial, strides, extra, kernel, dilations)]
         if self.output_shape is not None or self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            out = list(self.output_shape[-nd:]) if self.output_shape is not None else [i * s for i, s in zip(spatial, strides)]
+            if self.output_shape is not None:
+                out = list(self.output_shape[-nd:])
+            else:
+                out = [i * s for i, s in zip(spatial, strides)]
             total = [f - o for f, o in zip(full, out)]
             upper = self.auto_pad == "SAME_UPPER"
             begin = [t // 2 if upper else t - t // 2 for t in total]

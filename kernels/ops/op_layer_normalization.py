@@ -8,7 +8,8 @@ class LayerNormalization_17(Kernel):
 
     def run(self, x, scale, bias=None):
         axis = self.axis % x.ndim
-        y, mean, inv_std = standardize(self.xp, x, tuple(range(axis, x.ndim)), self.epsilon, stash_type(self.stash_type))
+        axes = tuple(range(axis, x.ndim))
+        y, mean, inv_std = standardize(self.xp, x, axes, self.epsilon, stash_type(self.stash_type))
         y *= scale
         if bias is not None:
             y += bias

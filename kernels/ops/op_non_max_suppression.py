@@ -17,12 +17,15 @@ def _corners(boxes, center_point_box):
 class NonMaxSuppression_10(Kernel):
     attributes = {"center_point_box": 0}
 
+    def scalar(self, value, default, kind):
+        """An optional one-element input as a Python number (absent or empty: the default)."""
+        return default if value is None or value.size == 0 else kind(self.host(value).reshape(-1)[0])
+
     def run(self, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None):
         boxes, scores = self.host(boxes), self.host(scores)
-        limit = int(self.host(max_output_boxes_per_class).reshape(-1)[0]) if max_output_boxes_per_class is not None \
-            and max_output_boxes_per_class.size else 0
-        iou_limit = float(self.host(iou_threshold).reshape(-1)[0]) if iou_threshold is not None and iou_threshold.size else 0.0
-        floor = float(self.host(score_threshold).reshape(-1)[0]) if score_threshold is not None and score_threshold.size else None
+        limit = self.scalar(max_output_boxes_per_class, 0, int)
+        iou_limit = self.scalar(iou_threshold, 0.0, float)
+        floor = self.scalar(score_threshold, None, float)
         selected = []
         for b in range(boxes.shape[0]):
             y1, x1, y2, x2 = _corners(boxes[b].astype(np.float64), self.center_point_box)
