@@ -6,7 +6,7 @@ end), then alternates rounds of
   openssl dgst -sha256 <the same files>     (OpenSSL: the hash-bound limit on this machine)
   rtd verify_package(model dir)             (read once into sealed memfds, hashed while read,
                                              manifest + RSA-PSS + metadata checks)
-  rtd verify_package(model.tar)             (streamed tar intake, for information)
+  rtd verify_package(model.tar)             (plain tar intake, for information)
 over a warm page cache, and reports the median time, throughput and ratios to openssl. The
 clock covers verify_package until it returns the package (releasing the memfds afterwards is
 not timed; the daemon keeps them while the model is loaded).

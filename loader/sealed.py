@@ -5,7 +5,6 @@ against write, shrink and grow, so the bytes the manifest vouched for are the by
 worker receives (its fd is handed over; nothing re-opens a path). `.data` is a read-only
 memoryview over a private mapping of the same memfd.
 """
-import concurrent.futures
 import fcntl
 import hashlib
 import mmap
@@ -15,7 +14,6 @@ from rtd.errors import Code, RtdError
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
 _CHUNK = 1 << 20  # sized so a chunk is still in cache (L2) when hashed right after the copy
-_PIPELINE_FROM = 16 << 20   # below this a helper thread costs more than it overlaps
 
 
 class SealedFile:
@@ -58,26 +56,15 @@ def _finish(name: str, fd: int, size: int, digest, mapping) -> SealedFile:
 
 def _copy_and_hash(name: str, src_fd: int, offset: int, fd: int, size: int, view: memoryview, digest,
                    short_code: Code) -> None:
-    """sendfile chunk k+1 while a helper thread hashes chunk k (both release the GIL), so a large
-    file costs about one hash pass, not a copy plus a hash. Hash updates stay strictly in order."""
-    pool = concurrent.futures.ThreadPoolExecutor(1) if size > _PIPELINE_FROM else None
-    pending = None
-    try:
-        done = 0
-        while done < size:
-            n = os.sendfile(fd, src_fd, offset + done, min(_CHUNK, size - done))
-            if n <= 0:
-                raise RtdError(short_code, f"{name} ended {size - done} bytes early")
-            if pending is not None:
-                pending.result()
-            chunk = view[done:done + n]
-            pending = pool.submit(digest.update, chunk) if pool else digest.update(chunk)
-            done += n
-        if pending is not None:
-            pending.result()
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
+    # Serial on purpose: overlapping the copy with the hash in a helper thread measured slower on
+    # the shared 2-core machine (bench/results-loader.md), and it adds a thread per file.
+    done = 0
+    while done < size:
+        n = os.sendfile(fd, src_fd, offset + done, min(_CHUNK, size - done))
+        if n <= 0:
+            raise RtdError(short_code, f"{name} ended {size - done} bytes early")
+        digest.update(view[done:done + n])
+        done += n
 
 
 def seal_from_fd(name: str, src_fd: int, size: int, offset: int = 0,
