@@ -80,6 +80,8 @@ def axis_weights(mode, x, in_size, scale, nearest_mode, cubic_a, exclude_outside
     """(indices (out, n), weights (out, n)) for source coordinates x; indices may fall off the
     edges, where the input's edge value stands in (callers clamp or pad)."""
     if mode == "nearest":
+        if nearest_mode == "floor_up_ceil_down":  # Resize-10 as onnxruntime (and so exporters) read it
+            nearest_mode = "ceil" if scale < 1 else "floor"
         rounded = {"round_prefer_floor": np.ceil(x - 0.5), "round_prefer_ceil": np.floor(x + 0.5),
                    "floor": np.floor(x), "ceil": np.ceil(x)}[nearest_mode]
         index = np.where(x == np.floor(x), x, rounded).astype(np.int64)

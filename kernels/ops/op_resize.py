@@ -1,6 +1,7 @@
 """Resize: nearest / linear / cubic resampling of any axes (see _resize for the arithmetic).
 
-Versions: 10 (scales input, asymmetric coordinates, floor rounding, like Upsample), 11 (roi,
+Versions: 10 (scales input, asymmetric coordinates; nearest rounds down when enlarging and
+up when shrinking, as onnxruntime does), 11 (roi,
 sizes, coordinate transforms, cubic), 13 (roi and scales optional), 18 (antialias, axes,
 keep_aspect_ratio_policy), 19 (half_pixel_symmetric).
 """
@@ -19,7 +20,8 @@ class Resize_10(Kernel):
             raise RtdError(Code.E_OP_UNSUPPORTED, f"Resize-10: mode {self.mode!r}")
 
     def run(self, x, scales):
-        return (resize(self.xp, x, mode=self.mode, scales=self.host(scales).tolist(), transform="asymmetric", nearest_mode="floor"),)
+        return (resize(self.xp, x, mode=self.mode, scales=self.host(scales).tolist(), transform="asymmetric",
+                       nearest_mode="floor_up_ceil_down"),)
 
 
 class Resize_11(Kernel):

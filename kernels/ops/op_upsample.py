@@ -1,4 +1,4 @@
-"""Upsample (deprecated at 10): Resize with asymmetric coordinates and floor rounding.
+"""Upsample (deprecated at 10): Resize-10 under its old name (asymmetric coordinates).
 
 Version 7 takes the scales as an attribute, 9 as an input.
 """
@@ -14,7 +14,8 @@ class _Upsample(Kernel):
             raise RtdError(Code.E_OP_UNSUPPORTED, f"Upsample: mode {self.mode!r}")
 
     def upsample(self, x, scales):
-        return (resize(self.xp, x, mode=self.mode, scales=list(scales), transform="asymmetric", nearest_mode="floor"),)
+        return (resize(self.xp, x, mode=self.mode, scales=list(scales), transform="asymmetric",
+                       nearest_mode="floor_up_ceil_down"),)
 
 
 class Upsample_7(_Upsample):

@@ -69,6 +69,18 @@ def test_resize_nchw_matches_onnxruntime(mode, transform, nearest_mode, antialia
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [(1.5, 2.5), (0.6, 0.7), (2.0, 3.0)])
+def test_resize_opset10_matches_onnxruntime(mode, scales):
+    x = RNG.standard_normal((1, 2, 7, 9)).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "scales"], ["y"], mode=mode)
+    scales_init = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1.0, 1.0, *scales])
+    model = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], 10, [scales_init])
+    (ours,), (theirs,) = _against_ort(model, {"x": x})
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
 def test_resize_sizes_keep_aspect_ratio_matches_onnxruntime():
     x = RNG.standard_normal((1, 3, 17, 23)).astype(np.float32)
     node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", axes=[2, 3],
