@@ -207,8 +207,10 @@ def main(argv=None) -> int:
     rows = []
     for name in names:
         started = time.perf_counter()
-        rows += bench_model(name, ZOO[name], thread_counts, runs, min_seconds, seed)
-        print(f"# {name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        done = bench_model(name, ZOO[name], thread_counts, runs, min_seconds, seed)
+        rows += done
+        progress = "; ".join(f"{r['dims']} {r['threads']}t {r['ratio']:.2f}×" if "ratio" in r else r["error"] for r in done)
+        print(f"# {name} ({time.perf_counter() - started:.0f} s): {progress}", file=sys.stderr, flush=True)
     print(report(rows, thread_counts))
     return 0
 
