@@ -55,3 +55,35 @@ def test_unit_is_hardened_as_documented():
 def test_shipped_config_is_valid():
     c = config.load(os.path.join(ROOT, "systemd", "rtd.toml"))
     assert c.unix_socket == "/run/rtd/rtd.sock" and c.metrics_port == 0
+
+
+def _expand(group: str, groups: dict) -> set:
+    out = set()
+    for item in groups.get(group, ()):
+        out |= _expand(item, groups) if item.startswith("@") else {item}
+    return out
+
+
+@needs_analyze
+def test_unit_syscall_filter_allows_building_a_worker():
+    """Workers inherit the unit's filter: it must let the sandbox build them (found the hard
+    way: @system-service lacks seccomp and sethostname)."""
+    listing = subprocess.run([ANALYZE, "syscall-filter"], capture_output=True, text=True, timeout=60).stdout
+    groups, current = {}, None
+    for line in listing.splitlines():
+        if line.startswith("@"):
+            current = line.strip()
+            groups[current] = set()
+        elif current and line.strip() and not line.strip().startswith("#"):
+            groups[current].add(line.strip())
+    text = open(UNIT).read()
+    allowed = set()
+    for item in re.search(r"^SystemCallFilter=([^~].*)$", text, re.M).group(1).split():
+        allowed |= _expand(item, groups) if item.startswith("@") else {item}
+    for item in re.search(r"^SystemCallFilter=~(.*)$", text, re.M).group(1).split():
+        allowed -= _expand(item, groups) if item.startswith("@") else {item}
+    needed = {"seccomp", "sethostname", "unshare", "setns", "pivot_root", "mount", "umount2", "capset", "capget",
+              "setresuid", "setresgid", "setgroups", "prctl", "memfd_create", "clone", "wait4", "kill", "sendmsg",
+              "recvmsg", "mmap", "ftruncate", "setrlimit", "prlimit64"}
+    assert not needed - allowed, sorted(needed - allowed)
+    assert "ProtectHostname=yes" not in text  # it filters sethostname, which workers need
