@@ -117,10 +117,11 @@ restart_backoff_s = 0.1
 """ + "".join(tenant_tables))
         self.proc = None
         self.log = os.path.join(self.root, "rtd.log")
+        self.prefix: list[str] = []  # e.g. setpriv, to run the daemon with fewer privileges
 
     def start(self, timeout: float = 60.0) -> "Daemon":
         seen = len(self.read_log()) if os.path.exists(self.log) else 0
-        self.proc = subprocess.Popen([RTD, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([*self.prefix, RTD, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
                                      stderr=open(self.log, "ab"))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -3,6 +3,8 @@ OOM-killed by its cgroup, a model that keeps killing its worker, a daemon restar
 overload. Each time only the affected tenant sees errors and service comes back."""
 import concurrent.futures
 import os
+import re
+import shutil
 import signal
 import threading
 import time
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 
 from rtd.errors import Code, RtdError
-from tests.daemon.conftest import memory_bomb, mlp, slow_model
+from tests.daemon.conftest import Daemon, memory_bomb, mlp, slow_model
 
 
 def test_worker_sigkill_mid_request_fails_only_that_tenant(fresh_daemon):
@@ -119,3 +121,27 @@ def test_overload_is_refused_at_once_and_the_queue_stays_bounded(fresh_daemon):
     assert Code.E_OVERLOADED.status == "RESOURCE_EXHAUSTED"
     assert d.client("beta").infer("mlp", {"X": np.ones((1, 4), np.float32)})["Y"].shape == (1, 3)
     assert d.client("acme").infer("slow", {"X": np.ones((1, 384), np.float32)})["Y"].shape == (1, 384)
+
+
+SETPRIV = shutil.which("setpriv")
+
+
+@pytest.mark.skipif(SETPRIV is None, reason="setpriv (util-linux) is not installed")
+def test_the_units_capabilities_and_no_new_privs_are_enough(tmp_path):
+    """Run rtd serve with exactly rtd.service's CapabilityBoundingSet and no_new_privs:
+    workers still start confined, load and answer."""
+    unit = open(os.path.join(os.path.dirname(__file__), "..", "..", "systemd", "rtd.service")).read()
+    caps = re.search(r"^CapabilityBoundingSet=(.*)$", unit, re.M).group(1).split()
+    bounding = "-all," + ",".join("+" + c.removeprefix("CAP_").lower() for c in caps)
+    d = Daemon(tmp_path / "capped")
+    d.prefix = [SETPRIV, "--bounding-set", bounding, "--inh-caps", "-all", "--no-new-privs"]
+    d.start()
+    try:
+        d.client("acme").load("mlp", d.package("acme", mlp(1), "mlp"))
+        assert d.client("acme").infer("mlp", {"X": np.ones((1, 4), np.float32)})["Y"].shape == (1, 3)
+        with open(f"/proc/{d.proc.pid}/status") as f:
+            bnd = int(re.search(r"^CapBnd:\s+([0-9a-f]+)$", f.read(), re.M).group(1), 16)
+        assert bin(bnd).count("1") == len(caps)
+        assert d.worker("acme")["layers"]["seccomp"].startswith("enforced")
+    finally:
+        assert d.stop() == 0
