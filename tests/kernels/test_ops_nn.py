@@ -276,3 +276,25 @@ def test_contrib_attention_matches_onnxruntime(mask_kind):
         attrs["unidirectional"] = 1
     outputs = (0, 1) if mask_kind == "past" else (0,)
     _ms_against_ort("Attention", [x], consts, outputs=outputs, **attrs)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_recurrent_batch_major_layout_is_the_transpose_of_time_major(op):
+    """layout=1 (batch-major) must equal layout=0 on transposed inputs, outputs transposed back."""
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    seq, batch, inp, hidden = 4, 3, 5, 2
+    x, h0 = _f32(seq, batch, inp), _f32(2, batch, hidden)
+    w, r, b = _f32(2, gates * hidden, inp), _f32(2, gates * hidden, hidden), _f32(2, 2 * gates * hidden)
+    lens = np.array([4, 1, 3], np.int32)
+    states = [h0, _f32(2, batch, hidden)] if op == "LSTM" else [h0]
+    n_out = len(states) + 1
+    run = {}
+    for layout in (0, 1):
+        xs = x if layout == 0 else x.transpose(1, 0, 2).copy()
+        ss = [s if layout == 0 else s.transpose(1, 0, 2).copy() for s in states]
+        model = _model(op, [xs], [w, r, b, lens, *ss], n_out=n_out, opset=14, hidden_size=hidden,
+                       direction="bidirectional", layout=layout)
+        run[layout] = compile_model(model).run({"in0": xs})
+    np.testing.assert_allclose(run[1]["out0"], run[0]["out0"].transpose(2, 0, 1, 3), rtol=1e-6)
+    for i in range(1, n_out):
+        np.testing.assert_allclose(run[1][f"out{i}"], run[0][f"out{i}"].transpose(1, 0, 2), rtol=1e-6)
