@@ -26,6 +26,9 @@ FILE_PREFIX = "file:"
 
 
 def _refuse(context, e: RtdError):
+    if e.code == Code.E_INTERNAL:  # details of an internal failure stay in the daemon's log
+        print(f"rtd: {e}", file=sys.stderr)
+        context.abort(grpc.StatusCode.INTERNAL, f"{Code.E_INTERNAL.name}: Internal server error")
     context.abort(getattr(grpc.StatusCode, e.code.status), str(e))
 
 

@@ -87,3 +87,34 @@ def test_unit_syscall_filter_allows_building_a_worker():
               "recvmsg", "mmap", "ftruncate", "setrlimit", "prlimit64"}
     assert not needed - allowed, sorted(needed - allowed)
     assert "ProtectHostname=yes" not in text  # it filters sethostname, which workers need
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="rtd serve confines workers: needs root")
+def test_sd_notify_ready_watchdog_and_stopping(tmp_path):
+    """READY=1 only once the listeners are up, WATCHDOG=1 pings, STOPPING=1 on SIGTERM."""
+    import signal
+    import socket
+    import time
+    from tests.daemon.conftest import Daemon
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.settimeout(60)
+    d = Daemon(tmp_path / "d")
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC="200000")
+    d.proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "rtd"), "serve", "--config", d.config],
+                              env=env, stderr=open(d.log, "ab"), stdout=subprocess.DEVNULL)
+    try:
+        assert notify.recv(64) == b"READY=1"
+        assert os.path.exists(d.socket) and d.client("acme").ready()
+        assert notify.recv(64) == b"WATCHDOG=1"
+        time.sleep(0.3)
+        d.proc.send_signal(signal.SIGTERM)
+        messages = set()
+        while b"STOPPING=1" not in messages:
+            messages.add(notify.recv(64))
+        assert d.proc.wait(timeout=30) == 0
+        assert not os.path.exists(d.socket)
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+        notify.close()
