@@ -85,7 +85,8 @@ def fuse_softmax(graph: Graph) -> Graph:
     for node in list(graph.nodes):
         if node.domain != "":
             continue
-        if node.op_type == "Softmax" and graph.opsets[""] >= 13 and node.attrs.get("axis", -1) == -1:
+        default_axis = -1 if graph.opsets[""] >= 13 else 1  # before 13: flatten at axis, last axis only if -1
+        if node.op_type == "Softmax" and node.attrs.get("axis", default_axis) == -1:
             replace_node(graph, node, _fused("Softmax", list(node.inputs), list(node.outputs), axis=-1))
             continue
         if node.op_type != "Div":
