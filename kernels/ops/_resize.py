@@ -18,7 +18,9 @@ from rtd.errors import Code, RtdError
 
 MODES = ("nearest", "linear", "cubic")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize")
+TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize")  # opset 13
+TF_HALF_PIXEL = "tf_half_pixel_for_nn"  # opset 11 and 12 only
+HALF_PIXEL_SYMMETRIC = "half_pixel_symmetric"  # opset 19 on
 ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
 
 
@@ -40,6 +42,8 @@ def source_coordinates(transform: str, out_size: int, in_size: int, scale: float
         x = (y + 0.5) / scale - 0.5 if out_size > 1 else np.zeros(out_size)
     elif transform == "half_pixel":
         x = (y + 0.5) / scale - 0.5
+    elif transform == TF_HALF_PIXEL:
+        x = (y + 0.5) / scale
     elif transform == "half_pixel_symmetric":
         offset = in_size / 2 * (1 - out_size / out_float)
         x = offset + (y + 0.5) / scale - 0.5

@@ -3,12 +3,12 @@
 Versions: 10 (scales input, asymmetric coordinates; nearest rounds down when enlarging and
 up when shrinking, as onnxruntime does), 11 (roi,
 sizes, coordinate transforms, cubic), 13 (roi and scales optional), 18 (antialias, axes,
-keep_aspect_ratio_policy), 19 (half_pixel_symmetric).
+keep_aspect_ratio_policy), 19 (half_pixel_symmetric). tf_half_pixel_for_nn exists at 11 and 12 only.
 """
 from rtd.errors import Code, RtdError
 
 from ._axes import normalize_axes
-from ._resize import ASPECT_POLICIES, MODES, NEAREST_MODES, TRANSFORMS, resize
+from ._resize import ASPECT_POLICIES, HALF_PIXEL_SYMMETRIC, MODES, NEAREST_MODES, TF_HALF_PIXEL, TRANSFORMS, resize
 from .base import Kernel
 
 
@@ -27,7 +27,7 @@ class Resize_10(Kernel):
 class Resize_11(Kernel):
     attributes = {"mode": "nearest", "coordinate_transformation_mode": "half_pixel", "cubic_coeff_a": -0.75,
                   "exclude_outside": 0, "extrapolation_value": 0.0, "nearest_mode": "round_prefer_floor"}
-    transforms = tuple(t for t in TRANSFORMS if t != "half_pixel_symmetric")
+    transforms = (*TRANSFORMS, TF_HALF_PIXEL)
     antialias, axes, keep_aspect_ratio_policy = 0, None, "stretch"
 
     def setup(self):
@@ -51,12 +51,15 @@ class Resize_11(Kernel):
 
 
 class Resize_13(Resize_11):
-    """roi and scales became optional inputs; Resize_11.run already treats them so."""
+    """roi and scales became optional inputs (Resize_11.run already treats them so);
+    tf_half_pixel_for_nn was dropped."""
+
+    transforms = TRANSFORMS
 
 
-class Resize_18(Resize_11):
+class Resize_18(Resize_13):
     attributes = {**Resize_11.attributes, "antialias": 0, "axes": None, "keep_aspect_ratio_policy": "stretch"}
 
 
 class Resize_19(Resize_18):
-    transforms = TRANSFORMS
+    transforms = (*TRANSFORMS, HALF_PIXEL_SYMMETRIC)

@@ -81,6 +81,18 @@ def test_resize_opset10_matches_onnxruntime(mode, scales):
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
+def test_resize_tf_half_pixel_for_nn_opset11_matches_onnxruntime():
+    x = RNG.standard_normal((1, 2, 7, 9)).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="tf_half_pixel_for_nn")
+    inits = [helper.make_tensor("roi", TensorProto.FLOAT, [0], []),
+             helper.make_tensor("scales", TensorProto.FLOAT, [4], [1.0, 1.0, 1.7, 0.6])]
+    model = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], 11, inits)
+    (ours,), (theirs,) = _against_ort(model, {"x": x})
+    np.testing.assert_array_equal(ours, theirs)
+
+
 def test_resize_sizes_keep_aspect_ratio_matches_onnxruntime():
     x = RNG.standard_normal((1, 3, 17, 23)).astype(np.float32)
     node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", axes=[2, 3],
@@ -160,6 +172,8 @@ def test_bad_inputs_refused_with_a_code(op, opset, attrs, inputs, code):
     ("Constant", 13, {"value_int": 1, "value_float": 2.0}, Code.E_MODEL_INVALID),
     ("Pad", 18, {"mode": "wrap"}, Code.E_OP_UNSUPPORTED),
     ("Resize", 19, {"mode": "bicubic"}, Code.E_OP_UNSUPPORTED),
+    ("Resize", 13, {"coordinate_transformation_mode": "tf_half_pixel_for_nn"}, Code.E_OP_UNSUPPORTED),
+    ("Resize", 18, {"coordinate_transformation_mode": "half_pixel_symmetric"}, Code.E_OP_UNSUPPORTED),
     ("ScatterND", 16, {"reduction": "max"}, Code.E_OP_UNSUPPORTED),
     ("Cast", 19, {"to": 999}, Code.E_OP_UNSUPPORTED),
     ("Transpose", 13, {"perm": [0, 1], "bogus": 1}, Code.E_OP_UNSUPPORTED),
