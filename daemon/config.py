@@ -9,6 +9,7 @@ raise ConfigError naming the offending key; the daemon refuses to start on them.
 import dataclasses
 import hashlib
 import os
+import re
 import secrets
 import sys
 import tomllib
@@ -47,6 +48,8 @@ class Limits:
 class Config:
     state_dir: str
     unix_socket: str
+    unix_mode: int = 0o600         # who may connect besides root: e.g. 0o660 with unix_group
+    unix_group: str = ""
     tcp: str = ""                  # "host:port"; requires tls_* (mTLS)
     tls_cert: str = ""
     tls_key: str = ""
@@ -109,6 +112,12 @@ def _tenant(table: dict, index: int, base: str) -> TenantConfig:
     return tenant
 
 
+def _mode(text: str) -> int:
+    if not re.fullmatch(r"0?[0-7]{3}", text):
+        raise ConfigError('listen.unix_mode: octal permissions such as "0660"')
+    return int(text, 8)
+
+
 def _limits(table: dict) -> Limits:
     table, values = dict(table), {}
     for f in dataclasses.fields(Limits):
@@ -136,6 +145,8 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
     config = Config(
         state_dir=state_dir,
         unix_socket=os.path.join(base, _take(listen, "listen", "unix", str, os.path.join(state_dir, "rtd.sock"))),
+        unix_mode=_mode(_take(listen, "listen", "unix_mode", str, "0600")),
+        unix_group=_take(listen, "listen", "unix_group", str, ""),
         tcp=_take(listen, "listen", "tcp", str, ""),
         tls_cert=_take(listen, "listen", "tls_cert", str, ""),
         tls_key=_take(listen, "listen", "tls_key", str, ""),

@@ -7,6 +7,7 @@ runs; SIGTERM/SIGINT stop the listeners, the workers and the zygote cleanly.
 """
 import argparse
 import concurrent.futures
+import grp
 import os
 import signal
 import socket
@@ -79,7 +80,9 @@ def serve(config: configuration.Config) -> int:
         server, health = build_server(supervisor, executor)
         addresses = _listen(server, config)
         server.start()
-        os.chmod(config.unix_socket, 0o660)
+        if config.unix_group:
+            os.chown(config.unix_socket, -1, grp.getgrnam(config.unix_group).gr_gid)
+        os.chmod(config.unix_socket, config.unix_mode)
         if config.metrics_port:
             metrics.serve(config.metrics_address, config.metrics_port)
             addresses.append(f"metrics http://{config.metrics_address}:{config.metrics_port}/metrics")

@@ -44,6 +44,7 @@ def test_good_config_parses_with_paths_relative_to_the_file(tmp_path):
     (("[limits]", "[limits]\nmax_qeueu = 3"), "unknown keys"),
     (("port = 9102", 'port = "9102"'), "metrics.port: expected int"),
     (("port = 9102", "port = 70000"), "0..65535"),
+    (('unix = "run/rtd.sock"', 'unix = "run/rtd.sock"\nunix_mode = "rw"'), "octal"),
     (('id = "acme"', 'id = "ac me"'), "letters, digits"),
     (('[listen]\nunix = "run/rtd.sock"', '[listen]\ntcp = "0.0.0.0:1"'), "mTLS"),
     (("max_queue = 8", "max_queue = 0"), "must be positive"),

@@ -46,7 +46,7 @@ def test_unit_is_hardened_as_documented():
     text = open(UNIT).read()
     for directive in ("Type=notify", "WatchdogSec=", "ProtectSystem=strict", "PrivateTmp=yes", "UMask=0077",
                       "LimitCORE=0", "OOMPolicy=continue", "Delegate=", "SystemCallArchitectures=native",
-                      "RestrictAddressFamilies=AF_UNIX", "StateDirectory=rtd", "RuntimeDirectory=rtd"):
+                      "RestrictAddressFamilies=AF_UNIX", "StateDirectory=rtd", "ReadWritePaths=/run/rtd"):
         assert directive in text, directive
     caps = re.search(r"^CapabilityBoundingSet=(.*)$", text, re.M).group(1).split()
     assert set(caps) == {"CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"}
@@ -55,6 +55,7 @@ def test_unit_is_hardened_as_documented():
 def test_shipped_config_is_valid():
     c = config.load(os.path.join(ROOT, "systemd", "rtd.toml"))
     assert c.unix_socket == "/run/rtd/rtd.sock" and c.metrics_port == 0
+    assert (c.unix_mode, c.unix_group) == (0o660, "rtd")
 
 
 def _expand(group: str, groups: dict) -> set:
