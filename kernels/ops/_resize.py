@@ -4,9 +4,10 @@ For every resized axis, `axis_weights` maps output positions to source coordinat
 coordinate_transformation_mode), then to a window of source indices and their weights
 (nearest / linear / cubic, optionally antialiased). Integer up/down-sampling is periodic:
 each output phase is a weighted sum of strided input slices written into a strided view of
-the result. Other geometries gather each tap of the window with `take`. Edge handling follows the onnx reference: windows are clamped to the edge
-(replicate), `exclude_outside` zeroes and renormalizes out-of-range taps, and
-tf_crop_and_resize writes `extrapolation_value` where the source lies outside the input.
+the result. Other geometries gather each tap of the window with `take`. Edge handling
+follows the onnx reference: windows are clamped to the edge (replicate), `exclude_outside`
+zeroes and renormalizes out-of-range taps, and tf_crop_and_resize writes
+`extrapolation_value` where the source lies outside the input.
 """
 import functools
 import math
@@ -18,7 +19,7 @@ from rtd.errors import Code, RtdError
 
 MODES = ("nearest", "linear", "cubic")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize")  # opset 13
+TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize")  # 11 on
 TF_HALF_PIXEL = "tf_half_pixel_for_nn"  # opset 11 and 12 only
 HALF_PIXEL_SYMMETRIC = "half_pixel_symmetric"  # opset 19 on
 ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
