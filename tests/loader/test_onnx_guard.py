@@ -12,7 +12,7 @@ from rtd.kernels.ops.base import supported
 from rtd.loader import onnx_wire
 from rtd.loader.onnx_guard import GuardLimits, check_model
 
-from conftest import add_model
+from loader_models import add_model
 
 
 def _run(model, x):

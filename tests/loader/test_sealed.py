@@ -15,7 +15,7 @@ import pytest
 from rtd.errors import RtdError
 from rtd.loader import pack, verify_package
 
-from conftest import add_model
+from loader_models import add_model
 
 
 @pytest.fixture
