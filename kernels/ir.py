@@ -64,6 +64,16 @@ class Graph:
         return free
 
 
+def tensor_value(t: onnx.TensorProto):
+    """A TensorProto's array; external data is refused (reading it would open a file by path)."""
+    if t.data_location == onnx.TensorProto.EXTERNAL or t.external_data:
+        raise RtdError(Code.E_ONNX_EXTERNAL_DATA, f"tensor {t.name!r} keeps its data outside the model")
+    try:
+        return numpy_helper.to_array(t)
+    except (ValueError, TypeError) as e:
+        raise RtdError(Code.E_ONNX_INVALID, f"tensor {t.name!r}: {str(e)[:160]}") from None
+
+
 def attribute_value(attr: onnx.AttributeProto, opsets: dict, functions: dict):
     """An attribute as kernels see it: numbers, str, lists, ndarrays, nested Graphs."""
     A = onnx.AttributeProto
@@ -72,9 +82,9 @@ def attribute_value(attr: onnx.AttributeProto, opsets: dict, functions: dict):
     if attr.type == A.GRAPHS:
         return [from_graph(g, opsets, functions) for g in attr.graphs]
     if attr.type == A.TENSOR:
-        return numpy_helper.to_array(attr.t)
+        return tensor_value(attr.t)
     if attr.type == A.TENSORS:
-        return [numpy_helper.to_array(t) for t in attr.tensors]
+        return [tensor_value(t) for t in attr.tensors]
     if attr.type == A.STRING:
         return attr.s.decode("utf-8", "replace")
     if attr.type == A.STRINGS:
@@ -137,7 +147,7 @@ def _expand(nodes, functions: dict, depth: int = 0) -> list:
 
 
 def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict) -> Graph:
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    constants = {t.name: tensor_value(t) for t in graph.initializer}
     nodes = []
     for proto in _expand(graph.node, functions):
         domain = _domain(proto.domain)

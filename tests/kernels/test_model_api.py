@@ -169,3 +169,17 @@ def test_arena_limit_refuses_shapes_whose_plan_is_too_big_and_keeps_serving_smal
     err = refusal(lambda: m.run({"x": np.ones((512, 8), np.float32)}))  # 512 KiB of buffers
     assert err.code is Code.E_RESOURCE_EXHAUSTED and "arena" in err.detail
     assert m.run({"x": np.ones((4, 8), np.float32)})["y"].shape == (4, 4)
+
+
+def test_external_tensor_data_is_refused_without_touching_the_filesystem(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "weights.bin").write_bytes(np.ones(4, np.float32).tobytes())  # would load if followed
+    m = model([node("Add", ["x", "w"], ["y"])], [("x", [4])], [("y", None)], [const("w", np.zeros(4, np.float32))])
+    w = m.graph.initializer[0]
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value="weights.bin")
+    assert refusal(lambda: compile_model(m.SerializeToString())).code is Code.E_ONNX_EXTERNAL_DATA
+    bad = model([node("Add", ["x", "w"], ["y"])], [("x", [4])], [("y", None)], [const("w", np.zeros(4, np.float32))])
+    bad.graph.initializer[0].raw_data = b"\x00" * 3  # 3 bytes for 4 floats
+    assert refusal(lambda: compile_model(bad.SerializeToString())).code is Code.E_ONNX_INVALID
