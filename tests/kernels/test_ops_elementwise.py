@@ -7,6 +7,7 @@ directly on the kernels, and refusals are checked for their stable codes.
 """
 import shutil
 import subprocess
+import types
 from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
@@ -19,7 +20,7 @@ from scipy import special
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
-from rtd.kernels.ops import Elementwise, lookup
+from rtd.kernels.ops import Elementwise, _erf, lookup
 
 RNG = np.random.default_rng(7)
 F32_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -3.5, 2.5, 88.0, -88.0], np.float32)
@@ -385,3 +386,12 @@ def test_cuda_expressions_compute_what_the_kernels_compute(tmp_path):
         offset += want.size
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6, equal_nan=True, err_msg=f"{op}: {kernel.cuda}")
     assert offset == values.size
+
+
+def test_erf_on_another_array_module_uses_its_own_ufuncs():
+    """Arrays of another module (CuPy on a GPU) get the same polynomial through that module's
+    ufuncs, never SciPy; here a namespace holding only NumPy's clip/multiply/tanh stands in."""
+    xp = types.SimpleNamespace(clip=np.clip, multiply=np.multiply, tanh=np.tanh)
+    x = np.linspace(-6, 6, 5001, dtype=np.float32)
+    np.testing.assert_array_equal(_erf.erf(xp, x), _erf.erf(np, x))
+    np.testing.assert_allclose(_erf.erf(xp, x.astype(np.float64)), special.erf(x.astype(np.float64)), atol=3e-7)
