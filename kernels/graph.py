@@ -48,6 +48,7 @@ class GraphRunner:
         self.constants = {k: xp.asarray(v) for k, v in graph.constants.items()}
         self.input_names = list(graph.inputs)
         self.output_names = list(graph.outputs)
+        self.output_dtypes = list(graph.output_dtypes)
         self.nodes = [(node.inputs, node.outputs, make_kernel(node, graph.opsets, xp)) for node in graph.nodes]
 
     def __call__(self, feeds: dict, scope=None) -> list:

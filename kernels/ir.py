@@ -7,6 +7,7 @@ node as `implicit`); `check` is the invariant every pass must keep (run between 
 import dataclasses
 import itertools
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -40,6 +41,7 @@ class Graph:
     outputs: list
     constants: dict  # name -> np.ndarray (initializers and folded values)
     opsets: dict  # domain -> version
+    output_dtypes: list = dataclasses.field(default_factory=list)  # declared, None where not a typed tensor
 
     def producers(self) -> dict:
         return {out: node for node in self.nodes for out in node.outputs if out}
@@ -161,7 +163,9 @@ def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict) -> Graph:
         node.implicit = sorted(set().union(*(g.free_names() for g in node.subgraphs())))
         nodes.append(node)
     inputs = [v.name for v in graph.input if v.name not in constants]
-    return Graph(nodes, inputs, [v.name for v in graph.output], constants, opsets)
+    dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type))
+              if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type else None for v in graph.output]
+    return Graph(nodes, inputs, [v.name for v in graph.output], constants, opsets, dtypes)
 
 
 def from_onnx(proto: onnx.ModelProto) -> Graph:

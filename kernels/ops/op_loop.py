@@ -26,4 +26,6 @@ class Loop_1(Kernel):
             for acc, value in zip(scans, out[1 + len(carried) :]):
                 acc.append(value)
             i += 1
-        return (*carried, *(self.xp.stack(acc) if acc else self.xp.empty((0,), np.float32) for acc in scans))
+        first_scan = 1 + len(carried)
+        empty = [body.output_dtypes[first_scan + k] or np.float32 for k in range(len(scans))]  # zero iterations
+        return (*carried, *(self.xp.stack(acc) if acc else self.xp.empty((0,), dtype) for acc, dtype in zip(scans, empty)))

@@ -91,3 +91,15 @@ def test_model_local_function_is_inlined_with_attribute_references():
     x = np.array([-1, 0, 2, 5], np.float32)
     for optimize in (False, True):
         np.testing.assert_allclose(compile_model(m, optimize=optimize).run({"x": x})["z"], np.maximum(x, 0) * 3.0)
+
+
+def test_loop_with_zero_iterations_returns_initial_state_and_typed_empty_scans():
+    body = helper.make_graph(
+        [node("Identity", ["cond"], ["cond_out"]), node("Add", ["acc", "acc"], ["acc_out"]), node("Cast", ["acc_out"], ["scan"], to=I64)],
+        "body", [vi("i", I64, []), vi("cond", B, []), vi("acc", F, [2])], [vi("cond_out", B, []), vi("acc_out", F, [2]), vi("scan", I64, [2])])
+    m = model([node("Loop", ["n", "", "init"], ["final", "stacked"], body=body)], [vi("n", I64, []), ("init", [2])],
+              [("final", None), vi("stacked", I64, None)], opset=13)
+    for optimize in (False, True):
+        out = compile_model(m, optimize=optimize).run({"n": np.array(0, np.int64), "init": np.ones(2, np.float32)})
+        np.testing.assert_array_equal(out["final"], np.ones(2, np.float32))
+        assert out["stacked"].shape[0] == 0 and out["stacked"].dtype == np.int64
