@@ -134,8 +134,8 @@ def _check_sparse(sparse, external: Mapping | None) -> None:
 
 def _constant_of_shape_bytes(node, constants: dict) -> int | None:
     shape = constants.get(node.input[0]) if node.input else None
-    if shape is None:
-        return None
+    if shape is None or shape.data_type not in (TensorProto.INT64, TensorProto.INT32):
+        return None   # not a static shape: the worker's memory limits are the backstop
     dims = numpy_helper.to_array(shape).astype(np.int64, copy=False).ravel().tolist()
     count, bits = 1, 32
     for dim in dims:
@@ -242,7 +242,8 @@ def _check(view: memoryview, allowed_ops, external, limits: GuardLimits) -> onnx
     for opset in model.opset_import:
         if _domain(opset.domain) not in allowed_domains | {d for d, _ in walk.functions}:
             raise RtdError(Code.E_ONNX_OP_FORBIDDEN, f"opset domain {opset.domain!r}")
-    walk.body(model.graph.node, model.graph.initializer, model.graph.sparse_initializer)
+    for graph in [model.graph] + [g for t in model.training_info for g in (t.initialization, t.algorithm)]:
+        walk.body(graph.node, graph.initializer, graph.sparse_initializer)
     for key, function in walk.functions.items():
         walk.body(function.node, caller=key)
     walk.no_recursion()

@@ -79,6 +79,8 @@ class RollbackStore:
                 data = json.load(f)
         except FileNotFoundError:
             return {}
+        except ValueError:   # fail closed: an unreadable store refuses every load, it never resets
+            raise RtdError(Code.E_INTERNAL, f"{self.path} is not valid JSON") from None
         if not isinstance(data, dict):
             raise RtdError(Code.E_INTERNAL, f"{self.path} is not a rollback store")
         return data

@@ -133,3 +133,13 @@ def test_constant_of_shape_under_the_cap_is_accepted():
     check_model(helper.make_model(graph).SerializeToString(), limits=GuardLimits(max_constant_of_shape_bytes=24))
     with pytest.raises(RtdError):
         check_model(helper.make_model(graph).SerializeToString(), limits=GuardLimits(max_constant_of_shape_bytes=23))
+
+
+def test_training_info_graphs_are_guarded_too():
+    model = helper.make_model(helper.make_graph([], "g", [], []))
+    model.ParseFromString(add_model())
+    algorithm = helper.make_graph([helper.make_node("Exec", [], ["z"], domain="com.evil")], "train", [], [])
+    model.training_info.add(algorithm=algorithm)
+    with pytest.raises(RtdError) as e:
+        check_model(model.SerializeToString())
+    assert e.value.code is Code.E_ONNX_OP_FORBIDDEN

@@ -57,3 +57,12 @@ def test_rollback_store_is_persisted_atomically(tmp_path):
     assert json.loads(path.read_text()) == {"a": {"m": 5}, "b": {"m": 1}}
     assert RollbackStore(str(path)).high_water("a", "m") == 5
     assert sorted(os.listdir(tmp_path)) == ["rollback.json"], "no temporary file is left behind"
+
+
+def test_corrupt_rollback_store_fails_closed(tmp_path, trust, upload):
+    path = tmp_path / "rollback.json"
+    path.write_text("{not json")
+    with pytest.raises(RtdError) as e:
+        verify_package(upload(), trust=trust, tenant="a", rollback=RollbackStore(str(path)))
+    assert e.value.code is Code.E_INTERNAL
+    assert path.read_text() == "{not json"
