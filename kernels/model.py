@@ -82,7 +82,7 @@ class CompiledModel:
         self.runner = GraphRunner(self.graph, self.xp)  # builds every kernel: refusals happen now
         self._plans: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
-        self._profiles: list = []
+        self._profiles: collections.deque = collections.deque(maxlen=256)  # the latest profiled runs
 
     def _check(self, feeds: dict) -> list:
         expected = [spec.name for spec in self.inputs]
