@@ -13,6 +13,7 @@ use only the keys location/offset/length/checksum with in-bounds decimal offset 
 and the bytes are copied into the returned model, which then carries no external references.
 """
 import dataclasses
+import functools
 from collections.abc import Mapping
 
 import numpy as np
@@ -43,9 +44,10 @@ class GuardLimits:
     max_constant_of_shape_bytes: int = 1 << 30
 
 
-def default_allowed_ops() -> set[tuple[str, str]]:
+@functools.cache
+def default_allowed_ops() -> frozenset[tuple[str, str]]:
     """Every op of the standard ai.onnx domain (no custom domains, no ai.onnx.ml, no experimental)."""
-    return {("", s.name) for s in onnx.defs.get_all_schemas_with_history() if s.domain in ("", "ai.onnx")}
+    return frozenset(("", s.name) for s in onnx.defs.get_all_schemas_with_history() if s.domain in ("", "ai.onnx"))
 
 
 def _domain(domain: str) -> str:
