@@ -41,6 +41,8 @@ class Constant_1(Kernel):
         if len(given) != 1:
             raise RtdError(Code.E_MODEL_INVALID, f"Constant: exactly one value attribute expected, got {given}")
         self.array = self.xp.asarray(self.builders[given[0]](getattr(self, given[0])))
+        if isinstance(self.array, np.ndarray):
+            self.array.flags.writeable = False  # shared by every run: a caller must not edit it
 
     def run(self):
         return (self.array,)
