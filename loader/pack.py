@@ -31,7 +31,10 @@ def _tensor_signature(values) -> list[dict]:
 
 def graph_signature(model_bytes: bytes) -> tuple[list[dict], list[dict]]:
     """The inputs and outputs of a model's graph (the operator's tooling parses it; the daemon never does)."""
-    graph = onnx.load_from_string(model_bytes).graph
+    try:
+        graph = onnx.load_from_string(model_bytes).graph
+    except Exception as e:   # onnx raises DecodeError, RuntimeError or ValueError by backend
+        raise RtdError(Code.E_ONNX_PARSE, f"{type(e).__name__}: {e}") from None
     initializers = {t.name for t in graph.initializer}
     return (_tensor_signature(v for v in graph.input if v.name not in initializers),
             _tensor_signature(graph.output))
@@ -111,6 +114,8 @@ def write_archive(files: dict[str, bytes], out: str, top: str) -> None:
 
 
 def write_package(files: dict[str, bytes], out: str, name: str) -> None:
+    if os.path.lexists(out):
+        raise RtdError(Code.E_REQUEST_INVALID, f"{out} already exists; packages are never overwritten")
     if out.endswith(ARCHIVE_SUFFIXES):
         write_archive(files, out, name)
     else:

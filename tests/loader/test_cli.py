@@ -73,3 +73,15 @@ def test_sign_in_place_then_verify_and_sha256sum(workdir, model_bytes):
     assert subprocess.run(["sha256sum", "-c", "checksum.sha256"], cwd=version_dir).returncode == 0
     done = rtctl("verify", "repo/adder", "--pubkey", "keys/signing.pub.pem", "--name", "adder", cwd=workdir)
     assert done.returncode == 0, done.stderr
+
+
+def test_pack_refuses_to_overwrite_and_to_pack_non_onnx(workdir):
+    (workdir / "pkg").mkdir()
+    done = rtctl("pack", "model.onnx", "--name", "adder", "--version", "1.0.0", "--key", "keys/signing.pem",
+                 "--out", "pkg", cwd=workdir)
+    assert done.returncode != 0 and done.stderr.startswith("E_REQUEST_INVALID: ")
+    (workdir / "notes.onnx").write_text("not a model")
+    done = rtctl("pack", "notes.onnx", "--name", "adder", "--version", "1.0.0", "--key", "keys/signing.pem",
+                 "--out", "pkg2", cwd=workdir)
+    assert done.returncode != 0 and done.stderr.startswith("E_ONNX_PARSE: ")
+    assert not (workdir / "pkg2").exists()
