@@ -1,4 +1,6 @@
 """Transpose by `perm` (default: reverse the axes). Returns a strided view."""
+from rtd.errors import Code, RtdError
+
 from ._axes import normalize_axes
 from .base import Kernel
 
@@ -6,6 +8,10 @@ from .base import Kernel
 class Transpose_1(Kernel):
     attributes = {"perm": None}
 
+    def setup(self):
+        self.order = None if self.perm is None else normalize_axes(self.perm, len(self.perm), "Transpose")
+
     def run(self, x):
-        perm = None if self.perm is None else normalize_axes(self.perm, x.ndim, "Transpose")
-        return (self.xp.transpose(x, perm),)
+        if self.order is not None and len(self.order) != x.ndim:
+            raise RtdError(Code.E_INPUT_INVALID, f"Transpose: perm {self.perm} for rank {x.ndim}")
+        return (self.xp.transpose(x, self.order),)

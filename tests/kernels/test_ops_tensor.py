@@ -177,6 +177,7 @@ def test_bad_inputs_refused_with_a_code(op, opset, attrs, inputs, code):
     ("ScatterND", 16, {"reduction": "max"}, Code.E_OP_UNSUPPORTED),
     ("Cast", 19, {"to": 999}, Code.E_OP_UNSUPPORTED),
     ("Transpose", 13, {"perm": [0, 1], "bogus": 1}, Code.E_OP_UNSUPPORTED),
+    ("Transpose", 13, {"perm": [1, 1]}, Code.E_MODEL_INVALID),
 ])
 def test_bad_attributes_refused_at_compile_time(op, opset, attrs, code):
     with pytest.raises(RtdError) as err:
