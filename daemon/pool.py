@@ -71,9 +71,11 @@ class TenantWorker:
     def _died(self, during: str | None) -> RtdError:
         """Account for a dead worker; returns the error its in-flight request gets."""
         status = None
-        if self.handle is not None:
-            self.handle.kill()
-            status = self.handle.wait(timeout=5)
+        if self.handle is not None:  # let the zygote report how it died before making sure
+            status = self.handle.wait(timeout=0.5)
+            if status is None:
+                self.handle.kill()
+                status = self.handle.wait(timeout=5)
         if self.sock is not None:
             self.sock.close()
         self.handle, self.sock = None, None
