@@ -112,7 +112,7 @@ def _pixel_major(xp, x, w, k, strides, dilations, begin, end, out_shape):
     sh, sw = strides or (1, 1)
     dh, dw = dilations or (1, 1)
     hp, wp = x.shape[2] + begin[0] + end[0], x.shape[3] + begin[1] + end[1]
-    padded = scratch(("conv-nhwc", tuple(begin)), (n, hp, wp, c), x.dtype, xp, zero=True)
+    padded = scratch(("conv-nhwc", tuple(begin)), (n, hp, wp, c), x.dtype, xp, fill=0)
     padded[:, begin[0]:begin[0] + x.shape[2], begin[1]:begin[1] + x.shape[3]] = x.transpose(0, 2, 3, 1)
     span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
     view = xp.lib.stride_tricks.sliding_window_view(padded, span, axis=(1, 2))  # (N, H', W', C, span_h, span_w)

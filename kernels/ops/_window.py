@@ -98,15 +98,17 @@ def separable(xp, padded, kernel, strides, dilations, out_shape, combine):
 _local = threading.local()
 
 
-def scratch(tag, shape, dtype, xp=np, zero=False):
-    """A per-thread buffer reused across calls; `zero` fills it once, when first made."""
+def scratch(tag, shape, dtype, xp=np, fill=None):
+    """A per-thread buffer reused across calls; `fill` (if given) is written once, when it is made."""
     cache = getattr(_local, "buffers", None)
     if cache is None:
         cache = _local.buffers = {}
-    key = (tag, tuple(shape), np.dtype(dtype).str, xp.__name__)
+    key = (tag, tuple(shape), np.dtype(dtype), xp.__name__)
     buf = cache.get(key)
     if buf is None:
-        buf = (xp.zeros if zero else xp.empty)(shape, dtype)
+        buf = xp.empty(shape, dtype)
+        if fill is not None:
+            buf.fill(fill)
         cache[key] = buf
     return buf
 
@@ -116,12 +118,8 @@ def pad_into(x, begin, end, fill, tag, xp=np):
     if not any(begin) and not any(end):
         return x
     shape = x.shape[:2] + tuple(i + b + e for i, b, e in zip(x.shape[2:], begin, end))
-    key = (tag, float(fill), tuple(begin))  # where the interior sits decides which cells stay border
-    cache = getattr(_local, "buffers", None)
-    fresh = cache is None or (key, shape, x.dtype.str, xp.__name__) not in cache
-    buf = scratch(key, shape, x.dtype, xp)
-    if fresh:
-        buf.fill(fill)
+    # the fill and where the interior sits decide which cells stay border across calls
+    buf = scratch((tag, float(fill), tuple(begin)), shape, x.dtype, xp, fill=fill)
     inner = (slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(begin, x.shape[2:]))
     buf[inner] = x
     return buf
