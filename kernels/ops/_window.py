@@ -96,6 +96,7 @@ def separable(xp, padded, kernel, strides, dilations, out_shape, combine):
 
 
 _local = threading.local()
+_SCRATCH_LIMIT = 64  # buffers kept per thread; dynamic shapes would otherwise grow the cache forever
 
 
 def scratch(tag, shape, dtype, xp=np, fill=None):
@@ -106,6 +107,8 @@ def scratch(tag, shape, dtype, xp=np, fill=None):
     key = (tag, tuple(shape), np.dtype(dtype), xp.__name__)
     buf = cache.get(key)
     if buf is None:
+        if len(cache) >= _SCRATCH_LIMIT:
+            cache.clear()  # callers hold what they already took; only reuse is lost
         buf = xp.empty(shape, dtype)
         if fill is not None:
             buf.fill(fill)
