@@ -9,9 +9,10 @@ Frame = Header(magic, version, kind, fd count, request id, head length, body len
         + ancillary fds (≤ MAX_FDS).
 The head lists tensors as {"name", "dtype", "shape", "offset" | "at"} ("offset" into the
 body, "at" into the sender's arena); the receiver checks every length, dtype, shape, fd
-count and arena bound before it builds an array. Arena views are valid until the next
-frame, so the supervisor copies what it receives (`recv(..., copy=True)`); the worker,
-which handles one frame at a time, uses them in place. Nothing here ever unpickles.
+count and arena bound before it builds an array. The worker uses what it receives in
+place and is done with it when it replies; the supervisor *leases* the worker's regions
+(`recv(..., lease=True)`) and hands each back once its arrays are gone, so outputs are
+never copied between the worker and the gRPC response. Nothing here ever unpickles.
 """
 import array
 import ctypes
@@ -21,8 +22,11 @@ import json
 import math
 import mmap
 import os
+import resource
 import socket
 import struct
+import threading
+import weakref
 
 import numpy as np
 
@@ -77,15 +81,32 @@ def keep_large_buffers_warm() -> None:
 
 
 class Arena:
-    """This side's reusable shared memory for large outgoing tensors."""
+    """This side's reusable shared memory for large outgoing tensors. A frame's region stays
+    *lent* until the peer releases it, so the peer may use what it received in place; when
+    nothing free is big enough, a larger arena (the next generation) replaces this one."""
 
     def __init__(self):
         self.fd, self.map, self.size, self.announced = -1, None, 0, False
+        self.generation, self.cursor, self.lent = 0, 0, {}  # lent: start -> end
 
-    def reserve(self, nbytes: int) -> None:
-        if nbytes <= self.size:
-            return
-        size = -(-max(nbytes, 2 * self.size, 1 << 20) // mmap.PAGESIZE) * mmap.PAGESIZE
+    def allocate(self, nbytes: int) -> int:
+        for start in (self.cursor, 0):
+            end = start + nbytes
+            if end <= self.size and all(end <= s or start >= e for s, e in self.lent.items()):
+                break
+        else:
+            self._grow(nbytes)
+            start, end = 0, nbytes
+        self.lent[start], self.cursor = end, end
+        return start
+
+    def _grow(self, nbytes: int) -> None:
+        # a memfd counts as a file: RLIMIT_FSIZE (the sandbox sets one) caps each arena
+        cap = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        cap = MAX_ARENA if cap == resource.RLIM_INFINITY else min(cap, MAX_ARENA)
+        if nbytes > cap:
+            raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"{nbytes} bytes of tensors exceed the {cap}-byte file-size limit")
+        size = min(cap, -(-max(nbytes, 2 * self.size, 1 << 20) // mmap.PAGESIZE) * mmap.PAGESIZE)
         fd = os.memfd_create("rtd-arena", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, size)
@@ -95,6 +116,19 @@ class Arena:
             raise
         self.close()
         self.fd, self.map, self.size, self.announced = fd, mapping, size, False
+        self.generation, self.cursor, self.lent = self.generation + 1, 0, {}
+
+    def release(self, regions) -> None:
+        """Regions ([generation, start] pairs) the peer no longer uses; stale ones are ignored."""
+        if not isinstance(regions, list) or len(regions) > 1 << 16:
+            raise _protocol("bad release list")
+        for region in regions:
+            if isinstance(region, list) and len(region) == 2 and region[0] == self.generation:
+                self.lent.pop(region[1], None)
+
+    def reclaim(self) -> None:
+        """The peer replied and keeps nothing of ours: every region is free again."""
+        self.lent.clear()
 
     def put(self, offset: int, a: np.ndarray) -> None:
         np.frombuffer(self.map, np.uint8, a.nbytes, offset)[:] = a.reshape(-1).view(np.uint8)
@@ -105,11 +139,25 @@ class Arena:
         self.fd, self.map, self.size = -1, None, 0  # the mapping goes when its last view does
 
 
+class _Lease:
+    """One received frame's arena region, handed back when the last array over it is gone."""
+
+    def __init__(self, peer: "PeerArena", region: list, count: int):
+        self.peer, self.region, self.count, self.lock = peer, region, count, threading.Lock()
+
+    def drop(self) -> None:
+        with self.lock:
+            self.count -= 1
+            if self.count == 0:
+                self.peer.released.append(self.region)
+
+
 class PeerArena:
-    """A read-only mapping of the peer's arena, replaced when the peer announces a new one."""
+    """A read-only mapping of the peer's arena, replaced when the peer announces a new one,
+    and the regions of it this side has finished with (to send back with the next frame)."""
 
     def __init__(self):
-        self.view, self.size = None, 0
+        self.view, self.size, self.released = None, 0, []
 
     def replace(self, fd: int) -> None:
         size = os.fstat(fd).st_size
@@ -121,6 +169,10 @@ class PeerArena:
         if self.view is None or not isinstance(at, int) or isinstance(at, bool) or at < 0 or at + nbytes > self.size:
             raise _protocol("tensor outside the peer's arena")
         return self.view[at: at + nbytes]
+
+    def take_released(self) -> list:
+        taken, self.released = self.released, []
+        return taken
 
 
 def map_fd(fd: int, size: int) -> memoryview:
@@ -147,12 +199,14 @@ def send(sock: socket.socket, kind: Kind, request_id: int, head: dict | None = N
     described, body, passed = [], [], list(fds or [])
     arrays = {name: np.ascontiguousarray(value) for name, value in (tensors or {}).items()}
     big = {n for n, a in arrays.items() if arena is not None and a.nbytes >= INLINE_LIMIT}
+    at = 0
     if big:
-        arena.reserve(sum(-(-arrays[n].nbytes // ALIGN) * ALIGN for n in big))
+        at = arena.allocate(sum(-(-arrays[n].nbytes // ALIGN) * ALIGN for n in big))
+        head["arena"] = [arena.generation, at]
         if not arena.announced:
             head["arena_fd"] = len(passed)
             passed.append(arena.fd)
-    offset, at = 0, 0
+    offset = 0
     for name, a in arrays.items():
         entry = {"name": name, "dtype": _dtype_name(a), "shape": list(a.shape)}
         if name in big:
@@ -210,9 +264,10 @@ def _recv_header(sock: socket.socket) -> tuple[bytes, list]:
     return bytes(data), received
 
 
-def recv(sock: socket.socket, peer: PeerArena | None = None, copy: bool = False) -> Frame:
+def recv(sock: socket.socket, peer: PeerArena | None = None, lease: bool = False) -> Frame:
     """Receive and validate one frame; EOFError when the peer is gone. Arena tensors are
-    views into `peer` (copied out when `copy`)."""
+    views into `peer`: valid until the next frame, or with `lease` until the last array
+    over them is gone (their region then goes back through `peer.released`)."""
     header, fds = _recv_header(sock)
     try:
         magic, version, kind, nfds, request_id, head_len, body_len = HEADER.unpack(header)
@@ -241,7 +296,17 @@ def recv(sock: socket.socket, peer: PeerArena | None = None, copy: bool = False)
                 raise _protocol("bad arena announcement")
             peer.replace(fds[i])
             used.add(i)
-        tensors = _tensors(head.pop("tensors", []), body, peer, copy)
+        region = head.pop("arena", None)
+        tensors, bases = _tensors(head.pop("tensors", []), body, peer)
+        if region is not None:
+            if not (isinstance(region, list) and len(region) == 2 and all(type(v) is int for v in region)):
+                raise _protocol("bad arena region")
+            if lease and bases:
+                holder = _Lease(peer, region, len(bases))
+                for base in bases:
+                    weakref.finalize(base, holder.drop)
+            elif lease:
+                peer.released.append(region)
         rest = [fd for i, fd in enumerate(fds) if i not in used]
         for i in used:
             os.close(fds[i])  # the mapping keeps the memory alive; the fd is no longer needed
@@ -255,10 +320,11 @@ def recv(sock: socket.socket, peer: PeerArena | None = None, copy: bool = False)
         raise
 
 
-def _tensors(entries, body: memoryview, peer: PeerArena | None, copy: bool) -> dict:
+def _tensors(entries, body: memoryview, peer: PeerArena | None) -> tuple[dict, list]:
+    """{name: array} and the arrays that own arena memory (every view of them keeps them alive)."""
     if not isinstance(entries, list):
         raise _protocol("tensors is not a list")
-    out = {}
+    out, bases = {}, []
     for e in entries:
         if not isinstance(e, dict) or not isinstance(e.get("name"), str) or e["name"] in out:
             raise _protocol("bad or duplicate tensor entry")
@@ -280,6 +346,8 @@ def _tensors(entries, body: memoryview, peer: PeerArena | None, copy: bool) -> d
             if not isinstance(off, int) or isinstance(off, bool) or off < 0 or off + nbytes > len(body):
                 raise _protocol(f"tensor {e['name']!r}: bytes outside the body")
             data = body[off: off + nbytes]
-        array_ = np.frombuffer(data, dtype=DTYPES[dtype]).reshape(shape)
-        out[e["name"]] = array_.copy() if copy and "at" in e else array_
-    return out
+        flat = np.frombuffer(data, dtype=DTYPES[dtype])
+        out[e["name"]] = flat.reshape(shape)
+        if "at" in e:
+            bases.append(flat)
+    return out, bases

@@ -100,8 +100,11 @@ class TenantWorker:
         request_id = next(self.ids)
         try:
             self.sock.settimeout(timeout)
-            frames.send(self.sock, kind, request_id, head, tensors, fds, arena=self.arena)
-            reply = frames.recv(self.sock, self.peer, copy=True)
+            released = self.peer.take_released()
+            frames.send(self.sock, kind, request_id, dict(head, released=released) if released else head,
+                        tensors, fds, arena=self.arena)
+            reply = frames.recv(self.sock, self.peer, lease=True)
+            self.arena.reclaim()  # the worker has replied: it is done with this request's inputs
         except socket.timeout:
             self._died(model)
             raise RtdError(Code.E_DEADLINE, "the worker did not answer in time and was restarted") from None

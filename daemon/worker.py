@@ -96,6 +96,7 @@ def serve(sock, *args) -> None:
     while True:
         try:
             frame = frames.recv(sock, peer)
+            arena.release(frame.head.pop("released", []))
         except EOFError:
             return
         try:

@@ -31,15 +31,40 @@ def test_round_trip_inline_and_arena(pair):
     assert got.tensors["empty"].shape == (0, 3)
     assert not got.tensors["big"].flags.writeable
     first_size = peer.size
+    arena.reclaim()
     bigger = np.ones((1024, 1024))                 # 8 MiB: the arena grows, the new fd travels once
     frames.send(a, Kind.INFER, 8, {}, {"x": big, "y": bigger}, arena=arena)
-    got = frames.recv(b, peer, copy=True)
-    assert peer.size > first_size and got.tensors["x"].flags.owndata
+    got = frames.recv(b, peer)
+    assert peer.size > first_size
     np.testing.assert_array_equal(got.tensors["x"], big)
     np.testing.assert_array_equal(got.tensors["y"], bigger)
+    arena.reclaim()
     frames.send(a, Kind.INFER, 9, {}, {"x": small * 2, "y": bigger * 3}, arena=arena)  # no fd this time
     got = frames.recv(b, peer)
     np.testing.assert_array_equal(got.tensors["y"], bigger * 3)
+    arena.close()
+
+
+def test_leased_regions_are_not_reused_until_released(pair):
+    a, b = pair
+    arena, peer = frames.Arena(), frames.PeerArena()
+    one, two = np.full(1 << 15, 1.0), np.full(1 << 15, 2.0)
+    frames.send(a, Kind.OK, 1, {}, {"t": one}, arena=arena)
+    first = frames.recv(b, peer, lease=True).tensors["t"]
+    part = first[10:20]                       # a view keeps the lease too
+    del first
+    frames.send(a, Kind.OK, 2, {}, {"t": two}, arena=arena)
+    second = frames.recv(b, peer, lease=True).tensors["t"]
+    assert peer.released == []                # both still held: the second went elsewhere
+    np.testing.assert_array_equal(part, 1.0)
+    np.testing.assert_array_equal(second, 2.0)
+    del part
+    assert len(peer.released) == 1
+    arena.release(peer.take_released())
+    assert len(arena.lent) == 1
+    del second
+    arena.release(peer.take_released())
+    assert arena.lent == {}
     arena.close()
 
 
