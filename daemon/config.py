@@ -37,6 +37,7 @@ class Limits:
     max_message_bytes: int = 256 << 20
     max_queue: int = 32            # per tenant: requests waiting or running
     max_concurrency: int = 4       # per tenant: requests in the worker pipeline at once
+    max_models: int = 16           # per tenant: loaded models (each one's verified bytes are kept)
     request_timeout_s: float = 60.0
     load_timeout_s: float = 120.0
     crash_limit: int = 3           # worker deaths while a model loads/runs before it is marked failed

@@ -102,6 +102,9 @@ class Supervisor:
             self._slot(tenant, name)
             return
         with self.load_locks[tenant.id]:
+            held = self.pool.workers[tenant.id].models
+            if name not in held and len(held) >= self.config.limits.max_models:
+                raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"tenant already has {len(held)} models (limits.max_models)")
             try:
                 pkg = verify_package(files, trust=TrustStore(tenant.trusted_keys), tenant=tenant.id,
                                      rollback=self.rollback, expected_name=name)

@@ -113,6 +113,7 @@ token_sha256 = ["{token_hash(self.admin_token)}"]
 max_message_bytes = {16 << 20}
 max_queue = {max_queue}
 max_concurrency = {max_concurrency}
+max_models = 8
 restart_backoff_s = 0.1
 """ + "".join(tenant_tables))
         self.proc = None

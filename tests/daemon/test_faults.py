@@ -145,3 +145,14 @@ def test_the_units_capabilities_and_no_new_privs_are_enough(tmp_path):
         assert d.worker("acme")["layers"]["seccomp"].startswith("enforced")
     finally:
         assert d.stop() == 0
+
+
+def test_a_tenant_cannot_hold_more_models_than_its_limit(fresh_daemon):
+    d = fresh_daemon()
+    for i in range(8):
+        d.client("acme").load(f"m{i}", d.package("acme", mlp(i), f"m{i}"))
+    with pytest.raises(RtdError) as e:
+        d.client("acme").load("m8", d.package("acme", mlp(8), "m8"))
+    assert e.value.code == Code.E_RESOURCE_EXHAUSTED and "max_models" in e.value.detail
+    d.client("acme").load("m0", d.package("acme", mlp(9), "m0", counter=2))  # replacing one is fine
+    d.client("beta").load("m8", d.package("beta", mlp(8), "m8"))              # the limit is per tenant
