@@ -42,6 +42,7 @@ MAX_TENSOR_BYTES = 1 << 34
 MAX_RANK = 16
 MAX_ARENA = 1 << 34
 INLINE_LIMIT = 1 << 16  # tensors at least this big travel through the arena
+RECV_CHUNK = 1 << 18
 ALIGN = 64
 DTYPES = {name: np.dtype(name) for name in ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16",
                                             "int32", "int64", "float16", "float32", "float64")}
@@ -244,9 +245,11 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
-def _recv_header(sock: socket.socket) -> tuple[bytes, list]:
+def _recv_first(sock: socket.socket) -> tuple[bytes, list]:
+    """One recvmsg for the header, the fds and usually the whole frame (peers strictly
+    alternate, so nothing of a next frame can be in the socket yet)."""
     fds = array.array("i")
-    data, anc, flags, _ = sock.recvmsg(HEADER.size, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+    data, anc, flags, _ = sock.recvmsg(RECV_CHUNK, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
     for level, ctype, cdata in anc:
         if level == socket.SOL_SOCKET and ctype == socket.SCM_RIGHTS:
             fds.frombytes(cdata[: len(cdata) - (len(cdata) % fds.itemsize)])
@@ -268,9 +271,9 @@ def recv(sock: socket.socket, peer: PeerArena | None = None, lease: bool = False
     """Receive and validate one frame; EOFError when the peer is gone. Arena tensors are
     views into `peer`: valid until the next frame, or with `lease` until the last array
     over them is gone (their region then goes back through `peer.released`)."""
-    header, fds = _recv_header(sock)
+    first, fds = _recv_first(sock)
     try:
-        magic, version, kind, nfds, request_id, head_len, body_len = HEADER.unpack(header)
+        magic, version, kind, nfds, request_id, head_len, body_len = HEADER.unpack_from(first)
         if magic != MAGIC or version != VERSION:
             raise _protocol("bad magic or version")
         if nfds != len(fds) or nfds > MAX_FDS:
@@ -281,8 +284,12 @@ def recv(sock: socket.socket, peer: PeerArena | None = None, lease: bool = False
             kind = Kind(kind)
         except ValueError:
             raise _protocol(f"unknown frame kind {kind}") from None
-        raw_head = _recv_exact(sock, head_len)
-        body = memoryview(bytes(_recv_exact(sock, body_len))) if body_len else memoryview(b"")
+        total = HEADER.size + head_len + body_len
+        if len(first) > total:
+            raise _protocol("bytes after the end of the frame")
+        frame = first + bytes(_recv_exact(sock, total - len(first))) if len(first) < total else first
+        raw_head = frame[HEADER.size: HEADER.size + head_len]
+        body = memoryview(frame)[HEADER.size + head_len:]
         try:
             head = json.loads(raw_head.decode()) if head_len else {}
         except (ValueError, UnicodeDecodeError):

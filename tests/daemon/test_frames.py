@@ -147,3 +147,11 @@ def test_eof_is_reported(pair):
     a.close()
     with pytest.raises(EOFError):
         frames.recv(b)
+
+
+def test_a_peer_that_sends_ahead_is_a_protocol_error(pair):
+    a, b = pair
+    frames.send(a, Kind.OK, 1, {})
+    frames.send(a, Kind.OK, 2, {})  # peers strictly alternate; a second frame is a violation
+    with pytest.raises(RtdError, match="bytes after the end of the frame"):
+        frames.recv(b)
