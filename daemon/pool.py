@@ -172,9 +172,11 @@ class TenantWorker:
             slot = self.models.pop(name, None)
             if slot is None:
                 return
-            if self.alive():
-                self._exchange(Kind.UNLOAD, {"key": name}, timeout=self.limits.load_timeout_s)
-            slot.package.close()
+            try:
+                if self.alive():
+                    self._exchange(Kind.UNLOAD, {"key": name}, timeout=self.limits.load_timeout_s)
+            finally:
+                slot.package.close()
 
     def infer(self, name: str, tensors: dict, outputs: list | None, deadline: float) -> dict:
         with self.lock:

@@ -117,7 +117,11 @@ class Supervisor:
                 pkg.close()
                 self.metrics.refused(tenant.id, e.code.name)
                 raise
-            self._place(tenant, name, pkg)
+            try:
+                self._place(tenant, name, pkg)  # the ONNX guard runs here, inside the worker
+            except RtdError as e:
+                self.metrics.refused(tenant.id, e.code.name)
+                raise
             self.registry.record(tenant.id, pkg)
             self.rollback.record(tenant.id, name, pkg.counter)
 

@@ -244,3 +244,20 @@ def test_dynamic_batching_runs_concurrent_requests_as_one_execution(daemon):
     with pytest.raises(RtdError) as e:
         daemon.client("beta").infer("batched", {"X": np.ones((9, 4), np.float32)})
     assert e.value.code == Code.E_INPUT_INVALID
+
+
+def test_a_model_outside_the_op_allow_list_is_refused_inside_the_worker(daemon):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Foo", ["X"], ["Y"], domain="com.evil")], "evil",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.evil", 1)])
+    client = daemon.client("beta")
+    before = [(m.name, m.state) for m in client.index()]
+    pid = daemon.worker("beta")["pid"]
+    with pytest.raises(RtdError) as e:
+        client.load("evil", daemon.package("beta", model.SerializeToString(), "evil"))
+    assert e.value.code == Code.E_ONNX_OP_FORBIDDEN
+    assert [(m.name, m.state) for m in client.index()] == before
+    assert daemon.worker("beta")["pid"] == pid  # a refusal, not a crash
+    assert _metric(daemon, 'rtd_verification_refusals_total{code="E_ONNX_OP_FORBIDDEN",tenant="beta"}') >= 1
