@@ -21,8 +21,7 @@ from rtd.loader import keys, pack
 RTD = os.path.join(os.path.dirname(sys.executable), "rtd")
 TENANTS = ("acme", "beta")
 
-if os.geteuid() != 0:
-    pytest.skip("the daemon's workers are confined with namespaces and cgroups: needs root", allow_module_level=True)
+NEEDS_ROOT = "rtd serve confines its workers with namespaces, cgroups and other uids: needs root"
 
 
 def free_port() -> int:
@@ -121,6 +120,8 @@ restart_backoff_s = 0.1
         self.prefix: list[str] = []  # e.g. setpriv, to run the daemon with fewer privileges
 
     def start(self, timeout: float = 60.0) -> "Daemon":
+        if os.geteuid() != 0:
+            pytest.skip(NEEDS_ROOT)
         seen = len(self.read_log()) if os.path.exists(self.log) else 0
         self.proc = subprocess.Popen([*self.prefix, RTD, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
                                      stderr=open(self.log, "ab"))

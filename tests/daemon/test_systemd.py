@@ -90,7 +90,7 @@ def test_unit_syscall_filter_allows_building_a_worker():
     assert "ProtectHostname=yes" not in text  # it filters sethostname, which workers need
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="rtd serve confines workers: needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason="rtd serve confines its workers: needs root")
 def test_sd_notify_ready_watchdog_and_stopping(tmp_path):
     """READY=1 only once the listeners are up, WATCHDOG=1 pings, STOPPING=1 on SIGTERM."""
     import signal
