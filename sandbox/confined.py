@@ -83,8 +83,8 @@ def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None,
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     helper, reports, killed, status = None, None, False, None
     try:
-        spec = contain.Spec(_answer(fn), args, theirs.fileno(), policy, identity, cg.procs_files, layers, bpf)
-        helper, report_fd = contain.launch(spec)
+        spec = contain.Spec(policy, identity, cg.procs_files, layers, bpf)
+        helper, report_fd, _ = contain.launch(spec, contain.Job(_answer(fn), args, theirs.fileno()))
         theirs.close()
         reports = contain.Reports(report_fd)
         deadline = time.monotonic() + timeout

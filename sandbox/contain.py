@@ -3,7 +3,10 @@
 Launcher (zygote or run_confined caller, root, no threads): plan layers, refuse in strict
 mode, create the cgroup, compile seccomp, fork the helper.
 Helper: die with the launcher → join the cgroup → (switch to the tenant uid →) unshare
-→ fork the worker (pid 1) → report its pid → wait for it → report its exit.
+→ [armed: wait for the job] → fork the worker (pid 1) → report its pid → wait for it →
+report its exit. A helper launched without its job is a spare: it does every step up to
+the fork ahead of time (joining a cgroup waits for an RCU grace period) and takes the
+job — target, args and the worker's socket — over its go socket when one is needed.
 Worker: new session, death signal, close fds → hostname → mounts + pivot_root → rlimits →
 GPU pool cap → drop bounding set, uid/gid, capabilities, no_new_privs → seccomp (last)
 → report ready → target(sock, *args).
@@ -40,15 +43,20 @@ class ExitStatus:
 
 @dataclasses.dataclass
 class Spec:
-    """Everything the helper and worker need, prepared before the fork."""
-    target: Callable
-    args: tuple
-    sock_fd: int
+    """What the helper needs for the tenant's confinement, prepared before the fork."""
     policy: object
     identity: object
     procs_files: list
     layers: dict
     bpf: bytes | None
+
+
+@dataclasses.dataclass
+class Job:
+    """What the worker runs: target(socket(sock_fd), *args)."""
+    target: Callable
+    args: tuple
+    sock_fd: int
 
 
 def prepare(policy, identity, worker: str, layout: Layout | None = None) -> tuple[WorkerCgroup, dict, bytes | None]:
@@ -73,19 +81,45 @@ def seccomp_program(layers: dict) -> bytes | None:
     return seccomp.compiled() if layers["seccomp"].startswith("enforced") else None
 
 
-def launch(spec: Spec) -> tuple[int, int]:
-    """Fork the helper; returns (helper pid, read end of the report pipe)."""
+def launch(spec: Spec, job: Job | None = None, resolve: Callable | None = None) -> tuple[int, int, socket.socket | None]:
+    """Fork the helper; returns (helper pid, read end of the report pipe, go socket).
+    With a job the helper goes straight on (go socket None); without one it arms and
+    waits for `send_job` on the go socket, turning the job's target name into a function
+    with `resolve` (in the helper, which has the launcher's modules)."""
     read_fd, write_fd = os.pipe()
+    ours = theirs = None
+    if job is None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     pid = os.fork()
     if pid == 0:
         code = EXIT_CONTAINMENT_FAILED
         try:
             os.close(read_fd)
-            code = _helper(spec, write_fd)
+            if ours is not None:
+                ours.close()
+            code = _helper(spec, write_fd, job, theirs, resolve)
         finally:
             os._exit(code)
     os.close(write_fd)
-    return pid, read_fd
+    if theirs is not None:
+        theirs.close()
+    return pid, read_fd, ours
+
+
+def send_job(go: socket.socket, target: str, args: list, sock_fd: int):
+    """Hand an armed helper its job; the worker's socket travels with SCM_RIGHTS."""
+    socket.send_fds(go, [json.dumps({"target": target, "args": list(args)}).encode()], [sock_fd])
+
+
+def _receive_job(go: socket.socket, resolve: Callable) -> Job | None:
+    """The job from the launcher, or None when it gave up on this spare (EOF)."""
+    data, fds, _, _ = socket.recv_fds(go, 1 << 20, 1)
+    if not data:
+        return None
+    if len(fds) != 1:
+        raise RtdError(Code.E_CONTAINMENT, "malformed job: one socket expected")
+    msg = json.loads(data)
+    return Job(resolve(msg["target"]), tuple(msg["args"]), fds[0])
 
 
 def _report(fd: int, **msg):
@@ -105,13 +139,13 @@ def _failed(fd: int, step: str, e: BaseException):
         pass
 
 
-def _helper(spec: Spec, report: int) -> int:
+def _helper(spec: Spec, report: int, job: Job | None, go: socket.socket | None, resolve) -> int:
     step = "helper"
     try:
         _mark(report, "helper")
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        privileges.keep_only_fds({report, spec.sock_fd})
+        privileges.keep_only_fds({report, job.sock_fd if job else go.fileno()})
         privileges.die_with_parent()
         step = _mark(report, "cgroup")
         for path in spec.procs_files:
@@ -121,11 +155,17 @@ def _helper(spec: Spec, report: int) -> int:
         with_userns = spec.layers["userns"].startswith("enforced")
         namespaces.enter(spec.identity.uid, spec.identity.gid, with_userns)
         privileges.die_with_parent()   # a uid change clears the parent-death signal
+        if job is None:
+            step = _mark(report, "armed")
+            job = _receive_job(go, resolve)
+            go.close()
+            if job is None:
+                return 0
         step = _mark(report, "fork")
         pid = os.fork()
         if pid == 0:
-            _worker(spec, report, with_userns)
-        os.close(spec.sock_fd)   # the worker's end is the worker's alone: its death is the supervisor's EOF
+            _worker(spec, job, report, with_userns)
+        os.close(job.sock_fd)   # the worker's end is the worker's alone: its death is the supervisor's EOF
         _report(report, worker_pid=pid)
         _, status, usage = os.wait4(pid, 0)
         _report(report, exit={"code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
@@ -137,15 +177,15 @@ def _helper(spec: Spec, report: int) -> int:
         return EXIT_CONTAINMENT_FAILED
 
 
-def _worker(spec: Spec, report: int, with_userns: bool):
+def _worker(spec: Spec, job: Job, report: int, with_userns: bool):
     code, step, ready = EXIT_CONTAINMENT_FAILED, "session", False
     try:
         _mark(report, "session")
         privileges.new_session()
         privileges.die_with_parent()
-        privileges.keep_only_fds({report, spec.sock_fd})
+        privileges.keep_only_fds({report, job.sock_fd})
         sys.stdin = sys.stdout = sys.stderr = None   # fds 0-2 are closed: print() must not hit a reused fd
-        sock = socket.socket(fileno=spec.sock_fd)
+        sock = socket.socket(fileno=job.sock_fd)
         step = _mark(report, "hostname")
         namespaces.set_hostname()
         step = _mark(report, "mounts")
@@ -164,7 +204,7 @@ def _worker(spec: Spec, report: int, with_userns: bool):
         _report(report, ready=True, t=time.perf_counter())
         os.close(report)
         ready = True
-        spec.target(sock, *spec.args)
+        job.target(sock, *job.args)
         code = 0
     except BaseException as e:
         if not ready:
@@ -205,16 +245,25 @@ class Reports:
                 self.steps["ready" if msg.get("ready") else msg["step"]] = msg["t"]
         return True
 
-    def expect_ready(self, timeout: float) -> int:
-        """Wait until the worker is confined; returns its host pid or raises the failed step."""
+    def _until(self, done: Callable[[], bool], timeout: float, what: str):
         deadline = time.monotonic() + timeout
-        while not ((self.ready and self.worker_pid) or self.error or self.eof):   # the pid may come second
+        while not (done() or self.error or self.eof):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RtdError(Code.E_CONTAINMENT, f"worker not confined within {timeout} s")
+                raise RtdError(Code.E_CONTAINMENT, f"{what} within {timeout} s")
             self.pump(left)
         if self.error:
             raise RtdError(Code[self.error["code"]], self.error["detail"])
+
+    def expect_armed(self, timeout: float):
+        """Wait until a spare helper has joined the cgroup and unshared; raises the failed step."""
+        self._until(lambda: "armed" in self.steps, timeout, "helper not armed")
+        if "armed" not in self.steps:
+            raise RtdError(Code.E_CONTAINMENT, "helper died while arming")
+
+    def expect_ready(self, timeout: float) -> int:
+        """Wait until the worker is confined; returns its host pid or raises the failed step."""
+        self._until(lambda: self.ready and self.worker_pid, timeout, "worker not confined")   # the pid may come second
         if not self.ready:
             raise RtdError(Code.E_CONTAINMENT, "worker died during confinement")
         return self.worker_pid
@@ -262,8 +311,9 @@ def exit_status(code: int | None, sig: int | None, cpu_s: float, oom_kills: int,
 
 
 def step_durations(launched: float, steps: dict[str, float]) -> dict[str, float]:
-    """Milliseconds each step took, from the launcher's fork ("launch") to "ready"."""
-    marks = sorted([("launch", launched)] + list(steps.items()), key=lambda kv: kv[1])
+    """Milliseconds each step took, from the launch (fork, or the job handed to an armed
+    spare) to "ready"; steps a spare did ahead of time are not on the path and not counted."""
+    marks = sorted([("launch", launched)] + [kv for kv in steps.items() if kv[1] >= launched], key=lambda kv: kv[1])
     return {name: round((nxt - t) * 1000, 3) for (name, t), (_, nxt) in zip(marks, marks[1:])}
 
 

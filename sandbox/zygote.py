@@ -5,7 +5,15 @@ after confinement, which is why everything is imported here.
 
 Supervisor <-> zygote: JSON over a SOCK_SEQPACKET socketpair; the worker's socket travels
 with SCM_RIGHTS. The supervisor side creates and owns the cgroups; the zygote forks,
-reaps, and reports exits."""
+reaps, and reports exits.
+
+A spawn is two requests: "arm" forks a helper that joins a fresh leaf cgroup and
+unshares, "start" hands it the job. Joining a cgroup waits for an RCU grace period
+(5-20 ms here, once per burst of migrations), so after each spawn the zygote arms a
+spare for that tenant in the background: the tenant's next (re)start takes the spare
+and pays only the fork and the worker's own confinement. A spare is one idle helper
+and an empty leaf per tenant; `Zygote.start(spares=False)` turns them off."""
+import dataclasses
 import importlib
 import itertools
 import json
@@ -80,21 +88,36 @@ class WorkerHandle:
         return self.cgroup.usage()
 
 
+@dataclasses.dataclass(frozen=True)
+class Spare:
+    """An armed helper (in its own leaf cgroup, namespaces unshared) waiting for a job."""
+    id: str
+    cgroup: WorkerCgroup
+    layers: dict
+    policy: Policy
+    identity: TenantIdentity
+
+
 class Zygote:
     """Supervisor-side client of the fork server."""
 
-    def __init__(self, pid: int, ctl: socket.socket):
-        self.pid, self._ctl = pid, ctl
+    def __init__(self, pid: int, ctl: socket.socket, spares: bool = True):
+        self.pid, self._ctl, self._auto_spares = pid, ctl, spares
         self._layout = detect_layout()   # the host's cgroup hierarchies do not change while we run
         self._handles: dict[str, WorkerHandle] = {}
+        self._spares: dict[str, Spare] = {}   # tenant name -> its armed spare
         self._replies: queue.Queue = queue.Queue()
-        self._spawn_lock = threading.Lock()
+        self._spawn_lock = threading.Lock()   # one request to the zygote at a time
+        self._spare_lock = threading.Condition()   # _spares (also touched by the reader), _arming
+        self._arming = 0                           # spares being armed in the background
+        self._closed = False
         self._reader = threading.Thread(target=self._read_loop, name="rtd-zygote-reader", daemon=True)
         self._reader.start()
 
     @classmethod
-    def start(cls, preload=()) -> "Zygote":
-        """Fork the fork server. Call before the caller starts any thread."""
+    def start(cls, preload=(), spares: bool = True) -> "Zygote":
+        """Fork the fork server. Call before the caller starts any thread. With `spares`, each
+        spawn arms the tenant's next worker ahead of time (see the module docstring)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
@@ -109,7 +132,7 @@ class Zygote:
         if msg["op"] != "ready":
             os.waitpid(pid, 0)
             raise RtdError(Code.E_CONTAINMENT, f"zygote: {msg['error']}")
-        return cls(pid, ours)
+        return cls(pid, ours, spares)
 
     def spawn(self, target: str, policy: Policy | None = None, identity: TenantIdentity | None = None,
               sock: socket.socket | None = None, args=()) -> WorkerHandle:
@@ -117,27 +140,90 @@ class Zygote:
         if identity is None or sock is None:
             raise RtdError(Code.E_POLICY_INVALID, "spawn needs an identity and a socket")
         policy = policy or load_policy()
-        wid = f"z{os.getpid()}-{next(_ids)}"
-        cg, layers, _ = contain.prepare(policy, identity, wid, self._layout)
-        handle = WorkerHandle(wid, cg, layers, policy.limits.cpu_seconds)
         with self._spawn_lock:
-            self._handles[wid] = handle
-            try:
-                _send(self._ctl, [sock.fileno()], op="spawn", id=wid, target=target, args=list(args),
-                      policy=policy.to_dict(), identity=[identity.name, identity.uid, identity.gid],
-                      procs=cg.procs_files, layers=layers)
-                reply = self._replies.get(timeout=30)
-                while reply.get("id", wid) != wid:   # a late answer to an earlier, abandoned spawn
-                    reply = self._replies.get(timeout=30)
-            except (OSError, queue.Empty) as e:
-                reply = {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": f"zygote: {e}"}}
+            with self._spare_lock:
+                spare = self._spares.get(identity.name)
+                if spare is not None and (spare.policy, spare.identity) == (policy, identity):
+                    del self._spares[identity.name]
+                else:
+                    spare = None   # a stale spare stays until a matching one replaces it
+            if spare is None:
+                spare = self._arm(policy, identity)
+            handle = WorkerHandle(spare.id, spare.cgroup, spare.layers, policy.limits.cpu_seconds)
+            self._handles[spare.id] = handle
+            reply = self._request([sock.fileno()], op="start", id=spare.id, target=target, args=list(args))
         if reply["op"] != "spawned":
-            self._handles.pop(wid, None)
-            cg.kill()
-            cg.remove()
+            self._handles.pop(spare.id, None)
+            _discard(spare)
             raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
         handle.pid, handle.startup_ms = reply["pid"], reply["steps"]
+        if self._auto_spares:
+            with self._spare_lock:
+                self._arming += 1
+            threading.Thread(target=self._refill, args=(policy, identity), name="rtd-zygote-spare",
+                             daemon=True).start()
         return handle
+
+    def prepare(self, policy: Policy | None, identity: TenantIdentity) -> Spare:
+        """Arm a spare for the tenant now unless a matching one is ready; its next spawn takes
+        it. Raises RtdError like spawn (strict refusal, cgroup or helper failure)."""
+        policy = policy or load_policy()
+        with self._spawn_lock:
+            with self._spare_lock:
+                old = self._spares.get(identity.name)
+            if old is not None and (old.policy, old.identity) == (policy, identity):
+                return old
+            if self._closed:
+                raise RtdError(Code.E_CONTAINMENT, "zygote closed")
+            spare = self._arm(policy, identity)
+            with self._spare_lock:
+                old = self._spares.pop(identity.name, None)
+                self._spares[identity.name] = spare
+        if old is not None:
+            _discard(old)
+        return spare
+
+    def spares(self) -> list[Spare]:
+        with self._spare_lock:
+            return list(self._spares.values())
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Wait until no spare is being armed in the background; False on timeout."""
+        with self._spare_lock:
+            return self._spare_lock.wait_for(lambda: self._arming == 0, timeout)
+
+    def _refill(self, policy: Policy, identity: TenantIdentity):
+        try:
+            self.prepare(policy, identity)
+        except RtdError as e:   # the next spawn arms on its path and reports the refusal itself
+            log.warning("spare for tenant %s not armed: %s", identity.name, e)
+        finally:
+            with self._spare_lock:
+                self._arming -= 1
+                self._spare_lock.notify_all()
+
+    def _arm(self, policy: Policy, identity: TenantIdentity) -> Spare:
+        """Make a leaf cgroup and have the zygote fork a helper that joins it and unshares."""
+        wid = f"z{os.getpid()}-{next(_ids)}"
+        cg, layers, _ = contain.prepare(policy, identity, wid, self._layout)
+        reply = self._request([], op="arm", id=wid, policy=policy.to_dict(),
+                              identity=[identity.name, identity.uid, identity.gid], procs=cg.procs_files, layers=layers)
+        spare = Spare(wid, cg, layers, policy, identity)
+        if reply["op"] != "armed":
+            _discard(spare)
+            raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
+        return spare
+
+    def _request(self, fds: list, **msg) -> dict:
+        """One request to the zygote and its answer (caller holds _spawn_lock)."""
+        try:
+            _send(self._ctl, fds, **msg)
+            reply = self._replies.get(timeout=30)
+            while reply.get("id", msg["id"]) != msg["id"]:   # a late answer to an earlier, abandoned request
+                reply = self._replies.get(timeout=30)
+            return reply
+        except (OSError, queue.Empty) as e:
+            return {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": f"zygote: {e}"}}
 
     def _read_loop(self):
         while True:
@@ -152,6 +238,8 @@ class Zygote:
                 handle = self._handles.pop(msg["id"], None)
                 if handle:
                     handle._finish(msg["code"], msg["signal"], msg["cpu_s"])
+                else:
+                    self._spare_died(msg["id"])
             else:
                 self._replies.put(msg)
         for handle in list(self._handles.values()):   # zygote gone: its workers died with it
@@ -159,9 +247,22 @@ class Zygote:
             handle._finish(None, signal.SIGKILL, 0.0)
         self._replies.put({"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": "zygote exited"}})
 
+    def _spare_died(self, wid: str):
+        with self._spare_lock:
+            spare = next((sp for sp in self._spares.values() if sp.id == wid), None)
+            if spare is not None:
+                del self._spares[spare.identity.name]
+        if spare is not None:
+            log.warning("spare %s for tenant %s exited; the next spawn arms afresh", wid, spare.identity.name)
+            _discard(spare)
+
     def close(self):
+        with self._spawn_lock:
+            self._closed = True
         for handle in list(self._handles.values()):
             handle.kill()
+        for spare in self.spares():
+            spare.cgroup.kill()
         try:
             self._ctl.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -169,6 +270,19 @@ class Zygote:
         contain.reap(self.pid, 10.0)
         self._reader.join(10)
         self._ctl.close()
+        with self._spare_lock:
+            spares, self._spares = list(self._spares.values()), {}
+        for spare in spares:
+            _discard(spare)
+
+
+def _discard(spare: Spare):
+    """Kill a spare's helper (if any) and remove its leaf; a leak is reported, not hidden."""
+    try:
+        spare.cgroup.kill()
+        spare.cgroup.remove()
+    except RtdError as e:
+        log.error("spare %s: %s", spare.id, e)
 
 
 def _preload(modules: tuple) -> None:
@@ -194,7 +308,7 @@ def _resolve(target: str):
 
 
 def _serve(ctl: socket.socket, preload: tuple) -> int:
-    """The fork server's loop: spawn on request, reap, report exits, die with the supervisor."""
+    """The fork server's loop: arm and start on request, reap, report exits, die with the supervisor."""
     syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
     syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
     try:
@@ -207,6 +321,7 @@ def _serve(ctl: socket.socket, preload: tuple) -> int:
     signal.set_wakeup_fd(wake_w)
     _send(ctl, op="ready", pid=os.getpid())
     workers: dict[int, tuple[str, contain.Reports]] = {}   # helper pid -> (id, reports)
+    armed: dict[str, socket.socket] = {}                    # id -> go socket of a helper waiting for its job
     while True:
         fds = [ctl, wake_r] + [r.fd for _, r in workers.values() if not r.eof]
         readable = select.select(fds, [], [])[0]
@@ -217,7 +332,21 @@ def _serve(ctl: socket.socket, preload: tuple) -> int:
                 data, passed = b"", []
             if not data:
                 break
-            _spawn(ctl, json.loads(data), passed, workers)
+            msg = json.loads(data)
+            try:
+                if msg.get("op") == "arm" and not passed:
+                    _arm(msg, workers, armed)
+                    _send(ctl, op="armed", id=msg["id"])
+                elif msg.get("op") == "start" and len(passed) == 1:
+                    pid, steps = _start(msg, passed[0], workers, armed)
+                    _send(ctl, op="spawned", id=msg["id"], pid=pid, steps=steps)
+                else:
+                    raise RtdError(Code.E_CONTAINMENT, "malformed request to the zygote")
+            except RtdError as e:
+                _send(ctl, op="failed", id=msg.get("id"), error={"code": e.code.name, "detail": e.detail})
+            finally:
+                for fd in passed:
+                    os.close(fd)
         for _, reports in workers.values():
             if not reports.eof and reports.fd in readable:
                 reports.pump(0)
@@ -227,40 +356,42 @@ def _serve(ctl: socket.socket, preload: tuple) -> int:
                     os.read(wake_r, 512)
                 except BlockingIOError:
                     break
-            _reap(ctl, workers)
+            _reap(ctl, workers, armed)
     for helper in workers:
         os.kill(helper, signal.SIGKILL)   # the workers' death signal follows
     return 0
 
 
-def _spawn(ctl, msg: dict, passed: list, workers: dict):
-    try:
-        if msg.get("op") != "spawn" or len(passed) != 1:
-            raise RtdError(Code.E_CONTAINMENT, "malformed spawn request")
-        policy = Policy.from_dict(msg["policy"])
-        name, uid, gid = msg["identity"]
-        spec = contain.Spec(_resolve(msg["target"]), tuple(msg["args"]), passed[0], policy,
-                            TenantIdentity(name, uid, gid), list(msg["procs"]), msg["layers"],
-                            contain.seccomp_program(msg["layers"]))
-        launched = time.perf_counter()
-        helper, report_fd = contain.launch(spec)
-    except RtdError as e:
-        _send(ctl, op="failed", id=msg.get("id"), error={"code": e.code.name, "detail": e.detail})
-        return
-    finally:
-        for fd in passed:
-            os.close(fd)
+def _arm(msg: dict, workers: dict, armed: dict):
+    """Fork a helper that joins the leaf and unshares, and wait until it has."""
+    policy = Policy.from_dict(msg["policy"])
+    name, uid, gid = msg["identity"]
+    spec = contain.Spec(policy, TenantIdentity(name, uid, gid), list(msg["procs"]), msg["layers"],
+                        contain.seccomp_program(msg["layers"]))
+    helper, report_fd, go = contain.launch(spec, resolve=_resolve)
     reports = contain.Reports(report_fd)
-    workers[helper] = (msg["id"], reports)
+    workers[helper], armed[msg["id"]] = (msg["id"], reports), go
     try:
-        pid = reports.expect_ready(10.0)
-    except RtdError as e:
-        _send(ctl, op="failed", id=msg["id"], error={"code": e.code.name, "detail": e.detail})
-        return
-    _send(ctl, op="spawned", id=msg["id"], pid=pid, steps=contain.step_durations(launched, reports.steps))
+        reports.expect_armed(10.0)
+    except RtdError:
+        armed.pop(msg["id"]).close()   # EOF on its go socket: the helper gives up, if it still lives
+        raise
 
 
-def _reap(ctl, workers: dict):
+def _start(msg: dict, sock_fd: int, workers: dict, armed: dict) -> tuple[int, dict]:
+    """Hand an armed helper its job; (worker host pid, step durations) once the worker is confined."""
+    go = armed.pop(msg["id"], None)
+    if go is None:
+        raise RtdError(Code.E_CONTAINMENT, f"no armed helper {msg['id']!r} (it exited)")
+    with go:
+        _resolve(msg["target"])   # refuse an unknown target here, with a clear reason
+        launched = time.perf_counter()
+        contain.send_job(go, msg["target"], msg["args"], sock_fd)
+    reports = next(r for wid, r in workers.values() if wid == msg["id"])
+    return reports.expect_ready(10.0), contain.step_durations(launched, reports.steps)
+
+
+def _reap(ctl, workers: dict, armed: dict):
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -271,6 +402,8 @@ def _reap(ctl, workers: dict):
         if pid not in workers:
             continue   # an orphaned worker reparented to us
         wid, reports = workers.pop(pid)
+        if wid in armed:
+            armed.pop(wid).close()
         reports.drain(0.5)
         code, sig, cpu_s = contain.ended(status, reports)
         _send(ctl, op="exit", id=wid, code=code, signal=sig, cpu_s=cpu_s)
