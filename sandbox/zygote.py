@@ -147,11 +147,13 @@ class Zygote:
                     del self._spares[identity.name]
                 else:
                     spare = None   # a stale spare stays until a matching one replaces it
-            if spare is None:
+            armed_now = spare is None
+            if armed_now:
                 spare = self._arm(policy, identity)
             handle = WorkerHandle(spare.id, spare.cgroup, spare.layers, policy.limits.cpu_seconds)
             self._handles[spare.id] = handle
-            reply = self._request([sock.fileno()], op="start", id=spare.id, target=target, args=list(args))
+            reply = self._request([sock.fileno()], op="start", id=spare.id, target=target, args=list(args),
+                                  armed_now=armed_now)
         if reply["op"] != "spawned":
             self._handles.pop(spare.id, None)
             _discard(spare)
@@ -321,7 +323,7 @@ def _serve(ctl: socket.socket, preload: tuple) -> int:
     signal.set_wakeup_fd(wake_w)
     _send(ctl, op="ready", pid=os.getpid())
     workers: dict[int, tuple[str, contain.Reports]] = {}   # helper pid -> (id, reports)
-    armed: dict[str, socket.socket] = {}                    # id -> go socket of a helper waiting for its job
+    armed: dict[str, tuple] = {}                            # id -> (go socket, fork time) of a waiting helper
     while True:
         fds = [ctl, wake_r] + [r.fd for _, r in workers.values() if not r.eof]
         readable = select.select(fds, [], [])[0]
@@ -368,24 +370,26 @@ def _arm(msg: dict, workers: dict, armed: dict):
     name, uid, gid = msg["identity"]
     spec = contain.Spec(policy, TenantIdentity(name, uid, gid), list(msg["procs"]), msg["layers"],
                         contain.seccomp_program(msg["layers"]))
+    forked = time.perf_counter()
     helper, report_fd, go = contain.launch(spec, resolve=_resolve)
     reports = contain.Reports(report_fd)
-    workers[helper], armed[msg["id"]] = (msg["id"], reports), go
+    workers[helper], armed[msg["id"]] = (msg["id"], reports), (go, forked)
     try:
         reports.expect_armed(10.0)
     except RtdError:
-        armed.pop(msg["id"]).close()   # EOF on its go socket: the helper gives up, if it still lives
+        armed.pop(msg["id"])[0].close()   # EOF on its go socket: the helper gives up, if it still lives
         raise
 
 
 def _start(msg: dict, sock_fd: int, workers: dict, armed: dict) -> tuple[int, dict]:
-    """Hand an armed helper its job; (worker host pid, step durations) once the worker is confined."""
-    go = armed.pop(msg["id"], None)
+    """Hand an armed helper its job; (worker host pid, step durations) once the worker is confined.
+    The steps count from the helper's fork when it was armed for this very spawn, else from the job."""
+    go, forked = armed.pop(msg["id"], (None, None))
     if go is None:
         raise RtdError(Code.E_CONTAINMENT, f"no armed helper {msg['id']!r} (it exited)")
     with go:
         _resolve(msg["target"])   # refuse an unknown target here, with a clear reason
-        launched = time.perf_counter()
+        launched = forked if msg.get("armed_now") else time.perf_counter()
         contain.send_job(go, msg["target"], msg["args"], sock_fd)
     reports = next(r for wid, r in workers.values() if wid == msg["id"])
     return reports.expect_ready(10.0), contain.step_durations(launched, reports.steps)
@@ -403,7 +407,7 @@ def _reap(ctl, workers: dict, armed: dict):
             continue   # an orphaned worker reparented to us
         wid, reports = workers.pop(pid)
         if wid in armed:
-            armed.pop(wid).close()
+            armed.pop(wid)[0].close()
         reports.drain(0.5)
         code, sig, cpu_s = contain.ended(status, reports)
         _send(ctl, op="exit", id=wid, code=code, signal=sig, cpu_s=cpu_s)

@@ -1,0 +1,115 @@
+"""Armed spares for real: after a spawn the zygote arms the tenant's next helper (own leaf
+cgroup joined, namespaces unshared); the next spawn takes it, a different policy never
+does, a spare that dies is dropped, and closing the zygote removes every spare."""
+import os
+import re
+import socket
+import time
+
+import pytest
+
+from rtd.sandbox import TenantIdentity, load_policy
+from rtd.sandbox.confined import recv_json
+from rtd.sandbox.zygote import Zygote
+
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the zygote's workers need root"),
+              pytest.mark.usefixtures("no_cgroup_leftovers")]
+INITECH = TenantIdentity("initech", 61010, 61010)
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    z = Zygote.start(preload=("rtd.sandbox.echo",))
+    yield z
+    z.close()
+
+
+def start_echo(zygote, policy=None, identity=INITECH):
+    ours, theirs = socket.socketpair()
+    handle = zygote.spawn("rtd.sandbox.echo:serve", policy=policy, identity=identity, sock=theirs)
+    theirs.close()
+    assert recv_json(ours) == {"hello": []}
+    return handle, ours
+
+
+def stop(handle, sock):
+    sock.close()
+    assert handle.wait(10).code == 0
+
+
+def spare_of(zygote, identity):
+    assert zygote.settle(10)
+    found = [sp for sp in zygote.spares() if sp.identity == identity]
+    assert len(found) == 1, zygote.spares()
+    return found[0]
+
+
+def leaf_pids(spare):
+    return {int(p) for path in spare.cgroup.procs_files for p in open(path).read().split()}
+
+
+def test_spawn_arms_a_spare_that_the_next_spawn_takes(zygote):
+    stop(*start_echo(zygote))
+    spare = spare_of(zygote, INITECH)
+    helper = leaf_pids(spare)
+    assert len(helper) == 1   # the armed helper alone, already in every hierarchy's leaf
+    (hpid,) = helper
+    assert os.readlink(f"/proc/{hpid}/ns/net") != os.readlink("/proc/self/ns/net")   # unshared ahead
+    handle, sock = start_echo(zygote)
+    assert handle.id == spare.id
+    assert "cgroup" not in handle.startup_ms and "fork" in handle.startup_ms   # migration was off the path
+    with open(f"/proc/{handle.pid}/cgroup") as f:
+        assert all(line.rstrip().endswith(spare.id) for line in f if re.match(r"\d+:(memory|pids|cpu|):", line))
+    with open(f"/proc/{handle.pid}/status") as f:
+        assert "Seccomp:\t2" in f.read()
+    stop(handle, sock)
+
+
+def test_a_different_policy_never_takes_the_spare(zygote):
+    stop(*start_echo(zygote))
+    old = spare_of(zygote, INITECH)
+    tighter = load_policy({"limits": {"pids": 17}})
+    handle, sock = start_echo(zygote, policy=tighter)
+    assert handle.id != old.id
+    assert open(os.path.join(handle.cgroup.dirs.get("pids", handle.cgroup.dirs.get("v2")), "pids.max")).read() == "17\n"
+    stop(handle, sock)
+    new = spare_of(zygote, INITECH)
+    assert new.policy == tighter and new.id != old.id
+    assert not any(os.path.isdir(d) for d in old.cgroup.dirs.values())   # the stale spare is gone
+
+
+def test_a_spare_that_dies_is_dropped_and_the_next_spawn_arms_afresh(zygote):
+    stop(*start_echo(zygote))
+    spare = spare_of(zygote, INITECH)
+    spare.cgroup.kill()
+    deadline = time.monotonic() + 10
+    while spare in zygote.spares() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert spare not in zygote.spares()
+    handle, sock = start_echo(zygote)
+    assert handle.id != spare.id
+    stop(handle, sock)
+
+
+def test_close_removes_every_spare():
+    z = Zygote.start(preload=("rtd.sandbox.echo",))
+    try:
+        stop(*start_echo(z))
+        spare = spare_of(z, INITECH)
+        (hpid,) = leaf_pids(spare)
+    finally:
+        z.close()
+    assert z.spares() == []
+    assert not any(os.path.isdir(d) for d in spare.cgroup.dirs.values())
+    assert not os.path.exists(f"/proc/{hpid}") or "State:\tZ" in open(f"/proc/{hpid}/status").read()
+
+
+def test_spares_off_leaves_nothing_armed():
+    z = Zygote.start(preload=("rtd.sandbox.echo",), spares=False)
+    try:
+        handle, sock = start_echo(z)
+        assert {"cgroup", "namespaces", "armed", "fork"} <= set(handle.startup_ms)   # armed on the path, counted
+        stop(handle, sock)
+        assert z.settle(1) and z.spares() == []
+    finally:
+        z.close()
