@@ -31,7 +31,7 @@ from rtd.daemon.pool import TenantWorker
 from rtd.kernels import compile_model
 from rtd.loader import keys, pack
 from rtd.proto import grpc_service_pb2 as pb
-from rtd.sandbox.zygote import Zygote
+from rtd.sandbox import Zygote
 
 ECHO_SERVICE = "inference.GRPCInferenceService"
 

@@ -17,8 +17,7 @@ from rtd.daemon import frames
 from rtd.daemon.config import Limits, TenantConfig
 from rtd.daemon.frames import Kind
 from rtd.errors import Code, RtdError
-from rtd.sandbox import TenantIdentity, load_policy
-from rtd.sandbox.zygote import Zygote
+from rtd.sandbox import TenantIdentity, Zygote, load_policy
 
 WORKER_ENTRY = "rtd.daemon.worker:serve"
 

@@ -23,7 +23,7 @@ from rtd.daemon.grpc_front import build_server
 from rtd.daemon.metrics import Metrics
 from rtd.daemon.supervisor import Supervisor
 from rtd.errors import RtdError
-from rtd.sandbox.zygote import Zygote
+from rtd.sandbox import Zygote
 
 WORKER_MODULE = "rtd.daemon.worker"
 GRPC_THREADS = 32
