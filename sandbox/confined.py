@@ -84,7 +84,7 @@ def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None,
     helper, reports, killed, status = None, None, False, None
     try:
         spec = contain.Spec(policy, identity, cg.procs_files, layers, bpf)
-        helper, report_fd, _ = contain.launch(spec, contain.Job(_answer(fn), args, theirs.fileno()))
+        helper, report_fd = contain.launch(spec, contain.Job(_answer(fn), args, theirs.fileno()))
         theirs.close()
         reports = contain.Reports(report_fd)
         deadline = time.monotonic() + timeout

@@ -81,29 +81,23 @@ def seccomp_program(layers: dict) -> bytes | None:
     return seccomp.compiled() if layers["seccomp"].startswith("enforced") else None
 
 
-def launch(spec: Spec, job: Job | None = None, resolve: Callable | None = None) -> tuple[int, int, socket.socket | None]:
-    """Fork the helper; returns (helper pid, read end of the report pipe, go socket).
-    With a job the helper goes straight on (go socket None); without one it arms and
-    waits for `send_job` on the go socket, turning the job's target name into a function
-    with `resolve` (in the helper, which has the launcher's modules)."""
+def launch(spec: Spec, job: Job | None = None, go: socket.socket | None = None,
+           resolve: Callable | None = None) -> tuple[int, int]:
+    """Fork the helper; returns (helper pid, read end of the report pipe). With a job the
+    helper goes straight on; otherwise it arms and waits for `send_job` on the go socket
+    (the caller's copy may be closed after this), turning the job's target name into a
+    function with `resolve` (in the helper, which has the launcher's modules)."""
     read_fd, write_fd = os.pipe()
-    ours = theirs = None
-    if job is None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     pid = os.fork()
     if pid == 0:
         code = EXIT_CONTAINMENT_FAILED
         try:
             os.close(read_fd)
-            if ours is not None:
-                ours.close()
-            code = _helper(spec, write_fd, job, theirs, resolve)
+            code = _helper(spec, write_fd, job, go, resolve)
         finally:
             os._exit(code)
     os.close(write_fd)
-    if theirs is not None:
-        theirs.close()
-    return pid, read_fd, ours
+    return pid, read_fd
 
 
 def send_job(go: socket.socket, target: str, args: list, sock_fd: int):
@@ -245,25 +239,16 @@ class Reports:
                 self.steps["ready" if msg.get("ready") else msg["step"]] = msg["t"]
         return True
 
-    def _until(self, done: Callable[[], bool], timeout: float, what: str):
+    def expect_ready(self, timeout: float) -> int:
+        """Wait until the worker is confined; returns its host pid or raises the failed step."""
         deadline = time.monotonic() + timeout
-        while not (done() or self.error or self.eof):
+        while not ((self.ready and self.worker_pid) or self.error or self.eof):   # the pid may come second
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RtdError(Code.E_CONTAINMENT, f"{what} within {timeout} s")
+                raise RtdError(Code.E_CONTAINMENT, f"worker not confined within {timeout} s")
             self.pump(left)
         if self.error:
             raise RtdError(Code[self.error["code"]], self.error["detail"])
-
-    def expect_armed(self, timeout: float):
-        """Wait until a spare helper has joined the cgroup and unshared; raises the failed step."""
-        self._until(lambda: "armed" in self.steps, timeout, "helper not armed")
-        if "armed" not in self.steps:
-            raise RtdError(Code.E_CONTAINMENT, "helper died while arming")
-
-    def expect_ready(self, timeout: float) -> int:
-        """Wait until the worker is confined; returns its host pid or raises the failed step."""
-        self._until(lambda: self.ready and self.worker_pid, timeout, "worker not confined")   # the pid may come second
         if not self.ready:
             raise RtdError(Code.E_CONTAINMENT, "worker died during confinement")
         return self.worker_pid
@@ -311,8 +296,8 @@ def exit_status(code: int | None, sig: int | None, cpu_s: float, oom_kills: int,
 
 
 def step_durations(launched: float, steps: dict[str, float]) -> dict[str, float]:
-    """Milliseconds each step took, from the launch (fork, or the job handed to an armed
-    spare) to "ready"; steps a spare did ahead of time are not on the path and not counted."""
+    """Milliseconds each step took, from `launched` (the request to fork, or the job handed
+    to an armed spare) to "ready"; steps a spare did ahead of time are not counted."""
     marks = sorted([("launch", launched)] + [kv for kv in steps.items() if kv[1] >= launched], key=lambda kv: kv[1])
     return {name: round((nxt - t) * 1000, 3) for (name, t), (_, nxt) in zip(marks, marks[1:])}
 

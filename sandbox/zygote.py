@@ -1,49 +1,33 @@
-"""The zygote: a fork server started before the supervisor has threads, with NumPy (CuPy
-when present), scipy.special, onnx and the preload modules imported and the seccomp
-filter compiled, so a worker is one fork away from serving. Nothing can be imported
-after confinement, which is why everything is imported here.
+"""The supervisor's side of the zygote (the fork server in `forkserver`): it creates and
+owns the leaf cgroups, keeps each armed helper's go socket, hands workers their jobs, and
+turns the fork server's reports into WorkerHandles. JSON over a SOCK_SEQPACKET socketpair;
+sockets travel with SCM_RIGHTS.
 
-Supervisor <-> zygote: JSON over a SOCK_SEQPACKET socketpair; the worker's socket travels
-with SCM_RIGHTS. The supervisor side creates and owns the cgroups; the zygote forks,
-reaps, and reports exits.
-
-A spawn is two requests: "arm" forks a helper that joins a fresh leaf cgroup and
-unshares, "start" hands it the job. Joining a cgroup waits for an RCU grace period
-(5-20 ms here, once per burst of migrations), so after each spawn the zygote arms a
-spare for that tenant in the background: the tenant's next (re)start takes the spare
-and pays only the fork and the worker's own confinement. A spare is one idle helper
-and an empty leaf per tenant; `Zygote.start(spares=False)` turns them off."""
+A spawn arms a helper (forked by the zygote, it joins a fresh leaf cgroup and unshares)
+and sends it the job — target, args, the worker's socket — straight over the go socket.
+Joining a cgroup waits for an RCU grace period (5-20 ms on a loaded host; once per burst
+of migrations, not per write), so after each spawn a spare is armed for that tenant in
+the background, and the tenant's next (re)start takes it and pays only the fork and the
+worker's own confinement. A spare is one idle helper and an empty leaf per tenant;
+`Zygote.start(spares=False)` turns them off."""
 import dataclasses
-import importlib
 import itertools
 import json
 import logging
 import os
 import queue
-import select
 import signal
 import socket
-import sys
 import threading
 import time
 
 from rtd.errors import Code, RtdError
-from rtd.sandbox import contain, seccomp, syscalls
+from rtd.sandbox import contain, forkserver
 from rtd.sandbox.cgroup import WorkerCgroup, detect_layout
 from rtd.sandbox.policy import Policy, TenantIdentity, load_policy
 
 log = logging.getLogger("rtd.sandbox")
-BASE_PRELOAD = ("numpy", "scipy.special", "onnx", "encodings.idna", "json", "struct", "mmap")
-MAX_MSG = 1 << 20
 _ids = itertools.count()   # worker names: z<supervisor pid>-<n>, unique across zygotes
-
-
-def _send(sock: socket.socket, fds=(), **msg):
-    data = json.dumps(msg).encode()
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
-    else:
-        sock.send(data)
 
 
 class WorkerHandle:
@@ -96,6 +80,7 @@ class Spare:
     layers: dict
     policy: Policy
     identity: TenantIdentity
+    go: socket.socket = dataclasses.field(repr=False, compare=False)
 
 
 class Zygote:
@@ -124,11 +109,11 @@ class Zygote:
             code = 1
             try:
                 ours.close()
-                code = _serve(theirs, tuple(preload))
+                code = forkserver.serve(theirs, tuple(preload))
             finally:
                 os._exit(code)
         theirs.close()
-        msg = json.loads(ours.recv(MAX_MSG) or b'{"op": "failed", "error": "zygote died while starting"}')
+        msg = json.loads(ours.recv(forkserver.MAX_MSG) or b'{"op": "failed", "error": "zygote died while starting"}')
         if msg["op"] != "ready":
             os.waitpid(pid, 0)
             raise RtdError(Code.E_CONTAINMENT, f"zygote: {msg['error']}")
@@ -147,18 +132,22 @@ class Zygote:
                     del self._spares[identity.name]
                 else:
                     spare = None   # a stale spare stays until a matching one replaces it
-            armed_now = spare is None
-            if armed_now:
-                spare = self._arm(policy, identity)
+            launched = time.perf_counter()
+            if spare is None:
+                spare = self._arm(policy, identity, wait=False)
             handle = WorkerHandle(spare.id, spare.cgroup, spare.layers, policy.limits.cpu_seconds)
             self._handles[spare.id] = handle
-            reply = self._request([sock.fileno()], op="start", id=spare.id, target=target, args=list(args),
-                                  armed_now=armed_now)
+            try:
+                with spare.go:
+                    contain.send_job(spare.go, target, list(args), sock.fileno())
+                reply = self._await(spare.id, ("spawned", "failed"))
+            except OSError as e:   # the helper is gone: its exit is on its way
+                reply = {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": f"helper: {e}"}}
         if reply["op"] != "spawned":
             self._handles.pop(spare.id, None)
             _discard(spare)
             raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
-        handle.pid, handle.startup_ms = reply["pid"], reply["steps"]
+        handle.pid, handle.startup_ms = reply["pid"], contain.step_durations(launched, reply["steps"])
         if self._auto_spares:
             with self._spare_lock:
                 self._arming += 1
@@ -204,33 +193,42 @@ class Zygote:
                 self._arming -= 1
                 self._spare_lock.notify_all()
 
-    def _arm(self, policy: Policy, identity: TenantIdentity) -> Spare:
-        """Make a leaf cgroup and have the zygote fork a helper that joins it and unshares."""
+    def _arm(self, policy: Policy, identity: TenantIdentity, wait: bool = True) -> Spare:
+        """Make a leaf cgroup and have the zygote fork a helper that joins it and unshares;
+        with `wait`, return once it has (else the job may be sent at once, it waits in the socket)."""
         wid = f"z{os.getpid()}-{next(_ids)}"
         cg, layers, _ = contain.prepare(policy, identity, wid, self._layout)
-        reply = self._request([], op="arm", id=wid, policy=policy.to_dict(),
-                              identity=[identity.name, identity.uid, identity.gid], procs=cg.procs_files, layers=layers)
-        spare = Spare(wid, cg, layers, policy, identity)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        spare = Spare(wid, cg, layers, policy, identity, ours)
+        try:
+            with theirs:
+                forkserver.send(self._ctl, [theirs.fileno()], op="arm", id=wid, policy=policy.to_dict(),
+                                identity=[identity.name, identity.uid, identity.gid], procs=cg.procs_files,
+                                layers=layers)
+            reply = self._await(wid, ("armed", "failed")) if wait else {"op": "armed"}
+        except OSError as e:
+            reply = {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": f"zygote: {e}"}}
         if reply["op"] != "armed":
             _discard(spare)
             raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
         return spare
 
-    def _request(self, fds: list, **msg) -> dict:
-        """One request to the zygote and its answer (caller holds _spawn_lock)."""
+    def _await(self, wid: str, ops: tuple) -> dict:
+        """The zygote's next report about `wid` among `ops` (caller holds _spawn_lock);
+        reports about other ids are late answers to abandoned requests."""
+        deadline = time.monotonic() + 30
         try:
-            _send(self._ctl, fds, **msg)
-            reply = self._replies.get(timeout=30)
-            while reply.get("id", msg["id"]) != msg["id"]:   # a late answer to an earlier, abandoned request
-                reply = self._replies.get(timeout=30)
-            return reply
-        except (OSError, queue.Empty) as e:
-            return {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": f"zygote: {e}"}}
+            while True:
+                reply = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
+                if reply.get("id", wid) == wid and reply["op"] in ops + ("failed",):   # no id: the zygote died
+                    return reply
+        except queue.Empty:
+            return {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": "zygote: no answer in 30 s"}}
 
     def _read_loop(self):
         while True:
             try:
-                data = self._ctl.recv(MAX_MSG)
+                data = self._ctl.recv(forkserver.MAX_MSG)
             except OSError:
                 data = b""
             if not data:
@@ -280,134 +278,9 @@ class Zygote:
 
 def _discard(spare: Spare):
     """Kill a spare's helper (if any) and remove its leaf; a leak is reported, not hidden."""
+    spare.go.close()
     try:
         spare.cgroup.kill()
         spare.cgroup.remove()
     except RtdError as e:
         log.error("spare %s: %s", spare.id, e)
-
-
-def _preload(modules: tuple) -> None:
-    import numpy
-    for name in BASE_PRELOAD + modules:
-        importlib.import_module(name)
-    try:
-        importlib.import_module("cupy")
-    except ImportError:
-        pass
-    numpy.ones((64, 64)) @ numpy.ones((64, 64))   # start the BLAS thread pool before forking
-    seccomp.compiled()                              # compile the filter before any fork
-
-
-def _resolve(target: str):
-    module, _, name = target.partition(":")
-    if module not in sys.modules:
-        raise RtdError(Code.E_CONTAINMENT, f"target module {module!r} was not preloaded by the zygote")
-    fn = getattr(sys.modules[module], name, None)
-    if not callable(fn):
-        raise RtdError(Code.E_CONTAINMENT, f"target {target!r} is not a function")
-    return fn
-
-
-def _serve(ctl: socket.socket, preload: tuple) -> int:
-    """The fork server's loop: arm and start on request, reap, report exits, die with the supervisor."""
-    syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
-    syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
-    try:
-        _preload(preload)
-    except Exception as e:
-        _send(ctl, op="failed", error=f"preload failed: {type(e).__name__}: {e}")
-        return 1
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wake_w)
-    _send(ctl, op="ready", pid=os.getpid())
-    workers: dict[int, tuple[str, contain.Reports]] = {}   # helper pid -> (id, reports)
-    armed: dict[str, tuple] = {}                            # id -> (go socket, fork time) of a waiting helper
-    while True:
-        fds = [ctl, wake_r] + [r.fd for _, r in workers.values() if not r.eof]
-        readable = select.select(fds, [], [])[0]
-        if ctl in readable:
-            try:
-                data, passed, _, _ = socket.recv_fds(ctl, MAX_MSG, 1)
-            except OSError:
-                data, passed = b"", []
-            if not data:
-                break
-            msg = json.loads(data)
-            try:
-                if msg.get("op") == "arm" and not passed:
-                    _arm(msg, workers, armed)
-                    _send(ctl, op="armed", id=msg["id"])
-                elif msg.get("op") == "start" and len(passed) == 1:
-                    pid, steps = _start(msg, passed[0], workers, armed)
-                    _send(ctl, op="spawned", id=msg["id"], pid=pid, steps=steps)
-                else:
-                    raise RtdError(Code.E_CONTAINMENT, "malformed request to the zygote")
-            except RtdError as e:
-                _send(ctl, op="failed", id=msg.get("id"), error={"code": e.code.name, "detail": e.detail})
-            finally:
-                for fd in passed:
-                    os.close(fd)
-        for _, reports in workers.values():
-            if not reports.eof and reports.fd in readable:
-                reports.pump(0)
-        if wake_r in readable:
-            while True:
-                try:
-                    os.read(wake_r, 512)
-                except BlockingIOError:
-                    break
-            _reap(ctl, workers, armed)
-    for helper in workers:
-        os.kill(helper, signal.SIGKILL)   # the workers' death signal follows
-    return 0
-
-
-def _arm(msg: dict, workers: dict, armed: dict):
-    """Fork a helper that joins the leaf and unshares, and wait until it has."""
-    policy = Policy.from_dict(msg["policy"])
-    name, uid, gid = msg["identity"]
-    spec = contain.Spec(policy, TenantIdentity(name, uid, gid), list(msg["procs"]), msg["layers"],
-                        contain.seccomp_program(msg["layers"]))
-    forked = time.perf_counter()
-    helper, report_fd, go = contain.launch(spec, resolve=_resolve)
-    reports = contain.Reports(report_fd)
-    workers[helper], armed[msg["id"]] = (msg["id"], reports), (go, forked)
-    try:
-        reports.expect_armed(10.0)
-    except RtdError:
-        armed.pop(msg["id"])[0].close()   # EOF on its go socket: the helper gives up, if it still lives
-        raise
-
-
-def _start(msg: dict, sock_fd: int, workers: dict, armed: dict) -> tuple[int, dict]:
-    """Hand an armed helper its job; (worker host pid, step durations) once the worker is confined.
-    The steps count from the helper's fork when it was armed for this very spawn, else from the job."""
-    go, forked = armed.pop(msg["id"], (None, None))
-    if go is None:
-        raise RtdError(Code.E_CONTAINMENT, f"no armed helper {msg['id']!r} (it exited)")
-    with go:
-        _resolve(msg["target"])   # refuse an unknown target here, with a clear reason
-        launched = forked if msg.get("armed_now") else time.perf_counter()
-        contain.send_job(go, msg["target"], msg["args"], sock_fd)
-    reports = next(r for wid, r in workers.values() if wid == msg["id"])
-    return reports.expect_ready(10.0), contain.step_durations(launched, reports.steps)
-
-
-def _reap(ctl, workers: dict, armed: dict):
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        if pid not in workers:
-            continue   # an orphaned worker reparented to us
-        wid, reports = workers.pop(pid)
-        if wid in armed:
-            armed.pop(wid)[0].close()
-        reports.drain(0.5)
-        code, sig, cpu_s = contain.ended(status, reports)
-        _send(ctl, op="exit", id=wid, code=code, signal=sig, cpu_s=cpu_s)
