@@ -4,17 +4,15 @@ A fused kernel writes into buffers the memory planner hands it (`out`, and `scra
 chains) so the plan allocates nothing per call; given None it allocates its own. They are
 not registered ops: models cannot name them, only the passes can.
 """
-import math
-
 import numpy as np
-import scipy.special
 
 from rtd.errors import Code, RtdError
 
 from .backend_cupy import chain_kernel
-
-_SQRT1_2 = 1.0 / math.sqrt(2.0)
-_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+from .ops._norm import standardize
+from .ops._softmax import softmax
+from .ops.op_gelu import Gelu_20
+from .ops.op_relu import Relu_6
 
 
 class Fused:
@@ -37,43 +35,25 @@ class Fused:
         return out
 
 
-def _gelu_inplace(out, approximate: str):
-    """out <- gelu(out) without temporaries beyond one scratch of the same size."""
-    x = out.copy()
-    if approximate == "tanh":
-        np.multiply(x, x, out=out)
-        out *= x
-        out *= 0.044715
-        out += x
-        out *= _SQRT_2_PI
-        np.tanh(out, out=out)
-    else:
-        np.multiply(x, _SQRT1_2, out=out)
-        scipy.special.erf(out, out=out)
-    out += 1.0
-    out *= x
-    out *= 0.5
-    return out
-
-
-def _activate(out, activation):
-    if activation == "Relu":
-        np.maximum(out, 0, out=out)
-    elif activation in ("Gelu", "GeluTanh"):
-        _gelu_inplace(out, "tanh" if activation == "GeluTanh" else "none")
-    return out
+def _activation(name, xp):
+    """The element-wise op kernel a MatMulBias applies in place to its output (None: none)."""
+    if name == "Relu":
+        return Relu_6({}, xp)
+    if name in ("Gelu", "GeluTanh"):
+        return Gelu_20({"approximate": "tanh" if name == "GeluTanh" else "none"}, xp)
+    return None
 
 
 class Gelu(Fused):
-    """x * Φ(x): the Erf form (approximate "none") or the Tanh form of exporters."""
+    """x * Φ(x): the Erf form (approximate "none") or the Tanh form of exporters (the Gelu op's kernel)."""
 
     approximate = "none"
 
+    def setup(self, make_kernel):
+        self.gelu = Gelu_20({"approximate": self.approximate}, self.xp)
+
     def run(self, x, out=None):
-        if out is None:
-            out = np.empty_like(x)
-        np.copyto(out, x)
-        return (_gelu_inplace(out, self.approximate),)
+        return (self.gelu.compute(x, out=out),)
 
 
 class MatMulBias(Fused):
@@ -81,6 +61,9 @@ class MatMulBias(Fused):
 
     arity = 3
     activation = None
+
+    def setup(self, make_kernel):
+        self.activate = _activation(self.activation, self.xp)
 
     def run(self, a, w, bias=None, out=None):
         if a.ndim > 2 and a.flags.c_contiguous:  # one GEMM over all rows, not one per batch entry
@@ -91,7 +74,9 @@ class MatMulBias(Fused):
             out = np.matmul(a, w, out=out)
         if bias is not None:
             np.add(out, bias, out=out)
-        return (_activate(out, self.activation),)
+        if self.activate is not None:
+            self.activate.compute(out, out=out)
+        return (out,)
 
 
 class LayerNorm(Fused):
@@ -101,36 +86,19 @@ class LayerNorm(Fused):
     arity = 3
 
     def run(self, x, gamma=None, beta=None, out=None):
-        if out is None:
-            out = np.empty_like(x)
-        np.subtract(x, x.mean(axis=-1, keepdims=True), out=out)
-        var = np.einsum("...i,...i->...", out, out)[..., None]
-        var /= x.shape[-1]
-        var += self.epsilon
-        np.sqrt(var, out=var)
-        out /= var
+        y, _, _ = standardize(self.xp, x, (x.ndim - 1,), self.epsilon, x.dtype, out=out)
         if gamma is not None:
-            out *= gamma
+            y *= gamma
         if beta is not None:
-            out += beta
-        return (out,)
-
-
-def softmax_inplace(out, axis: int):
-    out -= out.max(axis=axis, keepdims=True)
-    np.exp(out, out=out)
-    out /= out.sum(axis=axis, keepdims=True)
-    return out
+            y += beta
+        return (y,)
 
 
 class Softmax(Fused):
     axis = -1
 
     def run(self, x, out=None):
-        if out is None:
-            out = np.empty_like(x)
-        np.copyto(out, x)
-        return (softmax_inplace(out, self.axis),)
+        return (softmax(self.xp, x, self.axis % x.ndim, out),)
 
 
 class Attention(Fused):
@@ -155,7 +123,7 @@ class Attention(Fused):
             s *= s.dtype.type(self.scale)
         if mask is not None:
             s += mask
-        softmax_inplace(s, -1)
+        softmax(self.xp, s, s.ndim - 1, out=s)
         return (np.matmul(s, v, out=out),)
 
 

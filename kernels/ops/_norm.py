@@ -1,14 +1,31 @@
-"""Standardization over some axes, shared by LayerNormalization, GroupNormalization and
-InstanceNormalization: (x - mean) * 1/sqrt(var + eps), computed with in-place ops."""
+"""Standardization over some axes, shared by LayerNormalization, GroupNormalization,
+InstanceNormalization and the fused LayerNorm step: (x - mean) * 1/sqrt(var + eps), computed
+with in-place ops."""
+import math
+
 import numpy as np
 
 
-def standardize(xp, x, axes, epsilon, stash_dtype=np.float32):
-    """(normalized x in stash_dtype, mean, inv_std), the statistics kept with their reduced axes."""
+def _mean_of_squares(xp, centred, axes):
+    """Mean of centred² over `axes` (kept): one fused multiply-add pass without a squared copy
+    when the axes are the trailing ones of a contiguous array (LayerNorm's case)."""
+    trailing = axes == tuple(range(centred.ndim - len(axes), centred.ndim))
+    if xp is np and trailing and centred.flags.c_contiguous and centred.size:
+        rows = centred.reshape(-1, math.prod(centred.shape[centred.ndim - len(axes):]))
+        var = np.einsum("ij,ij->i", rows, rows)
+        var /= rows.shape[1]
+        return var.reshape(centred.shape[:centred.ndim - len(axes)] + (1,) * len(axes))
+    return xp.square(centred).mean(axis=axes, keepdims=True)
+
+
+def standardize(xp, x, axes, epsilon, stash_dtype=np.float32, out=None):
+    """(normalized x in stash_dtype, mean, inv_std), the statistics kept with their reduced axes.
+
+    The normalized values go into `out` when its dtype is the stash dtype (it may not be x)."""
     x = x.astype(np.result_type(x.dtype, stash_dtype), copy=False)
     mean = x.mean(axis=axes, keepdims=True)
-    centred = x - mean
-    var = xp.square(centred).mean(axis=axes, keepdims=True)
+    centred = xp.subtract(x, mean, out=out if out is not None and out.dtype == x.dtype else None)
+    var = _mean_of_squares(xp, centred, axes)
     var += var.dtype.type(epsilon)
     inv_std = xp.sqrt(var, out=var)
     xp.reciprocal(inv_std, out=inv_std)

@@ -11,14 +11,17 @@ import numpy as np
 
 from ._axes import normalize_axis
 from ._blocked import BLOCK
+from ._reduce import sum_over
 from .base import Kernel
 
 
-def by_row_blocks(xp, rows_fn, x, axis):
+def by_row_blocks(xp, rows_fn, x, axis, out=None):
     """`rows_fn(x_part, out_part, axis)` over L2-sized blocks of rows when `axis` is the
-    contiguous last one (each pass then stays in cache), else once over the whole array."""
-    result = xp.empty_like(x)
-    if xp is np and axis == x.ndim - 1 and x.flags.c_contiguous and x.size > BLOCK:
+    contiguous last one (each pass then stays in cache), else once over the whole array.
+    The result goes into `out` when given (it may be x itself)."""
+    result = xp.empty_like(x) if out is None else out
+    if (xp is np and axis == x.ndim - 1 and x.flags.c_contiguous and result.flags.c_contiguous
+            and x.size > BLOCK):
         rows, out = x.reshape(-1, x.shape[-1]), result.reshape(-1, x.shape[-1])
         step = max(1, BLOCK // x.shape[-1])
         for start in range(0, len(rows), step):
@@ -41,6 +44,27 @@ def exp_is_safe(xp, x, axis) -> bool:
         bottom = math.log(info.tiny) + 8
         return bottom < float(xp.min(x)) and float(xp.max(x)) < top  # NaN fails both
     return False
+
+
+def softmax(xp, x, axis, out=None):
+    """exp(x) / sum(exp(x)) along `axis` into `out` (new if None; may be x): the Softmax op's
+    kernel and the fused Softmax/Attention steps' one implementation."""
+    half = x.dtype.itemsize < 4  # half precision: shift always, and divide (a reciprocal's extra rounding shows)
+    shift = half or not exp_is_safe(xp, x, axis)
+
+    def rows(part, out_part, axis):
+        if shift:
+            xp.subtract(part, xp.max(part, axis=axis, keepdims=True), out=out_part)
+            xp.exp(out_part, out=out_part)
+        else:
+            xp.exp(part, out=out_part)
+        total = sum_over(xp, out_part, (axis,), keepdims=True)
+        if half:
+            out_part /= total
+        else:
+            out_part *= xp.reciprocal(total)  # broadcast divide is slower
+
+    return by_row_blocks(xp, rows, x, axis, out)
 
 
 class AlongAxis(Kernel):

@@ -7,7 +7,7 @@ class HardSigmoid_6(Elementwise):
 
     @property
     def cuda(self):
-        return f"fmin(fmax({self.alpha!r} * in0 + {self.beta!r}, 0), 1)"
+        return f"fmin(fmax({self.alpha!r} * in0 + {self.beta!r}, 0.0), 1.0)"
 
     def compute(self, x, out=None):
         result = self.xp.multiply(x, x.dtype.type(self.alpha), out=out)  # typed: bfloat16 * float is float32

@@ -3,7 +3,7 @@ from .base import Elementwise
 
 
 class HardSwish_14(Elementwise):
-    cuda = "in0 * fmin(fmax(in0 / 6 + 0.5, 0), 1)"
+    cuda = "in0 * fmin(fmax(in0 / 6.0 + 0.5, 0.0), 1.0)"
 
     def compute(self, x, out=None):
         gate = self.xp.multiply(x, x.dtype.type(1 / 6))  # typed: bfloat16 * float is float32
