@@ -3,13 +3,15 @@
 Launcher (zygote or run_confined caller, root, no threads): plan layers, refuse in strict
 mode, create the cgroup, compile seccomp, fork the helper.
 Helper: die with the launcher → join the cgroup → (switch to the tenant uid →) unshare
-→ [armed: wait for the job] → fork the worker (pid 1) → report its pid → wait for it →
-report its exit. A helper launched without its job is a spare: it does every step up to
-the fork ahead of time (joining a cgroup waits for an RCU grace period) and takes the
-job — target, args and the worker's socket — over its go socket when one is needed.
+→ fork the worker (pid 1) → report its pid → wait for it → report its exit.
 Worker: new session, death signal, close fds → hostname → mounts + pivot_root → rlimits →
 GPU pool cap → drop bounding set, uid/gid, capabilities, no_new_privs → seccomp (last)
-→ report ready → target(sock, *args).
+→ [armed: wait for the job] → report ready → target(sock, *args).
+
+A worker launched without its job is a spare: every step above runs ahead of time
+(joining a cgroup alone waits for an RCU grace period), then the fully confined worker
+waits for its job — target name, args and its socket — on the go socket, the one fd it
+holds from outside besides the report pipe, and closes it before running the target.
 
 Helper and worker report to the launcher as JSON lines on one pipe; a step that fails
 reports which step and why, and nothing runs unconfined."""
@@ -149,17 +151,11 @@ def _helper(spec: Spec, report: int, job: Job | None, go: socket.socket | None, 
         with_userns = spec.layers["userns"].startswith("enforced")
         namespaces.enter(spec.identity.uid, spec.identity.gid, with_userns)
         privileges.die_with_parent()   # a uid change clears the parent-death signal
-        if job is None:
-            step = _mark(report, "armed")
-            job = _receive_job(go, resolve)
-            go.close()
-            if job is None:
-                return 0
         step = _mark(report, "fork")
         pid = os.fork()
         if pid == 0:
-            _worker(spec, job, report, with_userns)
-        os.close(job.sock_fd)   # the worker's end is the worker's alone: its death is the supervisor's EOF
+            _worker(spec, job, go, resolve, report, with_userns)
+        os.close(job.sock_fd if job else go.fileno())   # the worker's alone: its death is the supervisor's EOF
         _report(report, worker_pid=pid)
         _, status, usage = os.wait4(pid, 0)
         _report(report, exit={"code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
@@ -171,15 +167,14 @@ def _helper(spec: Spec, report: int, job: Job | None, go: socket.socket | None, 
         return EXIT_CONTAINMENT_FAILED
 
 
-def _worker(spec: Spec, job: Job, report: int, with_userns: bool):
+def _worker(spec: Spec, job: Job | None, go: socket.socket | None, resolve, report: int, with_userns: bool):
     code, step, ready = EXIT_CONTAINMENT_FAILED, "session", False
     try:
         _mark(report, "session")
         privileges.new_session()
         privileges.die_with_parent()
-        privileges.keep_only_fds({report, job.sock_fd})
+        privileges.keep_only_fds({report, job.sock_fd if job else go.fileno()})
         sys.stdin = sys.stdout = sys.stderr = None   # fds 0-2 are closed: print() must not hit a reused fd
-        sock = socket.socket(fileno=job.sock_fd)
         step = _mark(report, "hostname")
         namespaces.set_hostname()
         step = _mark(report, "mounts")
@@ -195,6 +190,14 @@ def _worker(spec: Spec, job: Job, report: int, with_userns: bool):
         step = _mark(report, "seccomp")
         if spec.bpf is not None:
             seccomp.install(spec.bpf)
+        if job is None:
+            step = _mark(report, "armed")
+            job = _receive_job(go, resolve)
+            go.close()
+            if job is None:   # the launcher gave up on this spare
+                code = 0
+                return
+        sock = socket.socket(fileno=job.sock_fd)
         _report(report, ready=True, t=time.perf_counter())
         os.close(report)
         ready = True

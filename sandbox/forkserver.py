@@ -3,11 +3,11 @@ imports NumPy (CuPy when present), scipy.special, onnx and the preload modules a
 compiles the seccomp filter, so a worker is one fork away from serving (nothing can be
 imported after confinement).
 
-It answers one request, "arm": fork a helper that joins the given leaf cgroup and
-unshares, handing it the helper's end of a go socket the supervisor keeps. Everything
-else is events it reports as they happen, never blocking on one child: "armed" (the
-helper waits for its job), "spawned" (the worker the supervisor started over the go
-socket is confined), "failed" (a step failed before that), "exit" (a helper ended)."""
+It answers one request, "arm": fork a helper that joins the given leaf cgroup, unshares
+and forks the worker, handing on the worker's end of a go socket the supervisor keeps.
+Everything else is events it reports as they happen, never blocking on one child:
+"armed" (the confined worker waits for its job), "spawned" (the worker got its job over
+the go socket and runs it), "failed" (a step failed before that), "exit" (a helper ended)."""
 import importlib
 import json
 import os
@@ -102,7 +102,7 @@ class _Helper:
 
 
 def _arm(ctl, msg: dict, passed: list, helpers: dict):
-    """Fork a helper for the leaf in `msg`; it reports "armed" when it has joined and unshared."""
+    """Fork a helper for the leaf in `msg`; its worker reports "armed" once confined."""
     try:
         if msg.get("op") != "arm" or len(passed) != 1:
             raise RtdError(Code.E_CONTAINMENT, "malformed request to the zygote")

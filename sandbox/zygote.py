@@ -3,13 +3,14 @@ owns the leaf cgroups, keeps each armed helper's go socket, hands workers their 
 turns the fork server's reports into WorkerHandles. JSON over a SOCK_SEQPACKET socketpair;
 sockets travel with SCM_RIGHTS.
 
-A spawn arms a helper (forked by the zygote, it joins a fresh leaf cgroup and unshares)
-and sends it the job — target, args, the worker's socket — straight over the go socket.
-Joining a cgroup waits for an RCU grace period (5-20 ms on a loaded host; once per burst
-of migrations, not per write), so after each spawn a spare is armed for that tenant in
-the background, and the tenant's next (re)start takes it and pays only the fork and the
-worker's own confinement. A spare is one idle helper and an empty leaf per tenant;
-`Zygote.start(spares=False)` turns them off."""
+A spawn arms a helper (forked by the zygote, it joins a fresh leaf cgroup, unshares and
+forks the worker, which confines itself) and sends the worker its job — target, args,
+its socket — straight over the go socket. Joining a cgroup waits for an RCU grace period
+(5-20 ms on a loaded host; once per burst of migrations, not per write), and every
+hand-off to a new process waits for a CPU, so after each spawn a spare is armed for that
+tenant in the background: a worker confined by every layer of the tenant's policy,
+waiting for a job. The tenant's next (re)start with the same policy takes it. A spare
+is one idle helper, one idle confined worker and a leaf per tenant; `Zygote.start(spares=False)` turns them off."""
 import dataclasses
 import itertools
 import json
@@ -74,7 +75,7 @@ class WorkerHandle:
 
 @dataclasses.dataclass(frozen=True)
 class Spare:
-    """An armed helper (in its own leaf cgroup, namespaces unshared) waiting for a job."""
+    """An armed spare: helper and worker in their own leaf, the worker confined, waiting for a job."""
     id: str
     cgroup: WorkerCgroup
     layers: dict
@@ -194,8 +195,9 @@ class Zygote:
                 self._spare_lock.notify_all()
 
     def _arm(self, policy: Policy, identity: TenantIdentity, wait: bool = True) -> Spare:
-        """Make a leaf cgroup and have the zygote fork a helper that joins it and unshares;
-        with `wait`, return once it has (else the job may be sent at once, it waits in the socket)."""
+        """Make a leaf cgroup and have the zygote fork a helper that joins it, unshares and forks
+        the worker; with `wait`, return once the worker is confined (else the job may be sent at
+        once: it waits in the socket)."""
         wid = f"z{os.getpid()}-{next(_ids)}"
         cg, layers, _ = contain.prepare(policy, identity, wid, self._layout)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)

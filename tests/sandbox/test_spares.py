@@ -1,6 +1,6 @@
-"""Armed spares for real: after a spawn the zygote arms the tenant's next helper (own leaf
-cgroup joined, namespaces unshared); the next spawn takes it, a different policy never
-does, a spare that dies is dropped, and closing the zygote removes every spare."""
+"""Armed spares for real: after a spawn the zygote arms the tenant's next worker (own leaf
+cgroup, every layer in force, waiting for its job); the next spawn takes it, a different
+policy never does, a spare that dies is dropped, and closing the zygote removes every spare."""
 import os
 import re
 import socket
@@ -44,6 +44,11 @@ def spare_of(zygote, identity):
     return found[0]
 
 
+def proc_status(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return {k: v.strip() for k, v in (line.split(":", 1) for line in f)}
+
+
 def leaf_pids(spare):
     return {int(p) for path in spare.cgroup.procs_files for p in open(path).read().split()}
 
@@ -51,13 +56,16 @@ def leaf_pids(spare):
 def test_spawn_arms_a_spare_that_the_next_spawn_takes(zygote):
     stop(*start_echo(zygote))
     spare = spare_of(zygote, INITECH)
-    helper = leaf_pids(spare)
-    assert len(helper) == 1   # the armed helper alone, already in every hierarchy's leaf
-    (hpid,) = helper
-    assert os.readlink(f"/proc/{hpid}/ns/net") != os.readlink("/proc/self/ns/net")   # unshared ahead
+    armed = leaf_pids(spare)
+    assert len(armed) == 2   # helper and worker, already in every hierarchy's leaf
+    worker = next(p for p in armed if proc_status(p)["NSpid"].split()[-1] == "1")
+    st = proc_status(worker)   # confined before it has a job
+    assert (st["Seccomp"], st["NoNewPrivs"], st["CapEff"], st["Uid"].split()[0]) == ("2", "1", "0" * 16, "61010")
+    assert os.readlink(f"/proc/{worker}/ns/net") != os.readlink("/proc/self/ns/net")
     handle, sock = start_echo(zygote)
-    assert handle.id == spare.id
-    assert "cgroup" not in handle.startup_ms and "fork" in handle.startup_ms   # migration was off the path
+    assert (handle.id, handle.pid) == (spare.id, worker)
+    assert set(handle.startup_ms) == {"launch"}   # job hand-off to ready: the rest ran ahead
+    assert len(os.listdir(f"/proc/{worker}/fd")) == 1   # the go socket is closed: only its own socket
     with open(f"/proc/{handle.pid}/cgroup") as f:
         assert all(line.rstrip().endswith(spare.id) for line in f if re.match(r"\d+:(memory|pids|cpu|):", line))
     with open(f"/proc/{handle.pid}/status") as f:
@@ -96,19 +104,19 @@ def test_close_removes_every_spare():
     try:
         stop(*start_echo(z))
         spare = spare_of(z, INITECH)
-        (hpid,) = leaf_pids(spare)
+        pids = leaf_pids(spare)
     finally:
         z.close()
     assert z.spares() == []
     assert not any(os.path.isdir(d) for d in spare.cgroup.dirs.values())
-    assert not os.path.exists(f"/proc/{hpid}") or "State:\tZ" in open(f"/proc/{hpid}/status").read()
+    assert all(not os.path.exists(f"/proc/{p}") or proc_status(p)["State"].startswith("Z") for p in pids)
 
 
 def test_spares_off_leaves_nothing_armed():
     z = Zygote.start(preload=("rtd.sandbox.echo",), spares=False)
     try:
         handle, sock = start_echo(z)
-        assert {"cgroup", "namespaces", "armed", "fork"} <= set(handle.startup_ms)   # armed on the path, counted
+        assert {"cgroup", "namespaces", "fork", "mounts", "seccomp", "armed"} <= set(handle.startup_ms)   # all on the path
         stop(handle, sock)
         assert z.settle(1) and z.spares() == []
     finally:
