@@ -14,29 +14,9 @@ import os
 import threading
 
 from rtd.errors import Code, RtdError
+from rtd.files import write_atomic
 
 FORMAT = 1
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 class Registry:

@@ -11,10 +11,10 @@ replaced atomically (temporary file, fsync, rename, fsync of the directory).
 import json
 import os
 import re
-import tempfile
 import threading
 
 from rtd.errors import Code, RtdError
+from rtd.files import write_atomic
 from rtd.loader import keys
 
 _FINGERPRINT = re.compile(r"[0-9a-f]{64}")
@@ -99,19 +99,4 @@ class RollbackStore:
             data = self._read()
             marks = data.setdefault(tenant, {})
             marks[name] = max(counter, marks.get(name, 0))
-            directory = os.path.dirname(os.path.abspath(self.path))
-            fd, tmp = tempfile.mkstemp(prefix=".rollback.", dir=directory)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f, sort_keys=True)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_atomic(self.path, json.dumps(data, sort_keys=True).encode())

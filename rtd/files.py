@@ -1,0 +1,29 @@
+"""Durable whole-file replacement: the one way rtd persists state (registry, rollback marks).
+
+The bytes go to a temporary file in the same directory, are fsynced, renamed over the
+target and the directory is fsynced: after a crash the target holds either the old or the
+new content, never a torn mix, and no temporary file outlives a failed write.
+"""
+import os
+import tempfile
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
