@@ -33,6 +33,7 @@ from rtd.sandbox.host import plan_layers
 
 log = logging.getLogger("rtd.sandbox")
 EXIT_CONTAINMENT_FAILED = 70
+READY = b"ready"   # a spare's word over the go socket that it has its job, is confined and runs it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,12 +194,14 @@ def _worker(spec: Spec, job: Job | None, go: socket.socket | None, resolve, repo
         if job is None:
             step = _mark(report, "armed")
             job = _receive_job(go, resolve)
-            go.close()
             if job is None:   # the launcher gave up on this spare
                 code = 0
                 return
         sock = socket.socket(fileno=job.sock_fd)
         _report(report, ready=True, t=time.perf_counter())
+        if go is not None:
+            go.send(READY)   # straight to the supervisor waiting in spawn(), no hop through the zygote
+            go.close()
         os.close(report)
         ready = True
         job.target(sock, *job.args)

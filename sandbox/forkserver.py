@@ -89,9 +89,9 @@ class _Helper:
         elif r.ready and r.worker_pid:
             self.told = "spawned"
             send(ctl, op="spawned", id=self.id, pid=r.worker_pid, steps=r.steps)
-        elif "armed" in r.steps and self.told is None:
+        elif "armed" in r.steps and r.worker_pid and self.told is None:
             self.told = "armed"
-            send(ctl, op="armed", id=self.id)
+            send(ctl, op="armed", id=self.id, pid=r.worker_pid)
 
     def ended(self, ctl):
         self.reports.drain(0.5)

@@ -37,10 +37,22 @@ class WorkerHandle:
     def __init__(self, wid: str, cgroup: WorkerCgroup, layers: dict, cpu_seconds: int):
         self.id, self.cgroup, self.layers, self._cpu_seconds = wid, cgroup, layers, cpu_seconds
         self.pid = None          # the worker's host pid (pid 1 inside its namespace)
-        self.startup_ms = {}     # confinement step -> milliseconds it took in the zygote's children
+        self._launched = None    # perf_counter() when the spawn began
+        self._steps, self._steps_known = {}, threading.Event()
         self._done = threading.Event()
         self._status = None
         self._killed = False
+
+    @property
+    def startup_ms(self) -> dict[str, float]:
+        """Confinement step -> ms on this spawn's path, as the zygote reports it (shortly after the
+        worker is ready; waits up to 2 s for that report). A spare's ahead-of-time steps are not counted."""
+        self._steps_known.wait(2.0)
+        return dict(self._steps)
+
+    def _reported(self, steps: dict):
+        self._steps = contain.step_durations(self._launched, steps)
+        self._steps_known.set()
 
     def _finish(self, code, sig, cpu_s):
         self._status = contain.exit_status(code, sig, cpu_s, self.cgroup.oom_kills(), self._killed, self._cpu_seconds)
@@ -82,6 +94,7 @@ class Spare:
     policy: Policy
     identity: TenantIdentity
     go: socket.socket = dataclasses.field(repr=False, compare=False)
+    pid: int | None = None   # the waiting worker's host pid, once armed
 
 
 class Zygote:
@@ -137,18 +150,14 @@ class Zygote:
             if spare is None:
                 spare = self._arm(policy, identity, wait=False)
             handle = WorkerHandle(spare.id, spare.cgroup, spare.layers, policy.limits.cpu_seconds)
+            handle._launched = launched
             self._handles[spare.id] = handle
-            try:
-                with spare.go:
-                    contain.send_job(spare.go, target, list(args), sock.fileno())
-                reply = self._await(spare.id, ("spawned", "failed"))
-            except OSError as e:   # the helper is gone: its exit is on its way
-                reply = {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": f"helper: {e}"}}
-        if reply["op"] != "spawned":
+            reply = self._hand_job(spare, target, args, sock)
+        if reply["op"] == "failed":
             self._handles.pop(spare.id, None)
             _discard(spare)
             raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
-        handle.pid, handle.startup_ms = reply["pid"], contain.step_durations(launched, reply["steps"])
+        handle.pid = reply["pid"]
         if self._auto_spares:
             with self._spare_lock:
                 self._arming += 1
@@ -207,13 +216,27 @@ class Zygote:
                 forkserver.send(self._ctl, [theirs.fileno()], op="arm", id=wid, policy=policy.to_dict(),
                                 identity=[identity.name, identity.uid, identity.gid], procs=cg.procs_files,
                                 layers=layers)
-            reply = self._await(wid, ("armed", "failed")) if wait else {"op": "armed"}
+            reply = self._await(wid, ("armed",)) if wait else {"op": "armed", "pid": None}
         except OSError as e:
             reply = {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": f"zygote: {e}"}}
         if reply["op"] != "armed":
             _discard(spare)
             raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
-        return spare
+        return dataclasses.replace(spare, pid=reply["pid"])
+
+    def _hand_job(self, spare: Spare, target: str, args, sock: socket.socket) -> dict:
+        """Send the waiting worker its job and wait for its word over the go socket that it
+        runs it; {"op": "armed"/"spawned", "pid": ...} or the zygote's "failed" report."""
+        try:
+            with spare.go:
+                contain.send_job(spare.go, target, list(args), sock.fileno())
+                spare.go.settimeout(30)
+                ready = spare.go.recv(16) == contain.READY
+        except OSError:
+            ready = False
+        if not ready:   # the worker is gone: the zygote says why
+            return self._await(spare.id, ("spawned",))
+        return {"op": "armed", "pid": spare.pid} if spare.pid else self._await(spare.id, ("armed", "spawned"))
 
     def _await(self, wid: str, ops: tuple) -> dict:
         """The zygote's next report about `wid` among `ops` (caller holds _spawn_lock);
@@ -242,8 +265,10 @@ class Zygote:
                     handle._finish(msg["code"], msg["signal"], msg["cpu_s"])
                 else:
                     self._spare_died(msg["id"])
-            else:
-                self._replies.put(msg)
+                continue
+            if msg["op"] == "spawned" and msg["id"] in self._handles:
+                self._handles[msg["id"]]._reported(msg["steps"])
+            self._replies.put(msg)
         for handle in list(self._handles.values()):   # zygote gone: its workers died with it
             handle.kill()
             handle._finish(None, signal.SIGKILL, 0.0)
