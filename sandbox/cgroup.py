@@ -71,6 +71,18 @@ def detect_layout() -> Layout:
     return Layout(mode, v2_root, controllers, v1_roots, own)
 
 
+def favordynmods_status() -> str:
+    """Whether joining a cgroup can skip the RCU grace period: the `favordynmods` mount option
+    (a host setting rtd reports and never changes; see bench/results-sandbox.md)."""
+    with open("/proc/self/mounts") as f:
+        on = sorted(mnt for _, mnt, fstype, opts, *_ in (line.split() for line in f)
+                    if fstype in ("cgroup", "cgroup2") and "favordynmods" in opts.split(","))
+    if on:
+        return f"on ({', '.join(on)}): joining a cgroup skips the RCU grace period"
+    return ("off on every cgroup mount: the first cgroup.procs write of a burst waits for an RCU grace period; "
+            "rtd arms a confined spare per tenant so restarts do not wait")
+
+
 def _write(path: str, value: str):
     with open(path, "w") as f:
         f.write(value)

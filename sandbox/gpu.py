@@ -1,13 +1,22 @@
 """GPU memory budget, honest about what is enforced: the cgroup v2 `dmem` controller
 (`dmem.max`, kernel-enforced) where the kernel and driver register a region; otherwise
-the CuPy pool cap inside the worker is advisory only and NVML polling by the supervisor
-is detection, not prevention. With no GPU the worker simply gets no device nodes."""
+the CuPy pool cap inside the worker is advisory only. The supervisor-side NVML
+poll-and-kill watcher is not built: it cannot be exercised without a GPU and NVML, so
+no layer claims it. With no GPU the worker simply gets no device nodes."""
+import ctypes.util
 import glob
 import os
+
+NO_GPU = "unavailable: no NVML/GPU"
 
 
 def devices() -> list[str]:
     return sorted(glob.glob("/dev/nvidia[0-9]*") + glob.glob("/dev/dri/renderD*"))
+
+
+def nvml() -> str | None:
+    """The NVML library the loader would find (None without the NVIDIA driver's userspace)."""
+    return ctypes.util.find_library("nvidia-ml")
 
 
 def dmem_regions(layout) -> list[str]:
@@ -23,12 +32,12 @@ def dmem_regions(layout) -> list[str]:
 
 def status(layout, gpu_memory_bytes: int) -> str:
     if not devices():
-        return "unavailable: no GPU"
+        return NO_GPU
     if gpu_memory_bytes == 0:
         return "enforced (no GPU access: the worker's root has no device nodes)"
     if dmem_regions(layout):
         return "unavailable: dmem regions present but rtd does not yet bind devices into the worker"
-    return "advisory (no dmem region: CuPy pool cap only, bypassable)"
+    return "advisory (no dmem region: CuPy pool cap only, bypassable; no NVML poll-and-kill watcher)"
 
 
 def cap_cupy_pool(gpu_memory_bytes: int) -> str:

@@ -23,7 +23,10 @@ def test_doctor_json_reports_host_and_battery():
 def test_host_report_never_claims_what_the_host_lacks():
     report = host_report()
     if not os.path.exists("/dev/nvidiactl") and not os.path.isdir("/dev/dri"):
-        assert report["gpu"] == "unavailable: no GPU" and report["layers"]["gpu"] == "unavailable: no GPU"
+        assert report["gpu"] == "unavailable: no NVML/GPU" and report["layers"]["gpu"] == "unavailable: no NVML/GPU"
+    with open("/proc/self/mounts") as f:
+        favoured = any("favordynmods" in line.split()[3].split(",") for line in f if line.split()[2].startswith("cgroup"))
+    assert report["cgroup"]["favordynmods"].startswith("on" if favoured else "off")
     with open("/proc/self/mounts") as f:
         has_v2 = any(line.split()[2] == "cgroup2" for line in f)
     assert (report["cgroup"]["v2_root"] is not None) == has_v2
