@@ -7,13 +7,69 @@ The plan is chosen per call from the shapes (cheap integer arithmetic):
   from a channels-last copy of the input, cols (pixels, k*k*C) @ W^T (k*k*C, M) — OpenBLAS runs
   this shape faster than W @ cols when M is small — then one transposing copy to NCHW;
 - otherwise channel-major im2col: cols (N, group, C/group*k*k, pixels), one batched W @ cols.
-im2col and padded inputs live in per-thread scratch buffers reused across calls.
+Each geometry's plan, padded-input and im2col buffers are made once per thread (`_Layout`).
 """
+import math
+
 import numpy as np
 
 from rtd.errors import Code, RtdError
 
-from ._window import geometry, pad_into, scratch, taps, windows
+from ._window import geometry, pad_into, per_thread, scratch, taps, windows
+
+
+class _Layout:
+    """One conv geometry (input shape, weights, attributes), worked out once per thread: output
+    size, pads, the GEMM plan and, for the im2col plans, the padded-input and im2col buffers with
+    the strided window view that fills one from the other. A call then makes two copies and a
+    GEMM instead of re-deriving geometry and views (tens of microseconds per small conv)."""
+
+    def __init__(self, xp, x_shape, dtype, w_shape, group, k, strides, dilations, pads, auto_pad):
+        n, c = x_shape[:2]
+        m, nd = w_shape[0], len(k)
+        self.out_shape, self.begin, self.end = geometry(x_shape[2:], k, strides, dilations, pads, auto_pad)
+        self.pixels = math.prod(self.out_shape)
+        self.k, self.strides, self.dilations = k, strides, dilations
+        self.padded = self.inner = self.cols = self.source = None
+        padding = any(self.begin) or any(self.end)
+        if all(v == 1 for v in k) and all(s == 1 for s in (strides or [1])) and not padding:
+            self.plan = "pointwise"
+        elif group == c == m and group > 1:
+            self.plan = "depthwise"
+        elif group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
+            self.plan = "pixel_major"
+            (kh, kw), (oh, ow) = k, self.out_shape
+            self.padded = xp.zeros((n,) + tuple(i + b + e for i, b, e in zip(x_shape[2:], self.begin, self.end)) + (c,), dtype)
+            self.inner = self.padded[(slice(None),) + tuple(slice(b, b + i) for b, i in zip(self.begin, x_shape[2:]))]
+            sh, sw = strides or (1, 1)
+            dh, dw = dilations or (1, 1)
+            span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
+            view = xp.lib.stride_tricks.sliding_window_view(self.padded, span, axis=(1, 2))  # (N, H', W', C, span_h, span_w)
+            view = view[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, :, ::dh, ::dw]
+            self.cols = xp.empty((n, oh, ow, kh, kw, c), dtype)
+            self.source = view.transpose(0, 1, 2, 4, 5, 3)
+        else:
+            self.plan = "channel_major"
+            self.cols = xp.empty((n, c) + tuple(k) + tuple(self.out_shape), dtype)
+            if padding:
+                self.padded = xp.zeros(x_shape[:2] + tuple(i + b + e for i, b, e in zip(x_shape[2:], self.begin, self.end)), dtype)
+                self.inner = self.padded[(slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(self.begin, x_shape[2:]))]
+                self.source = self._windows(xp, self.padded)
+
+    def _windows(self, xp, padded):
+        """The (N, C, *k, *out) window view of a padded input: im2col's source."""
+        nd = len(self.k)
+        view = windows(xp, padded, self.k, self.strides, self.dilations, self.out_shape)  # (N, C, *out, *k)
+        return view.transpose((0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd)))
+
+    def im2col(self, xp, x):
+        """The im2col buffer filled from x (NHWC columns for the pixel-major plan)."""
+        if self.plan == "pixel_major":
+            self.inner[...] = x.transpose(0, 2, 3, 1)
+        elif self.padded is not None:
+            self.inner[...] = x
+        self.cols[...] = self.source if self.source is not None else self._windows(xp, x)
+        return self.cols
 
 
 def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None):
@@ -27,23 +83,33 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     acc_dtype = np.dtype(acc_dtype or x.dtype)
     if acc_dtype != x.dtype:
         x, w = x.astype(acc_dtype), w.astype(acc_dtype)
-    out_shape, begin, end = geometry(x.shape[2:], k, strides, dilations, pads, auto_pad)
-    pixels = int(np.prod(out_shape))
-    pointwise = all(v == 1 for v in k) and all(s == 1 for s in (strides or [1])) and not any(begin + end)
-    if pointwise:
-        y = xp.empty((n, m, pixels), acc_dtype)
-        xp.matmul(w.reshape(group, m // group, c // group), x.reshape(n, group, c // group, pixels),
-                  out=y.reshape(n, group, m // group, pixels))
-    elif group == c == m and group > 1:
-        y = _depthwise(xp, x, w, k, strides, dilations, begin, end, out_shape)
-    elif group == 1 and nd == 2 and c >= 16 and pixels >= 8 * m:
-        y = _pixel_major(xp, x, w, k, strides, dilations, begin, end, out_shape)
+    key = ("conv-layout", x.shape, acc_dtype, w.shape, group, tuple(k), tuple(strides or ()), tuple(dilations or ()),
+           tuple(pads or ()), auto_pad, xp.__name__)
+    layout = per_thread(key, lambda: _Layout(xp, x.shape, acc_dtype, w.shape, group, k, strides, dilations, pads, auto_pad))
+    out_shape, pixels = layout.out_shape, layout.pixels
+    if layout.plan == "pointwise":
+        y = _weights_times(xp, w.reshape(group, m // group, c // group), x.reshape(n, group, c // group, pixels))
+    elif layout.plan == "depthwise":
+        y = _depthwise(xp, x, w, k, strides, dilations, layout.begin, layout.end, out_shape)
+    elif layout.plan == "pixel_major":
+        y = _pixel_major(xp, layout.im2col(xp, x), w)
     else:
-        y = _channel_major(xp, x, w, group, k, strides, dilations, begin, end, out_shape)
+        kk = math.prod(k)
+        y = _weights_times(xp, w.reshape(group, m // group, (c // group) * kk),
+                           layout.im2col(xp, x).reshape(n, group, (c // group) * kk, pixels))
     y = y.reshape((n, m, pixels))
     if bias is not None:
         y += bias.astype(acc_dtype, copy=False).reshape(1, m, 1)
     return y.reshape((n, m) + tuple(out_shape))
+
+
+def _weights_times(xp, w, cols):
+    """(N, M, pixels): per image and group, w (group, M/group, K) @ cols (N, group, K, pixels)."""
+    n, group, _, pixels = cols.shape
+    m = group * w.shape[1]
+    y = xp.empty((n, m, pixels), cols.dtype)
+    xp.matmul(w, cols, out=y.reshape(n, group, m // group, pixels))
+    return y
 
 
 def _depthwise(xp, x, w, k, strides, dilations, begin, end, out_shape):
@@ -91,37 +157,13 @@ def _depthwise_wide(xp, x, tap_weights, k, dilations, begin, end, out_shape):
     return y.reshape(n, m, oh, wp)[:, :, :, :ow]
 
 
-def _channel_major(xp, x, w, group, k, strides, dilations, begin, end, out_shape):
-    n, c = x.shape[:2]
-    m, nd = w.shape[0], len(k)
-    kk, pixels = int(np.prod(k)), int(np.prod(out_shape))
-    padded = pad_into(x, begin, end, 0, "conv", xp)
-    cols = scratch("im2col", (n, c) + tuple(k) + tuple(out_shape), x.dtype, xp)
-    view = windows(xp, padded, k, strides, dilations, out_shape)  # (N, C, *out, *k)
-    cols[...] = view.transpose((0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd)))
-    y = xp.empty((n, m, pixels), x.dtype)
-    xp.matmul(w.reshape(group, m // group, (c // group) * kk), cols.reshape(n, group, (c // group) * kk, pixels),
-              out=y.reshape(n, group, m // group, pixels))
-    return y
-
-
-def _pixel_major(xp, x, w, k, strides, dilations, begin, end, out_shape):
-    n, c = x.shape[:2]
+def _pixel_major(xp, cols, w):
+    """cols (N, oh, ow, kh, kw, C) @ W^T (kh*kw*C, M), then one transposing copy to (N, M, pixels)."""
+    n, oh, ow, kh, kw, c = cols.shape
     m = w.shape[0]
-    (kh, kw), (oh, ow) = k, out_shape
-    sh, sw = strides or (1, 1)
-    dh, dw = dilations or (1, 1)
-    hp, wp = x.shape[2] + begin[0] + end[0], x.shape[3] + begin[1] + end[1]
-    padded = scratch(("conv-nhwc", tuple(begin)), (n, hp, wp, c), x.dtype, xp, fill=0)
-    padded[:, begin[0]:begin[0] + x.shape[2], begin[1]:begin[1] + x.shape[3]] = x.transpose(0, 2, 3, 1)
-    span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
-    view = xp.lib.stride_tricks.sliding_window_view(padded, span, axis=(1, 2))  # (N, H', W', C, span_h, span_w)
-    view = view[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, :, ::dh, ::dw]
-    cols = scratch("im2col-nhwc", (n, oh, ow, kh, kw, c), x.dtype, xp)
-    cols[...] = view.transpose(0, 1, 2, 4, 5, 3)
     w_t = w.transpose(0, 2, 3, 1).reshape(m, kh * kw * c).T  # matches cols' (kh, kw, C) order
-    y_t = scratch("conv-out-nhwc", (n, oh * ow, m), x.dtype, xp)
+    y_t = scratch("conv-out-nhwc", (n, oh * ow, m), cols.dtype, xp)
     xp.matmul(cols.reshape(n, oh * ow, kh * kw * c), w_t, out=y_t)
-    y = xp.empty((n, m, oh * ow), x.dtype)
+    y = xp.empty((n, m, oh * ow), cols.dtype)
     y[...] = y_t.transpose(0, 2, 1)
     return y

@@ -99,21 +99,27 @@ _local = threading.local()
 _SCRATCH_LIMIT = 64  # buffers kept per thread; dynamic shapes would otherwise grow the cache forever
 
 
-def scratch(tag, shape, dtype, xp=np, fill=None):
-    """A per-thread buffer reused across calls; `fill` (if given) is written once, when it is made."""
+def per_thread(key, build):
+    """This thread's object for `key`, made by `build()` on first use and reused after."""
     cache = getattr(_local, "buffers", None)
     if cache is None:
         cache = _local.buffers = {}
-    key = (tag, tuple(shape), np.dtype(dtype), xp.__name__)
-    buf = cache.get(key)
-    if buf is None:
+    value = cache.get(key)
+    if value is None:
         if len(cache) >= _SCRATCH_LIMIT:
             cache.clear()  # callers hold what they already took; only reuse is lost
+        value = cache[key] = build()
+    return value
+
+
+def scratch(tag, shape, dtype, xp=np, fill=None):
+    """A per-thread buffer reused across calls; `fill` (if given) is written once, when it is made."""
+    def build():
         buf = xp.empty(shape, dtype)
         if fill is not None:
             buf.fill(fill)
-        cache[key] = buf
-    return buf
+        return buf
+    return per_thread((tag, tuple(shape), np.dtype(dtype), xp.__name__), build)
 
 
 def pad_into(x, begin, end, fill, tag, xp=np):
