@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rtd.errors import RtdError
-from rtd.loader import pack, verify_package
+from rtd.loader import pack, sealed, verify_package
 
 from loader_models import add_model
 
@@ -81,3 +81,39 @@ def test_race_swapping_the_model_during_verification(package_dir, trust, model_b
         stop.set()
         thread.join()
     assert sum(outcomes.values()) == 200
+
+
+def test_digest_is_of_the_held_bytes_while_the_source_is_rewritten_in_place(tmp_path):
+    """seal_from_fd's digest must describe the memfd's bytes, not whatever the source held when
+    hashed: a writer flips bytes of the source in place the whole time it is being copied."""
+    path = str(tmp_path / "blob")
+    size = 8 << 20
+    with open(path, "wb") as f:
+        f.write(bytes(size))
+    stop = threading.Event()
+
+    def rewriter():
+        fd, flip = os.open(path, os.O_WRONLY), 0
+        while not stop.is_set():
+            for offset in range(0, size, 1 << 18):
+                os.pwrite(fd, bytes([flip]) * 4096, offset)
+            flip ^= 0xFF
+        os.close(fd)
+
+    thread = threading.Thread(target=rewriter)
+    thread.start()
+    try:
+        for _ in range(20):
+            src = os.open(path, os.O_RDONLY)
+            try:
+                held = sealed.seal_from_fd("blob", src, size)
+            finally:
+                os.close(src)
+            try:
+                assert held.sha256 == hashlib.sha256(os.pread(held.fd, size + 1, 0)).hexdigest()
+                assert held.sha256 == hashlib.sha256(held.data).hexdigest()
+            finally:
+                held.close()
+    finally:
+        stop.set()
+        thread.join()
