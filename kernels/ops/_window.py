@@ -5,6 +5,7 @@ Spatial attributes follow ONNX: `pads` is [x1_begin, x2_begin, ..., x1_end, x2_e
 A per-thread scratch cache holds padded inputs and im2col buffers, so a kernel instance
 shared by several `run` threads never shares a buffer between them.
 """
+import functools
 import math
 import threading
 
@@ -18,7 +19,19 @@ def geometry(in_shape, kernel, strides, dilations, pads, auto_pad="NOTSET", ceil
 
     With ceil_mode the last window may hang past the explicit end pad; that overhang is
     added to pads_end (callers pad it with the neutral value and never count it).
+    Worked out once per distinct geometry: pooling asks again on every call.
     """
+    out, begin, end = _geometry(tuple(in_shape), tuple(kernel), _tuple(strides), _tuple(dilations), _tuple(pads),
+                                auto_pad, ceil_mode)
+    return list(out), list(begin), list(end)
+
+
+def _tuple(values):
+    return None if values is None else tuple(values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _geometry(in_shape, kernel, strides, dilations, pads, auto_pad, ceil_mode):
     nd = len(in_shape)
     strides = list(strides or [1] * nd)
     dilations = list(dilations or [1] * nd)
@@ -77,22 +90,25 @@ def taps(padded, kernel, strides, dilations, out_shape):
 def separable(xp, padded, kernel, strides, dilations, out_shape, combine):
     """Reduce every window with the associative ufunc `combine`, one spatial axis at a time.
 
-    A k x k window costs k + k whole-array ops on shrinking arrays instead of k * k.
+    A k x k window costs k + k whole-array ops on shrinking arrays instead of k * k; the first
+    two taps of an axis combine into a new array, so no tap is copied. The result is always a
+    new array (callers scale it in place), never a view of `padded`.
     """
     nd = len(kernel)
-    dilations = list(dilations or [1] * nd)
-    strides = list(strides or [1] * nd)
-    y = padded
+    dilations = dilations or [1] * nd
+    strides = strides or [1] * nd
+    y, fresh = padded, False
     for axis, (k, d, s, o) in enumerate(zip(kernel, dilations, strides, out_shape)):
-        def part(t, axis=axis, d=d, s=s, o=o):
-            index = [slice(None)] * y.ndim
-            index[axis + 2] = slice(t * d, t * d + (o - 1) * s + 1, s)
-            return y[tuple(index)]
-        acc = part(0).copy()
-        for t in range(1, k):
-            combine(acc, part(t), out=acc)
-        y = acc
-    return y if y is not padded else padded.copy()
+        before = (slice(None),) * (axis + 2)
+        parts = [y[before + (slice(t * d, t * d + (o - 1) * s + 1, s),)] for t in range(k)]
+        if k == 1:
+            y = parts[0]
+            continue
+        y = combine(parts[0], parts[1])
+        for part in parts[2:]:
+            combine(y, part, out=y)
+        fresh = True
+    return y if fresh else y.copy()
 
 
 _local = threading.local()
