@@ -3,13 +3,15 @@ cgroup, every layer in force, waiting for its job); the next spawn takes it, a d
 policy never does, a spare that dies is dropped, and closing the zygote removes every spare."""
 import os
 import re
+import signal
 import socket
 import time
 
 import pytest
 
 from rtd.sandbox import TenantIdentity, load_policy
-from rtd.sandbox.confined import recv_json
+from rtd.sandbox.confined import recv_json, send_json
+from rtd.sandbox.escapes import BY_NAME, targets
 from rtd.sandbox.zygote import Zygote
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the zygote's workers need root"),
@@ -19,9 +21,14 @@ INITECH = TenantIdentity("initech", 61010, 61010)
 
 @pytest.fixture(scope="module")
 def zygote():
-    z = Zygote.start(preload=("rtd.sandbox.echo",))
+    z = Zygote.start(preload=("rtd.sandbox.echo", __name__))
     yield z
     z.close()
+
+
+def attempt_worker(sock, name, context):
+    """Inside a worker started from a spare: one escape attempt of the battery."""
+    send_json(sock, BY_NAME[name].run(context))
 
 
 def start_echo(zygote, policy=None, identity=INITECH):
@@ -71,6 +78,25 @@ def test_spawn_arms_a_spare_that_the_next_spawn_takes(zygote):
     with open(f"/proc/{handle.pid}/status") as f:
         assert "Seccomp:\t2" in f.read()
     stop(handle, sock)
+
+
+def test_a_worker_started_from_a_spare_stops_real_escapes(zygote):
+    with targets(load_policy()) as context:
+        for name, killed in (("read_etc_shadow", False), ("write_outside_scratch", False),
+                             ("connect_abstract_socket", True), ("unshare_userns", True)):
+            stop(*start_echo(zygote))
+            spare = spare_of(zygote, INITECH)
+            ours, theirs = socket.socketpair()
+            handle = zygote.spawn(f"{__name__}:attempt_worker", identity=INITECH, sock=theirs, args=(name, context))
+            theirs.close()
+            assert handle.id == spare.id, name
+            reply = recv_json(ours)
+            ours.close()
+            status = handle.wait(10)
+            if killed:   # seccomp kills the process: no reply, SIGSYS credited to seccomp
+                assert reply is None and (status.signal, status.layer) == (signal.SIGSYS, "seccomp"), (name, status)
+            else:
+                assert reply is not None and reply["blocked"] and status.code == 0, (name, reply, status)
 
 
 def test_a_different_policy_never_takes_the_spare(zygote):
