@@ -1,5 +1,5 @@
 """The supervisor's side of the zygote (the fork server in `forkserver`): it creates and
-owns the leaf cgroups, keeps each armed helper's go socket, hands workers their jobs, and
+owns the leaf cgroups, keeps each armed worker's go socket, hands workers their jobs, and
 turns the fork server's reports into WorkerHandles. JSON over a SOCK_SEQPACKET socketpair;
 sockets travel with SCM_RIGHTS.
 
@@ -10,7 +10,8 @@ its socket — straight over the go socket. Joining a cgroup waits for an RCU gr
 hand-off to a new process waits for a CPU, so after each spawn a spare is armed for that
 tenant in the background: a worker confined by every layer of the tenant's policy,
 waiting for a job. The tenant's next (re)start with the same policy takes it. A spare
-is one idle helper, one idle confined worker and a leaf per tenant; `Zygote.start(spares=False)` turns them off."""
+is one idle helper, one idle confined worker and a leaf per tenant;
+`Zygote.start(spares=False)` turns them off."""
 import dataclasses
 import itertools
 import json
