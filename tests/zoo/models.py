@@ -85,6 +85,11 @@ def tag_feeds(rng: np.random.Generator, dims: dict) -> dict:
     return {"tokens": rng.integers(0, 5000, size=(dims["batch"], dims["seq"]), dtype=np.int64)}
 
 
+def branch_feeds(rng: np.random.Generator, dims: dict) -> dict:
+    # the sign of the sum picks the branch: the random offset makes both likely across runs
+    return {"x": rng.standard_normal((dims["batch"], 16), dtype=np.float32) + np.float32(rng.normal(0, 0.5))}
+
+
 def control_flow_feeds(rng: np.random.Generator, dims: dict) -> dict:
     # the sign of the sum picks the If branch: the random scale makes both branches likely
     x = rng.standard_normal((dims["batch"], 16), dtype=np.float32) + np.float32(rng.normal(0, 2))
@@ -169,6 +174,12 @@ def build_control_flow() -> bytes:
                   dynamic={"x": {0: "batch"}, "y": {0: "batch"}})
 
 
+def build_cond_dynamo() -> bytes:
+    net = nets.perturbed_init(nets.CondNet(), seed=17)
+    return export(net, (torch.randn(4, 16),), opset=18, inputs=["x"], outputs=["y"], dynamic={"x": {0: "batch"}},
+                  dynamo=True)
+
+
 def build_detector() -> bytes:
     net = nets.perturbed_init(nets.TinyFPN(), seed=256)
     return export(net, (torch.randn(1, 3, 256, 256),), opset=11, inputs=["image"], outputs=["coarse", "fine"],
@@ -231,6 +242,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("gru_tagger", build_gru_tagger, tag_feeds, ({"batch": 2, "seq": 32}, {"batch": 3, "seq": 5})),
     ZooModel("control_flow", build_control_flow, control_flow_feeds,
              ({"batch": 4, "steps": 3}, {"batch": 1, "steps": 0}, {"batch": 6, "steps": 7})),
+    ZooModel("cond_dynamo", build_cond_dynamo, branch_feeds, ({"batch": 4}, {"batch": 1}, {"batch": 9})),
     ZooModel("detector", build_detector, image_feeds, ({"batch": 1, "height": 256, "width": 256},
                                                        {"batch": 2, "height": 128, "width": 192})),
     ZooModel("small_cnn", build_small_cnn, small_image_feeds, ({"batch": 1}, {"batch": 4})),

@@ -189,6 +189,17 @@ class LoopThenBranch(nn.Module):
         return out
 
 
+class CondNet(nn.Module):
+    """A data-dependent branch written with torch.cond: the dynamo exporter's way to an ONNX If."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: torch.relu(self.a(t)), lambda t: torch.tanh(self.b(t)), (x,))
+
+
 class TinyFPN(nn.Module):
     """A small detector: strided backbone, top-down FPN (nearest and bilinear upsampling + Concat), heads."""
 
