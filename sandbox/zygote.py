@@ -202,7 +202,8 @@ class Zygote:
             time.sleep(REFILL_DELAY_S)
             self.prepare(policy, identity)
         except RtdError as e:   # the next spawn arms on its path and reports the refusal itself
-            log.warning("spare for tenant %s not armed: %s", identity.name, e)
+            if not self._closed:
+                log.warning("spare for tenant %s not armed: %s", identity.name, e)
         finally:
             with self._spare_lock:
                 self._arming -= 1
