@@ -1,7 +1,7 @@
 """Confinement of worker processes: namespaces, cgroups, seccomp, privileges, the launcher.
 
-Public interface: Zygote (+ WorkerHandle), Policy, load_policy, TenantIdentity, ExitStatus,
-SandboxKilled, ConfinedError, run_confined, host_report."""
+Public interface: Zygote (spawn, prepare, spares, settle, close; + WorkerHandle), Policy,
+load_policy, TenantIdentity, ExitStatus, SandboxKilled, ConfinedError, run_confined, host_report."""
 from rtd.sandbox.confined import ConfinedError, SandboxKilled, run_confined
 from rtd.sandbox.contain import ExitStatus
 from rtd.sandbox.host import host_report
