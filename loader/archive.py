@@ -1,8 +1,8 @@
 """Reading a .tar / .tar.gz package: member by member into sealed memfds, never extracted.
 
 A compressed archive is streamed (tarfile "r|*") through a SealedWriter; a plain tar is walked
-header by header ("r:") and each member's bytes are copied by the kernel from their offset in
-the archive (sealed.seal_from_fd), as fast as a directory package.
+header by header ("r:") and each member's bytes are read straight from their offset in the
+archive (sealed.seal_from_fd), as fast as a directory package.
 Nothing is written to disk. Only regular-file members whose names fit the layout are accepted
 (directory members that are prefixes of the layout are skipped); symlink and hardlink members
 are E_LINK_FORBIDDEN, devices and FIFOs E_SPECIAL_FILE, '..' / absolute / non-UTF-8 names
@@ -70,7 +70,7 @@ def _check_type(member: tarfile.TarInfo) -> None:
 
 def _read_member(stream: tarfile.TarFile, member, parts, files: FileSet, inflation: _Inflation) -> None:
     cap, code = files.admit(parts, member.size)
-    if inflation is None:   # uncompressed: the member's bytes sit in the file, copied by the kernel
+    if inflation is None:   # uncompressed: the member's bytes sit in the file, read from their offset
         files.add(parts, seal_from_fd("/".join(parts), stream.fileobj.fileno(), member.size,
                                       member.offset_data, Code.E_ARCHIVE_INVALID))
         return
