@@ -1,7 +1,7 @@
 """Softmax: exp(x - max) / sum(exp(x - max)) along an axis.
 
 Rows are processed in L2-sized blocks along a contiguous last axis (the attention case); the
-per-row max shift is skipped when exp provably cannot overflow (`exp_is_safe`).
+per-row max shift is paid only when exp could overflow or a row underflows entirely (`softmax`).
 """
 from ._softmax import AlongAxis, Coerced2D, softmax
 

@@ -157,6 +157,16 @@ def test_quantized_conv_and_matmul_match_onnxruntime():
     _against_ort("DynamicQuantizeLinear", [_f32(4, 9)], n_out=3, opset=13)
 
 
+@pytest.mark.parametrize("fill", [-200.0, -3.4e38, 200.0])
+def test_softmax_rows_that_need_the_shift_match_onnxruntime(fill):
+    """Softmax first tries exp without the row-max shift; rows where every term underflows, or
+    where a term would overflow, must come out as with the shift (a fully masked row: uniform)."""
+    x = _f32(3, 64, 130)  # over one L2 block: the blocked path
+    x[0, 1, :] = fill
+    x[1, :, 5:] = fill
+    _against_ort("Softmax", [x], axis=-1, opset=13)
+
+
 def test_concurrent_runs_do_not_share_scratch_buffers():
     x1, x2 = _f32(1, 64, 20, 20), _f32(1, 64, 20, 20)
     model = compile_model(_model("Conv", [x1], [_f32(8, 64, 3, 3)], pads=[1, 1, 1, 1]))
