@@ -60,9 +60,9 @@ def seal_from_fd(name: str, src_fd: int, size: int, offset: int = 0,
     once into a private buffer, hashed there and written from there, so the digest is of exactly the
     bytes the memfd holds whatever the file does meanwhile. A file that ends early (e.g. shrank while
     being read) is refused with `short_code`; bytes past `size` are never read."""
-    # pread+write measured ~5% less CPU than sendfile into the memfd then hashing it through a
-    # mapping (no page faults, no splice pipe), and a helper thread copying ahead gained nothing on
-    # the shared 2-core machine (bench/verify.py --strategies, bench/results-loader.md).
+    # pread+hash+write used 3-5% less CPU than sendfile into the memfd then hashing it through a
+    # mapping (no page faults, no splice pipe) in 5 of 6 paired runs; a helper thread copying ahead
+    # gained nothing on the shared 2-core machine (bench/verify.py --strategies, results-loader.md).
     writer = SealedWriter(name, size, short_code)
     buf = memoryview(bytearray(min(_CHUNK, size)))
     try:
