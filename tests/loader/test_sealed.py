@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from rtd.errors import RtdError
+from rtd.errors import Code, RtdError
 from rtd.loader import pack, sealed, verify_package
 
 from loader_models import add_model
@@ -117,3 +117,34 @@ def test_digest_is_of_the_held_bytes_while_the_source_is_rewritten_in_place(tmp_
     finally:
         stop.set()
         thread.join()
+
+
+def _open_memfds() -> list[str]:
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except FileNotFoundError:   # the fd listdir itself used
+            pass
+    return sorted(link for link in links if link.startswith("/memfd:rtd:"))
+
+
+def test_seal_from_fd_holds_exactly_the_range_and_refuses_a_short_file(tmp_path):
+    path = tmp_path / "blob"
+    payload = os.urandom(3 << 20)
+    path.write_bytes(payload)
+    before = _open_memfds()
+    src = os.open(path, os.O_RDONLY)
+    try:
+        held = sealed.seal_from_fd("blob", src, 2 << 20, offset=12345)
+        try:   # a range from an offset, nothing past it: what a plain tar member is
+            assert held.bytes() == payload[12345:12345 + (2 << 20)]
+            assert held.sha256 == hashlib.sha256(payload[12345:12345 + (2 << 20)]).hexdigest()
+        finally:
+            held.close()
+        with pytest.raises(RtdError) as refusal:
+            sealed.seal_from_fd("blob", src, len(payload) + 1, short_code=Code.E_ARCHIVE_INVALID)
+        assert refusal.value.code is Code.E_ARCHIVE_INVALID
+    finally:
+        os.close(src)
+    assert _open_memfds() == before
