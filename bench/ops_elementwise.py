@@ -8,7 +8,7 @@ executor (which may substitute its own fused kernels); "kernel" is this op's reg
 alone, element-wise ones writing into a reused output (`compute(..., out=buf)`), as the
 planned executor calls them. Ratios below 1.0 mean rtd is faster.
 
-    .venv/bin/python bench/bench_ops_elementwise.py [--threads 1] [--min-time 0.5]
+    .venv/bin/python bench/ops_elementwise.py [--threads 1] [--min-time 0.5]
 """
 import argparse
 import time
