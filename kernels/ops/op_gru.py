@@ -5,29 +5,48 @@ from ._rnn import RNN_ATTRIBUTES, RecurrentKernel
 class GRU_1(RecurrentKernel):
     attributes = {**RNN_ATTRIBUTES, "output_sequence": 0}
     default_activations = ("Sigmoid", "Tanh")
-    fold_recurrent_bias = False
     gates = 3
 
-    def cell(self, xw, state, r, rb, p, acts):
-        (h,) = state
-        f, g = acts
-        n = h.shape[1]
-        hr = h @ r[:2 * n].T
-        if rb is not None:
-            hr += rb[:2 * n]
-        z = f(self.clipped(xw[:, :n] + hr[:, :n]))
-        rt = f(self.clipped(xw[:, n:2 * n] + hr[:, n:]))
+    def split_bias(self, wb, rb):
+        """Rbh stays out of the projection only when the reset gate multiplies it (linear_before_reset)."""
+        if not self.__dict__.get("linear_before_reset", 0):
+            return wb + rb, None
+        n = rb.shape[1] // 3
+        folded = wb.copy()
+        folded[:, :2 * n] += rb[:, :2 * n]
+        return folded, rb[:, 2 * n:]
+
+    def buffers(self, r, step_bias, peephole, batch):
+        xp, lead, (gh, n) = self.xp, r.shape[:-2], r.shape[-2:]
+        k = {"r": r, "rh": r[..., 2 * n:, :], "rzr": r[..., :2 * n, :], "hr": xp.empty(lead + (gh, batch), r.dtype),
+             "zr": xp.empty(lead + (2 * n, batch), r.dtype), "tmp": xp.empty(lead + (n, batch), r.dtype),
+             "bias": None if step_bias is None else step_bias[..., None]}
+        k["z"], k["reset"] = k["zr"][..., :n, :], k["zr"][..., n:, :]
+        return k
+
+    def cell(self, k, acts, xw, states, outs):
+        xp = self.xp
+        (h,), (h_out,) = states, outs
+        n = h.shape[-2]
+        zr, cand, tmp = k["zr"], k["hr"][..., 2 * n:, :], k["tmp"]
         if self.__dict__.get("linear_before_reset", 0):
-            hh = h @ r[2 * n:].T
-            if rb is not None:
-                hh += rb[2 * n:]
-            cand = g(self.clipped(xw[:, 2 * n:] + rt * hh))
+            hr = xp.matmul(k["r"], h, out=k["hr"])
+            if k["bias"] is not None:
+                cand += k["bias"]
+            xp.add(xw[..., :2 * n, :], hr[..., :2 * n, :], out=zr)
+            self.activate(acts, 0, zr)
+            cand *= k["reset"]  # reset ⊙ (H Rh^T + Rbh)
         else:
-            hh = (rt * h) @ r[2 * n:].T
-            if rb is not None:
-                hh += rb[2 * n:]
-            cand = g(self.clipped(xw[:, 2 * n:] + hh))
-        return ((1 - z) * cand + z * h,)
+            xp.matmul(k["rzr"], h, out=zr)
+            zr += xw[..., :2 * n, :]
+            self.activate(acts, 0, zr)
+            xp.matmul(k["rh"], xp.multiply(k["reset"], h, out=tmp), out=cand)
+        cand += xw[..., 2 * n:, :]
+        self.activate(acts, 1, cand)
+        # (1 - z) ⊙ cand + z ⊙ h, as cand + z ⊙ (h - cand)
+        tmp = xp.subtract(h, cand, out=tmp)
+        tmp *= k["z"]
+        xp.add(cand, tmp, out=h_out)
 
 
 class GRU_3(GRU_1):

@@ -8,19 +8,38 @@ class LSTM_1(RecurrentKernel):
     gates = 4
     state_count = 2
 
-    def cell(self, xw, state, r, rb, p, acts):
-        h, c = state
-        f, g, hact = acts
-        n = h.shape[1]
-        pre = xw + h @ r.T
-        pi = pre[:, :n] if p is None else pre[:, :n] + p[:n] * c
-        pf = pre[:, 2 * n:3 * n] if p is None else pre[:, 2 * n:3 * n] + p[2 * n:] * c
-        i = f(self.clipped(pi))
-        forget = 1 - i if self.input_forget else f(self.clipped(pf))
-        c_new = forget * c + i * g(self.clipped(pre[:, 3 * n:]))
-        po = pre[:, n:2 * n] if p is None else pre[:, n:2 * n] + p[n:2 * n] * c_new
-        o = f(self.clipped(po))
-        return o * hact(c_new), c_new
+    def buffers(self, r, step_bias, peephole, batch):
+        xp, lead, n = self.xp, r.shape[:-2], r.shape[-1]
+        gates = xp.empty(lead + (4 * n, batch), r.dtype)
+        k = {"r": r, "gates": gates, "tmp": xp.empty(lead + (n, batch), r.dtype), "i": gates[..., :n, :],
+             "o": gates[..., n:2 * n, :], "f": gates[..., 2 * n:3 * n, :], "iof": gates[..., :3 * n, :],
+             "cell": gates[..., 3 * n:, :], "p": None}
+        if peephole is not None:  # P is ([D,] 3·hidden) in iof order; as columns against ([D,] hidden, batch)
+            k["p"] = [peephole[..., j * n:(j + 1) * n, None] for j in range(3)]
+        return k
+
+    def cell(self, k, acts, xw, states, outs):
+        xp = self.xp
+        (h, c), (h_out, c_out) = states, outs
+        i, o, f, tmp, p = k["i"], k["o"], k["f"], k["tmp"], k["p"]
+        xp.matmul(k["r"], h, out=k["gates"])
+        k["gates"] += xw
+        if p is None:
+            self.activate(acts, 0, k["iof"])
+        else:
+            i += xp.multiply(p[0], c, out=tmp)
+            f += xp.multiply(p[2], c, out=tmp)
+            self.activate(acts, 0, i)
+            self.activate(acts, 0, f)
+        if self.input_forget:
+            xp.subtract(1, i, out=f)
+        self.activate(acts, 1, k["cell"])
+        xp.multiply(f, c, out=c_out)
+        c_out += xp.multiply(i, k["cell"], out=tmp)
+        if p is not None:
+            o += xp.multiply(p[1], c_out, out=tmp)
+            self.activate(acts, 0, o)
+        xp.multiply(o, self.activate(acts, 2, c_out, out=tmp), out=h_out)
 
 
 class LSTM_7(LSTM_1):

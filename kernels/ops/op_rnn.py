@@ -6,9 +6,13 @@ class RNN_1(RecurrentKernel):
     attributes = {**RNN_ATTRIBUTES, "output_sequence": 0}
     default_activations = ("Tanh",)
 
-    def cell(self, xw, state, r, rb, p, acts):
-        (h,) = state
-        return (acts[0](self.clipped(xw + h @ r.T)),)
+    def buffers(self, r, step_bias, peephole, batch):
+        return {"r": r}
+
+    def cell(self, k, acts, xw, states, outs):
+        h_out = self.xp.matmul(k["r"], states[0], out=outs[0])
+        h_out += xw
+        self.activate(acts, 0, h_out)
 
 
 class RNN_7(RNN_1):
