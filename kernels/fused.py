@@ -11,6 +11,7 @@ from rtd.errors import Code, RtdError
 from .backend_cupy import chain_kernel
 from .ops._norm import standardize
 from .ops._softmax import softmax
+from .ops._window import scratch
 from .ops.op_gelu import Gelu_20
 from .ops.op_relu import Relu_6
 
@@ -116,7 +117,13 @@ class Attention(Fused):
         return np.broadcast_shapes(q[:-2], kt[:-2]) + (q[-2], kt[-1]), dtype
 
     def run(self, q, kt, v, mask=None, out=None, scores=None):
+        if not q.flags.c_contiguous:  # a head-split transpose: a contiguous copy is the faster GEMM operand
+            packed = scratch("attention-q", q.shape, q.dtype, self.xp)
+            self.xp.copyto(packed, q)
+            q = packed
         s = np.matmul(q, kt, out=scores)
+        # scaled after the product, like the unfused graph: bit-equal scores keep quantized
+        # models that requantize downstream on the interpreter's values
         if self.scale_op == "Div":
             s /= s.dtype.type(self.scale)
         else:
