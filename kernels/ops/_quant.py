@@ -1,7 +1,13 @@
 """Linear quantization arithmetic shared by the Quantize/Dequantize and QLinear*/…Integer ops.
 
-Integer products are computed as float64 BLAS matmuls: every int8/uint8/int16 dot product of
-realistic length is exact in a double, and dgemm is far faster than NumPy's integer matmul.
+Integer products are computed with float BLAS, which is exact while every partial sum is an
+integer below the mantissa's reach: 2^24 in float32, 2^53 in float64. NumPy has no integer
+GEMM worth the name, and sgemm is about twice dgemm's speed, so `integer_matmul` bounds
+|sum| ≤ K · max|a - a_zp| · max|b - b_zp| and runs float32 GEMMs over slices of K short enough
+for that bound (uint8 × int8: 513 terms), adding the slices' results in float64.
+A weight's centred float copy is made once and kept while the weight cannot change
+(`CentredWeight`), so a run converts only the activations. Bounds come from the integer
+types and zero points (`span`), never from a pass over the data.
 """
 import ml_dtypes
 import numpy as np
@@ -64,12 +70,69 @@ def quantize(xp, scaled, zero_point, dtype, saturate=True):
     raise RtdError(Code.E_OP_UNSUPPORTED, f"quantization to {dtype} is not supported")
 
 
-def centred(x, zero_point, shape=None):
-    """x - zero_point as float64 (exact for every integer type here)."""
-    v = x.astype(np.float64)
-    if zero_point is not None:
-        v -= zero_point.astype(np.float64) if shape is None else zero_point.astype(np.float64).reshape(shape)
-    return v
+def centred(x, zero_point, shape=None, dtype=np.float64):
+    """x - zero_point as float (exact for every 8- and 16-bit integer type in float32, for all here in float64)."""
+    if zero_point is None:
+        return x.astype(dtype)
+    zp = zero_point if shape is None else zero_point.reshape(shape)
+    return np.subtract(x, zp, dtype=dtype) if isinstance(x, np.ndarray) else x.astype(dtype) - zp.astype(dtype)
+
+
+FLOAT32_EXACT = 2 ** 24  # every integer of smaller magnitude is a float32
+
+
+def span(dtype, zero_point) -> int:
+    """The largest |x - zero_point| that x's integer type allows (zero_point: None or a host array)."""
+    info = ml_dtypes.iinfo(dtype)
+    if zero_point is None or zero_point.size == 0:
+        return max(abs(int(info.min)), abs(int(info.max)))
+    return max(int(info.max) - int(zero_point.min()), int(zero_point.max()) - int(info.min))
+
+
+def frozen(x) -> bool:
+    """True when x's values cannot change: a read-only NumPy array all the way down to immutable bytes
+    (initializers parsed from the model) or to a read-only owner (kernels' shared constants)."""
+    while isinstance(x, np.ndarray):
+        if x.flags.writeable:
+            return False
+        x = x.base
+    return x is None or isinstance(x, bytes)
+
+
+class CentredWeight:
+    """w - zero_point as float (one pass), kept while w is frozen and its zero point unchanged."""
+
+    def __init__(self):
+        self._kept = None  # (w, zero point on the host, dtype, centred)
+
+    def get(self, xp, w, zero_point, zp_shape=None, dtype=np.float32):
+        zp_host = None if zero_point is None else np.array(zero_point if xp is np else xp.asnumpy(zero_point))
+        kept = self._kept
+        if (kept is not None and kept[0] is w and kept[2] == dtype
+                and (kept[1] is None if zp_host is None else kept[1] is not None and np.array_equal(kept[1], zp_host))):
+            return kept[3]
+        c = centred(w, zero_point, zp_shape, dtype)
+        if frozen(w):
+            self._kept = (w, zp_host, np.dtype(dtype), c)
+        return c
+
+
+def integer_matmul(xp, a, a_zero_point, b_centred, b_max):
+    """(a - a_zero_point) @ b_centred as exact int32; a_zero_point broadcasts against a (per row: (M, 1)),
+    b_max bounds |b_centred| (`span` of B's type and zero point)."""
+    k = a.shape[-1]
+    zp_host = None if a_zero_point is None else np.asarray(a_zero_point if xp is np else xp.asnumpy(a_zero_point))
+    per_term = span(a.dtype, zp_host) * b_max
+    chunk = k if per_term * k < FLOAT32_EXACT else max(1, (FLOAT32_EXACT - 1) // per_term)
+    a32 = centred(a, a_zero_point, dtype=np.float32)
+    if chunk >= k:
+        return xp.matmul(a32, b_centred).astype(np.int32)
+    acc = None
+    for start in range(0, k, chunk):
+        part = xp.matmul(a32[..., start:start + chunk],
+                         b_centred[start:start + chunk] if b_centred.ndim == 1 else b_centred[..., start:start + chunk, :])
+        acc = part.astype(np.float64) if acc is None else xp.add(acc, part, out=acc)
+    return acc.astype(np.int32)
 
 
 def requantize(xp, acc, multiplier, zero_point, dtype):

@@ -1,15 +1,28 @@
-"""DynamicQuantizeLinear: uint8 quantization with scale and zero point taken from x's range (including 0)."""
+"""DynamicQuantizeLinear: uint8 quantization with scale and zero point taken from x's range (including 0).
+
+Four passes after the range, in a per-thread float buffer: x / scale, round half to even, saturate to [-zp, 255 - zp], and
++zp written straight into the uint8 result (the same values as clip(round(x / scale) + zp, 0, 255),
+since every operand there is an integer-valued float).
+"""
 import numpy as np
 
-from ._quant import quantize
+from ._window import scratch
 from .base import Kernel
 
 
 class DynamicQuantizeLinear_11(Kernel):
     def run(self, x):
+        xp = self.xp
         x_min = min(float(x.min()), 0.0) if x.size else 0.0
         x_max = max(float(x.max()), 0.0) if x.size else 0.0
         scale = np.float32((x_max - x_min) / 255.0)
-        zero_point = quantize(np, np.array(-x_min / scale if scale else 0.0, np.float32), None, np.uint8)
-        y = quantize(self.xp, x / scale if scale else x * 0, zero_point, np.uint8)
-        return y, self.xp.asarray(scale), self.xp.asarray(zero_point)
+        zp = int(min(max(np.rint(np.float32(-x_min / scale)), 0.0), 255.0)) if scale else 0  # round, saturate
+        zero_point = np.array(zp, np.uint8)
+        if not scale:
+            return xp.zeros(x.shape, np.uint8), xp.asarray(scale), xp.asarray(zero_point)
+        y = xp.empty(x.shape, np.uint8)
+        q = xp.divide(x, scale, out=scratch("dynamic-quantize", x.shape, np.float32, xp), dtype=np.float32)
+        xp.rint(q, out=q)
+        xp.clip(q, -zp, 255 - zp, out=q)
+        xp.add(q, zp, out=y, casting="unsafe")
+        return y, xp.asarray(scale), xp.asarray(zero_point)
