@@ -9,6 +9,8 @@ A weight's centred float copy is made once and kept while the weight cannot chan
 (`CentredWeight`), so a run converts only the activations. Bounds come from the integer
 types and zero points (`span`), never from a pass over the data.
 """
+import functools
+
 import ml_dtypes
 import numpy as np
 from onnx.helper import tensor_dtype_to_np_dtype
@@ -49,15 +51,21 @@ def broadcast_param(value, shape, axis, block_size=0):
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def _integer_range(dtype) -> tuple:
+    info = ml_dtypes.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
 def quantize(xp, scaled, zero_point, dtype, saturate=True):
-    """Round `scaled` (x / scale, float) half to even, add the zero point, saturate, cast to `dtype`."""
+    """Round `scaled` (x / scale, float; a temporary, overwritten here) half to even, add the zero
+    point, saturate, cast to `dtype`."""
     dtype = np.dtype(dtype)
     if is_integer(dtype):
-        info = ml_dtypes.iinfo(dtype)
-        q = xp.rint(scaled)
+        q = xp.rint(scaled, out=scaled) if isinstance(scaled, xp.ndarray) else xp.rint(scaled)
         if zero_point is not None:
-            q += zero_point.astype(q.dtype)
-        return xp.clip(q, info.min, info.max).astype(dtype)
+            q += zero_point.astype(q.dtype, copy=False)
+        return xp.clip(q, *_integer_range(dtype), out=q).astype(dtype)
     if dtype in _FLOAT8:
         if saturate:
             info = ml_dtypes.finfo(dtype)
