@@ -9,6 +9,7 @@ import numpy as np
 from rtd.errors import Code, RtdError
 
 from .backend_cupy import chain_kernel
+from .ir import Node
 from .ops._norm import standardize
 from .ops._softmax import softmax
 from .ops._window import scratch
@@ -134,6 +135,28 @@ class Attention(Fused):
         return (np.matmul(s, v, out=out),)
 
 
+class ConvActivation(Fused):
+    """Conv(x, w, b), then `+ other` and/or Relu in place on the Conv's fresh output."""
+
+    buffers = ()  # the Conv allocates its output; the rest is in place on it
+    arity = 4
+    relu = False
+
+    def setup(self, make_kernel):
+        self.kernel = make_kernel(Node("Conv", "", [], [], self.conv))
+
+    def run(self, x, w, b=None, other=None):
+        (y,) = self.kernel.run(x, w, b)
+        if other is not None:
+            if np.broadcast_shapes(y.shape, other.shape) == y.shape and y.flags.writeable:
+                self.xp.add(y, other, out=y)
+            else:  # `other` broadcasts y up: not in place
+                y = self.xp.add(y, other)
+        if self.relu:
+            self.xp.maximum(y, y.dtype.type(0), out=y)
+        return (y,)
+
+
 class ElementwiseChain(Fused):
     """Element-wise kernels applied link after link, ping-ponging between `out` and `scratch`.
 
@@ -182,7 +205,7 @@ class ElementwiseChain(Fused):
         return (prev,)
 
 
-KERNELS = {cls.__name__: cls for cls in (Gelu, MatMulBias, LayerNorm, Softmax, Attention, ElementwiseChain)}
+KERNELS = {cls.__name__: cls for cls in (Gelu, MatMulBias, LayerNorm, Softmax, Attention, ConvActivation, ElementwiseChain)}
 
 
 def fused_kernel(node, xp, make_kernel):

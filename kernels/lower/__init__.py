@@ -8,7 +8,7 @@ import copy
 from ..ir import Graph, check
 from .chains import fuse_chains
 from .fold import fold_constants, fold_signature
-from .patterns import fold_conv_batchnorm, fuse_attention, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax
+from .patterns import fold_conv_batchnorm, fuse_attention, fuse_conv_activation, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax
 from .shapes import static_shapes
 from .simplify import eliminate_dead, eliminate_identity
 
@@ -22,8 +22,9 @@ PASSES = (
     ("fuse_gelu", fuse_gelu),
     ("fuse_attention", fuse_attention),
     ("fuse_matmul_bias", fuse_matmul_bias),
+    ("fuse_conv_activation", fuse_conv_activation),
 )
-CPU_ONLY = {"fuse_layernorm", "fuse_softmax", "fuse_gelu", "fuse_attention", "fuse_matmul_bias"}
+CPU_ONLY = {"fuse_layernorm", "fuse_softmax", "fuse_gelu", "fuse_attention", "fuse_matmul_bias", "fuse_conv_activation"}
 
 
 def lower(graph: Graph, disable=()) -> Graph:

@@ -263,3 +263,32 @@ def fuse_matmul_bias(graph: Graph) -> Graph:
         if last is not add:
             graph.nodes.remove(add)
     return graph
+
+
+def fuse_conv_activation(graph: Graph) -> Graph:
+    """Conv, then an Add of one other tensor and/or a Relu that alone read its result →
+    ConvActivation: the add and the Relu run in place on the Conv's own fresh output (ResNet's
+    Conv+Add+Relu block ends, every Conv+Relu) instead of each writing a new buffer."""
+    index = Index(graph)
+    taken = set()  # an Add two Convs feed (ResNet's shortcut) fuses with the first only
+    for conv in list(graph.nodes):
+        if conv.op_type != "Conv" or conv.domain != "":
+            continue
+        y = conv.outputs[0]
+        add = index.next(y, "Add")
+        other = index.other(add, y) if add is not None else ""
+        if other == y or (add is not None and id(add) in taken):
+            add, other = None, ""
+        act, activation = _activation(index, (add or conv).outputs[0])
+        if activation != "Relu":
+            act = None
+        last = act or add
+        if last is None or (act is not None and id(act) in taken):
+            continue
+        taken.update(id(n) for n in (add, act) if n is not None)
+        inputs = (conv.inputs + ["", ""])[:3] + [other]
+        replace_node(graph, last, _fused("ConvActivation", inputs, [last.outputs[0]], conv=dict(conv.attrs), relu=act is not None))
+        graph.nodes.remove(conv)
+        if add is not None and last is not add:
+            graph.nodes.remove(add)
+    return graph

@@ -221,3 +221,33 @@ def test_one_model_many_signatures_each_planned_on_its_own(sizes, seed):
         steps = fast.plan_stats(feeds)["steps"]
         assert steps == (1 if b == 1 else 2)
     assert len(fast._plans) == len(set(sizes))
+
+
+@SETTINGS
+@given(c=st.integers(1, 4), m=st.integers(1, 4), hw=st.integers(3, 7), seed=st.integers(0, 2**16),
+       add=st.sampled_from(["none", "same", "left", "broadcast"]), relu=st.booleans())
+def test_conv_activation_pattern(c, m, hw, seed, add, relu):
+    """Conv then Add and/or Relu runs in place on the Conv's output; an addend that widens the
+    result (batch 2 against the Conv's 1) cannot be added in place and must still be right."""
+    relu = relu or add == "none"
+    nodes, last, inputs = [node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])], "y", [("x", [1, c, hw, hw])]
+    if add != "none":
+        inputs.append(("o", [2 if add == "broadcast" else 1, m, hw, hw]))
+        nodes.append(node("Add", ["o", "y"] if add == "left" else ["y", "o"], ["s"]))
+        last = "s"
+    if relu:
+        nodes.append(node("Relu", [last], ["r"]))
+        last = "r"
+    inits = [const("w", rand(seed, m, c, 3, 3)), const("b", rand(seed + 1, m))]
+    feeds = {name: rand(seed + 2 + i, *shape) for i, (name, shape) in enumerate(inputs)}
+    assert check(model(nodes, inputs, [(last, None)], inits), feeds, rtol=1e-4, atol=1e-4) == {"ConvActivation": 1}
+
+
+def test_a_shortcut_add_fed_by_two_convs_fuses_once():
+    """ResNet's downsampling block: Add(conv_a, conv_b) → Relu. One Conv takes the Add and the
+    Relu; the other stays a plain Conv feeding it."""
+    nodes = [node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]), node("Conv", ["x", "wb"], ["b"]),
+             node("Add", ["a", "b"], ["s"]), node("Relu", ["s"], ["r"])]
+    inits = [const("wa", rand(1, 3, 2, 3, 3)), const("wb", rand(2, 3, 2, 1, 1))]
+    ops = check(model(nodes, [("x", [1, 2, 5, 5])], [("r", None)], inits), {"x": rand(3, 1, 2, 5, 5)}, rtol=1e-4, atol=1e-4)
+    assert ops == {"ConvActivation": 1, "Conv": 1}

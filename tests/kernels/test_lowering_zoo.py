@@ -10,7 +10,7 @@ from tests.zoo.models import ZOO
 
 EXPECTED = {  # fused kernels each model's plan must contain
     "mlp": {"MatMulBias"},
-    "small_cnn": {"ElementwiseChain", "MatMulBias"},
+    "small_cnn": {"ConvActivation", "MatMulBias"},
     "minilm": {"LayerNorm", "Attention", "MatMulBias"},
     "minilm_dynamo": {"LayerNorm", "Attention", "MatMulBias"},
     "detector": {"ElementwiseChain"},
