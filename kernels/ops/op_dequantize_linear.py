@@ -11,9 +11,10 @@ class DequantizeLinear_10(Kernel):
     def run(self, x, scale, zero_point=None):
         a = self.__dict__
         axis, block = a.get("axis", 1), a.get("block_size", 0)
-        y = x.astype(np.float32)
-        if zero_point is not None and is_integer(x.dtype):
-            y -= broadcast_param(zero_point, x.shape, axis, block).astype(np.float32)
+        if zero_point is not None and is_integer(x.dtype):  # converted and shifted in one pass
+            y = self.xp.subtract(x, broadcast_param(zero_point, x.shape, axis, block), dtype=np.float32)
+        else:
+            y = x.astype(np.float32)
         y *= broadcast_param(scale, x.shape, axis, block)
         out_dtype = onnx_dtype(a["output_dtype"]) if a.get("output_dtype") else scale.dtype
         return (y.astype(out_dtype, copy=False),)
