@@ -194,7 +194,7 @@ class RecurrentKernel(Kernel):
         xp = self.xp
         seq, batch, _ = x.shape
         dirs, gh, _ = w.shape
-        proj = xp.matmul(x.reshape(seq * batch, -1), w.reshape(dirs * gh, -1).T).reshape(seq, batch, dirs, gh)
+        proj = xp.matmul(x.reshape(seq * batch, x.shape[2]), w.reshape(dirs * gh, -1).T).reshape(seq, batch, dirs, gh)
         if bias is not None:
             proj += bias
         xw = xp.empty((seq, dirs, gh, batch), proj.dtype)
