@@ -91,10 +91,13 @@ FLOAT32_EXACT = 2 ** 24  # every integer of smaller magnitude is a float32
 
 def span(dtype, zero_point) -> int:
     """The largest |x - zero_point| that x's integer type allows (zero_point: None or a host array)."""
-    info = ml_dtypes.iinfo(dtype)
+    lo, hi = _integer_range(np.dtype(dtype))
     if zero_point is None or zero_point.size == 0:
-        return max(abs(int(info.min)), abs(int(info.max)))
-    return max(int(info.max) - int(zero_point.min()), int(zero_point.max()) - int(info.min))
+        return max(abs(lo), abs(hi))
+    if zero_point.size == 1:  # the usual case: no reductions
+        z = int(zero_point.reshape(()))
+        return max(hi - z, z - lo)
+    return max(hi - int(zero_point.min()), int(zero_point.max()) - lo)
 
 
 def frozen(x) -> bool:
@@ -111,18 +114,21 @@ class CentredWeight:
     """w - zero_point as float (one pass), kept while w is frozen and its zero point unchanged."""
 
     def __init__(self):
-        self._kept = None  # (w, zero point on the host, dtype, centred)
+        self._kept = None  # (w, zero point's dtype/shape/bytes, dtype, centred)
 
     def get(self, xp, w, zero_point, zp_shape=None, dtype=np.float32):
-        zp_host = None if zero_point is None else np.array(zero_point if xp is np else xp.asnumpy(zero_point))
+        key = None if zero_point is None else self._key(zero_point if xp is np else xp.asnumpy(zero_point))
         kept = self._kept
-        if (kept is not None and kept[0] is w and kept[2] == dtype
-                and (kept[1] is None if zp_host is None else kept[1] is not None and np.array_equal(kept[1], zp_host))):
+        if kept is not None and kept[0] is w and kept[1] == key and kept[2] == dtype:
             return kept[3]
         c = centred(w, zero_point, zp_shape, dtype)
         if frozen(w):
-            self._kept = (w, zp_host, np.dtype(dtype), c)
+            self._kept = (w, key, np.dtype(dtype), c)
         return c
+
+    @staticmethod
+    def _key(zero_point) -> tuple:
+        return zero_point.dtype.str, zero_point.shape, zero_point.tobytes()
 
 
 def integer_matmul(xp, a, a_zero_point, b_centred, b_max):
