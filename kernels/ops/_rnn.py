@@ -1,14 +1,15 @@
 """The recurrent-layer frame shared by RNN, GRU and LSTM.
 
 `RecurrentKernel.run` handles layouts, directions, initial states, sequence_lens and the output
-assembly; a subclass supplies `gates` (how many blocks W stacks), default activations, the
+assembly; a subclass supplies its default activations, the bias split (`split_bias`), the
 per-run buffers (`buffers`) and one time step (`cell`).
 
 Speed comes from the layout: the loop works "transposed", gates as (directions, gates·hidden,
 batch) and H as (directions, hidden, batch), so each step's recurrent product is R @ H with R
 used as stored (BLAS is slow on the tiny-M form H @ R^T and a transposed copy of R per run would
-cost as much as it saves). The input projection W @ X^T (+ biases) is one batched GEMM over all
-time steps before the loop; each step then works in buffers allocated once per run, with
+cost as much as it saves). The input projection X @ W^T (+ biases) is one GEMM over all time
+steps and directions before the loop, rearranged to (step, gates, batch) one batch column at a
+time; each step then works in buffers allocated once per run, with
 activations applied in place, and writes H straight into the output sequence. Directions run
 stacked in one loop when their recurrent weights together fit in cache and share activations,
 else one after the other (each direction's R then stays in cache across its steps).
@@ -84,7 +85,6 @@ RNN_ATTRIBUTES = {"activation_alpha": None, "activation_beta": None, "activation
 
 
 class RecurrentKernel(Kernel):
-    gates = 1
     state_count = 1  # H, plus C for LSTM
     default_activations: tuple = ()
 

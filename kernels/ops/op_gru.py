@@ -5,7 +5,6 @@ from ._rnn import RNN_ATTRIBUTES, RecurrentKernel
 class GRU_1(RecurrentKernel):
     attributes = {**RNN_ATTRIBUTES, "output_sequence": 0}
     default_activations = ("Sigmoid", "Tanh")
-    gates = 3
 
     def split_bias(self, wb, rb):
         """Rbh stays out of the projection only when the reset gate multiplies it (linear_before_reset)."""

@@ -5,7 +5,6 @@ from ._rnn import RNN_ATTRIBUTES, RecurrentKernel
 class LSTM_1(RecurrentKernel):
     attributes = {**RNN_ATTRIBUTES, "input_forget": 0, "output_sequence": 0}
     default_activations = ("Sigmoid", "Tanh", "Tanh")
-    gates = 4
     state_count = 2
 
     def buffers(self, r, step_bias, peephole, batch):
