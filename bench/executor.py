@@ -1,11 +1,12 @@
 """rtd's executor against onnxruntime on the model zoo, side by side in one run.
 
 For each model: compile with rtd, check its outputs against onnxruntime's literal graph, then
-time rtd and onnxruntime (ORT_ENABLE_ALL, sequential) at 1 and 2 threads, alternating blocks of
-runs so drift on a shared machine hits both sides alike; report per-model median latency, the
-ratio rtd/ORT and the geometric mean. Cold start (rtd compile vs ORT session creation, plus
-the first run) and peak RSS (VmHWM) are measured in a fresh subprocess per side and model.
-Thread limits: ORT's intra_op_num_threads; for rtd, BLAS and OpenMP pools via threadpoolctl.
+time rtd and onnxruntime (ORT_ENABLE_ALL, sequential) at 1 and 2 threads, each side in a fresh
+process of its own (two thread pools that busy-wait in one process fight over the cores and
+distort both sides); report per-model median latency, the ratio rtd/ORT and the geometric mean.
+The same process gives cold start (rtd compile vs ORT session creation, plus the first run)
+and peak RSS (VmHWM). Thread limits: ORT's intra_op_num_threads; for rtd, BLAS and OpenMP
+pools via threadpoolctl.
 
     .venv/bin/python bench/executor.py                      # all models, ≥30 runs each
     .venv/bin/python bench/executor.py --quick              # small models, 5 runs: a smoke test
@@ -44,63 +45,50 @@ BIG_DIMS = {  # the benchmark sizes where the nominal one is not enough
 QUICK_SKIP = {"bert_base", "resnet50", "minilm_dynamo", "resnet18_dynamo", "mlp_dynamo"}
 
 
-# ---- cold start and peak RSS, one fresh process per side ----
+# ---- one fresh process per side: cold start, latency samples, peak RSS ----
 
 def _vm_kib(field: str) -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def probe(side: str, path: str, feeds_file: str, threads: int) -> dict:
-    """In a fresh process: build the model, run once; JSON numbers out.
+def probe(side: str, path: str, feeds_file: str, threads: int, runs: int, min_seconds: float) -> dict:
+    """In a fresh process: build the model, run once, then time `runs` warm runs; JSON numbers out.
 
     Both libraries are already imported (the baseline RSS counts both alike); the peak is the whole process's.
     """
     feeds = dict(np.load(feeds_file, allow_pickle=False))
     with threadpoolctl.threadpool_limits(threads):
+        base = _vm_kib("VmRSS")
+        start = time.perf_counter()
         if side == "rtd":
-            base = _vm_kib("VmRSS")
-            start = time.perf_counter()
             model = compile_model(path)
-            build = time.perf_counter() - start
-            model.run(feeds)
+            run = lambda: model.run(feeds)  # noqa: E731
         else:
-            base = _vm_kib("VmRSS")
-            start = time.perf_counter()
             session = reference_session(path, threads, optimized=True)
-            build = time.perf_counter() - start
-            session.run(None, feeds)
+            run = lambda: session.run(None, feeds)  # noqa: E731
+        build = time.perf_counter() - start
+        run()
         first = time.perf_counter() - start - build
-    return {"build_s": build, "first_run_s": first, "base_mib": base / 1024, "peak_mib": _vm_kib("VmHWM") / 1024}
+        run()
+        samples, started = [], time.perf_counter()
+        while len(samples) < runs or time.perf_counter() - started < min_seconds:
+            t = time.perf_counter()
+            run()
+            samples.append(time.perf_counter() - t)
+    return {"build_s": build, "first_run_s": first, "base_mib": base / 1024, "peak_mib": _vm_kib("VmHWM") / 1024,
+            "samples": samples}
 
 
-def cold_start(side: str, path: str, feeds: dict, threads: int) -> dict:
+def in_fresh_process(side: str, path: str, feeds: dict, threads: int, runs: int, min_seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         feeds_file = os.path.join(tmp, "feeds.npz")
         np.savez(feeds_file, **feeds)
-        proc = subprocess.run([sys.executable, __file__, "--probe", side, path, feeds_file, str(threads)],
-                              capture_output=True, text=True, timeout=900)
+        proc = subprocess.run([sys.executable, __file__, "--probe", side, path, feeds_file, str(threads), str(runs),
+                               str(min_seconds)], capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1][:120]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-# ---- latency ----
-
-def time_pair(run_rtd, run_ort, runs: int, min_seconds: float) -> tuple[list[float], list[float]]:
-    """Seconds per run of each, after a warm-up, in alternating blocks of 5 runs."""
-    for fn in (run_rtd, run_ort):
-        fn()
-        fn()
-    samples = ([], [])
-    started = time.perf_counter()
-    while min(map(len, samples)) < runs or time.perf_counter() - started < min_seconds:
-        for fn, out in zip((run_rtd, run_ort), samples):
-            for _ in range(5):
-                t = time.perf_counter()
-                fn()
-                out.append(time.perf_counter() - t)
-    return samples
 
 
 def noisy(samples: list[float]) -> bool:
@@ -129,18 +117,15 @@ def bench_model(name: str, zoo, thread_counts: list[int], runs: int, min_seconds
             rows.append({"model": name, "dims": label, "error": ("wrong: " + "; ".join(problems))[:160]})
             continue
         for threads in thread_counts:
-            session = reference_session(path, threads, optimized=True)
-            try:
-                with threadpoolctl.threadpool_limits(threads):
-                    rtd_t, ort_t = time_pair(lambda: model.run(feeds), lambda: session.run(None, feeds), runs, min_seconds)
-            except Exception as e:  # e.g. a plan that breaks on its second run: report, go on with the next model
-                rows.append({"model": name, "dims": label, "error": f"crashed while timing: {type(e).__name__}: {e}"[:160]})
+            sides = {side: in_fresh_process(side, path, feeds, threads, runs, min_seconds) for side in ("rtd", "ort")}
+            failed = [f"{side}: {r['error']}" for side, r in sides.items() if "error" in r]
+            if failed:  # e.g. a plan that breaks on a later run: report, go on with the next model
+                rows.append({"model": name, "dims": label, "error": ("crashed while timing: " + "; ".join(failed))[:160]})
                 break
+            rtd_t, ort_t = sides["rtd"].pop("samples"), sides["ort"].pop("samples")
             rtd_s, ort_s = statistics.median(rtd_t), statistics.median(ort_t)
             rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3, "ort_ms": ort_s * 1e3,
-                         "ratio": rtd_s / ort_s, "noisy": "*" * (noisy(rtd_t) + noisy(ort_t))})
-        if "error" not in rows[-1]:
-            rows[-1]["cold"] = {side: cold_start(side, path, feeds, max(thread_counts)) for side in ("rtd", "ort")}
+                         "ratio": rtd_s / ort_s, "noisy": "*" * (noisy(rtd_t) + noisy(ort_t)), "cold": sides})
     return rows
 
 
@@ -165,7 +150,7 @@ def report(rows: list[dict], thread_counts: list[int]) -> str:
     lines += ["", "| model | dims | rtd compile s | ORT session s | rtd 1st run s | ORT 1st run s "
               "| rtd peak RSS MiB | ORT peak RSS MiB | RSS after imports MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if "cold" not in r:
+        if "cold" not in r or r["threads"] != max(thread_counts):
             continue
         a, b = r["cold"]["rtd"], r["cold"]["ort"]
         if "error" in a or "error" in b:
@@ -184,11 +169,12 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per side (default 30)")
     parser.add_argument("--min-seconds", type=float, default=2.0, help="and at least this long per side")
-    parser.add_argument("--probe", nargs=4, metavar=("SIDE", "MODEL", "FEEDS", "THREADS"), help=argparse.SUPPRESS)
+    parser.add_argument("--probe", nargs=6, metavar=("SIDE", "MODEL", "FEEDS", "THREADS", "RUNS", "SECONDS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
-        side, path, feeds_file, threads = args.probe
-        print(json.dumps(probe(side, path, feeds_file, int(threads))))
+        side, path, feeds_file, threads, runs, min_seconds = args.probe
+        print(json.dumps(probe(side, path, feeds_file, int(threads), int(runs), float(min_seconds))))
         return 0
 
     from tests.zoo.models import ZOO  # here, not at the top: it imports torch, which the probes must not carry
