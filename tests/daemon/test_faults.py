@@ -18,7 +18,8 @@ from tests.daemon.conftest import Daemon, memory_bomb, mlp, slow_model
 
 def test_worker_sigkill_mid_request_fails_only_that_tenant(fresh_daemon):
     d = fresh_daemon()
-    d.client("acme").load("slow", d.package("acme", slow_model(), "slow"))
+    layers = 240  # seconds of work for the batch below, so the kill lands mid-request however fast the executor
+    d.client("acme").load("slow", d.package("acme", slow_model(layers), "slow"))
     d.client("beta").load("mlp", d.package("beta", mlp(1), "mlp"))
     pid = d.worker("acme")["pid"]
     big = np.ones((6000, 384), np.float32)
@@ -34,7 +35,7 @@ def test_worker_sigkill_mid_request_fails_only_that_tenant(fresh_daemon):
     assert d.client("beta").infer("mlp", {"X": x})["Y"].shape == (1, 3)  # the other tenant never noticed
     d.wait_ready("acme", "slow")
     got = d.client("acme").infer("slow", {"X": np.ones((2, 384), np.float32)})["Y"]
-    np.testing.assert_allclose(got, np.full((2, 384), 0.999 ** 12, np.float32), rtol=1e-4)
+    np.testing.assert_allclose(got, np.full((2, 384), 0.999 ** layers, np.float32), rtol=1e-4)
     status = d.worker("acme")
     assert status["restarts"] == 1 and status["pid"] != pid
     assert d.worker("beta")["restarts"] == 0
