@@ -73,7 +73,7 @@ def detect_layout() -> Layout:
 
 def favordynmods_status() -> str:
     """Whether joining a cgroup can skip the RCU grace period: the `favordynmods` mount option
-    (a host setting rtd reports and never changes; see bench/results-sandbox.md)."""
+    (a host setting rtd reports and never changes; see bench/RESULTS.md, sandbox start-up)."""
     with open("/proc/self/mounts") as f:
         on = sorted(mnt for _, mnt, fstype, opts, *_ in (line.split() for line in f)
                     if fstype in ("cgroup", "cgroup2") and "favordynmods" in opts.split(","))
