@@ -1,19 +1,15 @@
-"""Selu: gamma * x where x > 0, gamma * alpha * (exp(x) - 1) elsewhere."""
-from .base import Elementwise
+"""Selu: gamma * x where x > 0, gamma * alpha * (exp(x) - 1) elsewhere — gamma times Elu."""
+from .op_elu import Elu_6
 
 
-class Selu_6(Elementwise):
+class Selu_6(Elu_6):
     attributes = {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}
 
     @property
     def cuda(self):
-        return f"{self.gamma!r} * (in0 > 0 ? in0 : {self.alpha!r} * expm1(in0))"
+        return f"{self.gamma!r} * ({super().cuda})"
 
     def compute(self, x, out=None):
-        positive = self.xp.maximum(x, 0)  # taken first: `out` may alias `x`
-        result = self.xp.minimum(x, 0, out=out)
-        self.xp.expm1(result, out=result)
-        result *= self.alpha
-        result += positive
+        result = super().compute(x, out=out)
         result *= self.gamma
         return result
