@@ -41,18 +41,19 @@ class Registry:
     def _flush(self) -> None:
         write_atomic(self.path, json.dumps({"format": FORMAT, "tenants": self.entries}, indent=1, sort_keys=True).encode())
 
-    def _store_blob(self, data) -> str:
-        digest = hashlib.sha256(data).hexdigest()
+    def _store_blob(self, data, digest: str) -> str:
         path = os.path.join(self.blobs, digest)
         if not os.path.exists(path):
-            write_atomic(path, bytes(data))
+            write_atomic(path, data)
         return digest
 
     def record(self, tenant: str, pkg) -> None:
         """Remember a fully loaded VerifiedPackage (replacing an older version of it)."""
-        files = {rel: self._store_blob(f.data) for rel, f in pkg.files.items()}
+        # the loader hashed each file's bytes once as it sealed them: those digests name the blobs
+        files = {rel: self._store_blob(f.data, f.sha256) for rel, f in pkg.files.items()}
         if pkg.config_text is not None and "config.pbtxt" not in files:
-            files["config.pbtxt"] = self._store_blob(pkg.config_text.encode())
+            config = pkg.config_text.encode()
+            files["config.pbtxt"] = self._store_blob(config, hashlib.sha256(config).hexdigest())
         entry = {"version": pkg.version, "version_dir": pkg.version_dir, "counter": pkg.counter,
                  "manifest_sha256": pkg.manifest_sha256, "key_fingerprint": pkg.key_fingerprint, "files": files}
         with self.lock:

@@ -8,7 +8,8 @@ import os
 import tempfile
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+def write_atomic(path: str, data, mode: int = 0o600) -> None:
+    """`data`: any bytes-like object (a memoryview over sealed bytes is written without a copy)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:

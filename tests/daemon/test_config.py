@@ -11,6 +11,7 @@ from rtd.daemon.config import ConfigError
 from rtd.daemon.registry import Registry
 from rtd.daemon.tenants import Tenants
 from rtd.errors import Code, RtdError
+from rtd.loader.sealed import seal_bytes
 
 TOKEN = "t" * 43
 GOOD = f"""
@@ -92,17 +93,16 @@ def test_tokens_match_only_their_tenant_and_admin_is_separate(tmp_path):
         tenants.authenticate_admin([("authorization", f"Bearer {TOKEN}")])
 
 
-class FakeFile:
-    def __init__(self, data: bytes):
-        self.data = memoryview(data)
+def sealed(data: bytes):
+    return seal_bytes("test", data, len(data), Code.E_ARCHIVE_LIMIT)
 
 
 class Pkg:
-    """The fields of a VerifiedPackage the registry records (the registry only stores bytes)."""
+    """The fields of a VerifiedPackage the registry records: real sealed files, fixed identity fields."""
     def __init__(self, name, counter, model):
         self.name, self.version, self.version_dir, self.counter = name, f"1.0.{counter}", str(counter), counter
         self.manifest_sha256, self.key_fingerprint, self.config_text = "ab" * 32, "cd" * 32, None
-        self.files = {f"{counter}/model.onnx": FakeFile(model), f"{counter}/metadata.json": FakeFile(b"{}")}
+        self.files = {f"{counter}/model.onnx": sealed(model), f"{counter}/metadata.json": sealed(b"{}")}
 
 
 def test_registry_persists_dedups_and_collects_blobs(tmp_path):
@@ -118,7 +118,7 @@ def test_registry_persists_dedups_and_collects_blobs(tmp_path):
     assert [(t, n, sorted(f)) for t, n, f in Registry(str(tmp_path)).packages()] == [
         ("acme", "m", ["2/metadata.json", "2/model.onnx"])]
     assert len(os.listdir(tmp_path / "blobs")) == 2
-    assert not [p for p in os.listdir(tmp_path) if ".tmp." in p]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]   # no temporary file outlives a write
 
 
 def test_registry_refuses_a_foreign_file(tmp_path):
