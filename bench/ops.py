@@ -124,7 +124,7 @@ def main():
                 for _ in range(3):  # warm-up: caches, scratch buffers, BLAS threads
                     rtd.run({"x": x})
                     sess.run(None, {"x": x})
-                t_rtd, t_ort = _median_pair(lambda: rtd.run({"x": x}), lambda: sess.run(None, {"x": x}), args.runs,
+                t_rtd, t_ort = _median_pair(lambda rtd=rtd, x=x: rtd.run({"x": x}), lambda sess=sess, x=x: sess.run(None, {"x": x}), args.runs,
                                               clock)
                 ratios.append(t_rtd / t_ort)
                 print(f"{label:44s} {t_rtd:9.3f} {t_ort:9.3f} {t_rtd / t_ort:8.2f}", flush=True)

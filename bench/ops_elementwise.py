@@ -107,7 +107,7 @@ def main():
         got = ours.run(feeds)
         for want, have in zip(expected, got.values()):
             np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5, err_msg=name)
-        fns = [lambda: ours.run(feeds), lambda: session.run(None, feeds), alone]
+        fns = [lambda ours=ours, feeds=feeds: ours.run(feeds), lambda session=session, feeds=feeds: session.run(None, feeds), alone]
         t_rtd, t_ort, t_kernel = _best_of_alternating(fns, args.min_time)
         ratios.append(t_rtd / t_ort)
         kernel_ratios.append(t_kernel / t_ort)

@@ -87,8 +87,8 @@ def bench(threads: int, runs: int):
                 np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-5)
             rtd_t, ort_t = [], []
             for _ in range(math.ceil(runs / 5)):  # alternate blocks so machine drift hits both sides
-                rtd_t += _times(lambda: ours.run(feeds), 5)
-                ort_t += _times(lambda: session.run(None, feeds), 5)
+                rtd_t += _times(lambda ours=ours, feeds=feeds: ours.run(feeds), 5)
+                ort_t += _times(lambda session=session, feeds=feeds: session.run(None, feeds), 5)
         r, o = statistics.median(rtd_t) * 1e3, statistics.median(ort_t) * 1e3
         ratios.append(r / o)
         print(f"| {label} | {r:.3f} | {o:.3f} | {r / o:.2f} |", flush=True)

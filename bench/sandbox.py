@@ -33,7 +33,7 @@ import numpy  # noqa: F401  (the bare-fork side forks a process that has NumPy, 
 
 from rtd.sandbox import TenantIdentity, load_policy
 from rtd.sandbox.cgroup import WorkerCgroup, detect_layout
-from rtd.sandbox.confined import recv_json, send_json
+from rtd import wire
 from rtd.sandbox.zygote import Zygote
 
 
@@ -44,7 +44,7 @@ def time_zygote(zygote, policy, identity) -> tuple[float, dict]:
     start = time.perf_counter()
     handle = zygote.spawn("rtd.sandbox.echo:serve", policy=policy, identity=identity, sock=theirs)
     theirs.close()
-    reply = recv_json(ours)
+    reply = wire.Reader(ours).recv().head
     elapsed = time.perf_counter() - start
     assert reply == {"hello": []}, reply
     ours.close()
@@ -55,7 +55,8 @@ def time_zygote(zygote, policy, identity) -> tuple[float, dict]:
 def time_migrations(policy, identity, gap_s: float) -> dict[str, float]:
     """ms of each cgroup.procs write of a forked process joining a fresh leaf in every hierarchy,
     after 100 ms of quiet and `gap_s` before each write."""
-    cg = WorkerCgroup.create(detect_layout(), policy.cgroup_parent, identity.name, f"mig{os.getpid()}", policy.limits)
+    cg = WorkerCgroup.create(detect_layout(), policy.cgroup_parent, f"bench{os.getpid()}", identity.name,
+                             f"mig{os.getpid()}", policy.limits)
     read_fd, write_fd = os.pipe()
     time.sleep(0.1)
     pid = os.fork()
@@ -82,11 +83,11 @@ def time_bare_fork() -> float:
     pid = os.fork()
     if pid == 0:
         try:
-            send_json(theirs, {"hello": []})
+            wire.send(theirs, wire.Kind.OK, 0, {"hello": []})
         finally:
             os._exit(0)
     theirs.close()
-    reply = recv_json(ours)
+    reply = wire.Reader(ours).recv().head
     elapsed = time.perf_counter() - start
     assert reply == {"hello": []}
     ours.close()

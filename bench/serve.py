@@ -1,18 +1,26 @@
-"""Serving overhead, side by side in one run (needs root: real confined workers).
+"""Serving overhead, side by side in one run (run as root: rtd serve confines its workers):
 
-1. Per-request latency of one small MLP: in-process `compile_model(...).run`, a plain Python
-   gRPC echo server (same message sizes, its own process, same machine), and rtd over gRPC
-   on its Unix socket. Overhead over the echo = rtd p50 − echo p50 − in-process p50.
-2. rtd throughput with 1, 4 and 16 concurrent clients (threads, one channel each).
-3. A 64 MB tensor round trip supervisor ↔ confined worker (memfd frames) vs memcpy.
+1. Latency of one small ModelInfer request: rtd serve (gRPC over a Unix socket, a confined
+   worker) against a plain Python gRPC server that echoes the request (grpcio, the same
+   Unix socket kind) and the in-process executor. Overhead = rtd p50 − echo p50 − in-process p50.
+2. Throughput with 1, 4 and 16 concurrent clients (threads, one channel each), rtd vs echo.
+3. A 64 MB tensor supervisor → confined worker → supervisor over the worker wire (sealed
+   memfd arenas, no gRPC) against memcpy of the same bytes.
+4. Fairness: one tenant's p50 alone and while another tenant floods the daemon with 10× its
+   concurrency from another process.
+5. Supervisor RSS while a client that never opens its flow-control window asks for 40
+   responses of 4 MiB each, against the tenant's response budget.
 
     sudo .venv/bin/python bench/serve.py [--requests 2000] [--seconds 5]
 """
 import argparse
+import asyncio
 import concurrent.futures
+import multiprocessing
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,17 +31,19 @@ import grpc
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from rtd.daemon import frames
+from rtd import wire
+from rtd.daemon.channel import WorkerChannel
 from rtd.daemon.client import Client
-from rtd.daemon.config import Limits, TenantConfig, token_hash
-from rtd.daemon.metrics import Metrics
-from rtd.daemon.pool import TenantWorker
+from rtd.daemon.config import token_hash
+from rtd.daemon.instances import WORKER_ENTRY
 from rtd.kernels import compile_model
 from rtd.loader import keys, pack
 from rtd.proto import grpc_service_pb2 as pb
-from rtd.sandbox import Zygote
+from rtd.sandbox import TenantIdentity, Zygote, load_policy
 
 ECHO_SERVICE = "inference.GRPCInferenceService"
+RESPONSE_BUDGET = 64 << 20
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def mlp(width: int = 64) -> bytes:
@@ -45,6 +55,17 @@ def mlp(width: int = 64) -> bytes:
          helper.make_node("Relu", ["Z"], ["Y"])], "mlp",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", width])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", width])], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def expand() -> bytes:
+    """Y = Expand(V, S): a request of a few bytes answered with as much as S asks."""
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["V", "S"], ["Y"])], "expand",
+        [helper.make_tensor_value_info("V", TensorProto.FLOAT, [1]), helper.make_tensor_value_info("S", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["A", "B"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
@@ -100,45 +121,129 @@ def throughput(client_factory, call, clients: int, seconds: float) -> float:
     return sum(counts) / seconds
 
 
-def start_daemon(root: str, model: bytes) -> tuple[subprocess.Popen, str, str]:
-    key_dir, trust = os.path.join(root, "keys"), os.path.join(root, "trust")
-    os.makedirs(trust)
-    private, public = keys.write_keypair(key_dir)
-    os.link(public, os.path.join(trust, "signing.pub.pem"))
-    token = secrets.token_urlsafe(32)
-    config = os.path.join(root, "rtd.toml")
-    with open(config, "w") as f:
-        f.write(f'state_dir = "state"\n[metrics]\nport = 0\n[limits]\nmax_queue = 64\nmax_concurrency = 16\n'
-                f'[[tenant]]\nid = "bench"\ntoken_sha256 = ["{token_hash(token)}"]\ntrusted_keys = "{trust}"\n')
-    log = open(os.path.join(root, "rtd.log"), "w+")
-    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "rtd"), "serve", "--config", config],
-                            stderr=log, stdout=subprocess.DEVNULL)
-    sock = os.path.join(root, "state", "rtd.sock")
-    for _ in range(600):
-        log.seek(0)
-        if "serving on" in log.read():
-            break
-        time.sleep(0.1)
-    client = Client(f"unix:{sock}", token)
-    client.load("mlp", pack.package_files(model, name="mlp", version="1.0.0", private_key=keys.load_private(private)))
-    return proc, f"unix:{sock}", token
+class Daemon:
+    """rtd serve with two tenants, `calm` and `flood`, each with its own key and token."""
+
+    def __init__(self, root: str):
+        self.root, self.tokens, self.keys = root, {}, {}
+        tables = []
+        for i, tenant in enumerate(("calm", "flood")):
+            key_dir, trust = os.path.join(root, "keys", tenant), os.path.join(root, "trust", tenant)
+            os.makedirs(trust)
+            private, public = keys.write_keypair(key_dir)
+            os.link(public, os.path.join(trust, "signing.pub.pem"))
+            self.keys[tenant], self.tokens[tenant] = keys.load_private(private), secrets.token_urlsafe(32)
+            tables.append(f'[[tenant]]\nid = "{tenant}"\ntoken_sha256 = ["{token_hash(self.tokens[tenant])}"]\n'
+                          f'trusted_keys = "{trust}"\nuid = {61500 + i}\ngid = {61500 + i}\n')
+        config = os.path.join(root, "rtd.toml")
+        with open(config, "w") as f:
+            f.write(f'state_dir = "state"\n[metrics]\nport = 0\n[limits]\nmax_queue = 64\nmax_concurrency = 4\n'
+                    f'tenant_response_bytes = {RESPONSE_BUDGET}\n' + "".join(tables))
+        self.log = open(os.path.join(root, "rtd.log"), "w+")
+        self.proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "rtd"), "serve", "--config", config],
+                                     stderr=self.log, stdout=subprocess.DEVNULL)
+        self.socket = os.path.join(root, "state", "rtd.sock")
+        for _ in range(600):
+            self.log.seek(0)
+            if "serving on" in self.log.read():
+                break
+            time.sleep(0.1)
+        self.url = f"unix:{self.socket}"
+
+    def client(self, tenant: str) -> Client:
+        return Client(self.url, self.tokens[tenant])
+
+    def load(self, tenant: str, name: str, model: bytes) -> None:
+        self.client(tenant).load(name, pack.package_files(model, name=name, version="1.0.0",
+                                                          private_key=self.keys[tenant]))
+
+    def rss(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmRSS:"))
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
 
 
 def memfd_round_trip(zygote: Zygote, megabytes: int = 64, repeats: int = 5) -> dict:
-    tenant = TenantConfig(id="benchrt", token_sha256=(), trusted_keys="/nonexistent", uid=61990, gid=61990,
-                          policy={"limits": {"memory_bytes": 1 << 30}})
-    worker = TenantWorker(tenant, zygote, Limits(), Metrics())
+    """ECHO of one tensor through a confined worker over the worker wire (no gRPC)."""
     big = np.random.default_rng(1).integers(0, 255, megabytes << 20, dtype=np.uint8)
-    back = worker.echo({"t": big}, timeout=60)["t"]
-    assert np.array_equal(back, big), "echo corrupted the tensor"
-    trip = min(time_calls(lambda: worker.echo({"t": big}, timeout=60)["t"][::4096].sum(), repeats))
-    worker.kill()
+
+    async def main():
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        handle = zygote.spawn(WORKER_ENTRY, policy=load_policy({"limits": {"memory_bytes": 1 << 30}}),
+                              identity=TenantIdentity("benchrt", 61990, 61990), sock=theirs)
+        theirs.close()
+        channel = WorkerChannel(ours, lambda error: None)
+        back = (await channel.request(wire.Kind.ECHO, {}, {"t": big})).tensors["t"]
+        assert np.array_equal(back, big), "echo corrupted the tensor"
+        del back
+        trips = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            reply = await channel.request(wire.Kind.ECHO, {}, {"t": big})
+            reply.tensors["t"][::4096].sum()
+            trips.append(time.perf_counter() - start)
+            del reply
+        channel.close()
+        handle.kill()
+        return min(trips[1:])
+    trip = asyncio.run(main())
     dst = np.empty_like(big)
     copy = min(time_calls(lambda: np.copyto(dst, big), repeats))
     nbytes = big.nbytes
-    return {"round_trip_ms": trip * 1e3, "memcpy_ms": copy * 1e3,
-            "transfer_GBps": 2 * nbytes / trip / 1e9, "memcpy_GBps": nbytes / copy / 1e9,
-            "ratio": (2 * nbytes / trip) / (nbytes / copy)}
+    return {"round_trip_ms": trip * 1e3, "memcpy_ms": copy * 1e3, "transfer_GBps": 2 * nbytes / trip / 1e9,
+            "memcpy_GBps": nbytes / copy / 1e9, "ratio": (2 * nbytes / trip) / (nbytes / copy)}
+
+
+def _flood(url: str, token: str, clients: int, seconds: float, started) -> None:
+    """Another process: `clients` threads sending requests back to back."""
+    x = np.random.default_rng(3).standard_normal((1, 64)).astype(np.float32)
+    stop = time.monotonic() + seconds
+
+    def run():
+        client = Client(url, token)
+        while time.monotonic() < stop:
+            try:
+                client.infer("mlp", {"X": x}, timeout=30)
+            except Exception:
+                pass   # refusals past its budget are the point
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    started.set()
+    for t in threads:
+        t.join()
+
+
+def fairness(daemon: Daemon, x: np.ndarray, requests: int, seconds: float) -> tuple[float, float]:
+    calm = daemon.client("calm")
+    idle = percentiles(time_calls(lambda: calm.infer("mlp", {"X": x}), requests))[0]
+    started = multiprocessing.get_context("spawn").Event()
+    flood = multiprocessing.get_context("spawn").Process(target=_flood, args=(daemon.url, daemon.tokens["flood"], 40,
+                                                                              seconds + 30, started))
+    flood.start()
+    started.wait(60)
+    time.sleep(1.0)
+    flooded = percentiles(time_calls(lambda: calm.infer("mlp", {"X": x}), requests))[0]
+    flood.terminate()
+    flood.join()
+    return idle, flooded
+
+
+def never_reading(daemon: Daemon) -> tuple[int, int]:
+    from tests.daemon.rawh2 import RawClient
+    from tests.daemon.test_budgets import bomb_request
+    daemon.load("flood", "bomb", expand())
+    before = daemon.rss()
+    attacker = RawClient(daemon.socket, daemon.tokens["flood"], window=0)
+    for _ in range(40):
+        attacker.call("ModelInfer", bomb_request(1024, 1024))
+    time.sleep(3.0)
+    during = daemon.rss()
+    attacker.close()
+    return before, during
 
 
 def main() -> int:
@@ -151,7 +256,6 @@ def main() -> int:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         echo_server(args.echo_server)
         return 0
-    frames.keep_large_buffers_warm()  # as rtd serve does
     zygote = Zygote.start(preload=("rtd.daemon.worker",))  # before any thread
     model = mlp()
     x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
@@ -159,11 +263,13 @@ def main() -> int:
     echo_path = os.path.join(root, "echo.sock")
     echo = subprocess.Popen([sys.executable, __file__, "--echo-server", echo_path], stdout=subprocess.PIPE, text=True)
     echo.stdout.readline()
-    daemon, url, token = start_daemon(root, model)
+    daemon = Daemon(root)
     try:
+        daemon.load("calm", "mlp", model)
+        daemon.load("flood", "mlp", model)
         compiled = compile_model(model)
         want = compiled.run({"X": x})["Y"]
-        rtd_client = Client(url, token)
+        rtd_client = daemon.client("calm")
         np.testing.assert_allclose(rtd_client.infer("mlp", {"X": x})["Y"], want, rtol=1e-5, atol=1e-6)
         echo_client = Client(f"unix:{echo_path}", None)
         rows = {
@@ -180,16 +286,22 @@ def main() -> int:
               f"rtd/echo p50 ratio {rtd_p / echo_p:.2f}")
         print(f"throughput, {args.seconds:.0f} s each")
         for clients in (1, 4, 16):
-            r = throughput(lambda: Client(url, token), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
+            r = throughput(lambda: daemon.client("calm"), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
             e = throughput(lambda: Client(f"unix:{echo_path}", None), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
-            print(f"  {clients:2d} clients: rtd {r:8.0f} req/s   echo {e:8.0f} req/s   ratio {r / e:.2f}")
+            print(f"  {clients:2d} clients: rtd {r:8.0f} req/s   echo {e:8.0f} req/s   ratio {r / e:.2f} (goal ≥ 0.8 at 16)")
         rt = memfd_round_trip(zygote)
         print(f"64 MB tensor supervisor→worker→supervisor: {rt['round_trip_ms']:.1f} ms "
               f"({rt['transfer_GBps']:.2f} GB/s moved) vs memcpy {rt['memcpy_ms']:.1f} ms ({rt['memcpy_GBps']:.2f} GB/s): "
               f"{rt['ratio']:.2f}× memcpy bandwidth (goal ≥ 0.8×)")
+        idle, flooded = fairness(daemon, x, min(args.requests, 1000), args.seconds)
+        print(f"fairness: calm tenant p50 alone {idle:.1f} µs, while the other floods with 40 clients "
+              f"(10× its max_concurrency) {flooded:.1f} µs: {flooded / idle:.2f}× (goal ≤ 2×)")
+        before, during = never_reading(daemon)
+        print(f"never-reading client (40 × 4 MiB responses, window 0): supervisor RSS {before / 2**20:.0f} MiB → "
+              f"{during / 2**20:.0f} MiB (+{(during - before) / 2**20:.1f} MiB; tenant response budget "
+              f"{RESPONSE_BUDGET / 2**20:.0f} MiB)")
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(30)
+        daemon.stop()
         echo.send_signal(signal.SIGTERM)
         echo.wait(10)
         zygote.close()

@@ -136,7 +136,7 @@ def _copier_ahead(src: int, fd: int, size: int, digest) -> None:
         hashed = 0
         while hashed < size:
             with wake:
-                wake.wait_for(lambda: copied[0] > hashed)
+                wake.wait_for(lambda hashed=hashed: copied[0] > hashed)
                 upto = copied[0]
             for start in range(hashed, upto, 1 << 20):
                 digest.update(view[start:min(start + (1 << 20), upto)])

@@ -35,6 +35,8 @@ def _as_rtd_error(e: grpc.RpcError) -> RtdError:
     details = e.details() or ""
     name = details.split(":", 1)[0]
     code = Code.__members__.get(name)
+    if code is None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:   # the client's own deadline
+        return RtdError(Code.E_DEADLINE, details)
     if code is None:
         return RtdError(Code.E_INTERNAL, f"{e.code().name}: {details}")
     detail = details[details.find("(") + 1: -1] if details.endswith(")") and "(" in details else ""

@@ -34,15 +34,37 @@ class TenantConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    max_message_bytes: int = 256 << 20
-    max_queue: int = 32            # per tenant: requests waiting or running
-    max_concurrency: int = 4       # per tenant: requests in the worker pipeline at once
-    max_models: int = 16           # per tenant: loaded models (each one's verified bytes are kept)
-    request_timeout_s: float = 60.0
+    """Every bound the supervisor keeps (systemd/rtd.toml documents each one)."""
+    max_message_bytes: int = 256 << 20     # one gRPC message, either way
+    max_queue: int = 32                    # per tenant: inference and load requests waiting, running or being delivered
+    max_concurrency: int = 4               # per tenant: requests in its workers at once
+    max_models: int = 16                   # per tenant: loaded models
+    max_instances: int = 8                 # per model: instance_group count
+    request_timeout_s: float = 60.0        # a worker that answers no request for this long is hung
     load_timeout_s: float = 120.0
-    crash_limit: int = 3           # worker deaths while a model loads/runs before it is marked failed
+    crash_limit: int = 3                   # crashes or hangs in a row before a model is FAILED
+    resource_error_window_s: float = 300.0  # memory-layer kills are counted over this window
     restart_backoff_s: float = 0.2
     restart_backoff_max_s: float = 10.0
+    drain_grace_s: float = 10.0            # SIGTERM: how long requests in flight may finish
+    # what one tenant may make the supervisor hold
+    tenant_request_bytes: int = 256 << 20
+    tenant_response_bytes: int = 256 << 20
+    tenant_streams: int = 64
+    tenant_connections: int = 32
+    tenant_package_bytes: int = 2 << 30
+    tenant_disk_bytes: int = 4 << 30
+    # what all tenants together may make it hold
+    total_request_bytes: int = 1 << 30
+    total_response_bytes: int = 1 << 30
+    total_package_bytes: int = 8 << 30
+    # connections (capped below the fd limit at start)
+    max_connections: int = 1024
+    max_connections_per_peer: int = 128
+    max_streams_per_connection: int = 100
+    connection_auth_timeout_s: float = 5.0
+    connection_idle_s: float = 300.0
+    send_timeout_s: float = 30.0
 
 
 @dataclasses.dataclass(frozen=True)

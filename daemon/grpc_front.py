@@ -1,119 +1,145 @@
-"""The gRPC front: KServe v2 `inference.GRPCInferenceService` for tenants, grpc.health.v1,
-and `rtd.Admin/Status` for operators. Each handler only authenticates, translates the
-message onto the Supervisor API and back, and maps refusals through the ONE table
-(`Code.status`); anything unexpected is INTERNAL "Internal server error" with no details.
-RPCs not registered here (shared memory, trace/log settings, statistics, streaming) are
-answered UNIMPLEMENTED by gRPC itself.
+"""The gRPC front: KServe v2 `inference.GRPCInferenceService` for tenants, grpc.health.v1
+and `rtd.Admin/Status` for operators, served by rtd's own HTTP/2 transport (http2.py).
+Each handler only translates the message onto the Supervisor API and back; refusals are
+mapped through the ONE table (`Code.status`) in `describe`; anything unexpected is INTERNAL
+"Internal server error" with no details. RPCs not listed here (shared memory, trace/log
+settings, statistics, streaming) are answered UNIMPLEMENTED by the transport.
 """
 import json
-import sys
-import traceback
+import time
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from rtd import __version__
-from rtd.daemon.tenants import Tenants
-from rtd.daemon.tensors import decode_request, encode_response
+from rtd.daemon import http2
+from rtd.daemon.budgets import OPERATOR
+from rtd.daemon.tensors import decode_request, response_parts
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
 
 SERVICE = "inference.GRPCInferenceService"
 ADMIN_SERVICE = "rtd.Admin"
+HEALTH_SERVICE = "grpc.health.v1.Health"
 SERVER_NAME = "rtd"
 EXTENSIONS = ["model_repository", "model_configuration", "binary_tensor_data"]
 FILE_PREFIX = "file:"
 
 
-def _refuse(context, e: RtdError):
-    if e.code == Code.E_INTERNAL:  # details of an internal failure stay in the daemon's log
-        print(f"rtd: {e}", file=sys.stderr)
-        context.abort(grpc.StatusCode.INTERNAL, f"{Code.E_INTERNAL.name}: Internal server error")
-    context.abort(getattr(grpc.StatusCode, e.code.status), str(e))
+def describe(error: RtdError) -> str:
+    """The status message of a refusal; an internal failure's details stay in the log."""
+    if error.code == Code.E_INTERNAL:
+        return f"{Code.E_INTERNAL.name}: Internal server error"
+    return str(error)
 
 
-def _guarded(method, needs_tenant=True):
-    """Authenticate, call, and map every refusal to its status; hide anything unexpected."""
-    def handler(self, request, context):
-        try:
-            if needs_tenant:
-                tenant = self.tenants.authenticate(context.invocation_metadata())
-                return method(self, tenant, request, context)
-            return method(self, request, context)
-        except RtdError as e:
-            _refuse(context, e)
-        except Exception:
-            traceback.print_exc(file=sys.stderr)
-            context.abort(grpc.StatusCode.INTERNAL, "Internal server error")
-    handler.__name__ = method.__name__
-    return handler
+def _reply(message) -> http2.Reply:
+    return http2.Reply([message.SerializeToString()])
 
 
-def _public(method):
-    """Liveness, readiness and server metadata: answered without credentials, like Triton."""
-    return _guarded(method, needs_tenant=False)
+class Front:
+    """Translates KServe v2 (and the admin and health services) onto the Supervisor."""
 
-
-class InferenceService:
-    """Translates KServe v2 messages onto the Supervisor."""
-
-    def __init__(self, supervisor, max_message_bytes: int):
+    def __init__(self, supervisor):
         self.supervisor = supervisor
-        self.tenants = Tenants(supervisor.config)
-        self.max_bytes = max_message_bytes
+        self.max_bytes = supervisor.config.limits.max_message_bytes
+        public, control, work = dict(public=True), dict(control=True), {}
+        routes = {
+            (SERVICE, "ServerLive"): (self.server_live, public), (SERVICE, "ServerReady"): (self.server_ready, public),
+            (SERVICE, "ServerMetadata"): (self.server_metadata, public),
+            (HEALTH_SERVICE, "Check"): (self.health_check, public),
+            (SERVICE, "ModelReady"): (self.model_ready, control), (SERVICE, "ModelMetadata"): (self.model_metadata, control),
+            (SERVICE, "ModelConfig"): (self.model_config, control),
+            (SERVICE, "RepositoryIndex"): (self.repository_index, control),
+            (SERVICE, "RepositoryModelUnload"): (self.repository_unload, control),
+            (ADMIN_SERVICE, "Status"): (self.admin_status, control),
+            (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, work),
+        }
+        self.methods = {f"/{service}/{rpc}": http2.Method(handler, **kind) for (service, rpc), (handler, kind) in routes.items()}
 
-    @_public
-    def ServerLive(self, request, context):
-        return pb.ServerLiveResponse(live=True)
+    def authenticate(self, metadata, method: http2.Method) -> str:
+        """Who pays for a call: the operator for admin calls, else the caller's tenant."""
+        if method.handler == self.admin_status:
+            self.supervisor.tenants.authenticate_admin(metadata)
+            return OPERATOR
+        return self.supervisor.tenants.authenticate(metadata).id
 
-    @_public
-    def ServerReady(self, request, context):
-        return pb.ServerReadyResponse(ready=self.supervisor.ready())
+    def _tenant(self, call: http2.Call):
+        return self.supervisor.tenants.by_id[call.who]
 
-    @_public
-    def ServerMetadata(self, request, context):
-        return pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__, extensions=EXTENSIONS)
+    # -- public ----------------------------------------------------------------------------------
+    async def server_live(self, call):
+        return _reply(pb.ServerLiveResponse(live=True))
 
-    @_guarded
-    def ModelReady(self, tenant, request, context):
-        return pb.ModelReadyResponse(ready=self.supervisor.model_ready(tenant, request.name, request.version))
+    async def server_ready(self, call):
+        return _reply(pb.ServerReadyResponse(ready=self.supervisor.ready()))
 
-    @_guarded
-    def ModelMetadata(self, tenant, request, context):
-        meta = self.supervisor.metadata(tenant, request.name, request.version)
+    async def server_metadata(self, call):
+        return _reply(pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__, extensions=EXTENSIONS))
+
+    async def health_check(self, call):
+        status = health_pb2.HealthCheckResponse.SERVING if self.supervisor.ready() else health_pb2.HealthCheckResponse.NOT_SERVING
+        return _reply(health_pb2.HealthCheckResponse(status=status))
+
+    # -- control ---------------------------------------------------------------------------------
+    async def model_ready(self, call):
+        request = pb.ModelReadyRequest.FromString(call.message)
+        return _reply(pb.ModelReadyResponse(ready=self.supervisor.model_ready(self._tenant(call), request.name, request.version)))
+
+    async def model_metadata(self, call):
+        request = pb.ModelMetadataRequest.FromString(call.message)
+        meta = self.supervisor.metadata(self._tenant(call), request.name, request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
-        return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"],
-                                        inputs=[tensor(**t) for t in meta["inputs"]],
-                                        outputs=[tensor(**t) for t in meta["outputs"]])
+        return _reply(pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"],
+                                               inputs=[tensor(**t) for t in meta["inputs"]],
+                                               outputs=[tensor(**t) for t in meta["outputs"]]))
 
-    @_guarded
-    def ModelConfig(self, tenant, request, context):
-        return pb.ModelConfigResponse(config=self.supervisor.model_config(tenant, request.name, request.version))
+    async def model_config(self, call):
+        request = pb.ModelConfigRequest.FromString(call.message)
+        return _reply(pb.ModelConfigResponse(config=self.supervisor.model_config(self._tenant(call), request.name,
+                                                                                 request.version)))
 
-    @_guarded
-    def ModelInfer(self, tenant, request, context):
+    async def repository_index(self, call):
+        request = pb.RepositoryIndexRequest.FromString(call.message)
+        index = pb.RepositoryIndexResponse.ModelIndex
+        models = [m for m in self.supervisor.models(self._tenant(call)) if not request.ready or m["state"] == "READY"]
+        return _reply(pb.RepositoryIndexResponse(models=[index(name=m["name"], version=m["version"], state=m["state"],
+                                                               reason=m["reason"]) for m in models]))
+
+    async def repository_unload(self, call):
+        # unload_dependents is accepted and ignored: rtd models have no dependents
+        request = pb.RepositoryModelUnloadRequest.FromString(call.message)
+        await self.supervisor.unload(self._tenant(call), request.model_name)
+        return _reply(pb.RepositoryModelUnloadResponse())
+
+    async def admin_status(self, call):
+        return http2.Reply([json.dumps(self.supervisor.status(), default=str).encode()])
+
+    # -- work ------------------------------------------------------------------------------------
+    async def model_infer(self, call):
+        request = pb.ModelInferRequest.FromString(call.message)
+        call.message = b""
         inputs = decode_request(request, self.max_bytes)
         outputs = [o.name for o in request.outputs] or None
-        timeout = context.time_remaining()
+        deadline = call.deadline
         if "timeout" in request.parameters:  # tritonclient's client_timeout, microseconds
             param = request.parameters["timeout"]
             micros = param.int64_param or param.uint64_param
-            timeout = min(timeout or float("inf"), micros / 1e6) if micros > 0 else timeout
-        version, results = self.supervisor.infer(tenant, request.model_name, request.model_version, inputs,
-                                                 outputs, timeout)
-        response = pb.ModelInferResponse(model_name=request.model_name, model_version=version, id=request.id)
-        encode_response(response, results)
-        return response
+            if micros > 0:
+                until = time.monotonic() + micros / 1e6
+                deadline = min(deadline, until) if deadline else until
+        result = await self.supervisor.infer(self._tenant(call), request.model_name, request.model_version, inputs,
+                                             outputs, deadline)
+        try:
+            parts = response_parts(request.model_name, result.version, request.id, result.outputs)
+        except BaseException:
+            for charge in result.charges:
+                charge.release()
+            raise
+        return http2.Reply(parts, result.charges)
 
-    @_guarded
-    def RepositoryIndex(self, tenant, request, context):
-        index = pb.RepositoryIndexResponse.ModelIndex
-        models = [m for m in self.supervisor.models(tenant) if not request.ready or m["state"] == "READY"]
-        return pb.RepositoryIndexResponse(models=[index(name=m["name"], version=m["version"], state=m["state"],
-                                                        reason=m["reason"]) for m in models])
-
-    @_guarded
-    def RepositoryModelLoad(self, tenant, request, context):
+    async def repository_load(self, call):
+        request = pb.RepositoryModelLoadRequest.FromString(call.message)
+        call.message = b""
         files, config = {}, None
         for key, param in request.parameters.items():
             which = param.WhichOneof("parameter_choice")
@@ -123,58 +149,7 @@ class InferenceService:
                 config = param.string_param
             else:
                 raise RtdError(Code.E_REQUEST_INVALID, f"load parameter {key!r} is not offered (signed packages only)")
-        self.supervisor.load(tenant, request.model_name, files, config)
-        return pb.RepositoryModelLoadResponse()
-
-    @_guarded
-    def RepositoryModelUnload(self, tenant, request, context):
-        # unload_dependents is accepted and ignored: rtd models have no dependents
-        self.supervisor.unload(tenant, request.model_name)
-        return pb.RepositoryModelUnloadResponse()
-
-    def handlers(self) -> grpc.GenericRpcHandler:
-        messages = {
-            "ServerLive": pb.ServerLiveRequest, "ServerReady": pb.ServerReadyRequest,
-            "ServerMetadata": pb.ServerMetadataRequest, "ModelReady": pb.ModelReadyRequest,
-            "ModelMetadata": pb.ModelMetadataRequest, "ModelConfig": pb.ModelConfigRequest,
-            "ModelInfer": pb.ModelInferRequest, "RepositoryIndex": pb.RepositoryIndexRequest,
-            "RepositoryModelLoad": pb.RepositoryModelLoadRequest, "RepositoryModelUnload": pb.RepositoryModelUnloadRequest,
-        }
-        return grpc.method_handlers_generic_handler(SERVICE, {
-            rpc: grpc.unary_unary_rpc_method_handler(getattr(self, rpc), request_deserializer=req.FromString,
-                                                     response_serializer=lambda m: m.SerializeToString())
-            for rpc, req in messages.items()})
-
-
-class AdminService:
-    """Operator views (rtctl status) behind the admin token; JSON bytes on the wire."""
-
-    def __init__(self, supervisor):
-        self.supervisor = supervisor
-        self.tenants = Tenants(supervisor.config)
-
-    def Status(self, request: bytes, context) -> bytes:
-        try:
-            self.tenants.authenticate_admin(context.invocation_metadata())
-            return json.dumps(self.supervisor.status(), default=str).encode()
-        except RtdError as e:
-            _refuse(context, e)
-        except Exception:
-            traceback.print_exc(file=sys.stderr)
-            context.abort(grpc.StatusCode.INTERNAL, "Internal server error")
-
-    def handlers(self) -> grpc.GenericRpcHandler:
-        return grpc.method_handlers_generic_handler(ADMIN_SERVICE, {
-            "Status": grpc.unary_unary_rpc_method_handler(self.Status)})
-
-
-def build_server(supervisor, executor) -> tuple[grpc.Server, health.HealthServicer]:
-    """The gRPC server with every service registered and message sizes bounded explicitly."""
-    limit = supervisor.config.limits.max_message_bytes
-    server = grpc.server(executor, options=[("grpc.max_receive_message_length", limit),
-                                            ("grpc.max_send_message_length", limit)])
-    server.add_generic_rpc_handlers([InferenceService(supervisor, limit).handlers(), AdminService(supervisor).handlers()])
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-    return server, health_servicer
+        name = request.model_name
+        del request
+        await self.supervisor.load(self._tenant(call), name, files, config)
+        return _reply(pb.RepositoryModelLoadResponse())

@@ -1,7 +1,8 @@
 """Prometheus metrics: Triton's per-model names (labelled model, version, tenant) plus rtd's
-own — verification refusals by code, worker deaths by cause, sandbox kills by layer, and
-memory per tenant read from the workers' cgroups at scrape time. One private registry,
-served on a loopback port (default 8002) by prometheus-client."""
+own — verification refusals by code, budget refusals by resource, instance ends by kind,
+evictions — and, read from the supervisor's status when scraped, memory and live instances
+per tenant and model and what each budget holds. A model's series go when it is unloaded.
+One private registry, served on a loopback port (default 8002) by prometheus-client."""
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
@@ -19,50 +20,85 @@ class Metrics:
         self.queue_us = Counter("nv_inference_queue_duration_us", "Cumulative queue duration", MODEL, registry=r)
         self.compute_us = Counter("nv_inference_compute_infer_duration_us", "Cumulative compute duration", MODEL, registry=r)
         self.refusals = Counter("rtd_verification_refusals", "Package loads refused, by code", ("tenant", "code"), registry=r)
-        self.deaths = Counter("rtd_worker_restarts", "Worker deaths that led to a restart, by cause", ("tenant", "cause"), registry=r)
-        self.kills = Counter("rtd_sandbox_kills", "Workers killed by a confinement layer", ("tenant", "layer"), registry=r)
-        self.memory_source = None
-        self.children = {}
+        self.budgets = Counter("rtd_budget_refusals", "Requests refused by a budget", ("tenant", "resource"), registry=r)
+        self.ends = Counter("rtd_instance_ends", "Model instances that ended unasked: crashed, resource (memory "
+                            "layer) or hung", ("tenant", "model", "ending"), registry=r)
+        self.evictions = Counter("rtd_evictions", "Idle instances evicted to make room", ("tenant", "model"), registry=r)
+        self.status_source = None
+        self.series: dict[tuple, set] = {}   # (tenant, model) -> every (metric, labels) it has
+        self.children: dict[tuple, object] = {}
         r.register(self)
 
-    def collect(self):
-        """Memory per tenant, read when scraped (the collector protocol of prometheus-client)."""
-        family = GaugeMetricFamily("rtd_tenant_memory_bytes", "Memory charged to the tenant's worker cgroup", labels=["tenant"])
-        for tenant, used in (self.memory_source() if self.memory_source else {}).items():
-            family.add_metric([tenant], used)
-        yield family
+    def _child(self, metric, tenant: str, model: str, *labels):
+        key = (metric, labels)
+        child = self.children.get(key)
+        if child is None:   # labels() costs ~10 µs a call; each series is looked up once
+            child = self.children[key] = metric.labels(*labels)
+            self.series.setdefault((tenant, model), set()).add(key)
+        return child
+
+    # -- events -------------------------------------------------------------------------------
+    def inferred(self, tenant: str, model: str, version: str, batch: int, total_s: float, queue_s: float) -> None:
+        labels = (model, version, tenant)
+        self._child(self.success, tenant, model, *labels).inc()
+        self._child(self.count, tenant, model, *labels).inc(batch)
+        self._child(self.request_us, tenant, model, *labels).inc(total_s * 1e6)
+        self._child(self.queue_us, tenant, model, *labels).inc(queue_s * 1e6)
+        self._child(self.compute_us, tenant, model, *labels).inc((total_s - queue_s) * 1e6)
+
+    def executed(self, tenant: str, model: str, version: str, rows: int = 1) -> None:
+        self._child(self.exec_count, tenant, model, model, version, tenant).inc()
+
+    def failed(self, tenant: str, model: str, version: str, reason: str) -> None:
+        self._child(self.failure, tenant, model, model, version, tenant, reason).inc()
+
+    def refused(self, tenant: str, code: str) -> None:
+        self.refusals.labels(tenant, code).inc()
+
+    def budget_refused(self, who: str, resource: str) -> None:
+        self.budgets.labels(who, resource).inc()
+
+    def instance_ended(self, tenant: str, model: str, ending: str) -> None:
+        self._child(self.ends, tenant, model, tenant, model, ending).inc()
+
+    def evicted(self, tenant: str, model: str) -> None:
+        self._child(self.evictions, tenant, model, tenant, model).inc()
+
+    def forget(self, tenant: str, model: str) -> None:
+        """Remove every series of an unloaded model."""
+        for metric, labels in self.series.pop((tenant, model), ()):
+            self.children.pop((metric, labels), None)
+            try:
+                metric.remove(*labels)
+            except KeyError:
+                pass
+
+    # -- read when scraped (prometheus-client's collector protocol) --------------------------
+    def _families(self):
+        return (GaugeMetricFamily("rtd_tenant_memory_bytes", "Memory charged to the tenant's instances' cgroups",
+                                  labels=["tenant"]),
+                GaugeMetricFamily("rtd_model_instances", "Live instances per model", labels=["tenant", "model"]),
+                GaugeMetricFamily("rtd_budget_used", "What each budget holds", labels=["who", "resource"]))
 
     def describe(self):
-        return [GaugeMetricFamily("rtd_tenant_memory_bytes", "Memory charged to the tenant's worker cgroup", labels=["tenant"])]
+        return list(self._families())
+
+    def collect(self):
+        memory, instances, budgets = self._families()
+        status = self.status_source() if self.status_source else {"tenants": [], "budgets": {}}
+        for tenant in status["tenants"]:
+            used = 0
+            for name, model in tenant["models"].items():
+                live = [i for i in (model["serving"] or {}).get("instances", []) if i["live"]]
+                used += sum(i["memory_bytes"] or 0 for i in live)
+                instances.add_metric([tenant["tenant"], name], len(live))
+            memory.add_metric([tenant["tenant"]], used)
+            for resource, account in tenant["budgets"].items():
+                budgets.add_metric([tenant["tenant"], resource], account["used"])
+        for resource, account in status["budgets"].items():
+            budgets.add_metric(["(supervisor)", resource], account["used"])
+        yield from (memory, instances, budgets)
 
     def serve(self, address: str, port: int):
         """Start the HTTP listener; returns (server, thread)."""
         return start_http_server(port, addr=address, registry=self.registry)
-
-    # -- events -------------------------------------------------------------------------------
-    def inferred(self, model: str, version: str, tenant: str, batch: int, total_s: float, queue_s: float, compute_s: float):
-        labels = (model, version, tenant)
-        children = self.children.get(labels)
-        if children is None:  # labels() costs ~10 µs a call; look each series up once
-            children = self.children[labels] = tuple(
-                c.labels(*labels) for c in (self.success, self.count, self.request_us, self.queue_us, self.compute_us))
-        success, count, request_us, queue_us, compute_us = children
-        success.inc()
-        count.inc(batch)
-        request_us.inc(total_s * 1e6)
-        queue_us.inc(queue_s * 1e6)
-        compute_us.inc(compute_s * 1e6)
-
-    def executed(self, model: str, version: str, tenant: str):
-        self.exec_count.labels(model, version, tenant).inc()
-
-    def failed(self, model: str, version: str, tenant: str, reason: str):
-        self.failure.labels(model, version, tenant, reason).inc()
-
-    def refused(self, tenant: str, code: str):
-        self.refusals.labels(tenant, code).inc()
-
-    def worker_died(self, tenant: str, cause: str):
-        self.deaths.labels(tenant, cause).inc()
-        if cause != "crash":
-            self.kills.labels(tenant, cause).inc()

@@ -1,32 +1,34 @@
 """`rtd serve [--config FILE]`: wire the daemon together and run it until SIGTERM.
 
 Order matters: the sandbox zygote is forked FIRST, before any thread exists (forking a
-threaded process is unsafe); then the supervisor restores its models, the gRPC listeners
-come up, and only then systemd hears READY=1. WATCHDOG=1 pings follow while the daemon
-runs; SIGTERM/SIGINT stop the listeners, the workers and the zygote cleanly.
+threaded process is unsafe); then the soft fd limit is raised to the hard one, the event
+loop starts, the supervisor restores its models, the listeners come up, and only then
+systemd hears READY=1. WATCHDOG=1 pings come from the event loop itself, so a stuck loop
+stops them. SIGHUP reloads tenant tokens and trust stores (a bad config keeps the old one
+and says why); SIGTERM/SIGINT drain: no new connections or calls, requests in flight
+finish within `drain_grace_s`, then the workers and the zygote stop.
 """
 import argparse
-import concurrent.futures
+import asyncio
 import grp
+import hashlib
 import os
+import resource
 import signal
 import socket
 import sys
-import threading
-
-import grpc
-from grpc_health.v1 import health_pb2
 
 from rtd.daemon import config as configuration
-from rtd.daemon import frames
-from rtd.daemon.grpc_front import build_server
+from rtd.daemon import http2
+from rtd.daemon.events import EventLog
+from rtd.daemon.grpc_front import Front, describe
 from rtd.daemon.metrics import Metrics
 from rtd.daemon.supervisor import Supervisor
 from rtd.errors import RtdError
-from rtd.sandbox import Zygote
+from rtd.sandbox import Zygote, cleanup_instance, detect_layout, load_policy
 
 WORKER_MODULE = "rtd.daemon.worker"
-GRPC_THREADS = 32
+FD_RESERVE_FRACTION = 4   # a quarter of the fd limit stays for workers' sockets, memfds and files
 
 
 def sd_notify(message: str) -> None:
@@ -41,69 +43,114 @@ def sd_notify(message: str) -> None:
         s.sendall(message.encode())
 
 
-def _watchdog(stop: threading.Event) -> None:
+def instance_id(config: configuration.Config) -> str:
+    """Names this daemon's cgroups: two daemons (two state dirs) on one host never share them."""
+    return "i" + hashlib.sha256(os.path.realpath(config.state_dir).encode()).hexdigest()[:12]
+
+
+def raise_fd_limit() -> int:
+    """Soft fd limit up to the hard one; returns how many connections fit below it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return soft - max(64, soft // FD_RESERVE_FRACTION)
+
+
+async def _watchdog() -> None:
     usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
-    if usec <= 0:
-        return
-    while not stop.wait(usec / 2e6):
+    while usec > 0:
         sd_notify("WATCHDOG=1")
+        await asyncio.sleep(usec / 2e6)
 
 
-def _listen(server: grpc.Server, config: configuration.Config) -> list[str]:
-    if os.path.exists(config.unix_socket):
-        os.unlink(config.unix_socket)  # a stale socket from a previous run
-    os.makedirs(os.path.dirname(config.unix_socket), mode=0o700, exist_ok=True)
-    # a Unix socket stays on the local machine; the bearer token is the tenant gate
-    server.add_insecure_port(f"unix:{config.unix_socket}")
-    addresses = [f"unix:{config.unix_socket}"]
-    if config.tcp:
-        with open(config.tls_key, "rb") as k, open(config.tls_cert, "rb") as c, open(config.tls_client_ca, "rb") as ca:
-            credentials = grpc.ssl_server_credentials([(k.read(), c.read())], root_certificates=ca.read(),
-                                                      require_client_auth=True)
-        server.add_secure_port(config.tcp, credentials)
-        addresses.append(f"{config.tcp} (mTLS)")
-    return addresses
-
-
-def serve(config: configuration.Config) -> int:
-    frames.keep_large_buffers_warm()  # inherited by the zygote and its workers
-    zygote = Zygote.start(preload=(WORKER_MODULE,))  # before any thread
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    metrics = Metrics()
-    supervisor = Supervisor(config, zygote, metrics)
-    executor = concurrent.futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="rtd-grpc")
-    server = None
+def _reload(supervisor: Supervisor, reread, events: EventLog) -> None:
     try:
-        supervisor.start()
-        server, health = build_server(supervisor, executor)
-        addresses = _listen(server, config)
-        server.start()
+        supervisor.reload_config(reread())
+        events.emit("reload", detail="tenant tokens and trust stores reloaded")
+    except (configuration.ConfigError, RtdError, OSError) as e:
+        events.emit("reload_refused", level="error", reason=f"{type(e).__name__}: {e}"[:200])
+
+
+async def _serve(config: configuration.Config, reread, zygote: Zygote, max_connections: int) -> int:
+    loop = asyncio.get_running_loop()
+    events, metrics = EventLog(), Metrics()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    supervisor = Supervisor(config, zygote, metrics, events)
+    loop.add_signal_handler(signal.SIGHUP, _reload, supervisor, reread, events)
+    limits = config.limits
+    front = Front(supervisor)
+    server = http2.Server(front.methods, http2.TransportLimits(
+        max_message_bytes=limits.max_message_bytes, max_connections=min(limits.max_connections, max_connections),
+        max_connections_per_peer=limits.max_connections_per_peer,
+        max_streams_per_connection=limits.max_streams_per_connection, auth_timeout_s=limits.connection_auth_timeout_s,
+        idle_timeout_s=limits.connection_idle_s, send_timeout_s=limits.send_timeout_s),
+        supervisor.ledger, front.authenticate, describe)
+    watchdog = None
+    try:
+        await supervisor.start()
+        if os.path.exists(config.unix_socket):
+            os.unlink(config.unix_socket)  # a stale socket from a previous run
+        os.makedirs(os.path.dirname(config.unix_socket), mode=0o700, exist_ok=True)
+        await server.listen_unix(config.unix_socket)
         if config.unix_group:
             os.chown(config.unix_socket, -1, grp.getgrnam(config.unix_group).gr_gid)
         os.chmod(config.unix_socket, config.unix_mode)
+        addresses = [f"unix:{config.unix_socket}"]
+        if config.tcp:
+            host, _, port = config.tcp.rpartition(":")
+            await server.listen_tcp(host, int(port), http2.tls_context(config.tls_cert, config.tls_key, config.tls_client_ca))
+            addresses.append(f"{config.tcp} (mTLS)")
         if config.metrics_port:
+            metrics.status_source = lambda: asyncio.run_coroutine_threadsafe(_status(supervisor), loop).result(5)
             metrics.serve(config.metrics_address, config.metrics_port)
             addresses.append(f"metrics http://{config.metrics_address}:{config.metrics_port}/metrics")
-        health.set("", health_pb2.HealthCheckResponse.SERVING)
+        events.emit("start", models=sum(len(t.models) for t in supervisor.tenancies.values()),
+                    max_connections=server.limits.max_connections)
         print(f"rtd: serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
         sd_notify("READY=1")
-        watchdog = threading.Thread(target=_watchdog, args=(stop,), name="rtd-watchdog", daemon=True)
-        watchdog.start()
-        stop.wait()
+        watchdog = loop.create_task(_watchdog())
+        await stop.wait()
         sd_notify("STOPPING=1")
-        print("rtd: stopping", file=sys.stderr, flush=True)
-        health.enter_graceful_shutdown()
+        events.emit("stopping", grace_s=limits.drain_grace_s)
+        server.stop_accepting()
+        await supervisor.drain(limits.drain_grace_s)
+        deadline = loop.time() + 2.0
+        while server.busy() and loop.time() < deadline:   # responses already built finish sending
+            await asyncio.sleep(0.02)
         return 0
     finally:
-        if server is not None:
-            server.stop(grace=2).wait()
-        supervisor.close()
-        zygote.close()
-        executor.shutdown(wait=False, cancel_futures=True)
+        if watchdog is not None:
+            watchdog.cancel()
+        server.close()
         if os.path.exists(config.unix_socket):
             os.unlink(config.unix_socket)
+
+
+async def _status(supervisor: Supervisor) -> dict:
+    return supervisor.status()
+
+
+def serve(config: configuration.Config, reread) -> int:
+    instance = instance_id(config)
+    zygote = Zygote.start(preload=(WORKER_MODULE,), instance=instance)  # before any thread
+    try:
+        layout = detect_layout()
+        for parent in {load_policy(t.policy or None).cgroup_parent for t in config.tenants}:
+            cleanup_instance(layout, parent, instance)   # what a daemon killed before us left behind
+        max_connections = raise_fd_limit()
+        try:
+            import uvloop
+            runner = uvloop.run
+        except ImportError:
+            runner = asyncio.run
+        code = runner(_serve(config, reread, zygote, max_connections))
+    finally:
+        zygote.close()
+    EventLog().emit("stopped")
+    return code
 
 
 def main(argv=None) -> int:
@@ -113,9 +160,11 @@ def main(argv=None) -> int:
     serve_cmd.add_argument("--config", help="TOML config; without it, the embedded development default")
     serve_cmd.add_argument("--state-dir", help="state dir of the embedded default (default $RTD_STATE_DIR or ./state)")
     args = parser.parse_args(argv)
+
+    def reread() -> configuration.Config:
+        return configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
     try:
-        config = configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
-        return serve(config)
+        return serve(reread(), reread)
     except configuration.ConfigError as e:
         print(f"rtd: config refused: {e}", file=sys.stderr)
         return 2

@@ -1,23 +1,29 @@
 """The Supervisor: the ONE serving API (load, unload, infer, list, metadata, config, status)
-that the gRPC front, rtctl and the tests translate onto. It verifies packages with the
-loader, keeps every tenant's models in that tenant's confined worker, persists what is
-loaded, and checks each request against the model's signature before the worker sees it.
-Tenants are already authenticated when they reach this API; names are per tenant.
+that every front (gRPC, rtctl, tests, benchmarks) translates onto, on the daemon's event
+loop. It holds the budgets (budgets.Ledger) every front inherits, verifies packages with the
+loader, hands each tenant's models to that tenant's Tenancy, and keeps the durable state
+(registry, rollback marks) consistent with what it serves: a load is persisted before it
+is answered and before the new version serves; an unload is persisted before anything
+stops; a failed write changes nothing. Tenants are authenticated by the fronts; names are
+per tenant. The supervisor never parses a model graph.
 """
+import asyncio
+import concurrent.futures
+import math
 import os
-import sys
-import threading
 import time
 
 from google.protobuf import json_format
 
-from rtd.daemon.admission import Gate
-from rtd.daemon.batching import Batcher
+from rtd.daemon.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.config import Config, TenantConfig
+from rtd.daemon.events import EventLog
+from rtd.daemon.lifecycle import ManagedModel, ModelState
 from rtd.daemon.metrics import Metrics
-from rtd.daemon.pool import Pool
 from rtd.daemon.registry import Registry
-from rtd.daemon.tensors import CONFIG_TYPES, datatype_of
+from rtd.daemon.tenancy import Tenancy
+from rtd.daemon.tenants import Tenants
+from rtd.dtypes import BY_CONFIG, BY_KSERVE, kserve_name
 from rtd.errors import Code, RtdError
 from rtd.loader import RollbackStore, TrustStore, verify_package
 from rtd.proto import model_config_pb2 as mc
@@ -25,105 +31,198 @@ from rtd.proto import model_config_pb2 as mc
 PLATFORM = "rtd_onnx"
 
 
-def _tensor_meta(spec: dict) -> dict:
-    return {"name": spec["name"], "datatype": datatype_of(spec["dtype"]), "shape": list(spec["shape"])}
+def budgets_of(config: Config) -> tuple[dict, dict]:
+    """(per-tenant limits, supervisor-wide limits) of the Ledger's resources."""
+    limits = config.limits
+    per_tenant = {"requests": limits.max_queue, "request_bytes": limits.tenant_request_bytes,
+                  "response_bytes": limits.tenant_response_bytes, "streams": limits.tenant_streams,
+                  "connections": limits.tenant_connections, "package_bytes": limits.tenant_package_bytes}
+    total = {"request_bytes": limits.total_request_bytes, "response_bytes": limits.total_response_bytes,
+             "package_bytes": limits.total_package_bytes}
+    return per_tenant, total
+
+
+class InferResult:
+    """What ran, its outputs (views into the worker's arena until released) and what the
+    front holds until the response has left: the request's slot and its response bytes."""
+
+    def __init__(self, version: str, outputs: dict, charges: list[Charge]):
+        self.version, self.outputs, self.charges = version, outputs, charges
 
 
 class Supervisor:
-    def __init__(self, config: Config, zygote, metrics: Metrics | None = None):
-        self.config = config
-        self.metrics = metrics or Metrics()
-        self.tenants = {t.id: t for t in config.tenants}
+    def __init__(self, config: Config, zygote, metrics: Metrics | None = None, events: EventLog | None = None):
+        self.config, self.zygote = config, zygote
+        self.metrics, self.events = metrics or Metrics(), events or EventLog()
+        per_tenant, total = budgets_of(config)
+        self.ledger = Ledger(per_tenant, total, [t.id for t in config.tenants], on_refusal=self._budget_refused)
+        self.tenants = Tenants(config)
         self.registry = Registry(config.state_dir)
         self.rollback = RollbackStore(os.path.join(config.state_dir, "rollback.json"))
-        self.pool = Pool(zygote, config.tenants, config.limits, self.metrics)
-        self.gates = {t.id: Gate(config.limits.max_queue, config.limits.max_concurrency) for t in config.tenants}
-        self.load_locks = {t.id: threading.Lock() for t in config.tenants}
-        self.batchers: dict[tuple[str, str], Batcher] = {}
-        self.metrics.memory_source = self.memory
-        self.started = False
+        self.trust = {t.id: TrustStore(t.trusted_keys) for t in config.tenants}
+        self.tenancies: dict[str, Tenancy] = {}
+        self.io = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="rtd-io")   # hashing, fsync
+        self.started, self.draining = False, False
+        self.metrics.status_source = self.status
+
+    def _budget_refused(self, who: str, resource: str) -> None:
+        self.metrics.budget_refused(who, resource)
+        self.events.emit("budget_refused", None if who == OPERATOR else who, level="warning", resource=resource)
+
+    async def _io(self, fn, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self.io, lambda: fn(*args, **kwargs))
 
     # -- life cycle ---------------------------------------------------------------------------
-    def start(self) -> None:
-        """Restore every recorded model (verified again, against today's trust stores)."""
-        for tenant_id, name, files in self.registry.packages():
-            tenant = self.tenants.get(tenant_id)
-            if tenant is None:
-                print(f"rtd: registry holds {name!r} of unknown tenant {tenant_id!r}; not restored", file=sys.stderr)
+    async def start(self) -> None:
+        """Restore every recorded model, verified again against today's trust stores; a
+        model that cannot be restored costs that model only."""
+        self.tenancies = {t.id: Tenancy(self, t) for t in self.config.tenants}
+        for tenancy in self.tenancies.values():
+            # a confined spare per tenant, armed now, makes its first worker start as fast as a
+            # restart; one that cannot be armed is no refusal: the first spawn reports the same
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.zygote.prepare, tenancy.policy,
+                                                                  tenancy.identity)
+            except RtdError as e:
+                self.events.emit("spare_not_armed", tenancy.tenant.id, level="warning", reason=e.detail)
+        for tenant_id, name, entry in self.registry.listing():
+            # rollback marks at least as high as what the registry holds (rollback.json may be reset)
+            self.rollback.record(tenant_id, name, entry["counter"], entry["manifest_sha256"])
+        for tenant_id, name, entry in self.registry.listing():
+            tenancy = self.tenancies.get(tenant_id)
+            if tenancy is None:
+                self.registry.damaged.append(f"{tenant_id}/{name}: tenant no longer configured, not restored")
                 continue
             try:
-                pkg = verify_package(files, trust=TrustStore(tenant.trusted_keys), tenant=tenant.id,
-                                     rollback=None, expected_name=name)
-                self._place(tenant, name, pkg)
-            except RtdError as e:
-                print(f"rtd: could not restore {tenant.id}/{name}: {e}", file=sys.stderr)
-        self.pool.start()
+                files = await self._io(self.registry.files_of, entry)
+                await self._load(tenancy, name, files, record=False)
+                self.events.emit("restore", tenant_id, model=name, version=entry.get("version_dir"))
+            except (RtdError, OSError) as e:
+                reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
+                self.registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
+                self.events.emit("restore_failed", tenant_id, level="error", model=name, reason=reason)
+        for line in self.registry.damaged:
+            self.events.emit("registry_damaged", level="error", detail=line)
         self.started = True
 
-    def close(self) -> None:
-        self.started = False
-        for batcher in self.batchers.values():
-            batcher.close()
-        self.pool.close()
-
     def ready(self) -> bool:
-        return self.started
+        return self.started and not self.draining
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop taking work, let requests in flight finish up to `grace_s`, stop every worker."""
+        self.draining = True
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(
+                i.in_flight for t in self.tenancies.values() for v in t.versions() for i in v.instances):
+            await asyncio.sleep(0.02)
+        for tenancy in self.tenancies.values():
+            for version in tenancy.versions():
+                version.stop("daemon stopping")
+                version.package.close()
+        self.io.shutdown(wait=False, cancel_futures=True)
+
+    def reload_config(self, config: Config) -> None:
+        """SIGHUP: tokens and trust stores from a new config, all or nothing. Changes that
+        need a restart (tenants added or removed, uids, policies, limits) are refused."""
+        old = {t.id: t for t in self.config.tenants}
+        new = {t.id: t for t in config.tenants}
+        if set(old) != set(new):
+            raise RtdError(Code.E_CONFIG_INVALID, f"tenants added or removed ({sorted(set(old) ^ set(new))}): restart rtd")
+        for tid, tenant in new.items():
+            if (tenant.uid, tenant.gid, tenant.policy) != (old[tid].uid, old[tid].gid, old[tid].policy):
+                raise RtdError(Code.E_CONFIG_INVALID, f"tenant {tid}: uid, gid or policy changed: restart rtd")
+        if config.limits != self.config.limits:
+            raise RtdError(Code.E_CONFIG_INVALID, "limits changed: restart rtd")
+        trust = {t.id: TrustStore(t.trusted_keys) for t in config.tenants}   # raises before anything changes
+        self.tenants, self.trust, self.config = Tenants(config), trust, config
+        for tenancy in self.tenancies.values():
+            tenancy.tenant = new[tenancy.tenant.id]
 
     # -- repository ---------------------------------------------------------------------------
-    def _slot(self, tenant: TenantConfig, name: str, version: str = ""):
-        slot = self.pool.workers[tenant.id].models.get(name)
-        if slot is None or (version and version != slot.package.version_dir):
-            raise RtdError(Code.E_MODEL_NOT_FOUND, f"{name!r}" + (f" version {version}" if version else ""))
-        return slot
+    def _tenancy(self, tenant: TenantConfig) -> Tenancy:
+        return self.tenancies[tenant.id]
 
-    def _place(self, tenant: TenantConfig, name: str, pkg) -> None:
-        worker = self.pool.workers[tenant.id]
-        try:
-            worker.load(name, pkg)
-        except BaseException:
-            pkg.close()
-            raise
-        old = self.batchers.pop((tenant.id, name), None)
-        if old is not None:
-            old.close()
-        config = pkg.config
-        if config is not None and config.max_batch_size > 0 and config.HasField("dynamic_batching"):
-            delay = config.dynamic_batching.max_queue_delay_microseconds / 1e6
-            labels = (name, pkg.version_dir, tenant.id)
-            self.batchers[(tenant.id, name)] = Batcher(
-                name, config.max_batch_size, delay, lambda i, o, d: worker.infer(name, i, o, d),
-                on_execution=lambda rows: self.metrics.executed(*labels))
+    def _model(self, tenant: TenantConfig, name: str) -> ManagedModel:
+        model = self._tenancy(tenant).models.get(name)
+        if model is None:
+            raise RtdError(Code.E_MODEL_NOT_FOUND, repr(name))
+        return model
 
-    def load(self, tenant: TenantConfig, name: str, files: dict, config_json: str | None = None) -> None:
-        """Verify a signed package ({relative path: bytes}) and serve it; no files = reload by name."""
+    async def load(self, tenant: TenantConfig, name: str, files: dict, config_json: str | None = None) -> None:
+        """Verify a signed package ({relative path: bytes}) and serve it beside the old
+        version until it is ready; no files = reload the loaded package by name. The work
+        runs to its end even if the caller stops waiting, and holds the tenant's request
+        budget until then."""
+        if self.draining:
+            raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
+        tenancy = self._tenancy(tenant)
         if not files:
             if config_json:
                 raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
-            self._slot(tenant, name)
+            async with tenancy.load_lock:
+                await self._model(tenant, name).reload()
             return
-        with self.load_locks[tenant.id]:
-            held = self.pool.workers[tenant.id].models
-            if name not in held and len(held) >= self.config.limits.max_models:
-                raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"tenant already has {len(held)} models (limits.max_models)")
+        charge = self.ledger.take(tenant.id, "requests", 1)
+
+        async def run():
             try:
-                pkg = verify_package(files, trust=TrustStore(tenant.trusted_keys), tenant=tenant.id,
-                                     rollback=self.rollback, expected_name=name)
-            except RtdError as e:
-                self.metrics.refused(tenant.id, e.code.name)
-                raise
-            try:
-                self._check_config_param(pkg, config_json)
-            except RtdError as e:
+                async with tenancy.load_lock:
+                    await self._load(tenancy, name, files, config_json=config_json)
+            finally:
+                charge.release()
+        await asyncio.shield(asyncio.get_running_loop().create_task(run()))
+
+    async def _load(self, tenancy: Tenancy, name: str, files: dict, config_json: str | None = None,
+                    record: bool = True) -> None:
+        tid, started = tenancy.tenant.id, time.monotonic()
+        if name not in tenancy.models and len(tenancy.models) >= self.config.limits.max_models:
+            raise self._refused(tid, name, RtdError(Code.E_BUDGET_EXCEEDED, f"models: tenant {tid} holds "
+                                                    f"{len(tenancy.models)} of limits.max_models"))
+        try:
+            held = self.ledger.take(tid, "package_bytes", sum(len(b) for b in files.values()))
+        except RtdError as e:
+            raise self._refused(tid, name, e) from None
+        try:
+            pkg = await self._io(verify_package, files, trust=self.trust[tid], tenant=tid,
+                                 rollback=self.rollback if record else None, expected_name=name)
+        except RtdError as e:
+            held.release()
+            raise self._refused(tid, name, e) from None
+        model = tenancy.models.get(name)
+        if model is None:
+            model = tenancy.models[name] = ManagedModel(tenancy, name)
+        version = None
+        try:
+            self._check_config_param(pkg, config_json)
+            version = await model.prepare(pkg, held)
+            if record:
+                await asyncio.shield(self._io(self._persist, tid, name, pkg))
+        except BaseException as e:
+            if version is not None:
+                model.abort(version)
+            else:
+                held.release()
                 pkg.close()
-                self.metrics.refused(tenant.id, e.code.name)
-                raise
-            try:
-                self._place(tenant, name, pkg)  # the ONNX guard runs here, inside the worker
-            except RtdError as e:
-                self.metrics.refused(tenant.id, e.code.name)
-                raise
-            self.registry.record(tenant.id, pkg)
-            self.rollback.record(tenant.id, name, pkg.counter)
+            if model.serving is None and model.loading is None:
+                del tenancy.models[name]
+            if isinstance(e, RtdError):
+                raise self._refused(tid, name, e) from None
+            raise
+        model.commit(version)
+        self.events.emit("load", tid, model=name, version=pkg.version_dir, semver=pkg.version,
+                         instances=version.count, ms=round((time.monotonic() - started) * 1000))
+
+    def _persist(self, tenant: str, name: str, pkg) -> None:
+        self.registry.record(tenant, name, pkg, self.config.limits.tenant_disk_bytes)
+        try:
+            self.rollback.record(tenant, name, pkg.counter, pkg.manifest_sha256)
+        except OSError as e:   # the start raises marks to the registry's counters again
+            self.events.emit("rollback_write_failed", tenant, level="error", model=name, reason=e.strerror)
+
+    def _refused(self, tenant: str, name: str, error: RtdError) -> RtdError:
+        self.metrics.refused(tenant, error.code.name)
+        self.events.emit("load_refused", tenant, level="warning", model=name, code=error.code.name, reason=error.detail)
+        return error
 
     @staticmethod
     def _check_config_param(pkg, config_json: str | None) -> None:
@@ -134,122 +233,102 @@ class Supervisor:
         try:
             given = json_format.Parse(config_json, mc.ModelConfig())
         except json_format.ParseError as e:
-            raise RtdError(Code.E_CONFIG_INVALID, f"config parameter: {str(e)[:200]}") from None
+            raise RtdError(Code.E_CONFIG_INVALID, f"config parameter: {e}") from None
         if given != (pkg.config or mc.ModelConfig()):
             raise RtdError(Code.E_CONFIG_INVALID, "the config parameter differs from the signed config.pbtxt")
 
-    def unload(self, tenant: TenantConfig, name: str) -> None:
-        with self.load_locks[tenant.id]:
-            self._slot(tenant, name)
-            batcher = self.batchers.pop((tenant.id, name), None)
-            if batcher is not None:
-                batcher.close()
-            self.pool.workers[tenant.id].unload(name)
-            self.registry.forget(tenant.id, name)
+    async def unload(self, tenant: TenantConfig, name: str) -> None:
+        """Forget the model on disk first, then drain its requests and stop its instances."""
+        tenancy = self._tenancy(tenant)
+        async with tenancy.load_lock:
+            model = self._model(tenant, name)
+            await asyncio.shield(self._io(self.registry.forget, tenant.id, name))
+            await model.unload()
+            tenancy.models.pop(name, None)
+        self.events.emit("unload", tenant.id, model=name)
 
     def models(self, tenant: TenantConfig) -> list[dict]:
-        out = []
-        for name, slot in sorted(self.pool.workers[tenant.id].models.items()):
-            state = "UNAVAILABLE" if slot.failed else ("READY" if slot.ready else "LOADING")
-            out.append({"name": name, "version": slot.package.version_dir, "semver": slot.package.version,
-                        "state": state, "reason": slot.failed})
-        return out
+        return [m.view() for _, m in sorted(self._tenancy(tenant).models.items())]
 
     def model_ready(self, tenant: TenantConfig, name: str, version: str = "") -> bool:
-        try:
-            slot = self._slot(tenant, name, version)
-        except RtdError:
-            return False
-        return slot.ready and not slot.failed
+        model = self._tenancy(tenant).models.get(name)
+        return (model is not None and model.state == ModelState.READY and model.serving is not None
+                and (not version or version == model.serving.version_dir))
 
     def metadata(self, tenant: TenantConfig, name: str, version: str = "") -> dict:
-        slot = self._slot(tenant, name, version)
-        config = slot.package.config
-        signature = slot.signature or {"inputs": [], "outputs": []}
+        serving = self._model(tenant, name).version_for(version)
+        config = serving.package.config
         if config is not None and (config.input or config.output):
             batch = [-1] if config.max_batch_size > 0 else []
 
             def from_config(t):
-                return {"name": t.name, "datatype": CONFIG_TYPES.get(mc.DataType.Name(t.data_type), ""),
-                        "shape": batch + list(t.dims)}
+                row = BY_CONFIG.get(mc.DataType.Name(t.data_type))
+                return {"name": t.name, "datatype": row.kserve if row else "", "shape": batch + list(t.dims)}
             inputs, outputs = [from_config(t) for t in config.input], [from_config(t) for t in config.output]
         else:
-            inputs = [_tensor_meta(s) for s in signature["inputs"]]
-            outputs = [_tensor_meta(s) for s in signature["outputs"]]
+            def from_spec(s):
+                return {"name": s["name"], "datatype": kserve_name(s["dtype"]), "shape": list(s["shape"] or [])}
+            inputs = [from_spec(s) for s in serving.signature["inputs"]]
+            outputs = [from_spec(s) for s in serving.signature["outputs"]]
         platform = (config.platform or config.backend) if config is not None else ""
-        return {"name": name, "versions": [slot.package.version_dir], "platform": platform or PLATFORM,
+        return {"name": name, "versions": [serving.version_dir], "platform": platform or PLATFORM,
                 "inputs": inputs, "outputs": outputs}
 
     def model_config(self, tenant: TenantConfig, name: str, version: str = "") -> mc.ModelConfig:
-        slot = self._slot(tenant, name, version)
-        if slot.package.config is not None:
+        serving = self._model(tenant, name).version_for(version)
+        if serving.package.config is not None:
             config = mc.ModelConfig()
-            config.CopyFrom(slot.package.config)
+            config.CopyFrom(serving.package.config)
             config.name = config.name or name
             return config
         meta = self.metadata(tenant, name, version)
-        types = {v: k for k, v in CONFIG_TYPES.items()}
+
+        def enum(datatype):
+            row = BY_KSERVE.get(datatype)
+            return mc.DataType.Value(row.config) if row else 0
         return mc.ModelConfig(
             name=name, platform=meta["platform"],
-            input=[mc.ModelInput(name=t["name"], data_type=types.get(t["datatype"], 0), dims=t["shape"]) for t in meta["inputs"]],
-            output=[mc.ModelOutput(name=t["name"], data_type=types.get(t["datatype"], 0), dims=t["shape"]) for t in meta["outputs"]])
+            input=[mc.ModelInput(name=t["name"], data_type=enum(t["datatype"]), dims=t["shape"]) for t in meta["inputs"]],
+            output=[mc.ModelOutput(name=t["name"], data_type=enum(t["datatype"]), dims=t["shape"]) for t in meta["outputs"]])
 
     # -- inference ------------------------------------------------------------------------------
-    @staticmethod
-    def _check_inputs(name: str, signature: dict, inputs: dict, outputs: list | None) -> None:
-        specs = {s["name"]: s for s in signature["inputs"]}
-        missing, unknown = sorted(set(specs) - set(inputs)), sorted(set(inputs) - set(specs))
-        if missing or unknown:
-            raise RtdError(Code.E_INPUT_INVALID, f"{name}: missing inputs {missing}, unknown inputs {unknown}")
-        for key, array in inputs.items():
-            spec = specs[key]
-            if spec["dtype"] and array.dtype.name != spec["dtype"]:
-                raise RtdError(Code.E_INPUT_INVALID, f"input {key!r} is {datatype_of(array.dtype.name)}, "
-                                                     f"the model takes {datatype_of(spec['dtype'])}")
-            shape = spec["shape"]
-            if len(shape) != array.ndim or any(d >= 0 and d != a for d, a in zip(shape, array.shape)):
-                raise RtdError(Code.E_INPUT_INVALID, f"input {key!r} has shape {list(array.shape)}, the model takes {shape}")
-        known = {s["name"] for s in signature["outputs"]}
-        for out in outputs or ():
-            if out not in known:
-                raise RtdError(Code.E_INPUT_INVALID, f"{name} has no output {out!r}")
-
-    def infer(self, tenant: TenantConfig, name: str, version: str, inputs: dict,
-              outputs: list | None = None, timeout_s: float | None = None) -> tuple[str, dict]:
-        """Run one request; returns (version, {output name: ndarray})."""
+    async def infer(self, tenant: TenantConfig, name: str, version: str, inputs: dict,
+                    outputs: list | None = None, deadline: float | None = None) -> InferResult:
+        """Run one request. Its outputs are checked against max_message_bytes and charged to
+        the tenant's response budget from the worker's reply, before any response is built."""
         start = time.monotonic()
-        slot = self._slot(tenant, name, version)
-        version = slot.package.version_dir
-        if slot.failed:
-            raise RtdError(Code.E_MODEL_FAILED, slot.failed)
-        if slot.signature is None:
-            raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{name} is loading")
+        deadline = deadline or math.inf   # without one, the operator's request_timeout_s bounds the wait
+        tenancy = self._tenancy(tenant)
+        labels, slot = (tenant.id, name, version), None
         try:
-            self._check_inputs(name, slot.signature, inputs, outputs)
-            limit = self.config.limits.request_timeout_s
-            deadline = start + (min(timeout_s, limit) if timeout_s else limit)
-            batcher = self.batchers.get((tenant.id, name))
-            with self.gates[tenant.id].admit(deadline):
-                admitted = time.monotonic()
-                if batcher is not None:
-                    results = batcher.submit(inputs, outputs, deadline)
-                else:
-                    results = self.pool.workers[tenant.id].infer(name, inputs, outputs, deadline)
-                    self.metrics.executed(name, version, tenant.id)
-        except RtdError as e:
-            self.metrics.failed(name, version, tenant.id, "REJECTED" if e.code.status in (
-                "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED") else "BACKEND")
+            if self.draining:
+                raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
+            slot = self.ledger.take(tenant.id, "requests", 1)
+            timing = {}
+            serving, results = await tenancy.infer(name, version, inputs, outputs, deadline, timing)
+            labels = (tenant.id, name, serving.version_dir)
+            size = sum(a.nbytes if a.dtype.kind not in "OSU" else sum(len(x) + 4 for x in a.reshape(-1))
+                       for a in results.values())
+            if size > self.config.limits.max_message_bytes:
+                raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"the outputs take {size} bytes, "
+                                                         f"max_message_bytes is {self.config.limits.max_message_bytes}")
+            charge = self.ledger.take(tenant.id, "response_bytes", size)
+        except BaseException as e:
+            if slot is not None:
+                slot.release()
+            if isinstance(e, RtdError):
+                self.metrics.failed(*labels, "REJECTED" if e.code.status in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED",
+                                                                              "NOT_FOUND") else "BACKEND")
             raise
-        done = time.monotonic()
-        batched = slot.package.config is not None and slot.package.config.max_batch_size > 0
-        batch = next(iter(inputs.values())).shape[0] if batched and inputs else 1
-        self.metrics.inferred(name, version, tenant.id, batch, done - start, admitted - start, done - admitted)
-        return version, results
+        config = serving.package.config
+        batched = config is not None and config.max_batch_size > 0
+        batch = next(iter(inputs.values())).shape[0] if batched and inputs and next(iter(inputs.values())).ndim else 1
+        self.metrics.inferred(*labels, batch, time.monotonic() - start, timing.get("sent", start) - start)
+        if serving.batcher is None:
+            self.metrics.executed(*labels)
+        return InferResult(serving.version_dir, results, [slot, charge])
 
     # -- operator views --------------------------------------------------------------------------
-    def memory(self) -> dict:
-        return {tid: w.view()["usage"].get("memory_bytes", 0) for tid, w in self.pool.workers.items()}
-
     def status(self) -> dict:
-        return {"ready": self.ready(), "state_dir": self.config.state_dir,
-                "tenants": [w.view() for w in self.pool.workers.values()]}
+        return {"ready": self.ready(), "state_dir": self.config.state_dir, "damaged": list(self.registry.damaged),
+                "budgets": self.ledger.usage(), "tenants": [t.view() for t in self.tenancies.values()]}

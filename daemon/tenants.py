@@ -19,10 +19,13 @@ def bearer(metadata) -> str | None:
     return None
 
 
-def _matches(token: str | None, hashes) -> bool:
-    if token is None:
+def _digest(token: str | None) -> str | None:
+    return None if token is None else hashlib.sha256(token.encode()).hexdigest()
+
+
+def _matches(digest: str | None, hashes) -> bool:
+    if digest is None:
         return False
-    digest = hashlib.sha256(token.encode()).hexdigest()
     found = False
     for h in hashes:  # no early exit: the time taken does not say which hash matched
         found |= hmac.compare_digest(digest, h)
@@ -37,15 +40,15 @@ class Tenants:
         self.admin_hashes = config.admin_token_sha256
 
     def authenticate(self, metadata) -> TenantConfig:
-        token = bearer(metadata)
-        if token is None:
+        digest = _digest(bearer(metadata))
+        if digest is None:
             raise RtdError(Code.E_UNAUTHENTICATED, "send authorization: Bearer <token>")
         for tenant in self.by_id.values():
-            if _matches(token, tenant.token_sha256):
+            if _matches(digest, tenant.token_sha256):
                 return tenant
         raise RtdError(Code.E_UNAUTHENTICATED, "unknown token")
 
     def authenticate_admin(self, metadata) -> None:
-        if not _matches(bearer(metadata), self.admin_hashes):
+        if not _matches(_digest(bearer(metadata)), self.admin_hashes):
             raise RtdError(Code.E_UNAUTHENTICATED, "admin views need the admin token")
 

@@ -1,40 +1,27 @@
-"""KServe v2 tensors ↔ NumPy, validated before anything is allocated.
+"""KServe v2 tensors ↔ NumPy, validated before anything is allocated (datatypes from the
+one table, rtd.dtypes).
 
 Every input's datatype, rank and dims are checked, and the byte size a shape × dtype
 implies is computed with exact integers and compared with the bytes (or typed elements)
 actually present before an array is built. Raw contents are wrapped, not copied. BYTES
 elements are 4-byte little-endian length prefixed, as in Triton's binary tensor extension.
-Mixing raw_input_contents and typed contents in one request is refused.
+Mixing raw_input_contents and typed contents in one request is refused. A response is
+built as parts — the message without its raw contents, then each output's field header
+and bytes — so an output goes from the worker's arena into the outgoing frames with one
+copy.
 """
-import struct
-
 import numpy as np
 
+from rtd import dtypes
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
 
 MAX_RANK = 16
-DATATYPES = {
-    "BOOL": np.dtype(np.bool_), "UINT8": np.dtype("<u1"), "UINT16": np.dtype("<u2"), "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"), "INT8": np.dtype("<i1"), "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"), "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
-    "BYTES": np.dtype(object),
-}
-BY_NUMPY = {dt.name: name for name, dt in DATATYPES.items()}
-TYPED_FIELD = {
-    "BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
-}
-CONFIG_TYPES = {"TYPE_" + ("STRING" if k == "BYTES" else k): k for k in DATATYPES}
+RAW_OUTPUT_FIELD = 6   # ModelInferResponse.raw_output_contents
 
 
 def _bad(detail: str) -> RtdError:
     return RtdError(Code.E_REQUEST_INVALID, detail)
-
-
-def datatype_of(dtype_name: str | None) -> str:
-    return BY_NUMPY.get(dtype_name or "", "BYTES" if dtype_name == "object" else "")
 
 
 def _shape(tensor, max_bytes: int) -> tuple[tuple, int]:
@@ -45,55 +32,42 @@ def _shape(tensor, max_bytes: int) -> tuple[tuple, int]:
         if d < 0:
             raise _bad(f"input {tensor.name!r}: negative dim {d}")
         count *= d
-    if count * max(DATATYPES[tensor.datatype].itemsize, 1) > max_bytes:
+    if count * max(dtypes.BY_KSERVE[tensor.datatype].itemsize, 1) > max_bytes:
         raise _bad(f"input {tensor.name!r}: shape {list(tensor.shape)} exceeds the {max_bytes}-byte limit")
     return tuple(tensor.shape), count
 
 
-def _decode_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
-    out, view, pos = np.empty(count, dtype=object), memoryview(raw), 0
-    for i in range(count):
-        if pos + 4 > len(view):
-            raise _bad(f"input {name!r}: BYTES element {i} truncated")
-        (n,) = struct.unpack_from("<I", view, pos)
-        if pos + 4 + n > len(view):
-            raise _bad(f"input {name!r}: BYTES element {i} longer than the data")
-        out[i] = bytes(view[pos + 4: pos + 4 + n])
-        pos += 4 + n
-    if pos != len(view):
-        raise _bad(f"input {name!r}: {len(view) - pos} bytes after the last BYTES element")
-    return out
-
-
 def _decode_raw(tensor, raw: bytes, max_bytes: int) -> np.ndarray:
     shape, count = _shape(tensor, max_bytes)
-    dtype = DATATYPES[tensor.datatype]
-    if tensor.datatype == "BYTES":
-        return _decode_bytes(raw, count, tensor.name).reshape(shape)
-    if len(raw) != count * dtype.itemsize:
+    row = dtypes.BY_KSERVE[tensor.datatype]
+    if row.wire == "bytes":
+        flat = dtypes.decode_bytes(raw, count)
+        if isinstance(flat, str):
+            raise _bad(f"input {tensor.name!r}: {flat}")
+        return flat.reshape(shape)
+    if len(raw) != count * row.itemsize:
         raise _bad(f"input {tensor.name!r}: {len(raw)} bytes, shape {list(shape)} × {tensor.datatype} needs "
-                   f"{count * dtype.itemsize}")
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+                   f"{count * row.itemsize}")
+    return np.frombuffer(raw, dtype=row.numpy).reshape(shape)
 
 
 def _decode_typed(tensor, max_bytes: int) -> np.ndarray:
     shape, count = _shape(tensor, max_bytes)
-    field = TYPED_FIELD.get(tensor.datatype)
-    if field is None:
+    row = dtypes.BY_KSERVE[tensor.datatype]
+    if row.typed_field is None:
         raise _bad(f"input {tensor.name!r}: {tensor.datatype} travels only as raw contents")
-    for other in set(TYPED_FIELD.values()) - {field}:
+    for other in {d.typed_field for d in dtypes.TABLE if d.typed_field} - {row.typed_field}:
         if len(getattr(tensor.contents, other)):
             raise _bad(f"input {tensor.name!r}: {other} given for a {tensor.datatype} tensor")
-    values = getattr(tensor.contents, field)
+    values = getattr(tensor.contents, row.typed_field)
     if len(values) != count:
         raise _bad(f"input {tensor.name!r}: {len(values)} elements, shape {list(shape)} needs {count}")
-    dtype = DATATYPES[tensor.datatype]
-    if tensor.datatype == "BYTES":
+    if row.wire == "bytes":
         out = np.empty(count, dtype=object)
         out[:] = list(values)
         return out.reshape(shape)
     try:
-        return np.array(values, dtype=dtype).reshape(shape)
+        return np.array(values, dtype=row.numpy).reshape(shape)
     except OverflowError:
         raise _bad(f"input {tensor.name!r}: a value does not fit {tensor.datatype}") from None
 
@@ -110,7 +84,7 @@ def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
     for i, tensor in enumerate(request.inputs):
         if tensor.name in out:
             raise _bad(f"input {tensor.name!r} given twice")
-        if tensor.datatype not in DATATYPES:
+        if tensor.datatype not in dtypes.BY_KSERVE:
             raise _bad(f"input {tensor.name!r}: unknown datatype {tensor.datatype!r}")
         if tensor.parameters:
             raise _bad(f"input {tensor.name!r}: tensor parameters (shared memory, ...) are not offered")
@@ -118,36 +92,51 @@ def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
     return out
 
 
-def encode_bytes(a: np.ndarray) -> bytes:
+def _raw(name: str, value) -> tuple[dtypes.DType, object]:
+    """An array's KServe row and its raw bytes (a flat view where the array allows it)."""
+    a = np.asarray(value)
+    row = dtypes.of_numpy(a.dtype)
+    if row is None:
+        raise RtdError(Code.E_INTERNAL, f"tensor {name!r} has dtype {a.dtype}")
+    if row.wire == "bytes":
+        return row, dtypes.encode_bytes(a)
+    if a.dtype != row.numpy or not a.flags.c_contiguous:
+        a = np.array(a, dtype=row.numpy, order="C")
+    return row, a.reshape(-1).view(np.uint8)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def response_parts(model_name: str, version: str, request_id: str, outputs: dict) -> list:
+    """A serialized ModelInferResponse as parts: the message without its raw contents, then
+    for each output the raw_output_contents field header and the output's bytes. Protobuf
+    merges repeated fields across concatenated serializations, so the parts are one message."""
+    response = pb.ModelInferResponse(model_name=model_name, model_version=version, id=request_id)
     parts = []
-    for item in a.reshape(-1):
-        b = item if isinstance(item, bytes) else str(item).encode()
-        parts += [struct.pack("<I", len(b)), b]
-    return b"".join(parts)
-
-
-def encode_response(response: pb.ModelInferResponse, results: dict) -> None:
-    """Append every result as an output with raw_output_contents (what tritonclient reads)."""
-    for name, value in results.items():
-        a = np.asarray(value)
-        datatype = datatype_of(a.dtype.name)
-        if not datatype:
-            raise RtdError(Code.E_INTERNAL, f"output {name!r} has dtype {a.dtype}")
-        response.outputs.add(name=name, datatype=datatype, shape=list(a.shape))
-        response.raw_output_contents.append(encode_bytes(a) if datatype == "BYTES"
-                                            else np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes())
+    for name, value in outputs.items():
+        row, raw = _raw(name, value)
+        response.outputs.add(name=name, datatype=row.kserve, shape=list(np.shape(value)))
+        parts += [bytes([RAW_OUTPUT_FIELD << 3 | 2]) + _varint(memoryview(raw).nbytes), raw]
+    return [response.SerializeToString(), *parts]
 
 
 def encode_inputs(inputs: dict) -> tuple[list, list]:
     """Client side (rtctl): {name: ndarray} → (InferInputTensor list, raw contents list)."""
     tensors, raw = [], []
     for name, value in inputs.items():
-        a = np.asarray(value)
-        datatype = datatype_of(a.dtype.name)
-        if not datatype:
-            raise _bad(f"input {name!r}: dtype {a.dtype} has no KServe datatype")
-        tensors.append(pb.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=list(a.shape)))
-        raw.append(encode_bytes(a) if datatype == "BYTES" else np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes())
+        try:
+            row, data = _raw(name, value)
+        except RtdError:
+            raise _bad(f"input {name!r}: dtype {np.asarray(value).dtype} has no KServe datatype") from None
+        tensors.append(pb.ModelInferRequest.InferInputTensor(name=name, datatype=row.kserve, shape=list(np.shape(value))))
+        raw.append(bytes(data))
     return tensors, raw
 
 

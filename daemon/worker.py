@@ -1,10 +1,12 @@
-"""The tenant worker: runs INSIDE the sandbox and serves one tenant's models over one socket.
+"""The model worker: runs INSIDE the sandbox and serves one instance of one model version
+over one socket.
 
 Preloaded into the zygote, so everything it needs is imported here at module import (a
-confined child may no longer be able to open files). It receives verified model bytes as
-a memfd, parses them only here — behind the sandbox — with the ONNX guard and the
-executor's op allow-list, compiles and warms the model up, then answers INFER frames.
-It never opens a path and never sends anything but frames.
+confined child may no longer be able to open files). It receives the verified model bytes
+as a memfd, parses them only here — behind the sandbox — with the ONNX guard and the
+executor's op allow-list, compiles and warms the model up, then answers INFER frames in
+the order they arrive (the supervisor pipelines them). It never opens a path and never
+sends anything but wire frames; its socket's EOF is its end.
 """
 import os
 import socket
@@ -13,24 +15,22 @@ import numpy as np
 
 import rtd.kernels
 import rtd.kernels.ops
-from rtd.daemon import frames
-from rtd.daemon.frames import Kind
+from rtd import dtypes, wire
 from rtd.errors import Code, RtdError
 from rtd.loader import onnx_guard
 
-MAX_DETAIL = 300
-
 
 def _spec_json(spec) -> dict:
-    shape = [d if isinstance(d, int) else -1 for d in spec.shape]
-    return {"name": spec.name, "dtype": spec.dtype.name if spec.dtype is not None else None, "shape": shape}
+    shape = None if spec.shape is None else [d if isinstance(d, int) else -1 for d in spec.shape]
+    row = dtypes.of_numpy(spec.dtype) if spec.dtype is not None else None
+    return {"name": spec.name, "dtype": row.wire if row else None, "shape": shape}
 
 
 def _warm_up(model) -> None:
     """One run on zeros so the first tenant request doesn't pay for lazy set-up."""
     feeds = {}
     for spec in model.inputs:
-        if spec.dtype is None:
+        if spec.dtype is None or spec.shape is None:
             return
         feeds[spec.name] = np.zeros([d if isinstance(d, int) else 1 for d in spec.shape], spec.dtype)
     try:
@@ -40,76 +40,73 @@ def _warm_up(model) -> None:
 
 
 class Worker:
-    """Holds the compiled models of one tenant, keyed by the supervisor's model key."""
+    """Holds the one compiled model of this instance."""
 
     def __init__(self):
-        self.models = {}
+        self.model = None
         self.allowed_ops = set(rtd.kernels.ops.supported())
 
-    def load(self, frame: frames.Frame) -> tuple[dict, dict]:
-        key = frame.head.get("key")
-        if not isinstance(key, str) or len(frame.fds) != 1:
-            raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD needs a key and one model memfd")
+    def load(self, frame: wire.Frame) -> tuple[dict, dict]:
+        if self.model is not None or len(frame.fds) != 1:
+            raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD needs one model memfd, once")
         size = os.fstat(frame.fds[0]).st_size
-        data = frames.map_fd(frame.fds[0], size)
-        proto = onnx_guard.check_model(data, allowed_ops=self.allowed_ops)
+        proto = onnx_guard.check_model(wire.map_fd(frame.fds[0], size), allowed_ops=self.allowed_ops)
         model = rtd.kernels.compile_model(proto)
         if frame.head.get("warm_up", True):
             _warm_up(model)
-        self.models[key] = model
+        self.model = model
         return {"inputs": [_spec_json(s) for s in model.inputs],
                 "outputs": [_spec_json(s) for s in model.outputs]}, {}
 
-    def infer(self, frame: frames.Frame) -> tuple[dict, dict]:
-        model = self.models.get(frame.head.get("key"))
-        if model is None:
-            raise RtdError(Code.E_MODEL_UNAVAILABLE, "model not loaded in this worker")
-        results = model.run(frame.tensors)
+    def infer(self, frame: wire.Frame) -> tuple[dict, dict]:
+        if self.model is None:
+            raise RtdError(Code.E_MODEL_UNAVAILABLE, "no model loaded in this worker")
+        results = self.model.run(frame.tensors)
         wanted = frame.head.get("outputs")
         if wanted:
             results = {name: results[name] for name in wanted if name in results}
         return {}, {name: np.asarray(v) for name, v in results.items()}
 
-    def unload(self, frame: frames.Frame) -> tuple[dict, dict]:
-        self.models.pop(frame.head.get("key"), None)
-        return {}, {}
-
-    def handle(self, frame: frames.Frame) -> tuple[dict, dict]:
-        if frame.kind == Kind.LOAD:
-            return self.load(frame)
-        if frame.kind == Kind.INFER:
+    def handle(self, frame: wire.Frame) -> tuple[dict, dict]:
+        if frame.kind == wire.Kind.INFER:
             return self.infer(frame)
-        if frame.kind == Kind.UNLOAD:
-            return self.unload(frame)
-        if frame.kind == Kind.ECHO:
+        if frame.kind == wire.Kind.LOAD:
+            return self.load(frame)
+        if frame.kind == wire.Kind.ECHO:
             return {}, frame.tensors
-        if frame.kind == Kind.PING:
-            return {"models": len(self.models)}, {}
+        if frame.kind == wire.Kind.PING:
+            return {"loaded": self.model is not None}, {}
         raise RtdError(Code.E_WORKER_PROTOCOL, f"unexpected frame kind {frame.kind.name}")
 
 
+def _answer(sock, arena: wire.Arena, frame: wire.Frame, worker: Worker) -> None:
+    try:
+        head, tensors = worker.handle(frame)
+        wire.send(sock, wire.Kind.OK, frame.request_id, head, tensors, arena=arena)
+    except RtdError as e:
+        wire.send(sock, wire.Kind.ERROR, frame.request_id, {"code": e.code.name, "detail": e.detail})
+    except MemoryError:
+        wire.send(sock, wire.Kind.ERROR, frame.request_id, {"code": Code.E_RESOURCE_EXHAUSTED.name,
+                                                            "detail": "allocation failed"})
+    except Exception as e:  # a bug or an executor failure on this input: answer, keep serving
+        wire.send(sock, wire.Kind.ERROR, frame.request_id, {"code": Code.E_INTERNAL.name,
+                                                            "detail": f"{type(e).__name__}: {e}"[:200]})
+
+
 def serve(sock, *args) -> None:
-    """The worker's main loop: one frame in, one frame out, until the supervisor hangs up."""
+    """The worker's main loop: frames in, one answer each, in order, until the supervisor hangs up."""
     if not isinstance(sock, socket.socket):
         sock = socket.socket(fileno=sock)
-    worker, arena, peer = Worker(), frames.Arena(), frames.PeerArena()
+    worker, arena = Worker(), wire.Arena()
+    reader = wire.Reader(sock, wire.PeerArena())
     while True:
         try:
-            frame = frames.recv(sock, peer)
-            arena.release(frame.head.pop("released", []))
+            frame = reader.recv()
         except EOFError:
             return
         try:
-            try:
-                head, tensors = worker.handle(frame)
-                frames.send(sock, Kind.OK, frame.request_id, head, tensors, arena=arena)
-            except RtdError as e:
-                frames.send(sock, Kind.ERROR, frame.request_id, {"code": e.code.name, "detail": e.detail[:MAX_DETAIL]})
-            except MemoryError:
-                frames.send(sock, Kind.ERROR, frame.request_id, {"code": Code.E_RESOURCE_EXHAUSTED.name, "detail": "allocation failed"})
-            except Exception as e:  # a bug or an executor failure on this input: answer, keep serving
-                detail = f"{type(e).__name__}: {e}"[:MAX_DETAIL]
-                frames.send(sock, Kind.ERROR, frame.request_id, {"code": Code.E_INTERNAL.name, "detail": detail})
+            arena.release(frame.head.pop("released", []))
+            _answer(sock, arena, frame, worker)
         finally:
             for fd in frame.fds:
                 os.close(fd)

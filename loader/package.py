@@ -144,7 +144,8 @@ def verify_package(source, *, trust: TrustStore, tenant: str, rollback: Rollback
         text, parsed = _check_bindings(meta, version, files, fileset.model_dir_name, expected_name)
         _check_freshness(meta, now)
         if rollback is not None:
-            rollback.check(tenant, meta["name"], meta["counter"], allow_rollback=allow_rollback)
+            rollback.check(tenant, meta["name"], meta["counter"], manifest_sha256=manifest_sha256,
+                           allow_rollback=allow_rollback)
         formats.refuse_unsafe(files[f"{version}/{layout.MODEL}"].data, layout.MODEL)
     except BaseException:
         fileset.close()

@@ -5,8 +5,11 @@ TrustStore: one tenant's trust root, a directory of `*.pub.pem` keys and `revoke
 own directory, so a key trusted by tenant A means nothing for tenant B. A malformed
 revocation list refuses every key (fail closed), never none.
 
-RollbackStore: the persisted high-water mark of the counter per (tenant, model), a JSON file
-replaced atomically (temporary file, fsync, rename, fsync of the directory).
+RollbackStore: the persisted high-water mark of the counter per (tenant, model), with the
+manifest digest of the package that set it, a JSON file replaced atomically (temporary
+file, fsync, rename, fsync of the directory). A package below the mark is a rollback; one
+at the mark is accepted only when it is the very package that set it (same manifest
+digest), so re-sending what is loaded is not mistaken for a replay.
 """
 import json
 import os
@@ -85,18 +88,41 @@ class RollbackStore:
             raise RtdError(Code.E_INTERNAL, f"{self.path} is not a rollback store")
         return data
 
+    def _mark(self, tenant: str, name: str) -> tuple[int, str | None] | None:
+        mark = self._read().get(tenant, {}).get(name)
+        if mark is None:
+            return None
+        if isinstance(mark, int):   # written before marks carried their digest
+            return mark, None
+        if not isinstance(mark, dict) or not isinstance(mark.get("counter"), int):
+            raise RtdError(Code.E_INTERNAL, f"{self.path}: malformed mark for {tenant}/{name}")
+        return mark["counter"], mark.get("manifest_sha256")
+
     def high_water(self, tenant: str, name: str) -> int | None:
-        return self._read().get(tenant, {}).get(name)
+        mark = self._mark(tenant, name)
+        return None if mark is None else mark[0]
 
-    def check(self, tenant: str, name: str, counter: int, *, allow_rollback: bool = False) -> None:
-        mark = self.high_water(tenant, name)
-        if mark is not None and counter <= mark and not allow_rollback:
-            raise RtdError(Code.E_ROLLBACK, f"counter {counter} <= high-water mark {mark} for {tenant}/{name}")
+    def check(self, tenant: str, name: str, counter: int, *, manifest_sha256: str | None = None,
+              allow_rollback: bool = False) -> None:
+        mark = self._mark(tenant, name)
+        if mark is None or allow_rollback or counter > mark[0]:
+            return
+        if counter == mark[0] and manifest_sha256 is not None and manifest_sha256 == mark[1]:
+            return   # the very package that set the mark, sent again
+        raise RtdError(Code.E_ROLLBACK, f"counter {counter} <= high-water mark {mark[0]} for {tenant}/{name}; "
+                                        f"a new package needs a higher counter (rtctl pack --counter {mark[0] + 1})")
 
-    def record(self, tenant: str, name: str, counter: int) -> None:
-        """Raise the high-water mark to `counter` (never lowers it); durable on return."""
+    def record(self, tenant: str, name: str, counter: int, manifest_sha256: str | None = None) -> None:
+        """Raise the mark to `counter` with the digest of the package at it (never lowers
+        it); durable on return."""
         with self._lock:
             data = self._read()
             marks = data.setdefault(tenant, {})
-            marks[name] = max(counter, marks.get(name, 0))
+            old = self._mark(tenant, name) if name in marks else None
+            if old is None or counter > old[0]:
+                marks[name] = {"counter": counter, "manifest_sha256": manifest_sha256}
+            elif counter == old[0] and old[1] is None and manifest_sha256 is not None:
+                marks[name] = {"counter": counter, "manifest_sha256": manifest_sha256}
+            else:
+                return
             write_atomic(self.path, json.dumps(data, sort_keys=True).encode())

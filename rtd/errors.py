@@ -6,6 +6,8 @@ This module imports nothing from rtd and nothing heavy: every layer may import i
 """
 import enum
 
+MAX_DETAIL = 200   # details may echo client input: bounded so a status always fits gRPC's metadata
+
 
 class Code(enum.Enum):
     def __new__(cls, reason: str, status: str):
@@ -59,7 +61,9 @@ class Code(enum.Enum):
     E_MODEL_UNAVAILABLE = "the model is not ready", "UNAVAILABLE"
     E_MODEL_FAILED = "the model crashed its worker repeatedly and is marked failed", "FAILED_PRECONDITION"
     E_REQUEST_INVALID = "the request is malformed", "INVALID_ARGUMENT"
-    E_OVERLOADED = "the tenant's queue is full", "RESOURCE_EXHAUSTED"
+    E_BUDGET_EXCEEDED = "a budget of the tenant or the supervisor is spent", "RESOURCE_EXHAUSTED"
+    E_MESSAGE_TOO_LARGE = "the message exceeds max_message_bytes", "RESOURCE_EXHAUSTED"
+    E_STORAGE_FULL = "the state directory has no room left", "RESOURCE_EXHAUSTED"
     E_DEADLINE = "the request's deadline passed", "DEADLINE_EXCEEDED"
     E_WORKER_CRASHED = "the tenant's worker died", "UNAVAILABLE"
     E_WORKER_PROTOCOL = "the worker sent a malformed reply and was killed", "UNAVAILABLE"
@@ -71,7 +75,8 @@ class RtdError(Exception):
     """A refusal: a stable code, its one-line reason, and what in particular went wrong."""
 
     def __init__(self, code: Code, detail: str = ""):
-        self.code, self.detail = code, detail
+        self.code = code
+        self.detail = detail if len(detail) <= MAX_DETAIL else detail[: MAX_DETAIL - 1] + "…"
         super().__init__(str(self))
 
     def __str__(self) -> str:

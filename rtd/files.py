@@ -5,6 +5,7 @@ target and the directory is fsynced: after a crash the target holds either the o
 new content, never a torn mix, and no temporary file outlives a failed write.
 """
 import os
+import re
 import tempfile
 
 
@@ -28,3 +29,17 @@ def write_atomic(path: str, data, mode: int = 0o600) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+_TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}")   # what mkstemp(prefix=".<name>.") makes
+
+
+def remove_temporaries(directory: str) -> list[str]:
+    """Remove what an interrupted write_atomic left in `directory` (a kill -9 between the
+    temporary file and the rename); returns the names removed."""
+    removed = []
+    for name in os.listdir(directory):
+        if _TEMPORARY.fullmatch(name) and os.path.isfile(os.path.join(directory, name)):
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+    return removed

@@ -48,6 +48,7 @@ MAX_TENSORS = 4096
 MAX_RANK = 16
 MAX_ARENA = 1 << 34
 INLINE_LIMIT = 1 << 16  # tensors at least this big travel through the arena
+MAX_INLINE_BODY = 1 << 20  # with an arena, inline tensors stop at this much body: the rest go there too
 RECV_CHUNK = 1 << 18
 ALIGN = 64
 _ARENA_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
@@ -240,7 +241,13 @@ def encode(kind: Kind, request_id: int, head: dict | None = None, tensors: dict 
     head = dict(head or {})
     passed = list(fds or [])
     items = [(name, *_payload(name, value)) for name, value in (tensors or {}).items()]
-    big = {name for name, _, _, data in items if arena is not None and memoryview(data).nbytes >= INLINE_LIMIT}
+    big, inline = set(), 0
+    for name, _, _, data in items if arena is not None else ():
+        nbytes = memoryview(data).nbytes
+        if nbytes >= INLINE_LIMIT or inline + nbytes > MAX_INLINE_BODY:
+            big.add(name)
+        else:
+            inline += nbytes
     region, at = None, 0
     if big:
         at = arena.allocate(sum(_padded(memoryview(data).nbytes) for name, _, _, data in items if name in big))

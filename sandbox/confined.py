@@ -1,21 +1,24 @@
 """run_confined: compute fn(*args) in a freshly confined child with every layer of the
 policy and return its JSON-safe result. The child is forked from the caller (which must
-be root and should have no threads) and answers over a socketpair in length-prefixed
-JSON; nothing is ever unpickled."""
+be root and should have no threads) and answers with one Kind.RESULT frame, the result in
+its head (heads are at most wire.MAX_HEAD, 1 MiB); nothing is ever unpickled, and a reply
+of any other shape is E_WORKER_PROTOCOL. Its cgroups are those of an rtd instance of its
+own, rc<pid>, apart from any daemon's."""
 import itertools
-import json
 import os
 import signal
 import socket
-import struct
 import time
 
+from rtd import wire
 from rtd.errors import Code, RtdError
-from rtd.sandbox import contain
+from rtd.sandbox import channel, contain
 from rtd.sandbox.policy import TenantIdentity, load_policy
+from rtd.wire import Kind
 
 DEFAULT_IDENTITY = TenantIdentity(name="run-confined", uid=60999, gid=60999)
-MAX_REPLY = 64 << 20
+REPLIES = ({"ok": bool, "result": (dict, list, str, int, float, bool, type(None))},
+           {"ok": bool, "rtd": str, "detail": str}, {"ok": bool, "type": str, "message": str})
 _counter = itertools.count()
 
 
@@ -35,42 +38,35 @@ class ConfinedError(Exception):
         super().__init__(f"{type_name}: {message}")
 
 
-def send_json(sock: socket.socket, obj):
-    data = json.dumps(obj).encode()
-    sock.sendall(struct.pack("<I", len(data)) + data)
-
-
-def recv_json(sock: socket.socket):
-    """One length-prefixed JSON message, or None at EOF."""
-    def exact(n):
-        buf = b""
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                return None
-            buf += chunk
-        return buf
-    head = exact(4)
-    if head is None:
-        return None
-    (size,) = struct.unpack("<I", head)
-    if size > MAX_REPLY:
-        raise RtdError(Code.E_WORKER_PROTOCOL, f"reply of {size} bytes exceeds {MAX_REPLY}")
-    body = exact(size)
-    return None if body is None else json.loads(body)
-
-
 def _answer(fn):
     def target(sock, *args):
-        try:
-            reply = {"ok": True, "result": fn(*args)}
-            data = json.dumps(reply)
+        try:   # encoded here, so a result that is not JSON-safe or too big is fn's error
+            reply = wire.encode(Kind.RESULT, 0, {"ok": True, "result": fn(*args)})
         except RtdError as e:
-            data = json.dumps({"ok": False, "rtd": e.code.name, "detail": e.detail})
+            reply = wire.encode(Kind.RESULT, 0, {"ok": False, "rtd": e.code.name, "detail": e.detail})
         except Exception as e:   # reported to the caller, who re-raises it as ConfinedError
-            data = json.dumps({"ok": False, "type": type(e).__name__, "message": str(e)})
-        send_json(sock, json.loads(data))
+            reply = wire.encode(Kind.RESULT, 0, {"ok": False, "type": type(e).__name__, "message": str(e)[:4096]})
+        wire.write(sock, reply)
     return target
+
+
+def _receive_reply(sock: socket.socket) -> dict | None:
+    """The child's RESULT head, or None when it closed the socket without one."""
+    reader = wire.Reader(sock, max_body=0)   # the result travels in the head
+    try:
+        frame = reader.recv()
+    except EOFError:
+        return None
+    finally:
+        reader.close()
+    try:
+        reply = channel.expect(frame, Kind.RESULT, "result")
+    except RtdError as e:
+        raise RtdError(Code.E_WORKER_PROTOCOL, e.detail) from None
+    if (not any(channel.fits(reply, shape) for shape in REPLIES) or reply["ok"] is not ("result" in reply)
+            or reply.get("rtd", "E_INTERNAL") not in Code.__members__):
+        raise RtdError(Code.E_WORKER_PROTOCOL, f"malformed result: {reply!r:.80}")
+    return reply
 
 
 def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None, timeout: float = 60.0):
@@ -78,20 +74,20 @@ def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None,
     it, ConfinedError/RtdError if fn raised, RtdError(E_CONTAINMENT...) if confinement failed."""
     policy = policy or load_policy()
     identity = identity or DEFAULT_IDENTITY
-    worker = f"rc{os.getpid()}-{next(_counter)}"
-    cg, layers, bpf = contain.prepare(policy, identity, worker)
+    instance = f"rc{os.getpid()}"
+    cg, layers, bpf = contain.prepare(policy, identity, instance, f"{instance}-{next(_counter)}")
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     helper, reports, killed, status = None, None, False, None
     try:
         spec = contain.Spec(policy, identity, cg.procs_files, layers, bpf)
-        helper, report_fd = contain.launch(spec, contain.Job(_answer(fn), args, theirs.fileno()))
+        helper, report_sock = contain.launch(spec, contain.Job(_answer(fn), args, theirs.fileno()))
         theirs.close()
-        reports = contain.Reports(report_fd)
+        reports = contain.Reports(report_sock)
         deadline = time.monotonic() + timeout
         reports.expect_ready(timeout)
         ours.settimeout(max(0.001, deadline - time.monotonic()))
         try:
-            reply = recv_json(ours)
+            reply = _receive_reply(ours)
         except socket.timeout:
             reply, killed = None, True
             cg.kill()

@@ -10,13 +10,14 @@ GPU pool cap → drop bounding set, uid/gid, capabilities, no_new_privs → secc
 
 A worker launched without its job is a spare: every step above runs ahead of time
 (joining a cgroup alone waits for an RCU grace period), then the fully confined worker
-waits for its job — target name, args and its socket — on the go socket, the one fd it
-holds from outside besides the report pipe, and closes it before running the target.
+waits for its job — a Kind.JOB frame: target name, args and its socket — on the go
+socket, the one fd it holds from outside besides the report socket, answers on it with a
+Kind.REPORT {"ready": true} and closes it before running the target.
 
-Helper and worker report to the launcher as JSON lines on one pipe; a step that fails
-reports which step and why, and nothing runs unconfined."""
+Helper and worker report to the launcher as Kind.REPORT frames on one SOCK_SEQPACKET
+socket (see `channel`); a step that fails reports which step and why, and nothing runs
+unconfined. `Reports` reads them, turning a malformed one into the worker's refusal."""
 import dataclasses
-import json
 import logging
 import os
 import select
@@ -27,13 +28,18 @@ import time
 from typing import Callable
 
 from rtd.errors import Code, RtdError
-from rtd.sandbox import gpu, mountns, namespaces, privileges, rlimits, seccomp
+from rtd.sandbox import channel, gpu, mountns, namespaces, privileges, rlimits, seccomp
 from rtd.sandbox.cgroup import Layout, WorkerCgroup, detect_layout
+from rtd.sandbox.channel import NUMBER, OPTIONAL_INT
 from rtd.sandbox.host import plan_layers
+from rtd.wire import Kind
 
 log = logging.getLogger("rtd.sandbox")
 EXIT_CONTAINMENT_FAILED = 70
-READY = b"ready"   # a spare's word over the go socket that it has its job, is confined and runs it
+REPORTS = ({"step": str, "t": NUMBER}, {"ready": bool, "t": NUMBER}, {"worker_pid": int},
+           {"exit": {"code": OPTIONAL_INT, "signal": OPTIONAL_INT, "cpu_s": NUMBER}}, {"error": channel.ERROR})
+JOB = {"target": str, "args": list}
+READY = {"ready": True}   # a spare's word on the go socket: it has its job, is confined and runs it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +68,10 @@ class Job:
     sock_fd: int
 
 
-def prepare(policy, identity, worker: str, layout: Layout | None = None) -> tuple[WorkerCgroup, dict, bytes | None]:
-    """Launcher side: decide the layers, refuse or warn, make the cgroup, compile seccomp."""
+def prepare(policy, identity, instance: str, worker: str,
+            layout: Layout | None = None) -> tuple[WorkerCgroup, dict, bytes | None]:
+    """Launcher side: decide the layers, refuse or warn, make the worker's leaf (below the
+    tenant's node of this rtd instance), compile seccomp."""
     if os.geteuid() != 0:
         raise RtdError(Code.E_LAYER_UNAVAILABLE, "the launcher must run as root")
     layout = layout or detect_layout()
@@ -74,7 +82,7 @@ def prepare(policy, identity, worker: str, layout: Layout | None = None) -> tupl
         raise RtdError(Code.E_LAYER_UNAVAILABLE, f"{required[0]}: {missing[required[0]]}")
     for name, why in missing.items():
         log.warning("worker %s starts WITHOUT layer %s: %s", worker, name, why)
-    cg = WorkerCgroup.create(layout, policy.cgroup_parent, identity.name, worker, policy.limits)
+    cg = WorkerCgroup.create(layout, policy.cgroup_parent, instance, identity.name, worker, policy.limits)
     layers.update(cg.layers)
     return cg, layers, seccomp_program(layers)
 
@@ -85,64 +93,77 @@ def seccomp_program(layers: dict) -> bytes | None:
 
 
 def launch(spec: Spec, job: Job | None = None, go: socket.socket | None = None,
-           resolve: Callable | None = None) -> tuple[int, int]:
-    """Fork the helper; returns (helper pid, read end of the report pipe). With a job the
-    helper goes straight on; otherwise it arms and waits for `send_job` on the go socket
-    (the caller's copy may be closed after this), turning the job's target name into a
-    function with `resolve` (in the helper, which has the launcher's modules)."""
-    read_fd, write_fd = os.pipe()
+           resolve: Callable | None = None) -> tuple[int, socket.socket]:
+    """Fork the helper; returns (helper pid, the launcher's end of the report socket). With
+    a job the helper goes straight on; otherwise it arms and waits for `send_job` on the go
+    socket (the caller's copy may be closed after this), turning the job's target name into
+    a function with `resolve` (in the helper, which has the launcher's modules)."""
+    ours, theirs = channel.socketpair()
     pid = os.fork()
     if pid == 0:
         code = EXIT_CONTAINMENT_FAILED
         try:
-            os.close(read_fd)
-            code = _helper(spec, write_fd, job, go, resolve)
+            ours.close()
+            code = _helper(spec, theirs, job, go, resolve)
         finally:
             os._exit(code)
-    os.close(write_fd)
-    return pid, read_fd
+    theirs.close()
+    return pid, ours
 
 
 def send_job(go: socket.socket, target: str, args: list, sock_fd: int):
-    """Hand an armed helper its job; the worker's socket travels with SCM_RIGHTS."""
-    socket.send_fds(go, [json.dumps({"target": target, "args": list(args)}).encode()], [sock_fd])
+    """Hand an armed spare its job; the worker's socket travels as the frame's fd."""
+    channel.send(go, Kind.JOB, {"target": target, "args": list(args)}, [sock_fd])
+
+
+def receive_ready(go: socket.socket) -> bool:
+    """Launcher side, after `send_job`: True once the worker says it is confined and runs
+    the job, False when it closed the go socket without a word (it died: its helper's
+    reports say why); RtdError for anything else it sent."""
+    try:
+        head = channel.receive_head(go, Kind.REPORT, "ready word")
+    except EOFError:
+        return False
+    if head != READY:
+        raise channel.malformed("ready word", f"{head!r:.80}")
+    return True
 
 
 def _receive_job(go: socket.socket, resolve: Callable) -> Job | None:
     """The job from the launcher, or None when it gave up on this spare (EOF)."""
-    data, fds, _, _ = socket.recv_fds(go, 1 << 20, 1)
-    if not data:
+    try:
+        frame = channel.receive(go, "job")
+    except EOFError:
         return None
-    if len(fds) != 1:
-        raise RtdError(Code.E_CONTAINMENT, "malformed job: one socket expected")
-    msg = json.loads(data)
-    return Job(resolve(msg["target"]), tuple(msg["args"]), fds[0])
+    if frame.kind is not Kind.JOB or len(frame.fds) != 1 or not channel.fits(frame.head, JOB):
+        raise channel.malformed("job", "one JOB frame with a target, args and one socket expected")
+    return Job(resolve(frame.head["target"]), tuple(frame.head["args"]), frame.fds[0])
 
 
-def _report(fd: int, **msg):
-    os.write(fd, json.dumps(msg).encode() + b"\n")
+def _report(sock: socket.socket, **msg):
+    channel.send(sock, Kind.REPORT, msg)
 
 
-def _mark(fd: int, step: str) -> str:
+def _mark(sock: socket.socket, step: str) -> str:
     """Tell the launcher a step starts (CLOCK_MONOTONIC, comparable across processes)."""
-    _report(fd, step=step, t=time.perf_counter())
+    _report(sock, step=step, t=time.perf_counter())
     return step
 
 
-def _failed(fd: int, step: str, e: BaseException):
+def _failed(sock: socket.socket, step: str, e: BaseException):
     try:
-        _report(fd, error={"code": Code.E_CONTAINMENT.name, "detail": f"{step}: {e}"})
-    except OSError:
+        _report(sock, error=channel.error_head(RtdError(Code.E_CONTAINMENT, f"{step}: {e}")))
+    except (OSError, RtdError):
         pass
 
 
-def _helper(spec: Spec, report: int, job: Job | None, go: socket.socket | None, resolve) -> int:
+def _helper(spec: Spec, report: socket.socket, job: Job | None, go: socket.socket | None, resolve) -> int:
     step = "helper"
     try:
         _mark(report, "helper")
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        privileges.keep_only_fds({report, job.sock_fd if job else go.fileno()})
+        privileges.keep_only_fds({report.fileno(), job.sock_fd if job else go.fileno()})
         privileges.die_with_parent()
         step = _mark(report, "cgroup")
         for path in spec.procs_files:
@@ -168,13 +189,13 @@ def _helper(spec: Spec, report: int, job: Job | None, go: socket.socket | None, 
         return EXIT_CONTAINMENT_FAILED
 
 
-def _worker(spec: Spec, job: Job | None, go: socket.socket | None, resolve, report: int, with_userns: bool):
+def _worker(spec: Spec, job: Job | None, go: socket.socket | None, resolve, report: socket.socket, with_userns: bool):
     code, step, ready = EXIT_CONTAINMENT_FAILED, "session", False
     try:
         _mark(report, "session")
         privileges.new_session()
         privileges.die_with_parent()
-        privileges.keep_only_fds({report, job.sock_fd if job else go.fileno()})
+        privileges.keep_only_fds({report.fileno(), job.sock_fd if job else go.fileno()})
         sys.stdin = sys.stdout = sys.stderr = None   # fds 0-2 are closed: print() must not hit a reused fd
         step = _mark(report, "hostname")
         namespaces.set_hostname()
@@ -200,9 +221,9 @@ def _worker(spec: Spec, job: Job | None, go: socket.socket | None, resolve, repo
         sock = socket.socket(fileno=job.sock_fd)
         _report(report, ready=True, t=time.perf_counter())
         if go is not None:
-            go.send(READY)   # straight to the supervisor waiting in spawn(), no hop through the zygote
+            channel.send(go, Kind.REPORT, READY)   # straight to the supervisor waiting in spawn(), no hop through the zygote
             go.close()
-        os.close(report)
+        report.close()
         ready = True
         job.target(sock, *job.args)
         code = 0
@@ -216,10 +237,12 @@ def _worker(spec: Spec, job: Job | None, go: socket.socket | None, resolve, repo
 
 
 class Reports:
-    """Launcher-side reader of the helper/worker report pipe (JSON lines)."""
+    """Launcher-side reader of the helper's and worker's report socket. A malformed report
+    ends the reading and stands as the worker's error (E_CONTAINMENT): the launcher
+    refuses the worker, it never fails itself."""
 
-    def __init__(self, fd: int):
-        self.fd, self.buf, self.eof = fd, b"", False
+    def __init__(self, sock: socket.socket):
+        self.sock, self.eof = sock, False
         self.worker_pid, self.exit, self.error, self.ready = None, None, None, False
         self.steps: dict[str, float] = {}   # step -> when it started; "ready" when confined
 
@@ -227,23 +250,27 @@ class Reports:
         """Read what is available (waiting up to `timeout`); False when nothing came."""
         if self.eof:
             return False
-        if not select.select([self.fd], [], [], timeout)[0]:
+        if not select.select([self.sock], [], [], timeout)[0]:
             return False
-        chunk = os.read(self.fd, 65536)
-        if not chunk:
-            self.eof = True
-            os.close(self.fd)
-        self.buf += chunk
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            msg = json.loads(line)
-            self.worker_pid = msg.get("worker_pid", self.worker_pid)
-            self.exit = msg.get("exit", self.exit)
-            self.error = msg.get("error", self.error)
-            self.ready = self.ready or msg.get("ready", False)
-            if "t" in msg:
-                self.steps["ready" if msg.get("ready") else msg["step"]] = msg["t"]
+        try:
+            self._take(channel.receive_head(self.sock, Kind.REPORT, "confinement report"))
+        except EOFError:
+            self.close()
+        except RtdError as e:
+            self.error = channel.error_head(e)
+            self.close()
         return True
+
+    def _take(self, head: dict):
+        if not any(channel.fits(head, shape) for shape in REPORTS) or head.get("ready", True) is not True:
+            raise channel.malformed("confinement report", f"{head!r:.80}")
+        if "error" in head:   # a known code, or malformed; its detail bounded as every RtdError's
+            self.error = channel.error_head(channel.error_of(head["error"], "confinement report"))
+        self.worker_pid = head.get("worker_pid", self.worker_pid)
+        self.exit = head.get("exit", self.exit)
+        self.ready = self.ready or "ready" in head
+        if "t" in head:
+            self.steps["ready" if "ready" in head else head["step"]] = head["t"]
 
     def expect_ready(self, timeout: float) -> int:
         """Wait until the worker is confined; returns its host pid or raises the failed step."""
@@ -254,7 +281,7 @@ class Reports:
                 raise RtdError(Code.E_CONTAINMENT, f"worker not confined within {timeout} s")
             self.pump(left)
         if self.error:
-            raise RtdError(Code[self.error["code"]], self.error["detail"])
+            raise channel.error_of(self.error, "confinement report")
         if not self.ready:
             raise RtdError(Code.E_CONTAINMENT, "worker died during confinement")
         return self.worker_pid
@@ -263,13 +290,11 @@ class Reports:
         deadline = time.monotonic() + timeout
         while not self.eof and self.pump(max(0.0, deadline - time.monotonic())):
             pass
-        if not self.eof:
-            os.close(self.fd)
-            self.eof = True
+        self.close()
 
     def close(self):
         if not self.eof:
-            os.close(self.fd)
+            self.sock.close()
             self.eof = True
 
 

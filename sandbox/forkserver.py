@@ -1,35 +1,55 @@
 """The zygote's own side: the fork server. Started before the supervisor has threads, it
-imports NumPy (CuPy when present), scipy.special, onnx and the preload modules and
-compiles the seccomp filter, so a worker is one fork away from serving (nothing can be
+imports NumPy (CuPy when present), scipy.special, onnx and the preload modules, sets
+glibc to keep large buffers warm (for the workers; the supervisor returns what it frees)
+and compiles the seccomp filter, so a worker is one fork away from serving (nothing can be
 imported after confinement).
 
-It answers one request, "arm": fork a helper that joins the given leaf cgroup, unshares
-and forks the worker, handing on the worker's end of a go socket the supervisor keeps.
-Everything else is events it reports as they happen, never blocking on one child:
-"armed" (the confined worker waits for its job), "spawned" (the worker got its job over
-the go socket and runs it), "failed" (a step failed before that), "exit" (a helper ended)."""
+Supervisor and fork server speak Kind.ZYGOTE frames, head {"op": ...}, on a SOCK_SEQPACKET
+socketpair (see `channel`). It answers one request, "arm" (fds: the worker's end of a go
+socket the supervisor keeps): fork a helper that joins the given leaf cgroup, unshares and
+forks the worker. Everything else is events it reports as they happen, never blocking on
+one child: "ready" (preloaded), "armed" (the confined worker waits for its job), "spawned"
+(the worker got its job over the go socket and runs it), "failed" (a step failed before
+that, or a request was malformed), "exit" (a helper ended)."""
 import importlib
-import json
 import os
 import select
 import signal
 import socket
 import sys
 
+from rtd import wire
 from rtd.errors import Code, RtdError
-from rtd.sandbox import contain, seccomp, syscalls
-from rtd.sandbox.policy import Policy, TenantIdentity
+from rtd.sandbox import channel, contain, seccomp, syscalls
+from rtd.sandbox.policy import LAYERS, Policy, TenantIdentity
+from rtd.wire import Kind
 
 BASE_PRELOAD = ("numpy", "scipy.special", "onnx", "encodings.idna", "json", "struct", "mmap")
-MAX_MSG = 1 << 20
+ARM = {"op": str, "id": str, "policy": dict, "identity": list, "procs": list, "layers": dict}
 
 
-def send(sock: socket.socket, fds=(), **msg):
-    data = json.dumps(msg).encode()
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
-    else:
-        sock.send(data)
+def start(preload: tuple) -> tuple[int, socket.socket]:
+    """Fork the fork server; returns its pid and the supervisor's end of the control socket,
+    on which its first report ("ready" or "failed") comes."""
+    ours, theirs = channel.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ours.close()
+            code = serve(theirs, preload)
+        finally:
+            os._exit(code)
+    theirs.close()
+    return pid, ours
+
+
+def send(ctl: socket.socket, op: str, fds=(), **fields):
+    channel.send(ctl, Kind.ZYGOTE, {"op": op, **fields}, fds)
+
+
+def _failure(wid: str | None, e: RtdError) -> dict:
+    return {"id": wid, "error": channel.error_head(e)}
 
 
 def serve(ctl: socket.socket, preload: tuple) -> int:
@@ -39,26 +59,25 @@ def serve(ctl: socket.socket, preload: tuple) -> int:
     try:
         _preload(preload)
     except Exception as e:
-        send(ctl, op="failed", error=f"preload failed: {type(e).__name__}: {e}")
+        send(ctl, "failed", **_failure(None, RtdError(Code.E_CONTAINMENT, f"preload failed: {type(e).__name__}: {e}")))
         return 1
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
-    send(ctl, op="ready", pid=os.getpid())
+    send(ctl, "ready", pid=os.getpid())
     helpers: dict[int, _Helper] = {}
     while True:
-        fds = [ctl, wake_r] + [h.reports.fd for h in helpers.values() if not h.reports.eof]
-        readable = select.select(fds, [], [])[0]
+        socks = [ctl, wake_r] + [h.reports.sock for h in helpers.values() if not h.reports.eof]
+        readable = select.select(socks, [], [])[0]
         if ctl in readable:
             try:
-                data, passed, _, _ = socket.recv_fds(ctl, MAX_MSG, 1)
-            except OSError:
-                data, passed = b"", []
-            if not data:
+                _arm(ctl, channel.receive(ctl, "zygote request"), helpers)
+            except (EOFError, OSError):
                 break
-            _arm(ctl, json.loads(data), passed, helpers)
+            except RtdError as e:   # not a frame: no id to answer, the pending request fails
+                send(ctl, "failed", **_failure(None, e))
         for helper in helpers.values():
-            if not helper.reports.eof and helper.reports.fd in readable:
+            if not helper.reports.eof and helper.reports.sock in readable:
                 helper.reports.pump(0)
                 helper.announce(ctl)
         if wake_r in readable:
@@ -85,39 +104,44 @@ class _Helper:
             return
         if r.error:
             self.told = "failed"
-            send(ctl, op="failed", id=self.id, error=r.error)
+            send(ctl, "failed", id=self.id, error=r.error)
         elif r.ready and r.worker_pid:
             self.told = "spawned"
-            send(ctl, op="spawned", id=self.id, pid=r.worker_pid, steps=r.steps)
+            send(ctl, "spawned", id=self.id, pid=r.worker_pid, steps=r.steps)
         elif "armed" in r.steps and r.worker_pid and self.told is None:
             self.told = "armed"
-            send(ctl, op="armed", id=self.id, pid=r.worker_pid)
+            send(ctl, "armed", id=self.id, pid=r.worker_pid)
 
     def ended(self, ctl):
         self.reports.drain(0.5)
         self.announce(ctl)
         if self.told != "spawned" and self.told != "failed":
-            send(ctl, op="failed", id=self.id,
-                 error={"code": Code.E_CONTAINMENT.name, "detail": "the helper exited before the worker was confined"})
+            send(ctl, "failed", **_failure(self.id, RtdError(
+                Code.E_CONTAINMENT, "the helper exited before the worker was confined")))
 
 
-def _arm(ctl, msg: dict, passed: list, helpers: dict):
-    """Fork a helper for the leaf in `msg`; its worker reports "armed" once confined."""
+def _arm(ctl, frame: wire.Frame, helpers: dict):
+    """Fork a helper for the leaf the request names; its worker reports "armed" once confined."""
+    msg, passed = frame.head, frame.fds
+    wid = msg.get("id") if isinstance(msg.get("id"), str) else None
     try:
-        if msg.get("op") != "arm" or len(passed) != 1:
-            raise RtdError(Code.E_CONTAINMENT, "malformed request to the zygote")
+        if (frame.kind is not Kind.ZYGOTE or frame.tensors or len(passed) != 1 or not channel.fits(msg, ARM)
+                or msg["op"] != "arm" or not all(type(p) is str for p in msg["procs"])
+                or not all(type(v) is str for v in msg["layers"].values()) or not set(LAYERS) <= msg["layers"].keys()
+                or len(msg["identity"]) != 3):
+            raise channel.malformed("zygote request", "an arm request with one go socket expected")
         name, uid, gid = msg["identity"]
-        spec = contain.Spec(Policy.from_dict(msg["policy"]), TenantIdentity(name, uid, gid), list(msg["procs"]),
+        spec = contain.Spec(Policy.from_dict(msg["policy"]), TenantIdentity(name, uid, gid), msg["procs"],
                             msg["layers"], contain.seccomp_program(msg["layers"]))
         with socket.socket(fileno=passed.pop()) as go:
-            pid, report_fd = contain.launch(spec, go=go, resolve=_resolve)
+            pid, report_sock = contain.launch(spec, go=go, resolve=_resolve)
     except RtdError as e:
-        send(ctl, op="failed", id=msg.get("id"), error={"code": e.code.name, "detail": e.detail})
+        send(ctl, "failed", **_failure(wid, e))
         return
     finally:
         for fd in passed:
             os.close(fd)
-    helpers[pid] = _Helper(msg["id"], contain.Reports(report_fd))
+    helpers[pid] = _Helper(wid, contain.Reports(report_sock))
 
 
 def _reap(ctl, helpers: dict):
@@ -133,10 +157,11 @@ def _reap(ctl, helpers: dict):
             continue   # an orphaned worker reparented to us
         helper.ended(ctl)
         code, sig, cpu_s = contain.ended(status, helper.reports)
-        send(ctl, op="exit", id=helper.id, code=code, signal=sig, cpu_s=cpu_s)
+        send(ctl, "exit", id=helper.id, code=code, signal=sig, cpu_s=cpu_s)
 
 
 def _preload(modules: tuple) -> None:
+    wire.keep_large_buffers_warm()   # first: every buffer the workers inherit is allocated after it
     import numpy
     for name in BASE_PRELOAD + modules:
         importlib.import_module(name)

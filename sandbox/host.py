@@ -1,5 +1,6 @@
-"""What this host actually enforces: kernel, cgroup layout and controllers, user
-namespaces, seccomp, dmem and GPU, and per policy which layers a worker would get."""
+"""What this host actually enforces: kernel, cgroup layout and controllers, which cgroup
+hierarchies rtd may write, user namespaces, seccomp, dmem and GPU, and per policy which
+layers a worker would get."""
 import os
 
 from rtd.sandbox import cgroup, gpu, namespaces, seccomp
@@ -19,8 +20,8 @@ def plan_layers(policy, layout=None) -> dict[str, str]:
     }
     for r in cgroup.RESOURCES:
         layers[r] = layout.describe(r) if root else need_root
-    layers["kill"] = ("enforced (cgroup v2 cgroup.kill)" if layout.v2_root and _kernel_at_least(5, 14)
-                      else "enforced (SIGKILL to the namespace's pid 1)")
+    v2_kill = layout.v2_root and layout.writable("v2", policy.cgroup_parent) and _kernel_at_least(5, 14)
+    layers["kill"] = cgroup.KILL_BY_CGROUP if v2_kill else cgroup.KILL_BY_PID1
     layers["gpu"] = gpu.status(layout, policy.limits.gpu_memory_bytes)
     layers["rlimits"] = "enforced (core 0, nofile, fsize, nproc" + (", cpu)" if policy.limits.cpu_seconds else ")")
     layers["privileges"] = ("enforced (own uid/gid, no capabilities, no_new_privs, new session, fds closed)"
@@ -36,17 +37,22 @@ def _kernel_at_least(major: int, minor: int) -> bool:
 
 
 def host_report() -> dict:
-    layout = cgroup.detect_layout()
+    """The host as rtd sees it; cgroup.writable: for each hierarchy rtd uses, where the
+    default policy's workers go (<base>) and whether this process may create them there."""
+    layout, policy = cgroup.detect_layout(), load_policy()
     return {
         "kernel": os.uname().release,
         "root": os.geteuid() == 0,
         "cgroup": {"mode": layout.mode, "v2_root": layout.v2_root,
                    "v2_controllers": sorted(layout.v2_controllers), "v1_controllers": dict(layout.v1_roots),
+                   "writable": {h: {"base": layout.base(h, policy.cgroup_parent),
+                                    "writable": layout.writable(h, policy.cgroup_parent)}
+                                for h in layout.hierarchies()},
                    "favordynmods": cgroup.favordynmods_status()},
         "userns": namespaces.userns_status(),
         "seccomp": seccomp.status(),
         "dmem": gpu.dmem_regions(layout) or "unavailable: no dmem controller or region",
         "gpu": gpu.devices() or gpu.NO_GPU,
         "nvml": gpu.nvml() or "unavailable: no libnvidia-ml",
-        "layers": plan_layers(load_policy(), layout),
+        "layers": plan_layers(policy, layout),
     }

@@ -5,6 +5,7 @@ import dataclasses
 import importlib.resources
 import math
 import os
+import re
 import tomllib
 
 from rtd.errors import Code, RtdError
@@ -12,6 +13,13 @@ from rtd.errors import Code, RtdError
 LAYERS = ("userns", "namespaces", "mounts", "memory", "pids", "cpu", "kill", "gpu",
           "rlimits", "privileges", "seccomp")
 MIB = 1 << 20
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_name(value) -> bool:
+    """Whether `value` may name a tenant or an rtd instance: 1-64 of [A-Za-z0-9_-] (it becomes
+    a cgroup directory name, so nothing else: no dots, slashes or non-ASCII letters)."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +61,7 @@ class TenantIdentity:
     gid: int
 
     def __post_init__(self):
-        if not (isinstance(self.name, str) and self.name and self.name.replace("-", "").replace("_", "").isalnum()
-                and len(self.name) <= 64):
+        if not is_name(self.name):
             raise RtdError(Code.E_POLICY_INVALID, f"tenant name {self.name!r} must be 1-64 of [A-Za-z0-9_-]")
         for key in ("uid", "gid"):
             value = getattr(self, key)

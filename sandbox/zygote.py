@@ -1,7 +1,13 @@
 """The supervisor's side of the zygote (the fork server in `forkserver`): it creates and
 owns the leaf cgroups, keeps each armed worker's go socket, hands workers their jobs, and
-turns the fork server's reports into WorkerHandles. JSON over a SOCK_SEQPACKET socketpair;
-sockets travel with SCM_RIGHTS.
+turns the fork server's reports into WorkerHandles. Kind.ZYGOTE frames on a SOCK_SEQPACKET
+socketpair, sockets as frame fds. A report it cannot parse ends the fork server (what it
+says about its workers can no longer be trusted; they die with it), and every request
+then fails with E_CONTAINMENT.
+
+Each zygote has an instance id: its workers' cgroups are <base>/<instance>/<tenant>/<worker>,
+so two daemons on one host never share a directory. A daemon passes a stable id and calls
+`cleanup_instance` with it at start, to remove what a predecessor killed with SIGKILL left.
 
 A spawn arms a helper (forked by the zygote, it joins a fresh leaf cgroup, unshares and
 forks the worker, which confines itself) and sends the worker its job — target, args,
@@ -12,9 +18,9 @@ tenant in the background: a worker confined by every layer of the tenant's polic
 waiting for a job. The tenant's next (re)start with the same policy takes it. A spare
 is one idle helper, one idle confined worker and a leaf per tenant;
 `Zygote.start(spares=False)` turns them off."""
+import contextlib
 import dataclasses
 import itertools
-import json
 import logging
 import os
 import queue
@@ -24,15 +30,37 @@ import threading
 import time
 
 from rtd.errors import Code, RtdError
-from rtd.sandbox import contain, forkserver
-from rtd.sandbox.cgroup import WorkerCgroup, detect_layout
+from rtd.sandbox import channel, contain, forkserver
+from rtd.sandbox.cgroup import WorkerCgroup, check_instance, detect_layout
+from rtd.sandbox.channel import NUMBER, OPTIONAL_INT
 from rtd.sandbox.policy import Policy, TenantIdentity, load_policy
+from rtd.wire import Kind
 
 log = logging.getLogger("rtd.sandbox")
 _ids = itertools.count()   # worker names: z<supervisor pid>-<n>, unique across zygotes
 # Arming a spare is a few ms of Python in the supervisor; started at once, it holds the GIL
 # just when the caller talks to the worker it was handed (measured: +5 ms, one switch interval).
 REFILL_DELAY_S = 0.05
+# What the fork server may report, by op (besides "op" itself); "failed" without an id
+# answers whatever request is pending (the fork server failed as a whole).
+REPORTS = {"ready": {"pid": int}, "armed": {"id": str, "pid": int},
+           "spawned": {"id": str, "pid": int, "steps": dict}, "failed": {"id": (str, type(None)), "error": channel.ERROR},
+           "exit": {"id": str, "code": OPTIONAL_INT, "signal": OPTIONAL_INT, "cpu_s": NUMBER}}
+
+
+def _report(head: dict) -> dict:
+    """A fork server report, checked against REPORTS; RtdError(E_CONTAINMENT) otherwise."""
+    shape = REPORTS.get(head.get("op"))
+    if (shape is None or not channel.fits(head, {"op": str, **shape})
+            or not all(type(k) is str and type(v) in NUMBER for k, v in head.get("steps", {}).items())):
+        raise channel.malformed("zygote report", f"{head!r:.80}")
+    if "error" in head:
+        channel.error_of(head["error"], "zygote report")
+    return head
+
+
+def _failed(e: RtdError) -> dict:
+    return {"op": "failed", "error": channel.error_head(e)}
 
 
 class WorkerHandle:
@@ -88,6 +116,10 @@ class WorkerHandle:
     def usage(self) -> dict:
         return self.cgroup.usage()
 
+    def tenant_usage(self) -> dict:
+        """What all of this tenant's workers use together (see WorkerCgroup.tenant_usage)."""
+        return self.cgroup.tenant_usage()
+
 
 @dataclasses.dataclass(frozen=True)
 class Spare:
@@ -104,8 +136,9 @@ class Spare:
 class Zygote:
     """Supervisor-side client of the fork server."""
 
-    def __init__(self, pid: int, ctl: socket.socket, spares: bool = True):
+    def __init__(self, pid: int, ctl: socket.socket, spares: bool = True, instance: str | None = None):
         self.pid, self._ctl, self._auto_spares = pid, ctl, spares
+        self.instance = check_instance(f"z{os.getpid()}" if instance is None else instance)
         self._layout = detect_layout()   # the host's cgroup hierarchies do not change while we run
         self._handles: dict[str, WorkerHandle] = {}
         self._spares: dict[str, Spare] = {}   # tenant name -> its armed spare
@@ -118,24 +151,27 @@ class Zygote:
         self._reader.start()
 
     @classmethod
-    def start(cls, preload=(), spares: bool = True) -> "Zygote":
+    def start(cls, preload=(), spares: bool = True, instance: str | None = None) -> "Zygote":
         """Fork the fork server. Call before the caller starts any thread. With `spares`, each
-        spawn arms the tenant's next worker ahead of time (see the module docstring)."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                ours.close()
-                code = forkserver.serve(theirs, tuple(preload))
-            finally:
-                os._exit(code)
-        theirs.close()
-        msg = json.loads(ours.recv(forkserver.MAX_MSG) or b'{"op": "failed", "error": "zygote died while starting"}')
+        spawn arms the tenant's next worker ahead of time (see the module docstring).
+        `instance` (1-64 of [A-Za-z0-9_-]) names this rtd's cgroup subtree; a daemon passes
+        a stable one, so that `cleanup_instance` finds what its predecessor left. Default:
+        z<pid>."""
+        if instance is not None:
+            check_instance(instance)   # refused before anything is forked
+        pid, ours = forkserver.start(tuple(preload))
+        try:
+            msg = _report(channel.receive_head(ours, Kind.ZYGOTE, "zygote report"))
+        except EOFError:
+            msg = _failed(RtdError(Code.E_CONTAINMENT, "zygote died while starting"))
+        except RtdError as e:
+            msg = _failed(e)
         if msg["op"] != "ready":
+            os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            raise RtdError(Code.E_CONTAINMENT, f"zygote: {msg['error']}")
-        return cls(pid, ours, spares)
+            ours.close()
+            raise channel.error_of(msg["error"], "zygote report")
+        return cls(pid, ours, spares, instance)
 
     def spawn(self, target: str, policy: Policy | None = None, identity: TenantIdentity | None = None,
               sock: socket.socket | None = None, args=()) -> WorkerHandle:
@@ -160,7 +196,7 @@ class Zygote:
         if reply["op"] == "failed":
             self._handles.pop(spare.id, None)
             _discard(spare)
-            raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
+            raise channel.error_of(reply["error"], "zygote report")
         handle.pid = reply["pid"]
         if self._auto_spares:
             with self._spare_lock:
@@ -214,32 +250,36 @@ class Zygote:
         the worker; with `wait`, return once the worker is confined (else the job may be sent at
         once: it waits in the socket)."""
         wid = f"z{os.getpid()}-{next(_ids)}"
-        cg, layers, _ = contain.prepare(policy, identity, wid, self._layout)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        cg, layers, _ = contain.prepare(policy, identity, self.instance, wid, self._layout)
+        ours, theirs = channel.socketpair()
         spare = Spare(wid, cg, layers, policy, identity, ours)
         try:
             with theirs:
-                forkserver.send(self._ctl, [theirs.fileno()], op="arm", id=wid, policy=policy.to_dict(),
+                forkserver.send(self._ctl, "arm", [theirs.fileno()], id=wid, policy=policy.to_dict(),
                                 identity=[identity.name, identity.uid, identity.gid], procs=cg.procs_files,
                                 layers=layers)
             reply = self._await(wid, ("armed",)) if wait else {"op": "armed", "pid": None}
         except OSError as e:
-            reply = {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": f"zygote: {e}"}}
+            reply = _failed(RtdError(Code.E_CONTAINMENT, f"zygote: {e}"))
+        except RtdError as e:
+            reply = _failed(e)
         if reply["op"] != "armed":
             _discard(spare)
-            raise RtdError(Code[reply["error"]["code"]], reply["error"]["detail"])
+            raise channel.error_of(reply["error"], "zygote report")
         return dataclasses.replace(spare, pid=reply["pid"])
 
     def _hand_job(self, spare: Spare, target: str, args, sock: socket.socket) -> dict:
         """Send the waiting worker its job and wait for its word over the go socket that it
-        runs it; {"op": "armed"/"spawned", "pid": ...} or the zygote's "failed" report."""
+        runs it; {"op": "armed"/"spawned", "pid": ...} or a "failed" report."""
         try:
             with spare.go:
                 contain.send_job(spare.go, target, list(args), sock.fileno())
                 spare.go.settimeout(30)
-                ready = spare.go.recv(16) == contain.READY
+                ready = contain.receive_ready(spare.go)
         except OSError:
             ready = False
+        except RtdError as e:   # the worker said something else: refused like a failed step
+            return _failed(e)
         if not ready:   # the worker is gone: the zygote says why
             return self._await(spare.id, ("spawned",))
         return {"op": "armed", "pid": spare.pid} if spare.pid else self._await(spare.id, ("armed", "spawned"))
@@ -251,20 +291,24 @@ class Zygote:
         try:
             while True:
                 reply = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
-                if reply.get("id", wid) == wid and reply["op"] in ops + ("failed",):   # no id: the zygote died
+                if reply.get("id") in (wid, None) and reply["op"] in ops + ("failed",):   # no id: the zygote failed
                     return reply
         except queue.Empty:
-            return {"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": "zygote: no answer in 30 s"}}
+            return _failed(RtdError(Code.E_CONTAINMENT, "zygote: no answer in 30 s"))
 
     def _read_loop(self):
+        ended = RtdError(Code.E_CONTAINMENT, "zygote exited")
         while True:
             try:
-                data = self._ctl.recv(forkserver.MAX_MSG)
-            except OSError:
-                data = b""
-            if not data:
+                msg = _report(channel.receive_head(self._ctl, Kind.ZYGOTE, "zygote report"))
+            except (EOFError, OSError):
                 break
-            msg = json.loads(data)
+            except RtdError as e:   # it no longer accounts for its workers: end it, and them with it
+                log.error("zygote %d: %s; stopping it", self.pid, e)
+                ended = e
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                break
             if msg["op"] == "exit":
                 handle = self._handles.pop(msg["id"], None)
                 if handle:
@@ -278,7 +322,7 @@ class Zygote:
         for handle in list(self._handles.values()):   # zygote gone: its workers died with it
             handle.kill()
             handle._finish(None, signal.SIGKILL, 0.0)
-        self._replies.put({"op": "failed", "error": {"code": Code.E_CONTAINMENT.name, "detail": "zygote exited"}})
+        self._replies.put(_failed(ended))
 
     def _spare_died(self, wid: str):
         with self._spare_lock:

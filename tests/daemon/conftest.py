@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import numpy as np
 import onnx
@@ -76,7 +77,7 @@ class Daemon:
     """One rtd serve process and what a test needs to talk to it."""
 
     def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20,
-                 listen: str = ""):
+                 listen: str = "", limits: dict | None = None, tenants=TENANTS):
         self.root = str(root)
         self.state = os.path.join(self.root, "state")
         self.socket = os.path.join(self.state, "rtd.sock")
@@ -84,7 +85,7 @@ class Daemon:
         self.tokens, self.keys = {}, {}
         self.admin_token = secrets.token_urlsafe(32)
         tenant_tables = []
-        for i, tenant in enumerate(TENANTS):
+        for i, tenant in enumerate(tenants):
             key_dir, trust = os.path.join(self.root, "keys", tenant), os.path.join(self.root, "trust", tenant)
             os.makedirs(trust)
             private, public = keys.write_keypair(key_dir)
@@ -109,22 +110,20 @@ port = {self.metrics_port}
 [admin]
 token_sha256 = ["{token_hash(self.admin_token)}"]
 [limits]
-max_message_bytes = {16 << 20}
-max_queue = {max_queue}
-max_concurrency = {max_concurrency}
-max_models = 8
-restart_backoff_s = 0.1
-""" + "".join(tenant_tables))
+""" + "".join(f"{k} = {v!r}\n" for k, v in {
+                "max_message_bytes": 16 << 20, "max_queue": max_queue, "max_concurrency": max_concurrency,
+                "max_models": 8, "restart_backoff_s": 0.1, **(limits or {})}.items()) + "".join(tenant_tables))
         self.proc = None
         self.log = os.path.join(self.root, "rtd.log")
         self.prefix: list[str] = []  # e.g. setpriv, to run the daemon with fewer privileges
+        self.preexec = None          # runs in the daemon's process before exec (e.g. to join a cgroup)
 
     def start(self, timeout: float = 60.0) -> "Daemon":
         if os.geteuid() != 0:
             pytest.skip(NEEDS_ROOT)
         seen = len(self.read_log()) if os.path.exists(self.log) else 0
         self.proc = subprocess.Popen([*self.prefix, RTD, "serve", "--config", self.config], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.log, "ab"))
+                                     stderr=open(self.log, "ab"), preexec_fn=self.preexec)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -161,16 +160,31 @@ restart_backoff_s = 0.1
     def status(self) -> dict:
         return Client(self.url(), None).status(self.admin_token)
 
-    def worker(self, tenant: str) -> dict:
+    def tenant(self, tenant: str) -> dict:
         return next(t for t in self.status()["tenants"] if t["tenant"] == tenant)
+
+    def instances(self, tenant: str, name: str) -> list[dict]:
+        """The live instances of the serving version of a model, as status shows them."""
+        model = self.tenant(tenant)["models"].get(name) or {}
+        return [i for i in (model.get("serving") or {}).get("instances", []) if i["live"]]
+
+    def pids(self, tenant: str) -> dict:
+        """{(model, instance index): host pid} of every live instance of a tenant."""
+        return {(name, i["index"]): i["pid"] for name, model in self.tenant(tenant)["models"].items()
+                for i in (model.get("serving") or {}).get("instances", []) if i["live"]}
 
     def wait_ready(self, tenant: str, name: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.worker(tenant)["models"].get(name, {}).get("ready"):
+            if self.instances(tenant, name) and self.tenant(tenant)["models"][name]["state"] == "READY":
                 return
-            time.sleep(0.1)
-        raise AssertionError(f"{tenant}/{name} not ready again: {self.worker(tenant)}")
+            time.sleep(0.05)
+        raise AssertionError(f"{tenant}/{name} not ready again: {self.tenant(tenant)}")
+
+    def metric(self, line_start: str) -> float:
+        """The sum of the series whose exposition line starts with `line_start`."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """Dynamic batching on its own: requests within the delay run as one execution, split back
 in order; mismatched shapes wait for their own batch; a failed execution fails each of its
-requests; closing fails what is still queued. The runner is a plain function of the inputs."""
-import concurrent.futures
-import threading
+requests; a request whose deadline passed before its batch ran is left out of it; closing
+fails what is still queued. The runner is a plain coroutine of the inputs."""
+import asyncio
 import time
 
 import numpy as np
@@ -13,65 +13,98 @@ from rtd.errors import Code, RtdError
 
 
 class Runner:
-    def __init__(self, fail=False):
-        self.calls, self.fail, self.lock = [], fail, threading.Lock()
+    def __init__(self, fail=False, delay=0.0):
+        self.calls, self.fail, self.delay = [], fail, delay
 
-    def __call__(self, inputs, outputs, deadline):
-        with self.lock:
-            self.calls.append({n: a.shape for n, a in inputs.items()})
+    async def __call__(self, inputs, outputs, deadline, timing):
+        self.calls.append({n: a.shape for n, a in inputs.items()})
+        timing["sent"] = time.monotonic()
+        await asyncio.sleep(self.delay)
         if self.fail:
             raise RtdError(Code.E_WORKER_CRASHED, "boom")
         return {"Y": inputs["X"] * 2, "S": inputs["X"].sum(axis=1, keepdims=True)}
 
 
-def _submit_all(batcher, arrays, outputs=None):
-    deadline = time.monotonic() + 10
-    with concurrent.futures.ThreadPoolExecutor(len(arrays)) as pool:
-        futures = [pool.submit(batcher.submit, {"X": a}, outputs, deadline) for a in arrays]
-        return [f.result() for f in futures]
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def submit_all(batcher, arrays, outputs=None, timeout=10):
+    deadline = time.monotonic() + timeout
+    return await asyncio.gather(*(batcher.submit({"X": a}, outputs, deadline, {}) for a in arrays),
+                                return_exceptions=True)
 
 
 def test_concurrent_requests_share_one_execution_and_get_their_own_rows():
-    runner = Runner()
-    batcher = Batcher("m", 8, 0.3, runner)
-    arrays = [np.full((i + 1, 3), i, np.float32) for i in range(3)]
-    results = _submit_all(batcher, arrays)
-    for a, r in zip(arrays, results):
-        np.testing.assert_array_equal(r["Y"], a * 2)
-        np.testing.assert_array_equal(r["S"], a.sum(axis=1, keepdims=True))
-    assert len(runner.calls) == 1 and runner.calls[0]["X"] == (6, 3)
-    batcher.close()
+    async def main():
+        runner = Runner()
+        batcher = Batcher("m", 8, 0.3, runner)
+        arrays = [np.full((i + 1, 3), i, np.float32) for i in range(3)]
+        results = await submit_all(batcher, arrays)
+        for a, r in zip(arrays, results):
+            np.testing.assert_array_equal(r["Y"], a * 2)
+            np.testing.assert_array_equal(r["S"], a.sum(axis=1, keepdims=True))
+        assert len(runner.calls) == 1 and runner.calls[0]["X"] == (6, 3)
+        batcher.close()
+    run(main())
 
 
 def test_requested_outputs_only_and_mismatched_shapes_run_separately():
-    runner = Runner()
-    batcher = Batcher("m", 8, 0.3, runner)
-    results = _submit_all(batcher, [np.ones((1, 3), np.float32), np.ones((1, 5), np.float32)], outputs=["Y"])
-    assert [set(r) for r in results] == [{"Y"}, {"Y"}]
-    assert sorted(c["X"] for c in runner.calls) == [(1, 3), (1, 5)]
-    batcher.close()
+    async def main():
+        runner = Runner()
+        batcher = Batcher("m", 8, 0.3, runner)
+        results = await submit_all(batcher, [np.ones((1, 3), np.float32), np.ones((1, 5), np.float32)], outputs=["Y"])
+        assert [set(r) for r in results] == [{"Y"}, {"Y"}]
+        assert sorted(c["X"] for c in runner.calls) == [(1, 3), (1, 5)]
+        batcher.close()
+    run(main())
 
 
 def test_batch_limit_and_refusals():
-    batcher = Batcher("m", 4, 0.01, Runner())
-    for bad in ({"X": np.ones((5, 3), np.float32)}, {"X": np.float32(1)}, {}):
-        with pytest.raises(RtdError) as e:
-            batcher.submit(bad, None, time.monotonic() + 5)
-        assert e.value.code == Code.E_INPUT_INVALID
-    batcher.close()
+    async def main():
+        batcher = Batcher("m", 4, 0.01, Runner())
+        for bad in ({"X": np.ones((5, 3), np.float32)}, {"X": np.float32(1)}, {}):
+            with pytest.raises(RtdError) as e:
+                await batcher.submit(bad, None, time.monotonic() + 5, {})
+            assert e.value.code == Code.E_INPUT_INVALID
+        batcher.close()
+    run(main())
 
 
 def test_a_failed_execution_fails_every_request_in_it():
-    batcher = Batcher("m", 8, 0.3, Runner(fail=True))
-    with pytest.raises(RtdError) as e:
-        _submit_all(batcher, [np.ones((1, 3), np.float32)] * 3)
-    assert e.value.code == Code.E_WORKER_CRASHED
-    batcher.close()
+    async def main():
+        batcher = Batcher("m", 8, 0.3, Runner(fail=True))
+        results = await submit_all(batcher, [np.ones((1, 3), np.float32)] * 3)
+        assert [r.code for r in results] == [Code.E_WORKER_CRASHED] * 3
+        batcher.close()
+    run(main())
 
 
 def test_outputs_must_keep_the_batch_dimension():
-    batcher = Batcher("m", 8, 0.01, lambda i, o, d: {"Y": np.ones(7)})
-    with pytest.raises(RtdError) as e:
-        batcher.submit({"X": np.ones((2, 3), np.float32)}, None, time.monotonic() + 5)
-    assert e.value.code == Code.E_MODEL_INVALID
-    batcher.close()
+    async def main():
+        async def wrong(inputs, outputs, deadline, timing):
+            return {"Y": np.ones(7)}
+        batcher = Batcher("m", 8, 0.01, wrong)
+        with pytest.raises(RtdError) as e:
+            await batcher.submit({"X": np.ones((2, 3), np.float32)}, None, time.monotonic() + 5, {})
+        assert e.value.code == Code.E_MODEL_INVALID
+        batcher.close()
+    run(main())
+
+
+def test_expired_requests_are_left_out_and_closing_fails_the_queue():
+    async def main():
+        runner = Runner(delay=0.2)
+        batcher = Batcher("m", 8, 0.05, runner)
+        short = await submit_all(batcher, [np.ones((1, 3), np.float32)], timeout=0.01)
+        assert short[0].code == Code.E_DEADLINE
+        await asyncio.sleep(0.1)
+        assert runner.calls == []                      # its batch formed after its deadline: never ran
+        waiting = asyncio.ensure_future(submit_all(batcher, [np.ones((1, 3), np.float32)]))
+        await asyncio.sleep(0.01)
+        batcher.close()
+        [closed] = await waiting
+        assert closed.code == Code.E_MODEL_UNAVAILABLE
+        late = await submit_all(batcher, [np.ones((1, 3), np.float32)])
+        assert late[0].code == Code.E_MODEL_UNAVAILABLE
+    run(main())

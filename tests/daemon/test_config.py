@@ -105,23 +105,68 @@ class Pkg:
         self.files = {f"{counter}/model.onnx": sealed(model), f"{counter}/metadata.json": sealed(b"{}")}
 
 
+DISK = 1 << 20
+
+
+def packages(registry):
+    return sorted((t, n, registry.files_of(e)) for t, n, e in registry.listing())
+
+
 def test_registry_persists_dedups_and_collects_blobs(tmp_path):
     r = Registry(str(tmp_path))
-    r.record("acme", Pkg("m", 1, b"model-a"))
-    r.record("beta", Pkg("m", 1, b"model-a"))
+    r.record("acme", "m", Pkg("m", 1, b"model-a"), DISK)
+    r.record("beta", "m", Pkg("m", 1, b"model-a"), DISK)
     assert len(os.listdir(tmp_path / "blobs")) == 2            # identical bytes stored once
     reopened = Registry(str(tmp_path))
-    assert sorted((t, n, f["1/model.onnx"]) for t, n, f in reopened.packages()) == [
+    assert [(t, n, f["1/model.onnx"]) for t, n, f in packages(reopened)] == [
         ("acme", "m", b"model-a"), ("beta", "m", b"model-a")]
-    reopened.record("acme", Pkg("m", 2, b"model-b"))
+    reopened.record("acme", "m", Pkg("m", 2, b"model-b"), DISK)
     reopened.forget("beta", "m")
-    assert [(t, n, sorted(f)) for t, n, f in Registry(str(tmp_path)).packages()] == [
+    assert [(t, n, sorted(f)) for t, n, f in packages(Registry(str(tmp_path)))] == [
         ("acme", "m", ["2/metadata.json", "2/model.onnx"])]
     assert len(os.listdir(tmp_path / "blobs")) == 2
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]   # no temporary file outlives a write
+    assert (tmp_path / "registry.json.last-good").read_bytes() == (tmp_path / "registry.json").read_bytes()
 
 
-def test_registry_refuses_a_foreign_file(tmp_path):
-    (tmp_path / "registry.json").write_text(json.dumps({"format": 99}))
-    with pytest.raises(RtdError):
-        Registry(str(tmp_path))
+def test_a_foreign_or_garbage_index_is_set_aside_and_the_last_good_one_used(tmp_path):
+    r = Registry(str(tmp_path))
+    r.record("acme", "m", Pkg("m", 1, b"model-a"), DISK)
+    r.record("acme", "n", Pkg("n", 1, b"model-n"), DISK)
+    for garbage in (json.dumps({"format": 99}), "", "{not json", "\xff\xfe"):
+        (tmp_path / "registry.json").write_text(garbage)
+        reopened = Registry(str(tmp_path))
+        assert [(t, n) for t, n, _ in reopened.listing()] == [("acme", "m"), ("acme", "n")]
+        assert "unreadable" in reopened.damaged[0] and "restored the last good registry" in reopened.damaged[1]
+        # set aside, and written again from what is served from now on
+        assert (tmp_path / "registry.json").read_bytes() == (tmp_path / "registry.json.last-good").read_bytes()
+        reopened.record("acme", "n", Pkg("n", 1, b"model-n"), DISK)
+    assert len([p for p in os.listdir(tmp_path) if ".damaged-" in p]) >= 1
+    (tmp_path / "registry.json").write_text("")
+    (tmp_path / "registry.json.last-good").write_text("[]")
+    empty = Registry(str(tmp_path))
+    assert empty.listing() == [] and empty.damaged[-1] == "no usable last good registry: starting empty"
+
+
+def test_a_missing_blob_costs_only_its_model(tmp_path):
+    r = Registry(str(tmp_path))
+    r.record("acme", "m", Pkg("m", 1, b"model-a"), DISK)
+    r.record("beta", "m", Pkg("m", 1, b"model-b"), DISK)
+    [entry] = [e for t, _, e in r.listing() if t == "beta"]
+    os.unlink(tmp_path / "blobs" / entry["files"]["1/model.onnx"])
+    (tmp_path / "blobs" / ".0123456789abcdef.a1b2c3d4").write_bytes(b"torn")   # a write killed mid-way
+    reopened = Registry(str(tmp_path))
+    assert [(t, n) for t, n, _ in reopened.listing()] == [("acme", "m")]
+    assert reopened.damaged == ["beta/m: 1 blob(s) missing, dropped"]
+    assert not [p for p in os.listdir(tmp_path / "blobs") if p.startswith(".")]
+
+
+def test_the_disk_budget_is_per_tenant_and_a_refused_record_changes_nothing(tmp_path):
+    r = Registry(str(tmp_path))
+    r.record("acme", "m", Pkg("m", 1, b"a" * 600), 1000)
+    before = (tmp_path / "registry.json").read_bytes(), sorted(os.listdir(tmp_path / "blobs"))
+    with pytest.raises(RtdError) as e:
+        r.record("acme", "n", Pkg("n", 1, b"b" * 600), 1000)
+    assert e.value.code == Code.E_BUDGET_EXCEEDED and "disk_bytes" in e.value.detail
+    assert ((tmp_path / "registry.json").read_bytes(), sorted(os.listdir(tmp_path / "blobs"))) == before
+    r.record("beta", "n", Pkg("n", 1, b"b" * 600), 1000)       # another tenant's budget is its own

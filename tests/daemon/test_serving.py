@@ -164,7 +164,8 @@ def test_bytes_that_do_not_match_the_shape(typed, daemon):
 def test_oversize_message_is_refused_by_the_bounded_transport(typed):
     with pytest.raises(RtdError) as e:
         typed.infer("typed", {"X": np.ones((1 << 21, 4), np.float32)})  # 32 MiB > the 16 MiB bound
-    assert "RESOURCE_EXHAUSTED" in e.value.detail
+    assert e.value.code == Code.E_MESSAGE_TOO_LARGE and e.value.code.status == "RESOURCE_EXHAUSTED"
+    assert "the limit is 16777216" in e.value.detail   # refused from its prefix, before the body was taken
 
 
 def test_tampered_package_refused_and_nothing_changes(daemon):
@@ -254,10 +255,11 @@ def test_a_model_outside_the_op_allow_list_is_refused_inside_the_worker(daemon):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.evil", 1)])
     client = daemon.client("beta")
     before = [(m.name, m.state) for m in client.index()]
-    pid = daemon.worker("beta")["pid"]
+    pids = daemon.pids("beta")
     with pytest.raises(RtdError) as e:
         client.load("evil", daemon.package("beta", model.SerializeToString(), "evil"))
     assert e.value.code == Code.E_ONNX_OP_FORBIDDEN
     assert [(m.name, m.state) for m in client.index()] == before
-    assert daemon.worker("beta")["pid"] == pid  # a refusal, not a crash
+    assert daemon.pids("beta") == pids   # a refusal, not a crash: no other instance was touched
+    assert daemon.metric('rtd_instance_ends_total{') == 0
     assert _metric(daemon, 'rtd_verification_refusals_total{code="E_ONNX_OP_FORBIDDEN",tenant="beta"}') >= 1

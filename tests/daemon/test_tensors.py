@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from rtd.daemon.tensors import decode_request, decode_response, encode_bytes, encode_inputs, encode_response
+from rtd.daemon.tensors import decode_request, decode_response, encode_inputs, response_parts
+from rtd.dtypes import encode_bytes
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
 
@@ -57,11 +58,22 @@ def test_malformed_inputs_refused(inputs, raw, message):
     assert e.value.code == Code.E_REQUEST_INVALID and message in e.value.detail
 
 
-def test_response_round_trip():
-    response = pb.ModelInferResponse()
-    results = {"y": np.arange(4, dtype=np.int64), "s": np.array([b"ab", b""], dtype=object)}
-    encode_response(response, results)
-    assert [o.datatype for o in response.outputs] == ["INT64", "BYTES"]
+def test_response_parts_are_one_message():
+    big = np.arange(1 << 16, dtype=np.float32).reshape(256, 256)[:, ::2]   # not contiguous: one copy made
+    results = {"y": np.arange(4, dtype=np.int64), "s": np.array([b"ab", b""], dtype=object),
+               "z": np.float64(1.5), "e": np.zeros((0, 3), np.int8), "big": big, "flag": np.array([True, False])}
+    parts = response_parts("m", "7", "r1", results)
+    response = pb.ModelInferResponse.FromString(b"".join(bytes(memoryview(p)) for p in parts))
+    assert (response.model_name, response.model_version, response.id) == ("m", "7", "r1")
+    assert [o.datatype for o in response.outputs] == ["INT64", "BYTES", "FP64", "INT8", "FP32", "BOOL"]
+    assert [list(o.shape) for o in response.outputs] == [[4], [2], [], [0, 3], [256, 128], [2]]
     got = decode_response(response)
-    np.testing.assert_array_equal(got["y"], results["y"])
-    assert list(got["s"]) == [b"ab", b""]
+    for name, want in results.items():
+        np.testing.assert_array_equal(got[name], want)
+    assert got["z"].shape == ()
+
+
+def test_a_contiguous_output_is_sent_from_its_own_memory():
+    y = np.arange(1 << 16, dtype=np.float32)
+    parts = response_parts("m", "1", "", {"y": y})
+    assert np.shares_memory(np.asarray(parts[-1]), y)   # no copy before the transport's frames

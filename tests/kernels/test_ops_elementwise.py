@@ -366,7 +366,7 @@ def test_cuda_expressions_compute_what_the_kernels_compute(tmp_path):
              np.dtype(np.uint32): "unsigned"}
     cases = list(_cuda_cases())
     body = []
-    for k, (op, kernel, args) in enumerate(cases):
+    for k, (_op, kernel, args) in enumerate(cases):
         arrays = "".join(f"static const {ctype[a.dtype]} a{k}_{i}[] = {{{', '.join(map(repr, _c_literals(a)))}}};\n"
                          for i, a in enumerate(args))
         decls = "".join(f"{ctype[a.dtype]} in{i} = a{k}_{i}[j]; " for i, a in enumerate(args))

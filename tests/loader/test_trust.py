@@ -54,7 +54,8 @@ def test_rollback_store_is_persisted_atomically(tmp_path):
     path = tmp_path / "rollback.json"
     RollbackStore(str(path)).record("a", "m", 5)
     RollbackStore(str(path)).record("b", "m", 1)
-    assert json.loads(path.read_text()) == {"a": {"m": 5}, "b": {"m": 1}}
+    assert json.loads(path.read_text()) == {"a": {"m": {"counter": 5, "manifest_sha256": None}},
+                                            "b": {"m": {"counter": 1, "manifest_sha256": None}}}
     assert RollbackStore(str(path)).high_water("a", "m") == 5
     assert sorted(os.listdir(tmp_path)) == ["rollback.json"], "no temporary file is left behind"
 

@@ -9,7 +9,8 @@ import pytest
 @pytest.fixture
 def no_cgroup_leftovers(request):
     """Assert a test leaves none of this process's worker cgroups behind in any hierarchy
-    (leaves are named rc<pid>-<n> or z<pid>-<n>; other processes' workers are not ours).
+    (leaves <base>/<instance>/<tenant>/<worker> are named rc<pid>-<n> or z<pid>-<n>; other
+    processes' workers are not ours).
     The spares a test module's live zygote keeps armed are not leftovers; closing the
     zygote removes them (test_zygote checks that)."""
     mine = re.compile(rf"(rc|z){os.getpid()}-\d+")
@@ -18,7 +19,7 @@ def no_cgroup_leftovers(request):
     def leaves():
         assert zygote is None or zygote.settle(10), "a spare still arming after 10 s"
         spares = {sp.id for sp in zygote.spares()} if zygote else set()
-        return {p for p in glob.glob("/sys/fs/cgroup/**/rtd/*/*", recursive=True)
+        return {p for p in glob.glob("/sys/fs/cgroup/**/rtd/*/*/*", recursive=True)
                 if os.path.isdir(p) and mine.fullmatch(os.path.basename(p)) and os.path.basename(p) not in spares}
     before = leaves()
     yield

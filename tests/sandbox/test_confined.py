@@ -145,9 +145,9 @@ def test_cpu_quota_throttles(monkeypatch):
     real_remove = cgroup.WorkerCgroup.remove
 
     def remove_after_reading(self, timeout=2.0):
-        with open(os.path.join(self.dirs["cpu"], "cpu.cfs_quota_us")) as f:
+        with open(os.path.join(self.tenant_dirs["cpu"], "cpu.cfs_quota_us")) as f:
             seen["quota"] = int(f.read())
-        with open(os.path.join(self.dirs["cpu"], "cpu.stat")) as f:
+        with open(os.path.join(self.tenant_dirs["cpu"], "cpu.stat")) as f:
             seen["stat"] = dict(line.split() for line in f)
         real_remove(self, timeout)
     monkeypatch.setattr(cgroup.WorkerCgroup, "remove", remove_after_reading)   # observe, not replace

@@ -35,5 +35,12 @@ def test_host_report_never_claims_what_the_host_lacks():
         home = "v2" if resource in report["cgroup"]["v2_controllers"] else (
             "v1" if resource in report["cgroup"]["v1_controllers"] else None)
         assert state.startswith(f"enforced (cgroup {home}") if home else state.startswith("unavailable")
+    cg = report["cgroup"]
+    v1_used = {r for r in ("memory", "pids", "cpu") if r in cg["v1_controllers"] and r not in cg["v2_controllers"]}
+    assert set(cg["writable"]) == ({"v2"} if cg["v2_root"] else set()) | v1_used
+    for hierarchy, where in cg["writable"].items():
+        assert where["base"].endswith("/rtd") and type(where["writable"]) is bool, hierarchy
+    if not cg["writable"].get("v2", {}).get("writable"):
+        assert report["layers"]["kill"] == "enforced (SIGKILL to the namespace's pid 1)"
     if not os.path.exists(os.path.join(report["cgroup"]["v2_root"] or "/-", "dmem.capacity")):
         assert report["dmem"].startswith("unavailable")

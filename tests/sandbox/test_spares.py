@@ -8,9 +8,11 @@ import socket
 import time
 
 import pytest
+from sandbox_workers import proc_status, received, stop
+from sandbox_workers import start_echo as start_echo_of
 
+from rtd import wire
 from rtd.sandbox import TenantIdentity, load_policy
-from rtd.sandbox.confined import recv_json, send_json
 from rtd.sandbox.escapes import BY_NAME, targets
 from rtd.sandbox.zygote import Zygote
 
@@ -28,20 +30,11 @@ def zygote():
 
 def attempt_worker(sock, name, context):
     """Inside a worker started from a spare: one escape attempt of the battery."""
-    send_json(sock, BY_NAME[name].run(context))
+    wire.send(sock, wire.Kind.OK, 0, BY_NAME[name].run(context))
 
 
 def start_echo(zygote, policy=None, identity=INITECH):
-    ours, theirs = socket.socketpair()
-    handle = zygote.spawn("rtd.sandbox.echo:serve", policy=policy, identity=identity, sock=theirs)
-    theirs.close()
-    assert recv_json(ours) == {"hello": []}
-    return handle, ours
-
-
-def stop(handle, sock):
-    sock.close()
-    assert handle.wait(10).code == 0
+    return start_echo_of(zygote, identity, policy)
 
 
 def spare_of(zygote, identity):
@@ -49,11 +42,6 @@ def spare_of(zygote, identity):
     found = [sp for sp in zygote.spares() if sp.identity == identity]
     assert len(found) == 1, zygote.spares()
     return found[0]
-
-
-def proc_status(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return {k: v.strip() for k, v in (line.split(":", 1) for line in f)}
 
 
 def leaf_pids(spare):
@@ -90,7 +78,7 @@ def test_a_worker_started_from_a_spare_stops_real_escapes(zygote):
             handle = zygote.spawn(f"{__name__}:attempt_worker", identity=INITECH, sock=theirs, args=(name, context))
             theirs.close()
             assert handle.id == spare.id, name
-            reply = recv_json(ours)
+            reply = received(ours)
             ours.close()
             status = handle.wait(10)
             if killed:   # seccomp kills the process: no reply, SIGSYS credited to seccomp
@@ -105,7 +93,8 @@ def test_a_different_policy_never_takes_the_spare(zygote):
     tighter = load_policy({"limits": {"pids": 17}})
     handle, sock = start_echo(zygote, policy=tighter)
     assert handle.id != old.id
-    assert open(os.path.join(handle.cgroup.dirs.get("pids", handle.cgroup.dirs.get("v2")), "pids.max")).read() == "17\n"
+    node = handle.cgroup.tenant_dirs
+    assert open(os.path.join(node.get("pids", node.get("v2")), "pids.max")).read() == "17\n"   # the tenant's, now
     stop(handle, sock)
     new = spare_of(zygote, INITECH)
     assert new.policy == tighter and new.id != old.id

@@ -7,10 +7,12 @@ import signal
 import socket
 
 import pytest
+from sandbox_workers import proc_status, received
+from sandbox_workers import start_echo as start_echo_of
 
+from rtd import wire
 from rtd.errors import Code, RtdError
 from rtd.sandbox import TenantIdentity, load_policy
-from rtd.sandbox.confined import recv_json, send_json
 from rtd.sandbox.zygote import Zygote
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the zygote's workers need root"),
@@ -28,22 +30,13 @@ def zygote():
 
 
 def start_echo(zygote, policy=None, identity=ACME):
-    ours, theirs = socket.socketpair()
-    handle = zygote.spawn("rtd.sandbox.echo:serve", policy=policy, identity=identity, sock=theirs, args=("hi",))
-    theirs.close()
-    assert recv_json(ours) == {"hello": ["hi"]}
-    return handle, ours
-
-
-def proc_status(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return {k: v.strip() for k, v in (line.split(":", 1) for line in f)}
+    return start_echo_of(zygote, identity, policy, args=("hi",))
 
 
 def test_worker_answers_and_exits_cleanly(zygote):
     handle, sock = start_echo(zygote)
-    send_json(sock, {"x": [1, 2]})
-    assert recv_json(sock) == {"x": [1, 2]}
+    wire.send(sock, wire.Kind.ECHO, 7, {"x": [1, 2]})
+    assert received(sock) == {"x": [1, 2]}
     assert handle.alive()
     sock.close()
     status = handle.wait(10)
@@ -73,7 +66,7 @@ def test_kill_is_a_hard_kill_of_the_tree(zygote):
     handle.kill()
     status = handle.wait(10)
     assert status.signal == signal.SIGKILL and status.layer is None and "supervisor" in status.reason
-    assert recv_json(sock) is None
+    assert received(sock) is None
     sock.close()
 
 

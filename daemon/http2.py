@@ -1,0 +1,532 @@
+"""gRPC over HTTP/2, served by rtd itself (h2 on asyncio), so the daemon owns every connection.
+
+grpcio's server offers no hook on accept, no peer identity on a Unix socket and no word on
+when a response has left the process; this transport has all three. On accept it reads
+the Unix peer's uid (SO_PEERCRED) or the TCP address and refuses a connection past the
+per-peer or the supervisor-wide cap (kept below the fd limit) before it costs more than
+its fd. A connection that carries no authenticated call within `auth_timeout_s` is closed,
+and so is one idle for `idle_timeout_s`. Each call is authenticated from its headers
+before any of its body is accepted; its stream and the declared message size are charged
+to the tenant (budgets.Ledger) before the flow-control window lets the body in. A response
+is written only as fast as the client's window and the socket take it; until it has
+left, it stays charged to the tenant (the front decides what — the request slot and the
+response bytes ride along as `Reply.charges`), and a response that makes no progress for
+`send_timeout_s` is reset. Deadlines (grpc-timeout) and client resets cancel the call's
+task; what that task had started elsewhere is the handler's business. Streams opened and
+reset faster than any client would are answered with GOAWAY (the rapid-reset attack).
+
+Unary calls only: one request message, one response message, identity encoding.
+"""
+import asyncio
+import collections
+import dataclasses
+import logging
+import socket
+import ssl
+import struct
+import time
+import urllib.parse
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import hyperframe.frame
+
+from rtd.daemon.budgets import Charge, Ledger
+from rtd.errors import Code, RtdError
+
+log = logging.getLogger("rtd.http2")
+PREFIX = struct.Struct(">BI")       # gRPC message: compressed flag, length
+GRPC_STATUS = {"OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
+               "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
+               "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
+               "DATA_LOSS": 15, "UNAUTHENTICATED": 16}
+TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+FRAME_SIZE = 1 << 16
+STREAM_WINDOW = 1 << 20
+CONNECTION_WINDOW = 1 << 24
+WRITE_HIGH_WATER = 1 << 20
+MAX_HEADER_LIST = 1 << 14
+PUBLIC_MESSAGE_BYTES = 1 << 12     # what an unauthenticated call may send
+OPERATOR_UID = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TransportLimits:
+    max_message_bytes: int
+    max_connections: int
+    max_connections_per_peer: int
+    max_streams_per_connection: int
+    auth_timeout_s: float
+    idle_timeout_s: float
+    send_timeout_s: float
+
+
+@dataclasses.dataclass
+class Call:
+    """One RPC as a handler sees it."""
+    method: str                     # "/package.Service/Method"
+    metadata: list                  # [(key, value)] like grpc's invocation_metadata
+    who: str | None                 # the payer the front's authenticate() named; None for public calls
+    deadline: float | None          # time.monotonic() seconds
+    message: bytes = b""
+
+
+@dataclasses.dataclass
+class Reply:
+    """A handler's answer: the serialized message as bytes-like parts, plus what stays
+    charged until the last byte has left the process."""
+    parts: list
+    charges: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    handler: object                 # async (Call) -> Reply
+    public: bool = False            # answered without credentials (liveness, readiness)
+    control: bool = False           # cheap calls that may use the budgets' reserve
+
+
+def grpc_message(text: str) -> str:
+    """Percent-encode a status message as the gRPC spec asks."""
+    return urllib.parse.quote(text, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def parse_timeout(value: str) -> float | None:
+    """grpc-timeout ("100m", "5S", ...) in seconds; None when malformed."""
+    if not 2 <= len(value) <= 9 or value[-1] not in TIMEOUT_UNITS or not value[:-1].isdigit():
+        return None
+    return int(value[:-1]) * TIMEOUT_UNITS[value[-1]]
+
+
+def _unix_peer(sock: socket.socket) -> str:
+    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return f"uid:{uid}"
+
+
+class _Stream:
+    __slots__ = ("id", "method", "call", "charges", "body", "expected", "task", "timer", "pending", "trailers",
+                 "last_progress", "done")
+
+    def __init__(self, sid: int, method: Method, call: Call):
+        self.id, self.method, self.call = sid, method, call
+        self.charges: list[Charge] = []
+        self.body, self.expected = bytearray(), None
+        self.task, self.timer = None, None
+        self.pending: collections.deque = collections.deque()
+        self.trailers, self.last_progress, self.done = None, time.monotonic(), False
+
+    def release(self) -> None:
+        for charge in self.charges:
+            charge.release()
+        self.charges.clear()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: its HTTP/2 state, streams and what it holds."""
+
+    def __init__(self, server: "Server", peer_of):
+        self.server, self.peer_of = server, peer_of
+        self.peer, self.transport, self.paused, self.closed = "?", None, False, False
+        self.streams: dict[int, _Stream] = {}
+        self.payers: dict[str, Charge] = {}      # tenant -> its connection charge
+        self.authenticated, self.draining = False, False
+        self.unflushed = 0                       # response bytes given to h2 since the last write
+        self.last_activity = time.monotonic()
+        self.resets = collections.deque()
+        config = h2.config.H2Configuration(client_side=False, header_encoding="utf-8",
+                                           validate_outbound_headers=False, normalize_outbound_headers=False)
+        self.h2 = h2.connection.H2Connection(config)
+
+    # -- connection life -------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        try:
+            self.peer = self.peer_of(sock)
+        except OSError:
+            self.peer = "?"
+        if not self.server.admit(self):
+            transport.abort()
+            self.closed = True
+            return
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        limits = self.server.limits
+        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams_per_connection,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            h2.settings.SettingCodes.MAX_FRAME_SIZE: FRAME_SIZE})
+        self.h2.max_inbound_frame_size = FRAME_SIZE
+        self.h2.decoder.max_header_list_size = MAX_HEADER_LIST
+        self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self.flush()
+        asyncio.get_running_loop().call_later(limits.auth_timeout_s, self._auth_expired)
+
+    def _auth_expired(self) -> None:
+        if not self.authenticated and not self.closed:
+            self.close(h2.errors.ErrorCodes.NO_ERROR, "no authenticated call in time")
+
+    def close(self, code=h2.errors.ErrorCodes.NO_ERROR, why: str = "") -> None:
+        if self.closed:
+            return
+        try:
+            self.h2.close_connection(code, additional_data=why.encode()[:200])
+            self.flush()
+        except h2.exceptions.ProtocolError:
+            pass
+        self.transport.close()
+        self.closed = True
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        for stream in list(self.streams.values()):
+            self._drop(stream)
+        for charge in self.payers.values():
+            charge.release()
+        self.payers.clear()
+        self.server.forget(self)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        for stream in list(self.streams.values()):
+            self._pump(stream)
+        self.flush()
+
+    def flush(self) -> None:
+        self.unflushed = 0
+        data = self.h2.data_to_send()
+        if data and not self.transport.is_closing():
+            self.transport.write(data)
+
+    # -- inbound ---------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as e:
+            self.close(h2.errors.ErrorCodes.PROTOCOL_ERROR, type(e).__name__)
+            return
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                self._headers(event.stream_id, event.headers)
+            elif isinstance(event, h2.events.DataReceived):
+                self._data(event.stream_id, event.data, event.flow_controlled_length)
+            elif isinstance(event, h2.events.StreamEnded):
+                self._ended(event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                self._reset_by_client(event.stream_id)
+            elif isinstance(event, h2.events.WindowUpdated):
+                targets = self.streams.values() if event.stream_id == 0 else [self.streams.get(event.stream_id)]
+                for stream in list(targets):
+                    if stream is not None:
+                        self._pump(stream)
+            elif isinstance(event, (h2.events.PingReceived, h2.events.RemoteSettingsChanged)):
+                self._count_abuse()
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.transport.close()
+                return
+            if self.closed:
+                return
+        self.flush()
+
+    def _headers(self, sid: int, headers) -> None:
+        fields = dict(headers)
+        path = fields.get(":path", "")
+        method = self.server.methods.get(path)
+        if fields.get(":method") != "POST" or not fields.get("content-type", "").startswith("application/grpc"):
+            self._trailers_only(sid, "UNIMPLEMENTED", "gRPC over HTTP/2 POST only")
+            return
+        if method is None:
+            self._trailers_only(sid, "UNIMPLEMENTED", f"{Code.E_UNIMPLEMENTED.name}: {path[:100]} is not offered")
+            return
+        if self.draining:
+            self._trailers_only(sid, "UNAVAILABLE", f"{Code.E_MODEL_UNAVAILABLE.name}: the daemon is stopping")
+            return
+        if fields.get("grpc-encoding", "identity") != "identity":
+            self._trailers_only(sid, "UNIMPLEMENTED", "only identity encoding is accepted")
+            return
+        timeout = parse_timeout(fields["grpc-timeout"]) if "grpc-timeout" in fields else None
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        metadata = [(k, v) for k, v in headers if not k.startswith(":")]
+        call = Call(path, metadata, None, deadline)
+        stream = _Stream(sid, method, call)
+        try:
+            if not method.public:
+                call.who = self.server.authenticate(metadata, method)
+                self._charge_payer(call.who, method)
+                stream.charges.append(self.server.ledger.take(call.who, "streams", 1, control=method.control))
+        except RtdError as e:
+            stream.release()
+            self._trailers_only(sid, e.code.status, self.server.describe(e))
+            return
+        if call.who is not None:
+            self.authenticated = True
+        self.streams[sid] = stream
+        if timeout is not None:
+            stream.timer = asyncio.get_running_loop().call_later(timeout, self._deadline_hit, stream)
+
+    def _charge_payer(self, who: str, method: Method) -> None:
+        if who not in self.payers:
+            self.payers[who] = self.server.ledger.take(who, "connections", 1, control=method.control)
+
+    def _data(self, sid: int, data: bytes, flow_length: int) -> None:
+        stream = self.streams.get(sid)
+        if stream is None or stream.task is not None:   # a stream already answered: its data is dropped
+            self._acknowledge(flow_length, sid)
+            return
+        stream.body += data
+        try:
+            if stream.expected is None and len(stream.body) >= PREFIX.size:
+                compressed, length = PREFIX.unpack_from(stream.body)
+                if compressed:
+                    raise RtdError(Code.E_REQUEST_INVALID, "compressed messages are not accepted")
+                limit = PUBLIC_MESSAGE_BYTES if stream.method.public else self.server.limits.max_message_bytes
+                if length > limit:
+                    raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{length} bytes, the limit is {limit}")
+                if stream.call.who is not None:
+                    stream.charges.append(self.server.ledger.take(stream.call.who, "request_bytes", length,
+                                                                   control=stream.method.control))
+                stream.expected = length
+            if stream.expected is not None and len(stream.body) > PREFIX.size + stream.expected:
+                raise RtdError(Code.E_REQUEST_INVALID, "one request message per call")
+        except RtdError as e:
+            self._fail(stream, e)
+        self._acknowledge(flow_length, sid)
+
+    def _acknowledge(self, flow_length: int, sid: int) -> None:
+        try:
+            self.h2.acknowledge_received_data(flow_length, sid)
+        except h2.exceptions.ProtocolError:
+            pass
+
+    def _ended(self, sid: int) -> None:
+        stream = self.streams.get(sid)
+        if stream is None or stream.task is not None:
+            return
+        if stream.expected is None or len(stream.body) != PREFIX.size + stream.expected:
+            self._fail(stream, RtdError(Code.E_REQUEST_INVALID, "the call ended before its message"))
+            return
+        stream.call.message = bytes(memoryview(stream.body)[PREFIX.size:])
+        stream.body = bytearray()
+        stream.task = asyncio.get_running_loop().create_task(self._run(stream))
+
+    def _reset_by_client(self, sid: int) -> None:
+        stream = self.streams.get(sid)
+        if stream is not None:
+            self._drop(stream)
+        self._count_abuse()
+
+    def _count_abuse(self) -> None:
+        """Resets, pings and settings changes cost us work and the client nothing: a client
+        that sends more of them in a second than a well-behaved one ever would is dropped."""
+        now = time.monotonic()
+        self.resets.append(now)
+        while self.resets and self.resets[0] < now - 1.0:
+            self.resets.popleft()
+        if len(self.resets) > 2 * self.server.limits.max_streams_per_connection:
+            self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "too many resets, pings or settings")
+
+    def _deadline_hit(self, stream: _Stream) -> None:
+        if stream.done or self.streams.get(stream.id) is not stream:
+            return
+        if stream.pending or stream.trailers:   # already answering: the client resets it if it wants
+            return
+        if stream.task is not None:
+            stream.task.cancel()
+        self._fail(stream, RtdError(Code.E_DEADLINE, "the client's deadline passed"))
+        self.flush()
+
+    # -- running and answering -------------------------------------------------------------
+    async def _run(self, stream: _Stream) -> None:
+        try:
+            reply = await stream.method.handler(stream.call)
+        except asyncio.CancelledError:
+            return
+        except RtdError as e:
+            self._fail(stream, e)
+        except Exception:
+            log.exception("handler of %s failed", stream.call.method)
+            self._fail(stream, RtdError(Code.E_INTERNAL))
+        else:
+            self._answer(stream, reply)
+        finally:
+            if not self.closed:
+                self.flush()
+
+    def _answer(self, stream: _Stream, reply: Reply) -> None:
+        if stream.done or self.streams.get(stream.id) is not stream:
+            for charge in reply.charges:
+                charge.release()
+            return
+        size = sum(memoryview(p).nbytes for p in reply.parts)
+        stream.charges += reply.charges
+        stream.pending.extend(memoryview(p).cast("B") for p in [PREFIX.pack(0, size), *reply.parts] if memoryview(p).nbytes)
+        stream.trailers = [("grpc-status", "0")]
+        self.h2.send_headers(stream.id, [(":status", "200"), ("content-type", "application/grpc")])
+        self._pump(stream)
+
+    def _pump(self, stream: _Stream) -> None:
+        """Move as much of the response as the client's window and the socket take."""
+        sid = stream.id
+        while stream.pending and not self.paused:
+            room = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
+            if room <= 0:
+                return
+            chunk = stream.pending[0]
+            if len(chunk) > room:
+                stream.pending[0], chunk = chunk[room:], chunk[:room]
+            else:
+                stream.pending.popleft()
+            self.h2.send_data(sid, chunk)
+            stream.last_progress = time.monotonic()
+            self.unflushed += len(chunk)
+            if self.unflushed >= FRAME_SIZE:   # the transport calls pause_writing() here once it holds enough
+                self.flush()
+        if not stream.pending and stream.trailers and not self.paused:
+            self.h2.send_headers(sid, stream.trailers, end_stream=True)
+            self._finish(stream)
+
+    def _trailers_only(self, sid: int, status: str, message: str) -> None:
+        self.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc"),
+                                   ("grpc-status", str(GRPC_STATUS[status])),
+                                   ("grpc-message", grpc_message(message))], end_stream=True)
+
+    def _fail(self, stream: _Stream, error: RtdError) -> None:
+        if stream.done:
+            return
+        try:
+            self._trailers_only(stream.id, error.code.status, self.server.describe(error))
+            if stream.task is None:   # the client may still be sending: tell it to stop
+                self.h2.reset_stream(stream.id, h2.errors.ErrorCodes.NO_ERROR)
+        except h2.exceptions.ProtocolError:
+            pass
+        self._finish(stream)
+
+    def _finish(self, stream: _Stream) -> None:
+        stream.done = True
+        stream.pending.clear()
+        if stream.timer is not None:
+            stream.timer.cancel()
+        stream.release()
+        self.streams.pop(stream.id, None)
+
+    def _drop(self, stream: _Stream) -> None:
+        """The stream is gone (client reset, connection lost, stalled): stop and release."""
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+        self._finish(stream)
+
+    def goaway(self) -> None:
+        """Tell the client to open no new streams while those it has finish. Written by hand:
+        h2's own close_connection() would refuse to send the answers still owed."""
+        if self.closed or self.draining:
+            return
+        self.draining = True
+        frame = hyperframe.frame.GoAwayFrame(0)
+        frame.last_stream_id, frame.error_code = self.h2.highest_inbound_stream_id, 0
+        self.flush()
+        self.transport.write(frame.serialize())
+
+    def sweep(self, now: float) -> None:
+        """Called every second: reset stalled responses, close idle connections."""
+        limits = self.server.limits
+        for stream in list(self.streams.values()):
+            if stream.pending and now - stream.last_progress > limits.send_timeout_s:
+                try:
+                    self.h2.reset_stream(stream.id, h2.errors.ErrorCodes.CANCEL)
+                except h2.exceptions.ProtocolError:
+                    pass
+                self._drop(stream)
+        if not self.streams and now - self.last_activity > limits.idle_timeout_s:
+            self.close(h2.errors.ErrorCodes.NO_ERROR, "idle")
+        elif not self.closed:
+            self.flush()
+
+
+class Server:
+    """The listeners and every connection. `authenticate(metadata, method) -> payer` and
+    `describe(RtdError) -> str` come from the front (the one error table)."""
+
+    def __init__(self, methods: dict, limits: TransportLimits, ledger: Ledger, authenticate, describe):
+        self.methods, self.limits, self.ledger = methods, limits, ledger
+        self.authenticate, self.describe = authenticate, describe
+        self.connections: set[Connection] = set()
+        self.by_peer: collections.Counter = collections.Counter()
+        self.listeners: list[asyncio.base_events.Server] = []
+        self.refused = collections.Counter()      # why connections were refused at accept
+        self.sweeper = None
+
+    def admit(self, conn: Connection) -> bool:
+        operator = conn.peer == f"uid:{OPERATOR_UID}"
+        room = self.limits.max_connections + (self.limits.max_connections // 8 if operator else 0)
+        if len(self.connections) >= room:
+            self.refused["connections"] += 1
+            return False
+        if self.by_peer[conn.peer] >= self.limits.max_connections_per_peer:
+            self.refused["connections_per_peer"] += 1
+            return False
+        self.connections.add(conn)
+        self.by_peer[conn.peer] += 1
+        return True
+
+    def forget(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.by_peer[conn.peer] -= 1
+            if self.by_peer[conn.peer] <= 0:
+                del self.by_peer[conn.peer]
+
+    async def listen_unix(self, path: str) -> None:
+        loop = asyncio.get_running_loop()
+        self.listeners.append(await loop.create_unix_server(lambda: Connection(self, _unix_peer), path, backlog=1024))
+        self._start_sweeper()
+
+    async def listen_tcp(self, host: str, port: int, context: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        self.listeners.append(await loop.create_server(
+            lambda: Connection(self, lambda sock: f"ip:{sock.getpeername()[0]}"), host, port, ssl=context,
+            ssl_handshake_timeout=self.limits.auth_timeout_s, backlog=1024))
+        self._start_sweeper()
+
+    def _start_sweeper(self) -> None:
+        if self.sweeper is None:
+            self.sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                conn.sweep(now)
+
+    def stop_accepting(self) -> None:
+        for listener in self.listeners:
+            listener.close()
+        for conn in list(self.connections):   # GOAWAY: no new streams; those in flight finish
+            conn.goaway()
+
+    def busy(self) -> bool:
+        return any(conn.streams for conn in self.connections)
+
+    def close(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+        for conn in list(self.connections):
+            conn.close()
+
+
+def tls_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext:
+    """mTLS for the TCP listener: clients must present a certificate from `client_ca`."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=client_ca)
+    context.load_cert_chain(cert, key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(["h2"])
+    return context

@@ -1,0 +1,142 @@
+"""One instance of one model version: a confined worker process forked by the zygote, the
+channel to it, and the resident memory it was measured at after loading.
+
+An instance is started, serves pipelined requests, and ends — stopped by its owner
+(unload, eviction, replacement) or lost (crash, confinement kill, hang). A request that
+gets no answer within the operator's `request_timeout_s` marks the instance hung and
+kills it; a client's deadline never does (the owner keeps the request's slot until the
+worker answers and drops the result). How an instance ended is classified once, from the
+zygote's exit report, for the owner to count: a crash, a request-caused resource kill
+(the memory layer), a hang, or a stop of ours.
+"""
+import asyncio
+import enum
+import socket
+import time
+
+from rtd import wire
+from rtd.daemon.channel import WorkerChannel
+from rtd.errors import Code, RtdError
+
+WORKER_ENTRY = "rtd.daemon.worker:serve"
+
+
+class Ending(enum.Enum):
+    STOPPED = "stopped"        # by us: unload, eviction, replacement, shutdown
+    CRASHED = "crashed"        # the worker died on its own, or by seccomp or another layer
+    RESOURCE = "resource"      # killed by its memory limit while serving: the request's doing
+    HUNG = "hung"              # no answer within request_timeout_s
+
+
+class Instance:
+    """A worker process serving one model version; `index` is its place in the instance group."""
+
+    def __init__(self, index: int, on_end):
+        self.index, self.on_end = index, on_end
+        self.handle, self.channel = None, None
+        self.resident = 0                     # bytes charged to its cgroup leaf after load + warm-up
+        self.started = self.last_used = time.monotonic()
+        self.ending: Ending | None = None
+        self.reason, self.layer = "", None
+        self.ended = asyncio.Event()          # set once the ending is known (classified)
+
+    @property
+    def live(self) -> bool:
+        return self.channel is not None and self.ending is None
+
+    @property
+    def in_flight(self) -> int:
+        return self.channel.in_flight if self.channel is not None else 0
+
+    async def start(self, spawn, model_fd: int, load_timeout: float) -> dict:
+        """Spawn the worker (blocking zygote call, run off the loop), send the model, wait for
+        its signature; raises RtdError and leaves nothing running on failure."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            self.handle = await asyncio.get_running_loop().run_in_executor(None, spawn, theirs)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.channel = WorkerChannel(ours, self._lost)
+        try:
+            reply = await asyncio.wait_for(self.channel.request(wire.Kind.LOAD, {}, fds=[model_fd]), load_timeout)
+        except asyncio.TimeoutError:
+            self.stop(Ending.HUNG, f"no answer to LOAD within {load_timeout:g} s")
+            raise RtdError(Code.E_DEADLINE, f"the worker did not load the model within {load_timeout:g} s") from None
+        except BaseException as e:
+            if self.ending is None:
+                self.stop(Ending.STOPPED, "load refused")
+            if isinstance(e, RtdError) and e.code in (Code.E_WORKER_CRASHED, Code.E_WORKER_PROTOCOL):
+                raise RtdError(e.code, f"{e.detail}; {await self.exit_reason()}") from None
+            raise
+        inputs, outputs = reply.head.get("inputs"), reply.head.get("outputs")
+        if not isinstance(inputs, list) or not isinstance(outputs, list):
+            self.stop(Ending.CRASHED, "LOAD reply without a signature")
+            raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD reply without a signature")
+        self.resident = self.handle.usage().get("memory_bytes") or 0
+        self.last_used = time.monotonic()
+        return {"inputs": inputs, "outputs": outputs}
+
+    def send(self, kind: wire.Kind, head: dict, tensors: dict, request_timeout: float) -> asyncio.Future:
+        """Pipeline one request; its future resolves to the reply frame. Past `request_timeout`
+        without an answer the instance is hung and killed."""
+        self.last_used = time.monotonic()
+        future = self.channel.request(kind, head, tensors)
+        timer = asyncio.get_running_loop().call_later(request_timeout, self._hung, future, request_timeout)
+        future.add_done_callback(lambda _: timer.cancel())
+        return future
+
+    def _hung(self, future: asyncio.Future, after: float) -> None:
+        if not future.done() and self.ending is None:
+            self.stop(Ending.HUNG, f"no answer within request_timeout_s ({after:g} s)")
+
+    def stop(self, ending: Ending, reason: str) -> None:
+        """End the instance now (idempotent): its requests fail, its process is killed."""
+        if self.ending is not None:
+            return
+        self.ending, self.reason = ending, reason
+        if self.handle is not None:
+            self.handle.kill()
+        if self.channel is not None:
+            self.channel.close()
+
+    def _lost(self, error: RtdError) -> None:
+        if self.ending is None:    # not our doing: the exit report says what it was
+            self.ending, self.reason = Ending.CRASHED, error.detail
+            if self.handle is not None:
+                self.handle.kill()
+            asyncio.get_running_loop().create_task(self._classify())
+        else:
+            self.ended.set()
+            self.on_end(self)
+
+    async def _classify(self) -> None:
+        status = await asyncio.get_running_loop().run_in_executor(None, self.handle.wait, 2.0)
+        if status is not None:
+            self.reason, self.layer = f"{status.layer or 'crash'}: {status.reason}", status.layer
+            if status.layer == "memory":
+                self.ending = Ending.RESOURCE
+        self.ended.set()
+        self.on_end(self)
+
+    async def exit_reason(self) -> str:
+        await self.ended.wait()
+        return self.reason
+
+    async def failure(self) -> RtdError:
+        """What a request that was in flight on this instance when it ended is told."""
+        await self.ended.wait()
+        if self.ending == Ending.STOPPED:
+            return RtdError(Code.E_MODEL_UNAVAILABLE, f"the instance was stopped ({self.reason})")
+        code = Code.E_SANDBOX_KILLED if self.layer else Code.E_WORKER_CRASHED
+        return RtdError(code, f"the model's worker ended ({self.reason}); it is being restarted")
+
+    def view(self) -> dict:
+        usage = self.handle.usage() if self.live else {}
+        return {"index": self.index, "pid": self.handle.pid if self.live else None, "live": self.live,
+                "in_flight": self.in_flight, "resident_bytes": self.resident,
+                "memory_bytes": usage.get("memory_bytes"), "idle_s": round(time.monotonic() - self.last_used, 1),
+                "ending": self.ending.value if self.ending else None, "reason": self.reason,
+                "layers": dict(self.handle.layers) if self.handle is not None else {}}

@@ -1,0 +1,333 @@
+"""Each of a tenant's models has one owner, a ManagedModel: its state (LOADING, READY,
+UNAVAILABLE, FAILED, UNLOADING) with the reason for it, the version serving and the
+version loading beside it. Every state change happens in `ManagedModel._transition`;
+the rest of the daemon asks the owner and never sets its fields.
+
+A ModelVersion is one verified package and the instances serving it (Triton's
+`instance_group { count: N }`: N confined workers, requests pipelined on the least busy).
+How an instance ended decides what the version does next:
+  - a crash or a hang counts toward `crash_limit`; that many in a row mark the model FAILED
+    (an answered request resets the count). FAILED is left by a reload (load by name) or
+    by unload + load; the identical signed package may be sent again.
+  - a kill by the memory layer is a resource error caused by a request: counted apart,
+    forgotten after `resource_error_window_s`, never a reason for FAILED by itself;
+  - our own stop (eviction, unload, replacement, shutdown) counts for nothing.
+A dead instance is restarted after an exponential back-off; an evicted one when a request
+needs it. While no instance is live the model is UNAVAILABLE and requests wait for one
+within their deadline instead of being refused.
+"""
+import asyncio
+import collections
+import enum
+import time
+
+from rtd.daemon.batching import Batcher
+from rtd.daemon.instances import Ending, Instance
+from rtd.errors import Code, RtdError
+
+BASE_WORKER_BYTES = 48 << 20   # a worker's own footprint before its model (estimate until measured)
+
+
+class ModelState(enum.Enum):
+    LOADING = "LOADING"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    FAILED = "FAILED"
+    UNLOADING = "UNLOADING"
+
+
+def instance_count(config, max_instances: int) -> int:
+    """Instances a package's config.pbtxt asks for (Triton's default: one)."""
+    if config is None or not config.instance_group:
+        return 1
+    total = 0
+    for group in config.instance_group:
+        if group.kind not in (0, 2):   # KIND_AUTO, KIND_CPU
+            raise RtdError(Code.E_CONFIG_INVALID, f"instance_group {group.name!r}: only CPU instances are offered")
+        total += group.count if group.count > 0 else 1
+    if total > max_instances:
+        raise RtdError(Code.E_CONFIG_INVALID, f"instance_group asks for {total} instances, limits.max_instances is {max_instances}")
+    return total
+
+
+class ModelVersion:
+    """One verified package of a model and the instances serving it."""
+
+    def __init__(self, owner: "ManagedModel", package, held):
+        self.owner, self.package, self.held = owner, package, held   # held: the package-bytes charge
+        limits = owner.tenancy.limits
+        self.count = instance_count(package.config, limits.max_instances)
+        self.instances: list[Instance] = []
+        self.signature: dict | None = None
+        self.crashes = 0
+        self.resource_errors: collections.deque = collections.deque()
+        self.backoff, self.restarting = limits.restart_backoff_s, 0
+        self.live = asyncio.Event()          # set while some instance is live
+        self.retired = False
+        self.users = 0                       # requests that chose this version and are not done
+        self.measured = 0                    # resident bytes of one instance, once known
+        self.last_reason = ""                # how the last instance that ended did
+        self.batcher = self._batcher()
+
+    def _batcher(self) -> Batcher | None:
+        config, tenancy = self.package.config, self.owner.tenancy
+        if config is None or config.max_batch_size <= 0 or not config.HasField("dynamic_batching"):
+            return None
+        labels = (tenancy.tenant.id, self.owner.name, self.version_dir)
+        return Batcher(self.owner.name, config.max_batch_size, config.dynamic_batching.max_queue_delay_microseconds / 1e6,
+                       lambda i, o, d, t: tenancy.execute(self, i, o, d, t),
+                       on_execution=lambda rows: tenancy.supervisor.metrics.executed(*labels, rows))
+
+    @property
+    def version_dir(self) -> str:
+        return self.package.version_dir
+
+    def estimate(self) -> int:
+        return self.measured or BASE_WORKER_BYTES + 2 * self.package.model.size
+
+    # -- instances ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start every instance (the first alone: its signature is the model's); on failure
+        nothing of this version keeps running."""
+        try:
+            await self._start_instance(0)
+            await asyncio.gather(*(self._start_instance(i) for i in range(1, self.count)))
+        except BaseException:
+            self.stop("load failed")
+            raise
+
+    async def _start_instance(self, index: int) -> Instance:
+        tenancy = self.owner.tenancy
+        await tenancy.make_room(self.estimate(), keep=self)
+        instance = Instance(index, self._ended)
+        self.instances.append(instance)
+        try:
+            signature = await instance.start(tenancy.spawn, self.package.model.fd, tenancy.limits.load_timeout_s)
+        except BaseException:
+            if instance in self.instances:
+                self.instances.remove(instance)
+            instance.stop(Ending.STOPPED, "start failed")
+            raise
+        if self.signature is None:
+            self.signature = signature
+        self.measured = max(self.measured, instance.resident)
+        self.live.set()
+        self.owner.version_changed(self)
+        return instance
+
+    def _ended(self, instance: Instance) -> None:
+        if instance not in self.instances:
+            return
+        self.instances.remove(instance)
+        if not any(i.live for i in self.instances):
+            self.live.clear()
+        self.last_reason = instance.reason
+        tenancy = self.owner.tenancy
+        if instance.ending in (Ending.CRASHED, Ending.HUNG):
+            self.crashes += 1
+            tenancy.supervisor.events.emit("crash", tenancy.tenant.id, model=self.owner.name,
+                                           version=self.version_dir, ending=instance.ending.value,
+                                           reason=instance.reason, count=self.crashes)
+        elif instance.ending == Ending.RESOURCE:
+            now = time.monotonic()
+            self.resource_errors.append(now)
+            while self.resource_errors and self.resource_errors[0] < now - tenancy.limits.resource_error_window_s:
+                self.resource_errors.popleft()
+            tenancy.supervisor.events.emit("resource_kill", tenancy.tenant.id, model=self.owner.name,
+                                           version=self.version_dir, reason=instance.reason,
+                                           in_window=len(self.resource_errors))
+        if instance.ending != Ending.STOPPED:
+            tenancy.supervisor.metrics.instance_ended(tenancy.tenant.id, self.owner.name, instance.ending.value)
+            if not self.retired and self.crashes < tenancy.limits.crash_limit:
+                self._restart_later(instance.index)
+        self.owner.version_changed(self)
+
+    def _restart_later(self, index: int) -> None:
+        delay, limits = self.backoff, self.owner.tenancy.limits
+        self.backoff = min(self.backoff * 2, limits.restart_backoff_max_s)
+        self.restarting += 1
+        asyncio.get_running_loop().call_later(delay, self._restart, index)
+
+    def _restart(self, index: int) -> None:
+        async def run():
+            try:
+                if not self.retired and self.owner.state != ModelState.FAILED:
+                    await self._start_instance(index)
+                    self.owner.tenancy.supervisor.events.emit("restart", self.owner.tenancy.tenant.id,
+                                                              model=self.owner.name, version=self.version_dir,
+                                                              instance=index)
+            except RtdError as e:
+                self.owner.tenancy.supervisor.events.emit("restart_failed", self.owner.tenancy.tenant.id,
+                                                          model=self.owner.name, code=e.code.name, reason=e.detail)
+                if not self.retired and not any(i.live for i in self.instances):
+                    self._restart_later(index)
+                    return
+            finally:
+                self.restarting -= 1
+            self.owner.version_changed(self)
+        asyncio.get_running_loop().create_task(run())
+
+    def evict(self, instance: Instance) -> None:
+        instance.stop(Ending.STOPPED, "evicted: idle, restarted on the next request")
+        tenancy = self.owner.tenancy
+        tenancy.supervisor.metrics.evicted(tenancy.tenant.id, self.owner.name)
+        tenancy.supervisor.events.emit("evict", tenancy.tenant.id, model=self.owner.name, version=self.version_dir,
+                                       instance=instance.index, resident_bytes=instance.resident)
+
+    async def instance(self, deadline: float) -> Instance:
+        """The least busy live instance; one is started when every instance was evicted."""
+        while True:
+            live = [i for i in self.instances if i.live]
+            if live:
+                return min(live, key=lambda i: i.in_flight)
+            if self.owner.state == ModelState.FAILED:
+                raise RtdError(Code.E_MODEL_FAILED, self.owner.reason)
+            if not self.instances and not self.restarting:   # evicted: bring one back
+                self.restarting += 1
+                self._restart(0)
+            try:
+                await asyncio.wait_for(self.live.wait(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise RtdError(Code.E_MODEL_UNAVAILABLE, f"no instance became ready in time ({self.owner.reason})") from None
+
+    def answered(self) -> None:
+        self.crashes = 0
+        self.backoff = self.owner.tenancy.limits.restart_backoff_s
+
+    def stop(self, reason: str) -> None:
+        self.retired = True
+        if self.batcher is not None:
+            self.batcher.close()
+        for instance in list(self.instances):
+            instance.stop(Ending.STOPPED, reason)
+        self.live.clear()
+
+    async def retire(self, grace_s: float) -> None:
+        """Once no longer chosen for new requests: let those that chose it finish (up to
+        `grace_s`), then stop."""
+        deadline = time.monotonic() + grace_s
+        while (self.users or any(i.in_flight for i in self.instances)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self.stop("replaced or unloaded")
+        self.held.release()
+        self.package.close()
+
+    def view(self) -> dict:
+        return {"version": self.version_dir, "semver": self.package.version, "instances": [i.view() for i in self.instances],
+                "configured_instances": self.count, "crashes_in_a_row": self.crashes,
+                "resource_errors_in_window": len(self.resource_errors), "resident_bytes": self.measured}
+
+
+class ManagedModel:
+    """The one owner of one of a tenant's model names."""
+
+    def __init__(self, tenancy, name: str):
+        self.tenancy, self.name = tenancy, name
+        self.state, self.reason = ModelState.LOADING, ""
+        self.serving: ModelVersion | None = None
+        self.loading: ModelVersion | None = None
+        self.in_flight = 0
+
+    def _transition(self, state: ModelState, reason: str = "") -> None:
+        if (state, reason) == (self.state, self.reason):
+            return
+        self.tenancy.supervisor.events.emit("state", self.tenancy.tenant.id, model=self.name,
+                                            version=self.serving.version_dir if self.serving else "",
+                                            old=self.state.value, new=state.value, reason=reason)
+        self.state, self.reason = state, reason
+
+    # -- loading -------------------------------------------------------------------------------
+    async def prepare(self, package, held) -> ModelVersion:
+        """Start a new version beside the serving one (which keeps serving); the caller
+        persists it and then calls `commit`, or `abort` on any failure."""
+        version = ModelVersion(self, package, held)
+        self.loading = version
+        if self.serving is None:
+            self._transition(ModelState.LOADING, f"version {version.version_dir} loading")
+        try:
+            await version.start()
+        except BaseException:
+            self.loading = None
+            raise
+        return version
+
+    def commit(self, version: ModelVersion) -> None:
+        old, self.serving, self.loading = self.serving, version, None
+        self._transition(ModelState.READY)
+        if old is not None:
+            asyncio.get_running_loop().create_task(old.retire(self.tenancy.limits.request_timeout_s))
+
+    def abort(self, version: ModelVersion) -> None:
+        version.stop("load refused")
+        version.held.release()
+        version.package.close()
+        if self.loading is version:
+            self.loading = None
+        if self.serving is not None:
+            self.version_changed(self.serving)
+
+    async def reload(self) -> None:
+        """Load by name: start the serving version again from its sealed bytes (leaves FAILED)."""
+        if self.serving is None or self.state == ModelState.UNLOADING:
+            raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} has no version to reload")
+        old = self.serving
+        old.stop("reloaded by name")
+        version = ModelVersion(self, old.package, old.held)
+        version.measured = old.measured
+        self.serving = version
+        self._transition(ModelState.LOADING, "reloading by name")
+        try:
+            await version.start()
+        except RtdError as e:
+            self._transition(ModelState.UNAVAILABLE, f"reload failed: {e}")
+            raise
+        self._transition(ModelState.READY)
+
+    # -- serving ---------------------------------------------------------------------------------
+    def version_for(self, version: str = "") -> ModelVersion:
+        """The version a request goes to, or the refusal its state calls for."""
+        serving = self.serving
+        if self.state == ModelState.UNLOADING:
+            raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} is unloading")
+        if serving is None or (version and version != serving.version_dir):
+            if version and self.loading is not None and version == self.loading.version_dir:
+                raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} version {version} is loading")
+            if serving is None and not version:
+                raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} is loading")
+            raise RtdError(Code.E_MODEL_NOT_FOUND, f"{self.name!r} version {version}")
+        if self.state == ModelState.FAILED:
+            raise RtdError(Code.E_MODEL_FAILED, self.reason)
+        return serving
+
+    def version_changed(self, version: ModelVersion) -> None:
+        """An instance of `version` started or ended: the model's state follows."""
+        if version is not self.serving or self.state in (ModelState.UNLOADING, ModelState.LOADING):
+            return
+        limit = self.tenancy.limits.crash_limit
+        if version.crashes >= limit:
+            self._transition(ModelState.FAILED, f"its worker ended {version.crashes} times in a row "
+                                                f"(last: {version.last_reason}); reload or unload and load it")
+            version.stop("failed")
+        elif self.state == ModelState.FAILED:
+            return
+        elif version.live.is_set() or (not version.instances and not version.restarting):
+            self._transition(ModelState.READY)   # live, or evicted while idle: a request restarts it
+        else:
+            self._transition(ModelState.UNAVAILABLE, f"restarting ({version.last_reason})")
+
+    # -- unloading -------------------------------------------------------------------------------
+    async def unload(self) -> None:
+        """UNLOADING: requests in flight finish (up to request_timeout_s), then every instance stops."""
+        self._transition(ModelState.UNLOADING)
+        for version in (self.loading, self.serving):
+            if version is not None:
+                await version.retire(self.tenancy.limits.request_timeout_s)
+        self.tenancy.supervisor.metrics.forget(self.tenancy.tenant.id, self.name)
+
+    def view(self) -> dict:
+        serving = self.serving
+        return {"name": self.name, "state": self.state.value, "reason": self.reason,
+                "version": serving.version_dir if serving else (self.loading.version_dir if self.loading else ""),
+                "semver": serving.package.version if serving else "",
+                "serving": serving.view() if serving else None,
+                "loading": self.loading.view() if self.loading else None}
