@@ -133,15 +133,22 @@ def cmd_status(args) -> int:
         print(json.dumps(status))
         return 0
     table = Table(title=f"rtd status (ready: {status['ready']})")
-    for column in ("tenant", "worker", "restarts", "last exit", "memory", "layers", "models"):
+    for column in ("tenant", "model", "version", "state", "instances", "memory", "reason"):
         table.add_column(column)
     for t in status["tenants"]:
-        layers = ", ".join(f"{k}: {v.split(' ', 1)[0]}" for k, v in t["layers"].items())  # --json has the detail
-        models = ", ".join(f"{n}{'' if m['ready'] else ' (not ready)'}" for n, m in t["models"].items())
-        memory = t["usage"].get("memory_bytes")
-        table.add_row(t["tenant"], "up" if t["alive"] else "down", str(t["restarts"]), t["last_exit"],
-                      f"{memory / 2**20:.1f} MiB" if memory else "-", layers, models)
+        limit = t["memory_limit_bytes"]
+        if not t["models"]:
+            table.add_row(t["tenant"], "-", "", "", "", f"0 of {limit / 2**20:.0f} MiB", "")
+        for name, m in t["models"].items():
+            instances = (m["serving"] or {}).get("instances", [])
+            live = [i for i in instances if i["live"]]
+            memory = sum(i["memory_bytes"] or 0 for i in live)
+            configured = (m["serving"] or {}).get("configured_instances", 0)
+            table.add_row(t["tenant"], name, m["version"], m["state"], f"{len(live)}/{configured} live",
+                          f"{memory / 2**20:.1f} MiB", m["reason"])
     Console().print(table)
+    for line in status["damaged"]:
+        Console(stderr=True).print(f"[yellow]state directory: {line}[/yellow]")
     return 0
 
 

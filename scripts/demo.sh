@@ -48,7 +48,8 @@ echo "== rtctl pack (signed with the dev tenant's key) and rtctl load (over gRPC
 echo "== rtctl run (inside the dev tenant's confined worker)"
 "$RTCTL" run demo --input "X=$work/x.npy"
 "$RTCTL" list
-"$RTCTL" status --json | "$PY" -c "import json,sys; t=json.load(sys.stdin)['tenants'][0]; print('worker pid', t['pid'], 'layers:', ', '.join(f'{k}={v.split()[0]}' for k, v in t['layers'].items()))"
+"$RTCTL" status
+"$RTCTL" status --json | "$PY" -c "import json,sys; i=json.load(sys.stdin)['tenants'][0]['models']['demo']['serving']['instances'][0]; print('worker pid', i['pid'], 'layers:', ', '.join(f'{k}={v.split()[0]}' for k, v in i['layers'].items()))"
 trap - EXIT
 stop
 echo "== daemon stopped cleanly: $(tail -1 "$log")"

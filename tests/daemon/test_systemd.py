@@ -1,10 +1,12 @@
 """systemd/rtd.service: `systemd-analyze verify` passes and the offline security score is
 at most 3.5; the shipped rtd.toml is a valid config."""
+import dataclasses
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -45,17 +47,21 @@ def test_security_score_at_most_3_5(unit):
 def test_unit_is_hardened_as_documented():
     text = open(UNIT).read()
     for directive in ("Type=notify", "WatchdogSec=", "ProtectSystem=strict", "PrivateTmp=yes", "UMask=0077",
-                      "LimitCORE=0", "OOMPolicy=continue", "Delegate=", "SystemCallArchitectures=native",
+                      "LimitCORE=0", "LimitNOFILE=65536", "ExecReload=", "OOMPolicy=continue", "Delegate=", "SystemCallArchitectures=native",
                       "RestrictAddressFamilies=AF_UNIX", "StateDirectory=rtd", "ReadWritePaths=/run/rtd"):
         assert directive in text, directive
     caps = re.search(r"^CapabilityBoundingSet=(.*)$", text, re.M).group(1).split()
     assert set(caps) == {"CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"}
 
 
-def test_shipped_config_is_valid():
-    c = config.load(os.path.join(ROOT, "systemd", "rtd.toml"))
+def test_shipped_config_is_valid_and_documents_every_limit_with_its_default():
+    path = os.path.join(ROOT, "systemd", "rtd.toml")
+    c = config.load(path)
     assert c.unix_socket == "/run/rtd/rtd.sock" and c.metrics_port == 0
     assert (c.unix_mode, c.unix_group) == (0o660, "rtd")
+    with open(path, "rb") as f:
+        written = tomllib.load(f)["limits"]
+    assert written == dataclasses.asdict(config.Limits()), "each [limits] key is written out with its default"
 
 
 def _expand(group: str, groups: dict) -> set:
