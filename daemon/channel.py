@@ -30,17 +30,21 @@ class WorkerChannel:
         self.reader = wire.Reader(sock, wire.PeerArena(), lease=True, max_body=MAX_REPLY_BODY)
         self.arena = wire.Arena()
         self.ids = itertools.count(1)
-        self.waiting: dict[int, tuple[asyncio.Future, list | None]] = {}
+        self.waiting: dict[int, tuple] = {}   # request id -> (future, arena region, on_done)
         self.outbox: collections.deque = collections.deque()   # [memoryview, fds]
         self.writing, self.lost = False, None
         self.loop.add_reader(sock.fileno(), self._readable)
 
     def request(self, kind: wire.Kind, head: dict | None = None, tensors: dict | None = None,
-                fds: list | None = None) -> asyncio.Future:
-        """Send one request; the future resolves to the reply frame (RtdError on ERROR or loss)."""
+                fds: list | None = None, on_done=None) -> asyncio.Future:
+        """Send one request; the future resolves to the reply frame (RtdError on ERROR or loss).
+        `on_done(answered: bool)` runs when the worker is through with it — answered, or the
+        channel lost — even if the future was cancelled meanwhile (the caller stopped waiting)."""
         future = self.loop.create_future()
         if self.lost is not None:
             future.set_exception(self.lost)
+            if on_done is not None:
+                on_done(False)
             return future
         head = dict(head or {})
         released = self.reader.peer.take_released()
@@ -48,7 +52,7 @@ class WorkerChannel:
             head["released"] = released
         request_id = next(self.ids)
         out = wire.encode(kind, request_id, head, tensors, fds, self.arena)
-        self.waiting[request_id] = (future, out.region)
+        self.waiting[request_id] = (future, out.region, on_done)
         self.outbox.append([memoryview(b"".join(wire._as_bytes(memoryview(p)) for p in out.parts)), out.fds])
         self._write()
         return future
@@ -97,9 +101,11 @@ class WorkerChannel:
         entry = self.waiting.pop(frame.request_id, None)
         if entry is None or frame.kind not in (wire.Kind.OK, wire.Kind.ERROR):
             raise wire.protocol_error("reply to no request")
-        future, region = entry
+        future, region, on_done = entry
         if region is not None:
             self.arena.release([region])   # the worker is done with this request's inputs
+        if on_done is not None:
+            on_done(frame.kind == wire.Kind.OK)
         if future.done():
             return
         if frame.kind == wire.Kind.ERROR:
@@ -116,10 +122,12 @@ class WorkerChannel:
         if self.writing:
             self.loop.remove_writer(self.sock.fileno())
         waiting, self.waiting = self.waiting, {}
-        for future, _ in waiting.values():
+        for future, _, on_done in waiting.values():
+            if on_done is not None:
+                on_done(False)
             if not future.done():
                 future.set_exception(error)
-            future.exception()   # retrieved: nobody may be waiting any more
+                future.exception()   # retrieved: nobody may be waiting any more
         self.reader.close()
         self.sock.close()
         self.arena.close()

@@ -79,17 +79,24 @@ class Instance:
         self.last_used = time.monotonic()
         return {"inputs": inputs, "outputs": outputs}
 
-    def send(self, kind: wire.Kind, head: dict, tensors: dict, request_timeout: float) -> asyncio.Future:
-        """Pipeline one request; its future resolves to the reply frame. Past `request_timeout`
-        without an answer the instance is hung and killed."""
+    def send(self, kind: wire.Kind, head: dict, tensors: dict, request_timeout: float, on_done) -> asyncio.Future:
+        """Pipeline one request; its future resolves to the reply frame, and `on_done(answered)`
+        runs when the worker is through with it, whether or not anyone still waits. Past
+        `request_timeout` without an answer the instance is hung and killed."""
         self.last_used = time.monotonic()
-        future = self.channel.request(kind, head, tensors)
-        timer = asyncio.get_running_loop().call_later(request_timeout, self._hung, future, request_timeout)
-        future.add_done_callback(lambda _: timer.cancel())
-        return future
+        timer = asyncio.get_running_loop().call_later(request_timeout, self._hung, request_timeout)
 
-    def _hung(self, future: asyncio.Future, after: float) -> None:
-        if not future.done() and self.ending is None:
+        def done(answered: bool) -> None:
+            timer.cancel()
+            on_done(answered)
+        try:
+            return self.channel.request(kind, head, tensors, on_done=done)
+        except BaseException:   # not sent (it could not be encoded): nothing to wait for
+            timer.cancel()
+            raise
+
+    def _hung(self, after: float) -> None:
+        if self.ending is None:
             self.stop(Ending.HUNG, f"no answer within request_timeout_s ({after:g} s)")
 
     def stop(self, ending: Ending, reason: str) -> None:

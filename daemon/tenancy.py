@@ -113,23 +113,23 @@ class Tenancy:
                 raise RtdError(Code.E_DEADLINE, "expired while queued for a worker") from None
         else:
             await self.slots.acquire()   # a free slot: taken at once
+        def finished(answered: bool) -> None:   # when the worker is through, not when the caller gives up
+            self.slots.release()
+            if answered:
+                serving.answered()
         try:
             instance = await serving.instance(queued_until)
             future = instance.send(wire.Kind.INFER, {"outputs": outputs} if outputs else {}, inputs,
-                                   self.limits.request_timeout_s)
+                                   self.limits.request_timeout_s, finished)
             timing["sent"] = time.monotonic()
         except BaseException:
             self.slots.release()
             raise
-
-        def finished(done: asyncio.Future) -> None:
-            self.slots.release()
-            if not done.cancelled() and done.exception() is None:
-                serving.answered()
-        future.add_done_callback(finished)
         try:
-            async with asyncio.timeout(None if deadline == math.inf else max(0.0, deadline - time.monotonic())):
-                return (await asyncio.shield(future)).tensors
+            if deadline == math.inf:
+                return (await future).tensors
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                return (await future).tensors
         except TimeoutError:   # the worker goes on; its slot is held until it answers
             raise RtdError(Code.E_DEADLINE, "the deadline passed while the model ran") from None
         except Lost:

@@ -315,6 +315,7 @@ class Reader:
         self.sock, self.peer, self.lease = sock, peer, lease
         self.max_head, self.max_body = max_head, max_body
         self.buf, self.start = bytearray(), 0   # start: stream offset of buf[0]
+        self.scratch = None
         # Reads that brought fds: [first offset, end offset, fds]. The kernel hands a frame's
         # fds to the read that takes its first byte and ends that read within the frame, so
         # they belong to the one frame with fds that starts inside that read.
@@ -323,7 +324,10 @@ class Reader:
     def pump(self) -> None:
         """One read; EOFError when the peer is gone (BlockingIOError passes through)."""
         fds = array.array("i")
-        data, anc, flags, _ = self.sock.recvmsg(RECV_CHUNK, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+        if self.scratch is None:   # one buffer per channel: a fresh 256 KiB one per read is an mmap + faults
+            self.scratch = bytearray(RECV_CHUNK)
+        size, anc, flags, _ = self.sock.recvmsg_into([self.scratch], socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+        data = memoryview(self.scratch)[:size]
         for level, ctype, cdata in anc:
             if level == socket.SOL_SOCKET and ctype == socket.SCM_RIGHTS:
                 fds.frombytes(cdata[: len(cdata) - (len(cdata) % fds.itemsize)])
