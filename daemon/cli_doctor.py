@@ -36,6 +36,10 @@ def doctor(args) -> int:
         host.add_row(layer, f"[{style}]{state}[/{style}]")
     host.add_row("cgroup hierarchies", f"v2 {report['cgroup']['v2_root']} controllers "
                  f"{report['cgroup']['v2_controllers'] or 'none'}; v1 {sorted(report['cgroup']['v1_controllers'])}")
+    for hierarchy, base in report["cgroup"]["writable"].items():
+        style = "green" if base["writable"] else "red"
+        host.add_row(f"cgroup {hierarchy}", f"[{style}]{base['base']} "
+                     f"{'writable' if base['writable'] else 'NOT writable: workers cannot start'}[/{style}]")
     host.add_row("dmem", str(report["dmem"]))
     console.print(host)
     battery = Table(title=f"escape battery: {len(results)} attempts, each in a confined worker (production policy)")
