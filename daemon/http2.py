@@ -286,6 +286,7 @@ class Connection(asyncio.Protocol):
         except RtdError as e:
             stream.release()
             self._trailers_only(sid, e.code.status, self.server.describe(e))
+            self._count_abuse()   # refused calls cost us work too
             return
         if call.who is not None:
             self.authenticated = True
@@ -303,6 +304,7 @@ class Connection(asyncio.Protocol):
             self._acknowledge(flow_length, sid)
             return
         stream.body += data
+        stream.last_progress = time.monotonic()
         try:
             if stream.expected is None and len(stream.body) >= PREFIX.size:
                 compressed, length = PREFIX.unpack_from(stream.body)
@@ -334,8 +336,7 @@ class Connection(asyncio.Protocol):
         if stream.expected is None or len(stream.body) != PREFIX.size + stream.expected:
             self._fail(stream, RtdError(Code.E_REQUEST_INVALID, "the call ended before its message"))
             return
-        stream.call.message = bytes(memoryview(stream.body)[PREFIX.size:])
-        stream.body = bytearray()
+        stream.call.message = memoryview(stream.body)[PREFIX.size:]   # parsed in place by the handler
         stream.task = asyncio.get_running_loop().create_task(self._run(stream))
 
     def _reset_by_client(self, sid: int) -> None:
@@ -459,7 +460,8 @@ class Connection(asyncio.Protocol):
         """Called every second: reset stalled responses, close idle connections."""
         limits = self.server.limits
         for stream in list(self.streams.values()):
-            if stream.pending and now - stream.last_progress > limits.send_timeout_s:
+            stalled = stream.pending or stream.task is None   # an answer not taken, or a body not sent
+            if stalled and now - stream.last_progress > limits.send_timeout_s:
                 try:
                     self.h2.reset_stream(stream.id, h2.errors.ErrorCodes.CANCEL)
                 except h2.exceptions.ProtocolError:

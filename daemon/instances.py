@@ -10,6 +10,7 @@ zygote's exit report, for the owner to count: a crash, a request-caused resource
 (the memory layer), a hang, or a stop of ours.
 """
 import asyncio
+import collections
 import enum
 import socket
 import time
@@ -39,6 +40,8 @@ class Instance:
         self.ending: Ending | None = None
         self.reason, self.layer = "", None
         self.ended = asyncio.Event()          # set once the ending is known (classified)
+        self.queue: collections.deque = collections.deque()   # requests sent and not answered, in order
+        self.watchdog = None                  # the hang timer of the request at the head of the queue
 
     @property
     def live(self) -> bool:
@@ -81,19 +84,30 @@ class Instance:
 
     def send(self, kind: wire.Kind, head: dict, tensors: dict, request_timeout: float, on_done) -> asyncio.Future:
         """Pipeline one request; its future resolves to the reply frame, and `on_done(answered)`
-        runs when the worker is through with it, whether or not anyone still waits. Past
-        `request_timeout` without an answer the instance is hung and killed."""
+        runs when the worker is through with it, whether or not anyone still waits. A request
+        the worker has been on (it answers in order: since the one before it was answered)
+        for longer than `request_timeout` means the instance is hung: it is killed."""
         self.last_used = time.monotonic()
-        timer = asyncio.get_running_loop().call_later(request_timeout, self._hung, request_timeout)
+        token = object()
 
         def done(answered: bool) -> None:
-            timer.cancel()
+            if self.queue and self.queue[0] is token:
+                self.queue.popleft()
+                self._watch(request_timeout)
             on_done(answered)
-        try:
-            return self.channel.request(kind, head, tensors, on_done=done)
-        except BaseException:   # not sent (it could not be encoded): nothing to wait for
-            timer.cancel()
-            raise
+        future = self.channel.request(kind, head, tensors, on_done=done)   # raises before anything is queued
+        self.queue.append(token)
+        if len(self.queue) == 1:
+            self._watch(request_timeout)
+        return future
+
+    def _watch(self, request_timeout: float) -> None:
+        """(Re)arm the watchdog for the request the worker is on now, if any."""
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        if self.queue and self.ending is None:
+            self.watchdog = asyncio.get_running_loop().call_later(request_timeout, self._hung, request_timeout)
 
     def _hung(self, after: float) -> None:
         if self.ending is None:
@@ -104,6 +118,8 @@ class Instance:
         if self.ending is not None:
             return
         self.ending, self.reason = ending, reason
+        if self.watchdog is not None:
+            self.watchdog.cancel()
         if self.handle is not None:
             self.handle.kill()
         if self.channel is not None:

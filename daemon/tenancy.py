@@ -138,4 +138,5 @@ class Tenancy:
     def view(self) -> dict:
         return {"tenant": self.tenant.id, "models": {n: m.view() for n, m in sorted(self.models.items())},
                 "memory_limit_bytes": self.policy.limits.memory_bytes, "resident_bytes": self.resident(),
-                "slots_free": self.slots._value, "budgets": self.supervisor.ledger.usage(self.tenant.id)}
+                "in_workers": sum(i.in_flight for v in self.versions() for i in v.instances),
+                "max_concurrency": self.limits.max_concurrency, "budgets": self.supervisor.ledger.usage(self.tenant.id)}
