@@ -128,9 +128,9 @@ class Instance:
     def _lost(self, error: RtdError) -> None:
         if self.ending is None:    # not our doing: the exit report says what it was
             self.ending, self.reason = Ending.CRASHED, error.detail
+            asyncio.get_running_loop().create_task(self._classify())
             if self.handle is not None:
                 self.handle.kill()
-            asyncio.get_running_loop().create_task(self._classify())
         else:
             self.ended.set()
             self.on_end(self)

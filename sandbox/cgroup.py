@@ -172,8 +172,11 @@ def _kill(dirs) -> None:
     for d in dirs:
         kill_file = os.path.join(d, "cgroup.kill")
         if os.path.exists(kill_file):
-            _write(kill_file, "1")
-            return
+            try:
+                _write(kill_file, "1")
+                return
+            except OSError:   # the leaf went meanwhile (its last process exited): kill what is listed
+                break
     for pid in _pids(dirs):
         try:
             os.kill(pid, signal.SIGKILL)
