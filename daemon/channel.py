@@ -16,6 +16,7 @@ from rtd import wire
 from rtd.errors import Code, RtdError
 
 MAX_REPLY_BODY = 2 * wire.MAX_INLINE_BODY
+READS_PER_WAKEUP = 64
 
 
 class Lost(RtdError):
@@ -82,10 +83,14 @@ class WorkerChannel:
         self._write()
 
     def _readable(self) -> None:
+        # Read until the socket has nothing more (bounded, so a worker cannot hold the loop):
+        # after an error event uvloop polls a socket no more, and the EOF behind a last
+        # reply would go unseen.
         try:
-            self.reader.pump()
-            while (frame := self.reader.next()) is not None:
-                self._reply(frame)
+            for _ in range(READS_PER_WAKEUP):
+                self.reader.pump()
+                while (frame := self.reader.next()) is not None:
+                    self._reply(frame)
         except BlockingIOError:
             return
         except EOFError:
@@ -94,13 +99,15 @@ class WorkerChannel:
             self._lose(Lost(Code.E_WORKER_CRASHED, f"socket: {e.strerror}"))
         except RtdError as e:
             self._lose(Lost(Code.E_WORKER_PROTOCOL, e.detail))
+        except Exception as e:   # anything else the worker's bytes provoked is its fault too
+            self._lose(Lost(Code.E_WORKER_PROTOCOL, f"{type(e).__name__}: {e}"))
 
     def _reply(self, frame: wire.Frame) -> None:
         for fd in frame.fds:
             os.close(fd)
-        entry = self.waiting.pop(frame.request_id, None)
-        if entry is None or frame.kind not in (wire.Kind.OK, wire.Kind.ERROR):
-            raise wire.protocol_error("reply to no request")
+        if frame.kind not in (wire.Kind.OK, wire.Kind.ERROR) or frame.request_id not in self.waiting:
+            raise wire.protocol_error("reply to no request")   # every request still waiting fails with the channel
+        entry = self.waiting.pop(frame.request_id)
         future, region, on_done = entry
         if region is not None:
             self.arena.release([region])   # the worker is done with this request's inputs

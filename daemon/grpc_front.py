@@ -8,6 +8,7 @@ settings, statistics, streaming) are answered UNIMPLEMENTED by the transport.
 import json
 import time
 
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from rtd import __version__
@@ -30,6 +31,14 @@ def describe(error: RtdError) -> str:
     if error.code == Code.E_INTERNAL:
         return f"{Code.E_INTERNAL.name}: Internal server error"
     return str(error)
+
+
+def _message(cls, call: http2.Call):
+    """The call's request message; one that does not parse is the client's error."""
+    try:
+        return cls.FromString(call.message)
+    except DecodeError:
+        raise RtdError(Code.E_REQUEST_INVALID, f"not a {cls.DESCRIPTOR.name} message") from None
 
 
 def _reply(message) -> http2.Reply:
@@ -82,11 +91,11 @@ class Front:
 
     # -- control ---------------------------------------------------------------------------------
     async def model_ready(self, call):
-        request = pb.ModelReadyRequest.FromString(call.message)
+        request = _message(pb.ModelReadyRequest, call)
         return _reply(pb.ModelReadyResponse(ready=self.supervisor.model_ready(self._tenant(call), request.name, request.version)))
 
     async def model_metadata(self, call):
-        request = pb.ModelMetadataRequest.FromString(call.message)
+        request = _message(pb.ModelMetadataRequest, call)
         meta = self.supervisor.metadata(self._tenant(call), request.name, request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return _reply(pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"],
@@ -94,12 +103,12 @@ class Front:
                                                outputs=[tensor(**t) for t in meta["outputs"]]))
 
     async def model_config(self, call):
-        request = pb.ModelConfigRequest.FromString(call.message)
+        request = _message(pb.ModelConfigRequest, call)
         return _reply(pb.ModelConfigResponse(config=self.supervisor.model_config(self._tenant(call), request.name,
                                                                                  request.version)))
 
     async def repository_index(self, call):
-        request = pb.RepositoryIndexRequest.FromString(call.message)
+        request = _message(pb.RepositoryIndexRequest, call)
         index = pb.RepositoryIndexResponse.ModelIndex
         models = [m for m in self.supervisor.models(self._tenant(call)) if not request.ready or m["state"] == "READY"]
         return _reply(pb.RepositoryIndexResponse(models=[index(name=m["name"], version=m["version"], state=m["state"],
@@ -107,7 +116,7 @@ class Front:
 
     async def repository_unload(self, call):
         # unload_dependents is accepted and ignored: rtd models have no dependents
-        request = pb.RepositoryModelUnloadRequest.FromString(call.message)
+        request = _message(pb.RepositoryModelUnloadRequest, call)
         await self.supervisor.unload(self._tenant(call), request.model_name)
         return _reply(pb.RepositoryModelUnloadResponse())
 
@@ -116,7 +125,7 @@ class Front:
 
     # -- work ------------------------------------------------------------------------------------
     async def model_infer(self, call):
-        request = pb.ModelInferRequest.FromString(call.message)
+        request = _message(pb.ModelInferRequest, call)
         call.message = b""
         inputs = decode_request(request, self.max_bytes)
         outputs = [o.name for o in request.outputs] or None
@@ -138,7 +147,7 @@ class Front:
         return http2.Reply(parts, result.charges)
 
     async def repository_load(self, call):
-        request = pb.RepositoryModelLoadRequest.FromString(call.message)
+        request = _message(pb.RepositoryModelLoadRequest, call)
         call.message = b""
         files, config = {}, None
         for key, param in request.parameters.items():

@@ -97,7 +97,8 @@ def grpc_message(text: str) -> str:
 
 def parse_timeout(value: str) -> float | None:
     """grpc-timeout ("100m", "5S", ...) in seconds; None when malformed."""
-    if not 2 <= len(value) <= 9 or value[-1] not in TIMEOUT_UNITS or not value[:-1].isdigit():
+    if not 2 <= len(value) <= 9 or value[-1] not in TIMEOUT_UNITS or not value[:-1].isascii() \
+            or not value[:-1].isdigit():   # isdigit() alone takes "²"
         return None
     return int(value[:-1]) * TIMEOUT_UNITS[value[-1]]
 
@@ -391,11 +392,21 @@ class Connection(asyncio.Protocol):
         stream.charges += reply.charges
         stream.pending.extend(_chunks([memoryview(PREFIX.pack(0, sum(len(v) for v in views))), *views]))
         stream.trailers = [("grpc-status", "0")]
-        self.h2.send_headers(stream.id, [(":status", "200"), ("content-type", "application/grpc")])
+        try:
+            self.h2.send_headers(stream.id, [(":status", "200"), ("content-type", "application/grpc")])
+        except h2.exceptions.ProtocolError:   # the client closed the stream (or the connection) meanwhile
+            self._drop(stream)
+            return
         self._pump(stream)
 
     def _pump(self, stream: _Stream) -> None:
         """Move as much of the response as the client's window and the socket take."""
+        try:
+            self._move(stream)
+        except h2.exceptions.ProtocolError:   # the client closed the stream (or the connection) meanwhile
+            self._drop(stream)
+
+    def _move(self, stream: _Stream) -> None:
         sid = stream.id
         while stream.pending and not self.paused:
             room = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
@@ -416,9 +427,13 @@ class Connection(asyncio.Protocol):
             self._finish(stream)
 
     def _trailers_only(self, sid: int, status: str, message: str) -> None:
-        self.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc"),
-                                   ("grpc-status", str(GRPC_STATUS[status])),
-                                   ("grpc-message", grpc_message(message))], end_stream=True)
+        """A refusal as the call's only headers; nothing when the client has closed the stream."""
+        try:
+            self.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc"),
+                                       ("grpc-status", str(GRPC_STATUS[status])),
+                                       ("grpc-message", grpc_message(message))], end_stream=True)
+        except h2.exceptions.ProtocolError:
+            pass
 
     def _fail(self, stream: _Stream, error: RtdError) -> None:
         if stream.done:

@@ -185,9 +185,11 @@ class Supervisor:
         try:
             pkg = await self._io(verify_package, files, trust=self.trust[tid], tenant=tid,
                                  rollback=self.rollback if record else None, expected_name=name)
-        except RtdError as e:
+        except BaseException as e:   # whatever failed, the bytes are no longer held
             held.release()
-            raise self._refused(tid, name, e) from None
+            if isinstance(e, RtdError):
+                raise self._refused(tid, name, e) from None
+            raise
         model = tenancy.models.get(name)
         if model is None:
             model = tenancy.models[name] = ManagedModel(tenancy, name)

@@ -27,11 +27,9 @@ def _bad(detail: str) -> RtdError:
 def _shape(tensor, max_bytes: int) -> tuple[tuple, int]:
     if len(tensor.shape) > MAX_RANK:
         raise _bad(f"input {tensor.name!r}: rank {len(tensor.shape)} exceeds {MAX_RANK}")
-    count = 1
-    for d in tensor.shape:
-        if d < 0:
-            raise _bad(f"input {tensor.name!r}: negative dim {d}")
-        count *= d
+    count = dtypes.element_count(tensor.shape)
+    if count is None:
+        raise _bad(f"input {tensor.name!r}: shape {list(tensor.shape)[:MAX_RANK]} has a negative or overlarge dim")
     if count * max(dtypes.BY_KSERVE[tensor.datatype].itemsize, 1) > max_bytes:
         raise _bad(f"input {tensor.name!r}: shape {list(tensor.shape)} exceeds the {max_bytes}-byte limit")
     return tuple(tensor.shape), count

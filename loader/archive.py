@@ -108,7 +108,8 @@ def read_archive(path: str, files: FileSet) -> None:
                     parts = _member_parts(member, files, top)
                     if parts:
                         _read_member(stream, member, parts, files, inflation)
-        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
+        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError, TypeError) as e:
+            # TypeError: tarfile on a truncated gzip header
             raise RtdError(Code.E_ARCHIVE_INVALID, f"{type(e).__name__}: {e}") from None
     if not members:
         raise RtdError(Code.E_ARCHIVE_INVALID, "the archive has no members")

@@ -27,6 +27,7 @@ def parse_config(text: str) -> ModelConfig:
     config = ModelConfig()
     try:
         text_format.Parse(text, config, allow_unknown_extension=False, allow_unknown_field=False)
-    except (text_format.ParseError, UnicodeError) as e:
-        raise RtdError(Code.E_CONFIG_INVALID, str(e)) from None
+    except (text_format.ParseError, UnicodeError, ValueError, SystemError) as e:
+        # ValueError: an enum number out of range; SystemError: upb on a lone surrogate
+        raise RtdError(Code.E_CONFIG_INVALID, f"{type(e).__name__}: {e}") from None
     return config

@@ -25,11 +25,13 @@ FORMAT = "rtd.package/v1"
 MAX_BYTES = layout.SMALL_CAPS[layout.METADATA][0]
 MAX_DEPTH = 8
 MAX_TENSORS = 1024
+# ASCII digits only (\d takes any script's), numeric parts bounded (int() refuses 4300+ digits)
+_NUMBER = r"(?:0|[1-9][0-9]{0,17})"
 _SEMVER = re.compile(
-    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    rf"({_NUMBER})\.({_NUMBER})\.({_NUMBER})"
+    rf"(?:-((?:{_NUMBER}|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:{_NUMBER}|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?")
-_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _REQUIRED = {"format", "name", "version", "counter", "created", "inputs", "outputs", "config_sha256"}
 _OPTIONAL = {"expires", "training_fingerprint", "data_fingerprint", "min_rtd_version"}

@@ -69,7 +69,7 @@ def read_envelope(data) -> Envelope:
             raise RtdError(Code.E_SIG_INVALID, f"envelope {field} is not SHA-256 hex")
     try:
         raw = base64.b64decode(env["signature"], validate=True) if isinstance(env["signature"], str) else b""
-    except binascii.Error:
+    except (binascii.Error, ValueError):   # ValueError: a str that is not ASCII
         raw = b""
     if not raw or base64.b64encode(raw).decode() != env["signature"]:
         raise RtdError(Code.E_SIG_INVALID, "envelope signature is not canonical base64")

@@ -44,6 +44,19 @@ BY_KSERVE = {d.kserve: d for d in TABLE}
 BY_CONFIG = {d.config: d for d in TABLE}
 _BY_NUMPY = {d.numpy.newbyteorder("="): d for d in TABLE if d.wire != "bytes"}
 _LENGTH = struct.Struct("<I")
+MAX_SPAN = 1 << 40   # NumPy refuses a shape whose nonzero dims multiply past what it can index
+
+
+def element_count(shape) -> int | None:
+    """How many elements `shape` holds, or None when no array can have it: a negative dim,
+    or nonzero dims whose product is past MAX_SPAN (even when another dim is 0)."""
+    count = span = 1
+    for d in shape:
+        if d < 0:
+            return None
+        count *= d
+        span *= max(d, 1)
+    return count if span <= MAX_SPAN else None
 
 
 def of_numpy(dtype) -> DType | None:
@@ -72,7 +85,10 @@ def encode_bytes(a: np.ndarray) -> bytes:
 def decode_bytes(raw, count: int) -> np.ndarray | str:
     """`count` BYTES elements from Triton's binary form, as a flat object array; a one-line
     reason (str) when the bytes are not exactly that many well-formed elements."""
-    out, view, pos = np.empty(count, dtype=object), memoryview(raw), 0
+    view = memoryview(raw)
+    if count * _LENGTH.size > len(view):   # before allocating: each element takes at least its length
+        return f"{count} BYTES elements cannot fit in {len(view)} bytes"
+    out, pos = np.empty(count, dtype=object), 0
     for i in range(count):
         if pos + 4 > len(view):
             return f"BYTES element {i} truncated"

@@ -23,7 +23,6 @@ import dataclasses
 import enum
 import fcntl
 import json
-import math
 import mmap
 import os
 import resource
@@ -187,7 +186,10 @@ class PeerArena:
             seals = 0
         if not seals & fcntl.F_SEAL_SHRINK:
             raise protocol_error("arena not sealed against shrinking")
-        self.view, self.size = memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ)), size
+        try:
+            self.view, self.size = memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ)), size
+        except (OSError, ValueError) as e:   # e.g. an fd opened write-only
+            raise protocol_error(f"arena cannot be mapped: {e}") from None
 
     def slice(self, at, nbytes: int) -> memoryview:
         if self.view is None or type(at) is not int or at < 0 or at + nbytes > self.size:
@@ -432,10 +434,10 @@ def _tensors(entries, body: memoryview, peer: PeerArena | None) -> tuple[dict, l
         row = dtypes.BY_WIRE.get(dtype) if isinstance(dtype, str) else None
         if row is None:
             raise protocol_error(f"tensor {name!r}: dtype {dtype!r} refused")
-        if (not isinstance(shape, list) or len(shape) > MAX_RANK
-                or not all(type(d) is int and 0 <= d < 1 << 40 for d in shape)):
+        count = dtypes.element_count(shape) if (isinstance(shape, list) and len(shape) <= MAX_RANK
+                                                and all(type(d) is int for d in shape)) else None
+        if count is None:
             raise protocol_error(f"tensor {name!r}: bad shape")
-        count = math.prod(shape)
         nbytes = e.get("nbytes") if row.wire == "bytes" else count * row.itemsize
         if type(nbytes) is not int or not 0 <= nbytes <= MAX_TENSOR_BYTES:
             raise protocol_error(f"tensor {name!r}: {nbytes} bytes exceeds the cap")

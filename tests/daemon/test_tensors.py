@@ -39,7 +39,7 @@ def test_typed_contents_and_bytes():
 @pytest.mark.parametrize("inputs, raw, message", [
     ([Input(name="a", datatype="FP32", shape=[4])], [b"\0" * 12], "needs 16"),
     ([Input(name="a", datatype="FP33", shape=[1])], [b"\0" * 4], "unknown datatype"),
-    ([Input(name="a", datatype="FP32", shape=[-1])], [b""], "negative dim"),
+    ([Input(name="a", datatype="FP32", shape=[-1])], [b""], "negative or overlarge dim"),
     ([Input(name="a", datatype="FP32", shape=[1 << 30, 1 << 30])], [b""], "exceeds the"),
     ([Input(name="a", datatype="FP32", shape=[1])], [], "elements"),
     ([Input(name="a", datatype="FP32", shape=[1]), Input(name="a", datatype="FP32", shape=[1])], [b"\0" * 4] * 2, "twice"),

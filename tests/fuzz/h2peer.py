@@ -1,0 +1,145 @@
+"""Driving daemon/http2.py's Connection without a socket: a transport that records what the
+server writes and ends the connection the way asyncio's does (connection_lost on the next
+loop turn), the real grpc_front.Front over a stand-in supervisor, and an h2 client that
+writes requests and reads the answers."""
+import asyncio
+import hashlib
+import struct
+from types import SimpleNamespace
+
+import h2.config
+import h2.connection
+
+from rtd.daemon import grpc_front, http2
+from rtd.daemon.budgets import Ledger
+from rtd.daemon.tenants import Tenants
+from rtd.errors import Code, RtdError
+
+TOKEN, ADMIN = "good-token", "admin-token"
+LIMITS = http2.TransportLimits(max_message_bytes=1 << 20, max_connections=8, max_connections_per_peer=8,
+                               max_streams_per_connection=16, auth_timeout_s=30.0, idle_timeout_s=60.0,
+                               send_timeout_s=30.0)
+PER_TENANT = {"streams": 64, "connections": 8, "request_bytes": 4 << 20, "requests": 64}
+
+
+class Transport:
+    def __init__(self, protocol: asyncio.Protocol):
+        self.protocol, self.written, self.closing = protocol, bytearray(), False
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def write(self, data) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+    abort = close
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class Supervisor:
+    """What the front reads of a Supervisor: the limits, the tenants (real token checks), and
+    answers that need no model — inference echoes its inputs, the rest is NOT_FOUND."""
+
+    def __init__(self, max_message_bytes: int = LIMITS.max_message_bytes):
+        digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+        tenant = SimpleNamespace(id="acme", token_sha256=[digest])
+        self.config = SimpleNamespace(limits=SimpleNamespace(max_message_bytes=max_message_bytes), tenants=[tenant],
+                                      admin_token_sha256=[hashlib.sha256(ADMIN.encode()).hexdigest()])
+        self.tenants = Tenants(self.config)
+
+    def ready(self) -> bool:
+        return True
+
+    def model_ready(self, tenant, name, version="") -> bool:
+        return False
+
+    def models(self, tenant) -> list:
+        return []
+
+    def status(self) -> dict:
+        return {"ok": True}
+
+    def _missing(self, tenant, name, *args):
+        raise RtdError(Code.E_MODEL_NOT_FOUND, str(name)[:40])
+
+    metadata = model_config = _missing
+
+    async def unload(self, tenant, name):
+        self._missing(tenant, name)
+
+    async def load(self, tenant, name, files, config=None):
+        raise RtdError(Code.E_SIG_MISSING, "the stand-in verifies nothing")
+
+    async def infer(self, tenant, name, version, inputs, outputs, deadline):
+        return SimpleNamespace(version="1", outputs=dict(inputs), charges=[])
+
+
+def server(supervisor: Supervisor | None = None) -> tuple[http2.Server, grpc_front.Front]:
+    front = grpc_front.Front(supervisor or Supervisor())
+    ledger = Ledger(PER_TENANT, {}, ["acme"])
+    return http2.Server(front.methods, LIMITS, ledger, front.authenticate, grpc_front.describe), front
+
+
+def connect(srv: http2.Server) -> tuple[http2.Connection, Transport]:
+    """A connection as accepted from a local peer (call inside the running loop)."""
+    conn = http2.Connection(srv, lambda sock: "uid:1000")
+    transport = Transport(conn)
+    conn.connection_made(transport)
+    return conn, transport
+
+
+def client() -> h2.connection.H2Connection:
+    c = h2.connection.H2Connection(h2.config.H2Configuration(
+        client_side=True, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False,
+        validate_inbound_headers=False))
+    c.initiate_connection()
+    return c
+
+
+def call_headers(path: bytes, token: str | None = TOKEN, extra=()) -> list:
+    headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path), (b":authority", b"rtd"),
+               (b"content-type", b"application/grpc"), (b"te", b"trailers")]
+    if token is not None:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
+    return headers + list(extra)
+
+
+def grpc_body(message: bytes) -> bytes:
+    return struct.pack(">BI", 0, len(message)) + message
+
+
+def statuses(c: h2.connection.H2Connection, written: bytes) -> dict:
+    """{stream id: (grpc-status, grpc-message)} of the answers in what the server wrote."""
+    out = {}
+    for event in c.receive_data(bytes(written)):
+        headers = getattr(event, "headers", None)
+        if headers:
+            fields = {bytes(k): bytes(v) for k, v in headers}
+            if b"grpc-status" in fields:
+                out[event.stream_id] = (fields[b"grpc-status"].decode(), fields.get(b"grpc-message", b"").decode())
+    return out
+
+
+def unary(c: h2.connection.H2Connection, method: str, message: bytes, token: str | None = TOKEN, extra=()) -> int:
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, call_headers(f"/{grpc_front.SERVICE}/{method}".encode(), token, extra))
+    c.send_data(sid, grpc_body(message), end_stream=True)
+    return sid
+
+
+async def settle(turns: int = 8) -> None:
+    for _ in range(turns):
+        await asyncio.sleep(0)

@@ -1,0 +1,225 @@
+"""daemon/http2.py Connection fed hostile client bytes through data_received, over a fake
+transport (h2peer.py), with the real grpc_front.Front and the real token check behind it.
+
+A session is written by an h2 client — calls to every route and to unknown ones, with good,
+bad, admin and no tokens, odd grpc-timeout / grpc-encoding / content-type values, bodies
+that are real messages or junk, with wrong length prefixes, the compressed flag, split over
+DATA frames or left open — mixed with resets, pings, settings, window updates, GOAWAY and
+raw frames; then possibly mutated at the byte level and cut into chunks.
+
+Property: data_received never raises; nothing reaches the loop's exception handler; once
+the connection is lost and its tasks are done, the server holds no connection and every
+budget charge (streams, connections, request bytes) has been given back.
+"""
+import asyncio
+import logging
+
+import h2.exceptions
+import h2.settings
+import pytest
+from hypothesis import strategies as st
+
+from rtd.daemon import grpc_front
+from rtd.daemon.budgets import OPERATOR
+
+from . import h2peer
+from .harness import Finding, known, note, run
+from .test_kserve_request import requests
+
+FINDINGS = (   # reproducers below
+    Finding("test_finding_answering_a_stream_the_client_already_closed_raises",
+            lambda e: isinstance(e, h2.exceptions.ProtocolError)),
+    Finding("test_finding_superscript_digit_in_grpc_timeout_escapes_data_received",
+            lambda e: type(e) is ValueError and str(e).startswith("invalid literal for int() with base 10")),
+)
+ROUTES = sorted(path.rsplit("/", 1)[1] for path in h2peer.server()[1].methods)
+paths = st.one_of(st.sampled_from([f"/{grpc_front.SERVICE}/{r}".encode() for r in ROUTES]),
+                  st.sampled_from([b"/grpc.health.v1.Health/Check", b"/rtd.Admin/Status", b"/x/Y", b"", b"/"]),
+                  st.binary(max_size=12))
+values = st.one_of(st.sampled_from([b"1S", b"0n", b"99999999H", b"\xb2S", b"\xb9m", b"1", b"S", b"-1S", b"1.5S",
+                                    b"gzip", b"identity", b"application/grpc+proto", b"text/plain"]),
+                   st.binary(max_size=10))
+extra_headers = st.lists(st.tuples(st.sampled_from([b"grpc-timeout", b"grpc-encoding", b"content-type", b"x-meta",
+                                                    b"authorization", b":path", b":method", b"te"]), values), max_size=3)
+tokens = st.sampled_from([h2peer.TOKEN, h2peer.TOKEN, "wrong", h2peer.ADMIN, None])
+
+
+@st.composite
+def bodies(draw) -> bytes:
+    message = draw(st.one_of(st.builds(lambda r: r[0].SerializeToString(), requests()), st.binary(max_size=64)))
+    how = draw(st.sampled_from(["grpc", "grpc", "grpc", "short", "long", "compressed", "raw"]))
+    if how == "raw":
+        return message
+    length = {"short": max(len(message) - 1, 0), "long": len(message) + draw(st.integers(1, 1 << 22))}.get(how, len(message))
+    return bytes([how == "compressed"]) + length.to_bytes(4, "big") + message
+
+
+def _act(draw, c, action: str, opened: list) -> bytes | None:
+    """One client action through h2 (None when h2 refuses it), or raw bytes for 'raw'."""
+    if action == "call":
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, h2peer.call_headers(draw(paths), draw(tokens), draw(extra_headers)),
+                       end_stream=draw(st.integers(0, 9)) == 0)
+        opened.append(sid)
+        body = draw(bodies())
+        cut = draw(st.integers(0, len(body)))
+        for part in (body[:cut], body[cut:]) if draw(st.booleans()) else (body,):
+            c.send_data(sid, part)
+        if draw(st.integers(0, 9)):
+            c.end_stream(sid)
+    elif action == "reset":
+        c.reset_stream(draw(st.sampled_from(opened)) if opened else 1, draw(st.integers(0, 14)))
+    elif action == "ping":
+        c.ping(draw(st.binary(min_size=8, max_size=8)))
+    elif action == "settings":
+        code = draw(st.sampled_from(list(h2.settings.SettingCodes)))
+        c.update_settings({code: draw(st.integers(0, 2**31 - 1))})
+    elif action == "window":
+        c.increment_flow_control_window(draw(st.integers(1, 2**31 - 1)),
+                                        stream_id=draw(st.sampled_from(opened)) if opened and draw(st.booleans()) else None)
+    elif action == "goaway":
+        c.close_connection(draw(st.integers(0, 14)))
+    else:
+        kind, flags, sid = draw(st.integers(0, 12)), draw(st.integers(0, 255)), draw(st.integers(0, 9))
+        payload = draw(st.binary(max_size=24))
+        return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + sid.to_bytes(4, "big") + payload
+    return None
+
+
+@st.composite
+def sessions(draw) -> list:
+    c = h2peer.client()
+    out, opened = [c.data_to_send()], []
+    for _ in range(draw(st.integers(1, 6))):
+        action = draw(st.sampled_from(["call", "call", "call", "reset", "ping", "settings", "window", "goaway", "raw"]))
+        try:
+            raw = _act(draw, c, action, opened)
+        except Exception:   # h2's client refused the action (H2Error, ValueError, KeyError, ...)
+            raw = None
+        out.append(raw if raw is not None else c.data_to_send())
+    data = bytearray(b"".join(out))
+    for _ in range(draw(st.integers(0, 2)) if draw(st.integers(0, 3)) == 0 else 0):
+        how = draw(st.sampled_from(["flip", "cut", "insert"]))
+        if how == "flip" and data:
+            data[draw(st.integers(0, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
+        elif how == "cut" and data:
+            del data[draw(st.integers(0, len(data) - 1)):]
+        elif how == "insert":
+            at = draw(st.integers(0, len(data)))
+            data[at:at] = draw(st.binary(min_size=1, max_size=6))
+    cuts = sorted(draw(st.lists(st.integers(1, max(len(data) - 1, 1)), max_size=3, unique=True)))
+    return [bytes(data[a:b]) for a, b in zip([0, *cuts], [*cuts, len(data)]) if data[a:b]]
+
+
+async def _scenario(chunks: list):
+    srv, _ = h2peer.server()
+    conn, transport = h2peer.connect(srv)
+    raised = None
+    for chunk in chunks:
+        if transport.closing:   # a real transport delivers nothing after close()
+            break
+        try:
+            conn.data_received(chunk)
+        except Exception as e:   # the property: nothing escapes data_received
+            raised = e
+            break
+        await h2peer.settle(2)
+    await h2peer.settle(8)
+    note("closed by the server" if transport.closing else "open until the client left")
+    transport.close()
+    await h2peer.settle(4)
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    if others:
+        await asyncio.wait(others, timeout=5)
+    failed = [t.exception() for t in others if t.done() and not t.cancelled() and t.exception() is not None]
+    return srv, conn, raised, failed
+
+
+def check_session(chunks: list) -> None:
+    loop = asyncio.new_event_loop()
+    escaped = []
+    loop.set_exception_handler(lambda _, context: escaped.append(context))
+    log = logging.getLogger("rtd.http2")
+    log.disabled = True   # a handler's failure logs a traceback; the statuses are what is checked
+    try:
+        srv, conn, raised, failed = loop.run_until_complete(_scenario(chunks))
+    finally:
+        log.disabled = False
+        loop.close()
+    if raised is not None and not known(raised, FINDINGS):
+        raise raised
+    assert not [e for e in failed if not known(e, FINDINGS)], f"a call's task failed: {failed}"
+    escaped = [c for c in escaped if not known(c.get("exception"), FINDINGS)]
+    assert not escaped, f"escaped to the loop: {[(c.get('message'), c.get('exception')) for c in escaped]}"
+    assert conn.closed and not conn.streams and not srv.connections
+    for who in ("acme", OPERATOR):
+        held = {r: u["used"] for r, u in srv.ledger.usage(who).items() if u["used"]}
+        assert not held, f"{who} still charged after the connection ended: {held}"
+
+
+def test_connection_survives_hostile_clients():
+    run(sessions(), check_session, default=200)
+
+
+# -- findings ----------------------------------------------------------------------------------------
+def test_finding_superscript_digit_in_grpc_timeout_escapes_data_received():
+    """daemon/http2.py `parse_timeout`: `value[:-1].isdigit()` is true for "²" (a latin-1
+    header byte 0xb2 decodes to it), then int("²") raises ValueError, out of `_headers` and
+    out of Connection.data_received. asyncio's transport reports "Fatal error:
+    protocol.data_received() call failed", logs a traceback and drops the connection with
+    every call on it: one header byte, no E_ code, no answer."""
+    async def scenario():
+        srv, _ = h2peer.server()
+        conn, transport = h2peer.connect(srv)
+        c = h2peer.client()
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, h2peer.call_headers(f"/{grpc_front.SERVICE}/ServerLive".encode(), extra=[(b"grpc-timeout", b"\xb2S")]))
+        c.send_data(sid, h2peer.grpc_body(b""), end_stream=True)
+        try:
+            conn.data_received(c.data_to_send())
+            raised = None
+        except Exception as e:
+            raised = e
+        await h2peer.settle()
+        transport.close()
+        await h2peer.settle()
+        return raised, h2peer.statuses(c, transport.written).get(sid)
+
+    raised, status = asyncio.run(scenario())
+    assert raised is None, f"{type(raised).__name__} escaped data_received: {raised}"
+    assert status is not None and status[0] in ("0", "3"), f"no answer to a call with grpc-timeout '²S': {status}"
+
+
+@pytest.mark.parametrize("method, then", [("Nope", "reset"), ("Nope", "goaway"), ("ServerLive", "goaway")])
+def test_finding_answering_a_stream_the_client_already_closed_raises(method, then):
+    """daemon/http2.py sends on streams without asking h2 whether the client has closed them.
+    h2 turns a whole read into events first, so a call and the client's RST_STREAM (or
+    GOAWAY) for it arrive in one data_received: `_headers` refuses the call (unknown method,
+    bad token, ...) through `_trailers_only`, whose send_headers raises StreamClosedError /
+    StreamIDTooLowError / ProtocolError("... in state CLOSED") out of data_received (the
+    transport calls it a fatal error, drops the connection and logs a traceback); a call that
+    is accepted has its task created before the GOAWAY is seen, and `_answer`'s send_headers
+    raises inside the task ("Task exception was never retrieved"). `_fail` guards its sends
+    with `except h2.exceptions.ProtocolError`; `_trailers_only` from `_headers` and `_answer`
+    do not."""
+    async def scenario():
+        srv, _ = h2peer.server()
+        conn, transport = h2peer.connect(srv)
+        c = h2peer.client()
+        sid = h2peer.unary(c, method, b"")
+        c.reset_stream(sid) if then == "reset" else c.close_connection()
+        tasks_before = asyncio.all_tasks()
+        try:
+            conn.data_received(c.data_to_send())
+            raised = None
+        except Exception as e:
+            raised = e
+        tasks = asyncio.all_tasks() - tasks_before
+        await h2peer.settle()
+        transport.close()
+        await h2peer.settle()
+        return raised, [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
+
+    raised, failed = asyncio.run(scenario())
+    assert raised is None, f"{type(raised).__name__} escaped data_received: {raised}"
+    assert not failed, f"the call's task failed: {failed}"

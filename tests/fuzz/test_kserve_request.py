@@ -1,0 +1,215 @@
+"""KServe request decoding: pb.ModelInferRequest.FromString over hostile bytes, and
+daemon/tensors.decode_request over hostile requests (datatypes valid and not, shapes with
+negative, zero and huge dims, raw contents of any length, typed contents in any field,
+tensor parameters, duplicate names).
+
+Property: FromString gives a message or protobuf's DecodeError (that layer only — the
+transport must turn it into an E_ code, see the finding below); decode_request gives
+{name: array} in the inputs' order, each with the request's shape and the datatype's dtype
+and exactly the bytes or values sent, or raises RtdError(E_REQUEST_INVALID).
+"""
+import asyncio
+import tracemalloc
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from hypothesis import strategies as st
+
+from rtd import dtypes
+from rtd.daemon.tensors import decode_request
+from rtd.errors import Code, RtdError
+from rtd.proto import grpc_service_pb2 as pb
+
+from . import h2peer
+from .frames import NUMPY_SIZE_ERRORS, bounded_address_space
+from .harness import Finding, assert_refusal, assert_refusal_or_known, note, run
+
+FINDINGS = (   # reproducers below
+    Finding("test_finding_empty_input_with_overflowing_dims_is_request_invalid",
+            lambda e: type(e) is ValueError and str(e).startswith(NUMPY_SIZE_ERRORS)),
+    Finding("test_finding_bytes_input_element_count_is_allocated_before_its_bytes_are_checked",
+            lambda e: isinstance(e, MemoryError)),
+)
+INT64 = (-(2**63), 2**63 - 1)
+TYPED = {"bool_contents": st.booleans(), "int_contents": st.integers(-(2**31), 2**31 - 1),
+         "int64_contents": st.integers(*INT64), "uint_contents": st.integers(0, 2**32 - 1),
+         "uint64_contents": st.integers(0, 2**64 - 1), "fp32_contents": st.floats(width=32),
+         "fp64_contents": st.floats(), "bytes_contents": st.binary(max_size=8)}
+datatypes = st.one_of(st.sampled_from(sorted(dtypes.BY_KSERVE)), st.sampled_from(["", "BF16", "FP8", "fp32", "INT128", "BYTES\0"]),
+                      st.text(max_size=6))
+shapes = st.one_of(st.lists(st.integers(0, 4), max_size=4), st.lists(st.integers(*INT64), max_size=20),
+                   st.lists(st.sampled_from([0, 1, 2, -1, 2**20, 2**31, 2**32, 2**62, 2**63 - 1]), max_size=5))
+
+
+def _count(shape) -> int:
+    return int(np.prod([float(d) for d in shape])) if shape else 1
+
+
+@st.composite
+def raw_contents(draw, datatype: str, shape: list) -> bytes:
+    """Mostly bytes that fit the shape, sometimes any bytes."""
+    row, count = dtypes.BY_KSERVE.get(datatype), _count(shape)
+    if row is None or min(shape, default=0) < 0 or count > 64 or draw(st.integers(0, 4)) == 0:
+        return draw(st.binary(max_size=64))
+    if row.wire == "bytes":
+        items = draw(st.lists(st.binary(max_size=6), min_size=count, max_size=count))
+        return b"".join(len(i).to_bytes(4, "little") + i for i in items)
+    return draw(st.binary(min_size=count * row.itemsize, max_size=count * row.itemsize))
+
+
+@st.composite
+def requests(draw) -> tuple[pb.ModelInferRequest, int]:
+    request = pb.ModelInferRequest(model_name=draw(st.sampled_from(["m", "", "../x"])), id=draw(st.text(max_size=4)))
+    mode = draw(st.sampled_from(["raw", "raw", "typed", "typed", "none", "mixed"]))
+    for _ in range(draw(st.integers(0, 3))):
+        datatype, shape = draw(datatypes), draw(shapes)
+        if draw(st.integers(0, 2)) == 0:   # mostly a small, sane shape
+            shape = draw(st.lists(st.integers(0, 4), max_size=3))
+        if dtypes.BY_KSERVE.get(datatype) and dtypes.BY_KSERVE[datatype].wire == "bytes" and _count(shape) > 1 << 20:
+            shape = [1]   # a BYTES count the decoder would really allocate (the finding has its own test)
+        tensor = request.inputs.add(name=draw(st.sampled_from(["x", "y", "z", "x"])), datatype=datatype, shape=shape)
+        if draw(st.integers(0, 15)) == 0:
+            tensor.parameters["shared_memory_region"].string_param = "r"
+        if mode in ("raw", "mixed"):
+            request.raw_input_contents.append(draw(raw_contents(datatype, shape)))
+        if mode in ("typed", "mixed"):
+            row = dtypes.BY_KSERVE.get(datatype)
+            count = _count(shape)
+            if row is not None and row.typed_field and 0 <= count <= 64 and min(shape, default=0) >= 0 and draw(st.booleans()):
+                getattr(tensor.contents, row.typed_field).extend(
+                    draw(st.lists(TYPED[row.typed_field], min_size=count, max_size=count)))
+            else:
+                field = draw(st.sampled_from(sorted(TYPED)))
+                getattr(tensor.contents, field).extend(draw(st.lists(TYPED[field], max_size=6)))
+    if mode == "raw" and draw(st.integers(0, 5)) == 0:
+        request.raw_input_contents.append(draw(st.binary(max_size=8)))   # one too many
+    if draw(st.booleans()):
+        request.parameters["timeout"].int64_param = draw(st.integers(*INT64))
+    return request, draw(st.sampled_from([64, 4096, 1 << 20]))
+
+
+def check_decoded(request: pb.ModelInferRequest, max_bytes: int) -> None:
+    try:
+        with bounded_address_space():
+            out = decode_request(request, max_bytes)
+    except Exception as e:   # the property is about what may escape
+        assert_refusal_or_known(e, [Code.E_REQUEST_INVALID], FINDINGS)
+        note(e.code.name if isinstance(e, RtdError) else type(e).__name__)
+        return
+    note(f"decoded {len(out)} inputs")
+    assert list(out) == [t.name for t in request.inputs]
+    raw = list(request.raw_input_contents)
+    for i, tensor in enumerate(request.inputs):
+        a, row = out[tensor.name], dtypes.BY_KSERVE[tensor.datatype]
+        assert a.shape == tuple(tensor.shape) and a.dtype == row.numpy
+        if raw:
+            assert (dtypes.encode_bytes(a) if row.wire == "bytes" else a.tobytes()) == raw[i]
+            assert len(raw[i]) <= max_bytes or row.wire == "bytes"
+        else:
+            sent = list(getattr(tensor.contents, row.typed_field)) if row.typed_field else []
+            expected = np.array(sent, dtype=row.numpy) if row.wire != "bytes" else sent
+            got = a.reshape(-1)
+            if row.wire == "bytes":
+                assert list(got) == expected
+            else:
+                np.testing.assert_array_equal(got, expected)
+
+
+def test_decode_request_refuses_with_e_request_invalid():
+    run(requests(), lambda case: check_decoded(*case), default=400)
+
+
+@st.composite
+def message_bytes(draw) -> bytes:
+    """Random bytes, or a real request's serialization cut, spliced or with bits flipped."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(st.binary(max_size=256))
+    data = bytearray(draw(requests())[0].SerializeToString())
+    for _ in range(draw(st.integers(0, 3))):
+        how = draw(st.sampled_from(["flip", "cut", "insert"]))
+        if how == "flip" and data:
+            data[draw(st.integers(0, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
+        elif how == "cut" and data:
+            del data[draw(st.integers(0, len(data) - 1)):]
+        elif how == "insert":
+            at = draw(st.integers(0, len(data)))
+            data[at:at] = draw(st.binary(min_size=1, max_size=6))
+    return bytes(data)
+
+
+def check_message(case) -> None:
+    data, max_bytes = case
+    try:
+        request = pb.ModelInferRequest.FromString(data)
+    except DecodeError:
+        note("DecodeError")
+        return
+    check_decoded(request, max_bytes)
+
+
+def test_message_parse_then_decode():
+    run(st.tuples(message_bytes(), st.sampled_from([64, 4096, 1 << 20])), check_message, default=400)
+
+
+# -- findings ----------------------------------------------------------------------------------------
+def _request(datatype: str, shape: list, raw: bytes | None) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="m")
+    request.inputs.add(name="x", datatype=datatype, shape=shape)
+    if raw is not None:
+        request.raw_input_contents.append(raw)
+    return request
+
+
+def test_finding_empty_input_with_overflowing_dims_is_request_invalid():
+    """daemon/tensors.py `_decode_raw` / `_decode_typed`: shape [0, 2^32, 2^32] has 0 elements,
+    so `_shape` lets it through (count 0 ≤ max_bytes), then `.reshape(shape)` raises
+    ValueError ("array is too big", or "cannot reshape array of size 0" for [2, 2^62, 0]). Through the gRPC front that is E_INTERNAL, not
+    INVALID_ARGUMENT, and a traceback in the log per request."""
+    for raw in (b"", None):
+        try:
+            decode_request(_request("FP32", [0, 2**32, 2**32], raw), 1 << 20)
+        except Exception as e:
+            assert_refusal(e, Code.E_REQUEST_INVALID)
+        else:
+            raise AssertionError("an input of shape [0, 2^32, 2^32] was accepted")
+
+
+def test_finding_bytes_input_element_count_is_allocated_before_its_bytes_are_checked():
+    """rtd/dtypes.py `decode_bytes` (from daemon/tensors.py `_decode_raw`) allocates and fills
+    np.empty(count, object) before looking at the bytes: a ~20-byte ModelInfer message naming
+    BYTES shape [2^22] with empty raw contents costs 32 MiB. `_shape` caps count at
+    max_bytes, so at the default max_message_bytes (256 MiB) one such message costs 2 GiB
+    and ~6 s of the supervisor's event loop (measured: 2^28 elements, 6.6 s, 2.1 GB RSS)."""
+    request = _request("BYTES", [1 << 22], b"")
+    tracemalloc.start()
+    try:
+        try:
+            decode_request(request, 256 << 20)
+        except Exception as e:
+            assert_refusal(e, Code.E_REQUEST_INVALID)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    size = request.ByteSize()
+    assert peak < 1 << 20, f"decoding a {size}-byte request allocated {peak} bytes"
+
+
+def test_finding_undecodable_message_is_internal_not_invalid_argument():
+    """daemon/grpc_front.py `model_infer` (and every handler that parses a message) calls
+    FromString unguarded; protobuf's DecodeError reaches daemon/http2.py `_run`, which maps
+    anything but RtdError to INTERNAL "E_INTERNAL: Internal server error" and logs a
+    traceback: a client's malformed message reads as a server fault (and costs a traceback
+    in the log each time). It should be INVALID_ARGUMENT with E_REQUEST_INVALID."""
+    async def scenario():
+        srv, _ = h2peer.server()
+        conn, transport = h2peer.connect(srv)
+        c = h2peer.client()
+        sid = h2peer.unary(c, "ModelInfer", b"\xff\xff\xff")
+        conn.data_received(c.data_to_send())
+        await h2peer.settle()
+        transport.close()
+        await h2peer.settle()
+        return h2peer.statuses(c, transport.written).get(sid)
+
+    status, message = asyncio.run(scenario())
+    assert (status, message.split(":")[0]) == ("3", "E_REQUEST_INVALID"), f"grpc-status {status}: {message}"
