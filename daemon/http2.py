@@ -52,6 +52,7 @@ WRITE_HIGH_WATER = 1 << 20
 MAX_HEADER_LIST = 1 << 14
 PUBLIC_MESSAGE_BYTES = 1 << 12     # what an unauthenticated call may send
 OPERATOR_UID = 0
+BACKOFF_S, BACKOFF_MAX_S = 0.005, 0.16   # budget refusals in a row on one connection wait this, doubling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,7 @@ def _chunks(views: list) -> list:
 
 class _Stream:
     __slots__ = ("id", "method", "call", "charges", "body", "expected", "task", "timer", "pending", "trailers",
-                 "last_progress", "done")
+                 "last_progress", "done", "refused")
 
     def __init__(self, sid: int, method: Method, call: Call):
         self.id, self.method, self.call = sid, method, call
@@ -135,6 +136,7 @@ class _Stream:
         self.task, self.timer = None, None
         self.pending: collections.deque = collections.deque()
         self.trailers, self.last_progress, self.done = None, time.monotonic(), False
+        self.refused = False    # answered with a refusal that waits out the connection's back-off
 
     def release(self) -> None:
         for charge in self.charges:
@@ -151,6 +153,7 @@ class Connection(asyncio.Protocol):
         self.streams: dict[int, _Stream] = {}
         self.payers: dict[str, Charge] = {}      # tenant -> its connection charge
         self.authenticated, self.draining = False, False
+        self.refusals = 0                        # budget refusals in a row on this connection
         self.unflushed = 0                       # response bytes given to h2 since the last write
         self.last_activity = time.monotonic()
         self.resets = collections.deque()
@@ -286,8 +289,12 @@ class Connection(asyncio.Protocol):
                 stream.charges.append(self.server.ledger.take(call.who, "streams", 1, control=method.control))
         except RtdError as e:
             stream.release()
-            self._trailers_only(sid, e.code.status, self.server.describe(e))
             self._count_abuse()   # refused calls cost us work too
+            if e.code == Code.E_BUDGET_EXCEEDED:
+                self.streams[sid] = stream
+                self._fail(stream, e)
+            else:
+                self._trailers_only(sid, e.code.status, self.server.describe(e))
             return
         if call.who is not None:
             self.authenticated = True
@@ -301,7 +308,7 @@ class Connection(asyncio.Protocol):
 
     def _data(self, sid: int, data: bytes, flow_length: int) -> None:
         stream = self.streams.get(sid)
-        if stream is None or stream.task is not None:   # a stream already answered: its data is dropped
+        if stream is None or stream.task is not None or stream.refused:   # already answered: its data is dropped
             self._acknowledge(flow_length, sid)
             return
         stream.body += data
@@ -332,7 +339,7 @@ class Connection(asyncio.Protocol):
 
     def _ended(self, sid: int) -> None:
         stream = self.streams.get(sid)
-        if stream is None or stream.task is not None:
+        if stream is None or stream.task is not None or stream.refused:
             return
         if stream.expected is None or len(stream.body) != PREFIX.size + stream.expected:
             self._fail(stream, RtdError(Code.E_REQUEST_INVALID, "the call ended before its message"))
@@ -388,6 +395,7 @@ class Connection(asyncio.Protocol):
             for charge in reply.charges:
                 charge.release()
             return
+        self.refusals = 0
         views = [memoryview(p).cast("B") for p in reply.parts if memoryview(p).nbytes]
         stream.charges += reply.charges
         stream.pending.extend(_chunks([memoryview(PREFIX.pack(0, sum(len(v) for v in views))), *views]))
@@ -436,7 +444,22 @@ class Connection(asyncio.Protocol):
             pass
 
     def _fail(self, stream: _Stream, error: RtdError) -> None:
+        """Refuse the call. A budget refusal waits out a back-off that doubles with each one
+        in a row on the connection (BACKOFF_S up to BACKOFF_MAX_S): a client that retries at
+        once would otherwise turn the shared loop into a refusal machine; it still gets its
+        RESOURCE_EXHAUSTED, only later. The stream keeps its charges meanwhile."""
         if stream.done:
+            return
+        if error.code == Code.E_BUDGET_EXCEEDED and not stream.refused:
+            stream.refused = True
+            delay = min(BACKOFF_S * 2 ** self.refusals, BACKOFF_MAX_S)
+            self.refusals += 1
+            asyncio.get_running_loop().call_later(delay, self._refuse_now, stream, error)
+            return
+        self._refuse_now(stream, error)
+
+    def _refuse_now(self, stream: _Stream, error: RtdError) -> None:
+        if stream.done or self.closed:
             return
         try:
             self._trailers_only(stream.id, error.code.status, self.server.describe(error))
@@ -445,6 +468,7 @@ class Connection(asyncio.Protocol):
         except h2.exceptions.ProtocolError:
             pass
         self._finish(stream)
+        self.flush()
 
     def _finish(self, stream: _Stream) -> None:
         stream.done = True
