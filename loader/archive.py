@@ -27,6 +27,9 @@ from rtd.loader.sealed import SealedWriter, seal_from_fd
 _CHUNK = 1 << 20
 _COMPRESSED_MAGICS = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
 _RATIO_FLOOR = 32 << 20   # the ratio cap applies once this much has been inflated
+MAX_EXTENDED_HEADER = 1 << 16
+_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+             tarfile.GNUTYPE_LONGLINK)
 
 
 class _Inflation:
@@ -41,6 +44,21 @@ class _Inflation:
         if self.inflated > _RATIO_FLOOR and self.inflated > consumed * self.limits.max_compression_ratio:
             raise RtdError(Code.E_ARCHIVE_LIMIT,
                            f"compression ratio over {self.limits.max_compression_ratio}:1 ({self.inflated} from {consumed} bytes)")
+
+
+class _BoundedInfo(tarfile.TarInfo):
+    """tarfile reads a pax or GNU long-name header's data in one read of the size its header
+    claims (2^62 raises MemoryError; 2^33 allocates 8 GiB first): refuse one past
+    MAX_EXTENDED_HEADER before that read."""
+
+    @classmethod
+    def fromtarfile(cls, tarfile_):
+        buf = tarfile_.fileobj.read(tarfile.BLOCKSIZE)
+        obj = cls.frombuf(buf, tarfile_.encoding, tarfile_.errors)
+        obj.offset = tarfile_.fileobj.tell() - tarfile.BLOCKSIZE
+        if obj.type in _EXTENDED and obj.size > MAX_EXTENDED_HEADER:
+            raise tarfile.HeaderError(f"an extended header claims {obj.size} bytes")
+        return obj._proc_member(tarfile_)
 
 
 def _member_parts(member: tarfile.TarInfo, files: FileSet, top: list) -> tuple[str, ...] | None:
@@ -99,7 +117,7 @@ def read_archive(path: str, files: FileSet) -> None:
         raw.seek(0)
         inflation, top, members = (_Inflation(raw, files.limits) if compressed else None), [], 0
         try:
-            with tarfile.open(fileobj=raw, mode="r|*" if compressed else "r:") as stream:
+            with tarfile.open(fileobj=raw, mode="r|*" if compressed else "r:", tarinfo=_BoundedInfo) as stream:
                 for member in stream:
                     members += 1
                     if members > files.limits.max_archive_members:

@@ -143,3 +143,27 @@ def unary(c: h2.connection.H2Connection, method: str, message: bytes, token: str
 async def settle(turns: int = 8) -> None:
     for _ in range(turns):
         await asyncio.sleep(0)
+
+
+async def exchange(write) -> tuple:
+    """`write(client)` queues a fresh client's frames (and returns what the caller wants back);
+    the server gets them in one data_received, then the connection ends. Returns what write
+    returned, what data_received raised (None), the answers (statuses(); none once the client
+    has sent GOAWAY) and the exceptions of the tasks that read started."""
+    srv, _ = server()
+    conn, transport = connect(srv)
+    c = client()
+    wrote = write(c)
+    tasks_before = asyncio.all_tasks()
+    try:
+        conn.data_received(c.data_to_send())
+        raised = None
+    except Exception as e:
+        raised = e
+    tasks = asyncio.all_tasks() - tasks_before
+    await settle()
+    transport.close()
+    await settle()
+    failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
+    answers = {} if c.state_machine.state is h2.connection.ConnectionState.CLOSED else statuses(c, transport.written)
+    return wrote, raised, answers, failed

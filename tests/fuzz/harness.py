@@ -1,10 +1,8 @@
 """What every fuzz target shares: how many inputs a run draws, the hypothesis settings, the
-open-fd count, and the one check that a refusal carries an E_ code.
+open-fd count, byte-level edits, and the one check that a refusal carries an E_ code.
 
-A finding (a bug the fuzzers found) has a reproducer test that fails until it is fixed; the
-fuzz properties tolerate a listed finding's exact signature (counted as a hypothesis event),
-so they keep looking for new ones. FUZZ_STRICT=1 tolerates none. Once a finding is fixed, its
-entry goes.
+A bug the fuzzers find gets a regression test named for the behaviour it guards; the
+properties tolerate nothing.
 
 FUZZ_EXAMPLES sets the inputs per target (each target has a small CI default). A run is cut
 into rounds of at most ROUND examples, each a fresh hypothesis engine: the engine's record
@@ -14,20 +12,19 @@ caches go to $HYPOTHESIS_STORAGE_DIRECTORY or a directory under /tmp while a tar
 not to .hypothesis/ in the repository.
 """
 import collections
-import dataclasses
 import gc
 import os
 import tempfile
 import time
 from collections.abc import Callable
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
 
 from rtd.errors import Code, RtdError
 
 EXAMPLES_VAR = "FUZZ_EXAMPLES"
-STRICT_VAR = "FUZZ_STRICT"
 ROUND = 10_000
 QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
@@ -37,8 +34,7 @@ def examples(default: int) -> int:
     return int(value) if value else default
 
 
-TOLERATED: collections.Counter = collections.Counter()   # known findings met in this run
-OUTCOMES: collections.Counter = collections.Counter()    # how inputs ended (note())
+OUTCOMES: collections.Counter = collections.Counter()   # how inputs ended (note())
 
 
 def note(outcome: str) -> None:
@@ -48,7 +44,7 @@ def note(outcome: str) -> None:
 
 def run(strategy, check, default: int) -> None:
     """Draw `examples(default)` inputs from `strategy` and call `check(input)` on each; prints
-    the rate, the known findings met and how inputs ended (pytest -s shows it)."""
+    the rate and how inputs ended (pytest -s shows it)."""
     home = storage_directory(intent_to_write=False).home_directory
     set_hypothesis_home_dir(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or os.path.join(tempfile.gettempdir(), "rtd-fuzz-hypothesis"))
     try:
@@ -59,7 +55,7 @@ def run(strategy, check, default: int) -> None:
 
 def _run(strategy, check, left: int) -> None:
     calls, started = 0, time.monotonic()
-    TOLERATED.clear(), OUTCOMES.clear()
+    OUTCOMES.clear()
     while left > 0:
         chunk = min(left, ROUND)
         left -= chunk
@@ -77,7 +73,7 @@ def _run(strategy, check, left: int) -> None:
             print(f"fuzz {_test()}: {calls} inputs so far, {calls / (time.monotonic() - started):.0f}/s", flush=True)
     elapsed = time.monotonic() - started
     print(f"\nfuzz {_test()}: {calls} inputs in {elapsed:.1f} s ({calls / max(elapsed, 1e-9):.0f}/s); "
-          f"known findings met: {dict(TOLERATED) or 'none'}; outcomes: {dict(OUTCOMES.most_common(12)) or '-'}")
+          f"outcomes: {dict(OUTCOMES.most_common(12)) or '-'}")
 
 
 def _test() -> str:
@@ -105,24 +101,23 @@ def assert_refusal(error: BaseException, *codes: Code) -> None:
     assert error.code.name.startswith("E_")
 
 
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    test: str                                   # the reproducer that fails until the bug is fixed
-    matches: Callable[[BaseException], bool]    # the bug's exact signature
+def assert_refused(what: str, call: Callable[[], object], *codes: Code) -> None:
+    """`call()` raises an RtdError with one of `codes`; `what` names the input when it is accepted."""
+    try:
+        call()
+    except Exception as e:
+        assert_refusal(e, *codes)
+    else:
+        raise AssertionError(f"{what} was accepted")
 
 
-def known(error: BaseException, findings) -> bool:
-    """Whether `error` is a listed finding (and the run tolerates findings)."""
-    if os.environ.get(STRICT_VAR, "").strip() == "1":
-        return False
-    for finding in findings:
-        if finding.matches(error):
-            event(f"known finding: {finding.test}")
-            TOLERATED[finding.test] += 1
-            return True
-    return False
-
-
-def assert_refusal_or_known(error: BaseException, codes, findings) -> None:
-    if not known(error, findings):
-        assert_refusal(error, *codes)
+def edit_bytes(draw, data: bytearray, how: str) -> None:
+    """One edit of `data` in place: "flip" a bit, "cut" the tail, "insert" 1 to 8 random bytes
+    (`draw` is a hypothesis composite's)."""
+    if how == "flip" and data:
+        data[draw(st.integers(0, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
+    elif how == "cut" and data:
+        del data[draw(st.integers(0, len(data) - 1)):]
+    elif how == "insert":
+        at = draw(st.integers(0, len(data)))
+        data[at:at] = draw(st.binary(min_size=1, max_size=8))
