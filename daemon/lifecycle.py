@@ -267,21 +267,22 @@ class ManagedModel:
             self.version_changed(self.serving)
 
     async def reload(self) -> None:
-        """Load by name: start the serving version again from its sealed bytes (leaves FAILED)."""
+        """Load by name: start the serving version again from its sealed bytes, beside the one
+        serving (which keeps serving, if it can, until the new one is ready); leaves FAILED."""
         if self.serving is None or self.state == ModelState.UNLOADING:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} has no version to reload")
         old = self.serving
-        old.stop("reloaded by name")
-        version = ModelVersion(self, old.package, old.held)
+        version = ModelVersion(self, old.package, old.held)   # the same verified bytes and their charge
         version.measured = old.measured
-        self.serving = version
-        self._transition(ModelState.LOADING, "reloading by name")
+        self.loading = version
         try:
             await version.start()
-        except RtdError as e:
-            self._transition(ModelState.UNAVAILABLE, f"reload failed: {e}")
+        except BaseException:
+            self.loading = None
             raise
+        self.serving, self.loading = version, None
         self._transition(ModelState.READY)
+        old.stop("reloaded by name")   # not retire(): the package now belongs to the new version
 
     # -- serving ---------------------------------------------------------------------------------
     def version_for(self, version: str = "") -> ModelVersion:

@@ -116,9 +116,14 @@ class Registry:
 
     # -- changes ---------------------------------------------------------------------------------
     def _flush(self, entries: dict) -> None:
+        """Replace the index (the change is made, or not, by this one rename); then its copy,
+        best effort: a copy that could not be written is an older good one, still valid."""
         data = json.dumps({"format": FORMAT, "tenants": entries}, indent=1, sort_keys=True).encode()
         write_atomic(self.path, data)
-        write_atomic(self.last_good, data)   # a crash between the two leaves it one change behind
+        try:
+            write_atomic(self.last_good, data)
+        except OSError as e:
+            log.warning("registry: the last good copy lags one change behind (%s)", e.strerror)
 
     def tenant_bytes(self, tenant: str, entries: dict | None = None) -> int:
         files = {}

@@ -31,6 +31,15 @@ from rtd.proto import model_config_pb2 as mc
 PLATFORM = "rtd_onnx"
 
 
+async def _to_the_end(work) -> None:
+    """Run `work` to its end even if the caller is cancelled (a load or unload half done is
+    a half state); the caller gets its outcome if it still waits, and an outcome nobody
+    waits for any more is consumed here, not logged as never retrieved."""
+    task = asyncio.get_running_loop().create_task(work)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    await asyncio.shield(task)
+
+
 def budgets_of(config: Config) -> tuple[dict, dict]:
     """(per-tenant limits, supervisor-wide limits) of the Ledger's resources."""
     limits = config.limits
@@ -86,8 +95,13 @@ class Supervisor:
             except RtdError as e:
                 self.events.emit("spare_not_armed", tenancy.tenant.id, level="warning", reason=e.detail)
         for tenant_id, name, entry in self.registry.listing():
-            # rollback marks at least as high as what the registry holds (rollback.json may be reset)
-            self.rollback.record(tenant_id, name, entry["counter"], entry["manifest_sha256"])
+            # rollback marks at least as high as what the registry holds (rollback.json may lag or be reset):
+            # in memory first, then on disk if there is room
+            self.rollback.raise_floor(tenant_id, name, entry["counter"], entry["manifest_sha256"])
+            try:
+                self.rollback.record(tenant_id, name, entry["counter"], entry["manifest_sha256"])
+            except OSError as e:
+                self.events.emit("rollback_write_failed", tenant_id, level="error", model=name, reason=e.strerror)
         for tenant_id, name, entry in self.registry.listing():
             tenancy = self.tenancies.get(tenant_id)
             if tenancy is None:
@@ -170,7 +184,7 @@ class Supervisor:
                     await self._load(tenancy, name, files, config_json=config_json)
             finally:
                 charge.release()
-        await asyncio.shield(asyncio.get_running_loop().create_task(run()))
+        await _to_the_end(run())
 
     async def _load(self, tenancy: Tenancy, name: str, files: dict, config_json: str | None = None,
                     record: bool = True) -> None:
@@ -240,14 +254,18 @@ class Supervisor:
             raise RtdError(Code.E_CONFIG_INVALID, "the config parameter differs from the signed config.pbtxt")
 
     async def unload(self, tenant: TenantConfig, name: str) -> None:
-        """Forget the model on disk first, then drain its requests and stop its instances."""
+        """Forget the model on disk first, then drain its requests and stop its instances;
+        once begun it runs to its end even if the caller stops waiting."""
         tenancy = self._tenancy(tenant)
-        async with tenancy.load_lock:
-            model = self._model(tenant, name)
-            await asyncio.shield(self._io(self.registry.forget, tenant.id, name))
-            await model.unload()
-            tenancy.models.pop(name, None)
-        self.events.emit("unload", tenant.id, model=name)
+
+        async def run():
+            async with tenancy.load_lock:
+                model = self._model(tenant, name)
+                await self._io(self.registry.forget, tenant.id, name)
+                await model.unload()
+                tenancy.models.pop(name, None)
+            self.events.emit("unload", tenant.id, model=name)
+        await _to_the_end(run())
 
     def models(self, tenant: TenantConfig) -> list[dict]:
         return [m.view() for _, m in sorted(self._tenancy(tenant).models.items())]

@@ -75,6 +75,9 @@ class RollbackStore:
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
+        # Marks also kept in memory: what `record` raised (even if its write failed) and what
+        # the caller knows from elsewhere (the daemon's registry), for a file that lags or was reset.
+        self.floors: dict[tuple[str, str], tuple[int, str | None]] = {}
 
     def _read(self) -> dict:
         try:
@@ -89,6 +92,10 @@ class RollbackStore:
         return data
 
     def _mark(self, tenant: str, name: str) -> tuple[int, str | None] | None:
+        """The higher of the file's mark and the one in memory (at one counter: the one that knows its digest)."""
+        return _higher(self._file_mark(tenant, name), self.floors.get((tenant, name)))
+
+    def _file_mark(self, tenant: str, name: str) -> tuple[int, str | None] | None:
         mark = self._read().get(tenant, {}).get(name)
         if mark is None:
             return None
@@ -97,6 +104,10 @@ class RollbackStore:
         if not isinstance(mark, dict) or not isinstance(mark.get("counter"), int):
             raise RtdError(Code.E_INTERNAL, f"{self.path}: malformed mark for {tenant}/{name}")
         return mark["counter"], mark.get("manifest_sha256")
+
+    def raise_floor(self, tenant: str, name: str, counter: int, manifest_sha256: str | None) -> None:
+        """A mark known from elsewhere, held in memory only (it never lowers one)."""
+        self.floors[(tenant, name)] = _higher(self.floors.get((tenant, name)), (counter, manifest_sha256))
 
     def high_water(self, tenant: str, name: str) -> int | None:
         mark = self._mark(tenant, name)
@@ -114,15 +125,22 @@ class RollbackStore:
 
     def record(self, tenant: str, name: str, counter: int, manifest_sha256: str | None = None) -> None:
         """Raise the mark to `counter` with the digest of the package at it (never lowers
-        it); durable on return."""
+        it); durable on return. The mark holds in memory even when writing it fails (OSError)."""
         with self._lock:
+            self.raise_floor(tenant, name, counter, manifest_sha256)
             data = self._read()
-            marks = data.setdefault(tenant, {})
-            old = self._mark(tenant, name) if name in marks else None
-            if old is None or counter > old[0]:
-                marks[name] = {"counter": counter, "manifest_sha256": manifest_sha256}
-            elif counter == old[0] and old[1] is None and manifest_sha256 is not None:
-                marks[name] = {"counter": counter, "manifest_sha256": manifest_sha256}
-            else:
+            old = self._file_mark(tenant, name)
+            new = _higher(old, (counter, manifest_sha256))
+            if new == old:
                 return
+            data.setdefault(tenant, {})[name] = {"counter": new[0], "manifest_sha256": new[1]}
             write_atomic(self.path, json.dumps(data, sort_keys=True).encode())
+
+
+def _higher(a: tuple | None, b: tuple | None) -> tuple | None:
+    """The higher of two (counter, digest) marks; at one counter, the one that knows its digest."""
+    if a is None or b is None:
+        return a or b
+    if a[0] != b[0]:
+        return a if a[0] > b[0] else b
+    return a if a[1] is not None else b
