@@ -202,15 +202,16 @@ class ModelVersion:
             instance.stop(Ending.STOPPED, reason)
         self.live.clear()
 
-    async def retire(self, grace_s: float) -> None:
+    async def retire(self, grace_s: float, package_too: bool = True) -> None:
         """Once no longer chosen for new requests: let those that chose it finish (up to
-        `grace_s`), then stop."""
+        `grace_s`), then stop; and give up its package unless a newer version shares it."""
         deadline = time.monotonic() + grace_s
         while (self.users or any(i.in_flight for i in self.instances)) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         self.stop("replaced or unloaded")
-        self.held.release()
-        self.package.close()
+        if package_too:
+            self.held.release()
+            self.package.close()
 
     def view(self) -> dict:
         return {"version": self.version_dir, "semver": self.package.version, "instances": [i.view() for i in self.instances],
@@ -282,7 +283,8 @@ class ManagedModel:
             raise
         self.serving, self.loading = version, None
         self._transition(ModelState.READY)
-        old.stop("reloaded by name")   # not retire(): the package now belongs to the new version
+        asyncio.get_running_loop().create_task(   # the package now belongs to the new version
+            old.retire(self.tenancy.limits.request_timeout_s, package_too=False))
 
     # -- serving ---------------------------------------------------------------------------------
     def version_for(self, version: str = "") -> ModelVersion:
