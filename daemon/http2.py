@@ -345,7 +345,14 @@ class Connection(asyncio.Protocol):
             self._fail(stream, RtdError(Code.E_REQUEST_INVALID, "the call ended before its message"))
             return
         stream.call.message = memoryview(stream.body)[PREFIX.size:]   # parsed in place by the handler
-        stream.task = asyncio.get_running_loop().create_task(self._run(stream))
+        if stream.method.public or stream.method.control:
+            self.start(stream)   # cheap calls, and the operator's, never wait their turn
+        else:
+            self.server.take_turn(self, stream)
+
+    def start(self, stream: _Stream) -> None:
+        if not stream.done and not self.closed:
+            stream.task = asyncio.get_running_loop().create_task(self._run(stream))
 
     def _reset_by_client(self, sid: int) -> None:
         stream = self.streams.get(sid)
@@ -523,6 +530,8 @@ class Server:
         self.by_peer: collections.Counter = collections.Counter()
         self.listeners: list[asyncio.base_events.Server] = []
         self.refused = collections.Counter()      # why connections were refused at accept
+        self.turns: dict[str, collections.deque] = {}   # payer -> (connection, stream) waiting to start
+        self.turning = False
         self.sweeper = None
 
     def admit(self, conn: Connection) -> bool:
@@ -537,6 +546,33 @@ class Server:
         self.connections.add(conn)
         self.by_peer[conn.peer] += 1
         return True
+
+    def take_turn(self, conn: Connection, stream: _Stream) -> None:
+        """Start a tenant's call now if no call waits for its turn; else queue it. Queued calls
+        start one per tenant per turn of the event loop, round-robin: a tenant flooding the
+        daemon gets one start per turn like everyone else, so the others' calls wait for a
+        turn, not behind its whole backlog."""
+        if not self.turns:
+            conn.start(stream)
+            self.turns.setdefault(stream.call.who, collections.deque())   # later arrivals this turn queue
+        else:
+            self.turns.setdefault(stream.call.who, collections.deque()).append((conn, stream))
+        if not self.turning:
+            self.turning = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self.turning = False
+        for who in list(self.turns):
+            waiting = self.turns[who]
+            if waiting:
+                conn, stream = waiting.popleft()
+                conn.start(stream)
+            if not waiting:
+                del self.turns[who]
+        if self.turns:
+            self.turning = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
 
     def forget(self, conn: Connection) -> None:
         if conn in self.connections:
