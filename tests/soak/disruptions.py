@@ -6,48 +6,18 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 
 from rtd.errors import RtdError
 from tests.soak import invariants
 from tests.soak.calm import MAIN
 from tests.soak.harness import CALM, LIMITS, Actor
 
+IDLE_FLOOD = os.path.join(os.path.dirname(__file__), "..", "daemon", "idle_flood.py")
+
 QUIET_FIRST = 0.5     # share of kills preceded by a quiescence check (the others hit calls in flight)
 FULL_RESTART = 0.3    # share of restarts made on a full state disk
 FLOOD_CONNECTIONS, FLOOD_HOLD_S = 150, 3.0    # the hold outlasts connection_auth_timeout_s (1 s) twice over
 
-# Runs as root, then as nobody: opens connections and never sends a byte; prints how many it
-# opened, how many connects failed, how many were still open after 0.5 s and after the hold.
-FLOOD = textwrap.dedent("""
-    import os, socket, sys, time
-    os.setgid(65534); os.setuid(65534)
-    path, count, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    socks, failed = [], 0
-    for _ in range(count):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(path)
-        except OSError:
-            failed += 1
-            s.close()
-            continue
-        s.settimeout(0)
-        socks.append(s)
-    def still_open(s):
-        try:
-            while s.recv(1 << 16):   # the server's SETTINGS (and GOAWAY) come before its EOF
-                pass
-            return False
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-    time.sleep(0.5)
-    first = sum(map(still_open, socks))
-    time.sleep(hold)
-    print(len(socks), failed, first, sum(map(still_open, socks)))
-""")
 
 
 def _kill(pid: int) -> bool:
@@ -108,7 +78,7 @@ class IdleFlood(Actor):
 
     def step(self) -> None:
         soak, generation = self.soak, self.soak.generation
-        done = subprocess.run([sys.executable, "-c", FLOOD, soak.daemon.socket, str(FLOOD_CONNECTIONS), str(FLOOD_HOLD_S)],
+        done = subprocess.run([sys.executable, IDLE_FLOOD, soak.daemon.socket, str(FLOOD_CONNECTIONS), str(FLOOD_HOLD_S)],
                               capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             soak.tally.violation("actor failed", f"{self.name}: {done.stderr.strip()[-300:]}")
