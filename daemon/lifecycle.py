@@ -67,6 +67,7 @@ class ModelVersion:
         self.users = 0                       # requests that chose this version and are not done
         self.measured = 0                    # resident bytes of one instance, once known
         self.last_reason = ""                # how the last instance that ended did
+        self.evictions = 0
         self.batcher = self._batcher()
 
     def _batcher(self) -> Batcher | None:
@@ -168,6 +169,7 @@ class ModelVersion:
         asyncio.get_running_loop().create_task(run())
 
     def evict(self, instance: Instance) -> None:
+        self.evictions += 1
         instance.stop(Ending.STOPPED, "evicted: idle, restarted on the next request")
         tenancy = self.owner.tenancy
         tenancy.supervisor.metrics.evicted(tenancy.tenant.id, self.owner.name)
@@ -216,7 +218,8 @@ class ModelVersion:
     def view(self) -> dict:
         return {"version": self.version_dir, "semver": self.package.version, "instances": [i.view() for i in self.instances],
                 "configured_instances": self.count, "crashes_in_a_row": self.crashes,
-                "resource_errors_in_window": len(self.resource_errors), "resident_bytes": self.measured}
+                "resource_errors_in_window": len(self.resource_errors), "resident_bytes": self.measured,
+                "evictions": self.evictions}
 
 
 class ManagedModel:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from rtd.errors import Code, RtdError
+from rtd.daemon.lifecycle import BASE_WORKER_BYTES
 from tests.daemon.conftest import memory_bomb, mlp, slow_model
 from tests.daemon.test_budgets import Calm
 from tests.daemon.test_serving import reference
@@ -200,3 +201,39 @@ name: "many"
 instance_group [{ count: 9 }]
 """))
     assert e.value.code == Code.E_CONFIG_INVALID and "max_instances" in e.value.detail
+
+
+def wide(seed: int, megabytes: int = 40) -> bytes:
+    """Y = X·W with a W of `megabytes` MiB: a model whose worker holds that much."""
+    from onnx import TensorProto, helper, numpy_helper
+    from tests.daemon.conftest import _bytes
+    cols = (megabytes << 20) // (4 * 256)
+    w = numpy_helper.from_array(np.random.default_rng(seed).standard_normal((256, cols)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "wide",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 256])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", cols])], [w])
+    return _bytes(graph)
+
+
+def test_idle_instances_are_evicted_to_make_room_and_come_back_on_demand(fresh_daemon):
+    first, second = wide(1), wide(2)
+    x = np.random.default_rng(0).standard_normal((2, 256)).astype(np.float32)
+    probe = fresh_daemon(limits=dict(max_message_bytes=64 << 20))   # how much one such worker holds here
+    probe.client("acme").load("first", probe.package("acme", first, "first"))
+    resident = probe.tenant("acme")["models"]["first"]["serving"]["resident_bytes"]
+    probe.stop()
+    assert resident > 40 << 20, "the instance's resident size was measured after it loaded"
+    estimate = BASE_WORKER_BYTES + 2 * len(second)   # what a version not yet measured is thought to need
+    d = fresh_daemon(memory_bytes=resident + estimate - (1 << 20), limits=dict(max_message_bytes=64 << 20))
+    d.client("acme").load("first", d.package("acme", first, "first"))
+    d.client("acme").infer("first", {"X": x})
+    d.client("acme").load("second", d.package("acme", second, "second"))   # does not fit beside the first
+    tenant = d.tenant("acme")
+    assert tenant["models"]["first"]["serving"]["evictions"] == 1 and not d.instances("acme", "first")
+    assert tenant["models"]["first"]["state"] == "READY"   # evicted, not unavailable: a request brings it back
+    assert d.metric('rtd_evictions_total{model="first",tenant="acme"}') == 1
+    np.testing.assert_allclose(d.client("acme").infer("first", {"X": x})["Y"], reference(first, {"X": x})["Y"],
+                               rtol=1e-4, atol=1e-4)   # restarted from its sealed bytes on demand
+    np.testing.assert_allclose(d.client("acme").infer("second", {"X": x})["Y"], reference(second, {"X": x})["Y"],
+                               rtol=1e-4, atol=1e-4)
+    assert d.metric("rtd_instance_ends_total{") == 0, "room was made by evicting, never by the OOM killer"
