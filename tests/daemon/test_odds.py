@@ -123,3 +123,11 @@ def test_sighup_reloads_tokens_and_a_bad_config_keeps_the_old_one(fresh_daemon):
     d.tokens["acme"] = new
     assert [m.name for m in d.client("acme").index()] == ["m"]   # still up, still the reloaded tokens
     assert d.proc.poll() is None
+
+
+def test_the_daemon_raises_its_fd_limit_and_keeps_connections_below_it(daemon):
+    with open(f"/proc/{daemon.proc.pid}/limits") as f:
+        soft, hard = re.search(r"^Max open files\s+(\d+)\s+(\d+)", f.read(), re.M).groups()
+    assert soft == hard, "the soft fd limit is raised to the hard one at start"
+    started = re.search(r"event=start .*max_connections=(\d+)", daemon.read_log())
+    assert started and int(started.group(1)) < int(soft)
