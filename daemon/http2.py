@@ -32,7 +32,9 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.frame_buffer
 import h2.settings
+import hpack
 import hyperframe.frame
 
 from rtd.daemon.budgets import Charge, Ledger
@@ -52,6 +54,11 @@ WRITE_HIGH_WATER = 1 << 20
 MAX_HEADER_LIST = 1 << 14
 PUBLIC_MESSAGE_BYTES = 1 << 12     # what an unauthenticated call may send
 OPERATOR_UID = 0
+HPACK_TABLE = 4096       # the most response-header table a client may make the daemon keep (the RFC's default)
+# h2 holds a header block's frames until END_HEADERS and measures the block only then: up to
+# 64 CONTINUATION frames of FRAME_SIZE each, per connection, before authentication. A block
+# within MAX_HEADER_LIST takes at most one CONTINUATION at this frame size.
+h2.frame_buffer.CONTINUATION_BACKLOG = 1
 BACKOFF_S, BACKOFF_MAX_S = 0.005, 0.16   # budget refusals in a row on one connection wait this, doubling
 
 
@@ -253,6 +260,8 @@ class Connection(asyncio.Protocol):
                         self._pump(stream)
             elif isinstance(event, (h2.events.PingReceived, h2.events.RemoteSettingsChanged)):
                 self._count_abuse()
+                if self.h2.encoder.header_table_size > HPACK_TABLE:   # the client may allow more; we keep less
+                    self.h2.encoder.header_table_size = HPACK_TABLE
             elif isinstance(event, h2.events.ConnectionTerminated):
                 self.transport.close()
                 return
@@ -446,7 +455,9 @@ class Connection(asyncio.Protocol):
         try:
             self.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc"),
                                        ("grpc-status", str(GRPC_STATUS[status])),
-                                       ("grpc-message", grpc_message(message))], end_stream=True)
+                                       # echoes client input: never indexed, so no client grows our table
+                                       hpack.NeverIndexedHeaderTuple("grpc-message", grpc_message(message))],
+                                  end_stream=True)
         except h2.exceptions.ProtocolError:
             pass
 

@@ -6,11 +6,11 @@ per tenant and model and what each budget holds. A model's series go when it is 
 Per-model counts are plain numbers the event loop adds to (a prometheus-client Counter
 takes a lock per increment: six of them were a tenth of a small request's cost) and are
 read by the collector when scraped. One private registry, served on a loopback port
-(default 8002) by prometheus-client."""
+(default 8002) by metrics_listener on the event loop, where the collector runs too."""
 import collections
 import dataclasses
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 MODEL = ["model", "version", "tenant"]
@@ -131,7 +131,3 @@ class Metrics:
         for resource, account in status["budgets"].items():
             budgets.add_metric(["(supervisor)", resource], account["used"])
         yield from (memory, instances, budgets)
-
-    def serve(self, address: str, port: int):
-        """Start the HTTP listener; returns (server, thread)."""
-        return start_http_server(port, addr=address, registry=self.registry)

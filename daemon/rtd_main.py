@@ -10,6 +10,7 @@ finish within `drain_grace_s`, then the workers and the zygote stop.
 """
 import argparse
 import asyncio
+import fcntl
 import grp
 import hashlib
 import os
@@ -17,17 +18,20 @@ import resource
 import signal
 import socket
 import sys
+import time
 
 from rtd.daemon import config as configuration
 from rtd.daemon import http2
 from rtd.daemon.events import EventLog
 from rtd.daemon.grpc_front import Front, describe
 from rtd.daemon.metrics import Metrics
+from rtd.daemon.metrics_listener import MetricsListener
 from rtd.daemon.supervisor import Supervisor
-from rtd.errors import RtdError
+from rtd.errors import Code, RtdError
 from rtd.sandbox import Zygote, cleanup_instance, detect_layout, load_policy
 
 WORKER_MODULE = "rtd.daemon.worker"
+LOCK_WAIT_S = 5.0
 FD_RESERVE_FRACTION = 4   # a quarter of the fd limit stays for workers' sockets, memfds and files
 
 
@@ -88,7 +92,7 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
         max_streams_per_connection=limits.max_streams_per_connection, auth_timeout_s=limits.connection_auth_timeout_s,
         idle_timeout_s=limits.connection_idle_s, send_timeout_s=limits.send_timeout_s),
         supervisor.ledger, front.authenticate, describe)
-    watchdog = None
+    watchdog, listener = None, MetricsListener(metrics.registry)
     try:
         await supervisor.start()
         if os.path.exists(config.unix_socket):
@@ -104,8 +108,8 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
             await server.listen_tcp(host, int(port), http2.tls_context(config.tls_cert, config.tls_key, config.tls_client_ca))
             addresses.append(f"{config.tcp} (mTLS)")
         if config.metrics_port:
-            metrics.status_source = lambda: asyncio.run_coroutine_threadsafe(_status(supervisor), loop).result(5)
-            metrics.serve(config.metrics_address, config.metrics_port)
+            metrics.status_source = supervisor.status   # scraped on this loop: no lock needed
+            await listener.start(config.metrics_address, config.metrics_port)
             addresses.append(f"metrics http://{config.metrics_address}:{config.metrics_port}/metrics")
         events.emit("start", models=sum(len(t.models) for t in supervisor.tenancies.values()),
                     max_connections=server.limits.max_connections)
@@ -124,16 +128,32 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
     finally:
         if watchdog is not None:
             watchdog.cancel()
+        listener.close()
         server.close()
         if os.path.exists(config.unix_socket):
             os.unlink(config.unix_socket)
 
 
-async def _status(supervisor: Supervisor) -> dict:
-    return supervisor.status()
+def lock_state_dir(state_dir: str) -> int:
+    """One daemon per state directory: a second would share its instance id (and so kill its
+    workers as leftovers), its socket and its registry. The lock goes with the process and
+    its zygote; a predecessor killed a moment ago gets LOCK_WAIT_S to finish dying."""
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(state_dir, "rtd.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise RtdError(Code.E_STATE_LOCKED, f"{state_dir} is in use by another rtd serve") from None
+            time.sleep(0.05)
 
 
 def serve(config: configuration.Config, reread) -> int:
+    lock_state_dir(config.state_dir)
     instance = instance_id(config)
     zygote = Zygote.start(preload=(WORKER_MODULE,), instance=instance)  # before any thread
     try:

@@ -68,6 +68,8 @@ class Code(enum.Enum):
     E_WORKER_CRASHED = "the tenant's worker died", "UNAVAILABLE"
     E_WORKER_PROTOCOL = "the worker sent a malformed reply and was killed", "UNAVAILABLE"
     E_UNIMPLEMENTED = "this call is not offered by rtd", "UNIMPLEMENTED"
+    E_STATE_LOCKED = "another rtd serves this state directory", "FAILED_PRECONDITION"
+    E_LISTEN_FAILED = "an address to listen on could not be bound", "UNAVAILABLE"
     E_INTERNAL = "internal error", "INTERNAL"
 
 

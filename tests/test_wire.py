@@ -117,7 +117,8 @@ def _raw(sock, kind=Kind.OK, nfds=0, head=b"{}", body=b"", magic=MAGIC, version=
     ({"head": b'{"tensors":[{"name":"x","dtype":"float32","shape":[-1]}]}'}, "bad shape"),
     ({"head": b'{"tensors":[{"name":"x","dtype":["float32"],"shape":[1]}]}'}, "refused"),
     ({"head": b'{"arena_fd":0}'}, "bad arena announcement"),
-    ({"head": b'{"tensors":[{"name":"x","dtype":"uint8","shape":[1099511627775,1099511627775]}]}'}, "exceeds the cap"),
+    ({"head": b'{"tensors":[{"name":"x","dtype":"float64","shape":[1048576,1048576]}]}'}, "exceeds the cap"),
+    ({"head": b'{"tensors":[{"name":"x","dtype":"uint8","shape":[0,1099511627775,1099511627775]}]}'}, "bad shape"),
 ])
 def test_malformed_frames_are_refused(pair, kwargs, message):
     a, b = pair
