@@ -270,22 +270,29 @@ class Connection(asyncio.Protocol):
         self.flush()
 
     def _headers(self, sid: int, raw_headers) -> None:
+        """Admit a call from its headers, or refuse it. Calls refused here cost the daemon work
+        and the client nothing: they count toward dropping the connection, which also bounds
+        what a client that never reads can make it buffer in refusals."""
+        if not self._admit_headers(sid, raw_headers):
+            self._count_abuse()
+
+    def _admit_headers(self, sid: int, raw_headers) -> bool:
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw_headers]
         fields = dict(headers)
         path = fields.get(":path", "")
         method = self.server.methods.get(path)
         if fields.get(":method") != "POST" or not fields.get("content-type", "").startswith("application/grpc"):
             self._trailers_only(sid, "UNIMPLEMENTED", "gRPC over HTTP/2 POST only")
-            return
+            return False
         if method is None:
             self._trailers_only(sid, "UNIMPLEMENTED", f"{Code.E_UNIMPLEMENTED.name}: {path[:100]} is not offered")
-            return
+            return False
         if self.draining:
             self._trailers_only(sid, "UNAVAILABLE", f"{Code.E_MODEL_UNAVAILABLE.name}: the daemon is stopping")
-            return
+            return False
         if fields.get("grpc-encoding", "identity") != "identity":
             self._trailers_only(sid, "UNIMPLEMENTED", "only identity encoding is accepted")
-            return
+            return False
         timeout = parse_timeout(fields["grpc-timeout"]) if "grpc-timeout" in fields else None
         deadline = time.monotonic() + timeout if timeout is not None else None
         metadata = [(k, v) for k, v in headers if not k.startswith(":")]
@@ -298,18 +305,18 @@ class Connection(asyncio.Protocol):
                 stream.charges.append(self.server.ledger.take(call.who, "streams", 1, control=method.control))
         except RtdError as e:
             stream.release()
-            self._count_abuse()   # refused calls cost us work too
             if e.code == Code.E_BUDGET_EXCEEDED:
                 self.streams[sid] = stream
                 self._fail(stream, e)
             else:
                 self._trailers_only(sid, e.code.status, self.server.describe(e))
-            return
+            return False
         if call.who is not None:
             self.authenticated = True
         self.streams[sid] = stream
         if timeout is not None:
             stream.timer = asyncio.get_running_loop().call_later(timeout, self._deadline_hit, stream)
+        return True
 
     def _charge_payer(self, who: str, method: Method) -> None:
         if who not in self.payers:
