@@ -6,7 +6,8 @@ import os
 
 import grpc
 
-from rtd.daemon.grpc_front import ADMIN_SERVICE, FILE_PREFIX, SERVICE
+from rtd.daemon.grpc_front import ADMIN_SERVICE, SERVICE
+from rtd.daemon.kserve import FILE_PREFIX
 from rtd.daemon.tensors import decode_response, encode_inputs
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb

@@ -1,12 +1,11 @@
 """The gRPC front: KServe v2 `inference.GRPCInferenceService` for tenants, grpc.health.v1
 and `rtd.Admin/Status` for operators, served by rtd's own HTTP/2 transport (http2.py).
 Each handler only translates the message onto the Supervisor API and back; refusals are
-mapped through the ONE table (`Code.status`) in `describe`; anything unexpected is INTERNAL
+mapped through the ONE table (`Code.status`) in `kserve.describe`; anything unexpected is INTERNAL
 "Internal server error" with no details. RPCs not listed here (shared memory, trace/log
 settings, statistics, streaming) are answered UNIMPLEMENTED by the transport.
 """
 import json
-import time
 
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
@@ -14,6 +13,7 @@ from grpc_health.v1 import health_pb2
 from rtd import __version__
 from rtd.daemon import http2
 from rtd.daemon.budgets import OPERATOR
+from rtd.daemon.kserve import EXTENSIONS, SERVER_NAME, deadline_of, load_parameters
 from rtd.daemon.tensors import decode_request, response_parts
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
@@ -21,24 +21,17 @@ from rtd.proto import grpc_service_pb2 as pb
 SERVICE = "inference.GRPCInferenceService"
 ADMIN_SERVICE = "rtd.Admin"
 HEALTH_SERVICE = "grpc.health.v1.Health"
-SERVER_NAME = "rtd"
-EXTENSIONS = ["model_repository", "model_configuration", "binary_tensor_data"]
-FILE_PREFIX = "file:"
-
-
-def describe(error: RtdError) -> str:
-    """The status message of a refusal; an internal failure's details stay in the log."""
-    if error.code == Code.E_INTERNAL:
-        return f"{Code.E_INTERNAL.name}: Internal server error"
-    return str(error)
-
-
 def _message(cls, call: http2.Call):
     """The call's request message; one that does not parse is the client's error."""
     try:
         return cls.FromString(call.message)
     except DecodeError:
         raise RtdError(Code.E_REQUEST_INVALID, f"not a {cls.DESCRIPTOR.name} message") from None
+
+
+def _value(param: pb.ModelRepositoryParameter):
+    which = param.WhichOneof("parameter_choice")
+    return getattr(param, which) if which else None
 
 
 def _reply(message) -> http2.Reply:
@@ -129,13 +122,8 @@ class Front:
         call.message = b""
         inputs = decode_request(request, self.max_bytes)
         outputs = [o.name for o in request.outputs] or None
-        deadline = call.deadline
-        if "timeout" in request.parameters:  # tritonclient's client_timeout, microseconds
-            param = request.parameters["timeout"]
-            micros = param.int64_param or param.uint64_param
-            if micros > 0:
-                until = time.monotonic() + micros / 1e6
-                deadline = min(deadline, until) if deadline else until
+        timeout = request.parameters["timeout"] if "timeout" in request.parameters else None   # tritonclient's
+        deadline = deadline_of(call.deadline, timeout.int64_param or timeout.uint64_param if timeout else 0)
         result = await self.supervisor.infer(self._tenant(call), request.model_name, request.model_version, inputs,
                                              outputs, deadline)
         try:
@@ -149,15 +137,7 @@ class Front:
     async def repository_load(self, call):
         request = _message(pb.RepositoryModelLoadRequest, call)
         call.message = b""
-        files, config = {}, None
-        for key, param in request.parameters.items():
-            which = param.WhichOneof("parameter_choice")
-            if key.startswith(FILE_PREFIX) and which == "bytes_param":
-                files[key[len(FILE_PREFIX):]] = param.bytes_param
-            elif key == "config" and which == "string_param":
-                config = param.string_param
-            else:
-                raise RtdError(Code.E_REQUEST_INVALID, f"load parameter {key!r} is not offered (signed packages only)")
+        files, config = load_parameters({key: _value(param) for key, param in request.parameters.items()})
         name = request.model_name
         del request
         await self.supervisor.load(self._tenant(call), name, files, config)

@@ -509,6 +509,9 @@ class Connection(asyncio.Protocol):
             stream.task.cancel()
         self._finish(stream)
 
+    def busy(self) -> bool:
+        return bool(self.streams)
+
     def goaway(self) -> None:
         """Tell the client to open no new streams while those it has finish. Written by hand:
         h2's own close_connection() would refuse to send the answers still owed."""
@@ -539,7 +542,9 @@ class Connection(asyncio.Protocol):
 
 class Server:
     """The listeners and every connection. `authenticate(metadata, method) -> payer` and
-    `describe(RtdError) -> str` come from the front (the one error table)."""
+    `describe(RtdError) -> str` come from the front (the one error table). Other protocols'
+    connections (rest_front) share its caps and its sweep: such a connection has a `peer`,
+    calls `admit`/`forget`, and offers `sweep(now)`, `busy()`, `goaway()` and `close()`."""
 
     def __init__(self, methods: dict, limits: TransportLimits, ledger: Ledger, authenticate, describe):
         self.methods, self.limits, self.ledger = methods, limits, ledger
@@ -599,15 +604,16 @@ class Server:
             if self.by_peer[conn.peer] <= 0:
                 del self.by_peer[conn.peer]
 
-    async def listen_unix(self, path: str) -> None:
-        loop = asyncio.get_running_loop()
-        self.listeners.append(await loop.create_unix_server(lambda: Connection(self, _unix_peer), path, backlog=1024))
+    async def listen_unix(self, path: str, protocol=None) -> None:
+        """`protocol(server, peer_of)` makes each connection; gRPC's by default."""
+        loop, protocol = asyncio.get_running_loop(), protocol or Connection
+        self.listeners.append(await loop.create_unix_server(lambda: protocol(self, _unix_peer), path, backlog=1024))
         self._start_sweeper()
 
-    async def listen_tcp(self, host: str, port: int, context: ssl.SSLContext) -> None:
-        loop = asyncio.get_running_loop()
+    async def listen_tcp(self, host: str, port: int, context: ssl.SSLContext, protocol=None) -> None:
+        loop, protocol = asyncio.get_running_loop(), protocol or Connection
         self.listeners.append(await loop.create_server(
-            lambda: Connection(self, lambda sock: f"ip:{sock.getpeername()[0]}"), host, port, ssl=context,
+            lambda: protocol(self, lambda sock: f"ip:{sock.getpeername()[0]}"), host, port, ssl=context,
             ssl_handshake_timeout=self.limits.auth_timeout_s, backlog=1024))
         self._start_sweeper()
 
@@ -629,7 +635,7 @@ class Server:
             conn.goaway()
 
     def busy(self) -> bool:
-        return any(conn.streams for conn in self.connections)
+        return any(conn.busy() for conn in self.connections)
 
     def close(self) -> None:
         if self.sweeper is not None:
@@ -638,10 +644,10 @@ class Server:
             conn.close()
 
 
-def tls_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext:
-    """mTLS for the TCP listener: clients must present a certificate from `client_ca`."""
+def tls_context(cert: str, key: str, client_ca: str, alpn: str = "h2") -> ssl.SSLContext:
+    """mTLS for a TCP listener: clients must present a certificate from `client_ca`."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=client_ca)
     context.load_cert_chain(cert, key)
     context.verify_mode = ssl.CERT_REQUIRED
-    context.set_alpn_protocols(["h2"])
+    context.set_alpn_protocols([alpn])
     return context

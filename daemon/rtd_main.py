@@ -23,7 +23,8 @@ import time
 from rtd.daemon import config as configuration
 from rtd.daemon import http2
 from rtd.daemon.events import EventLog
-from rtd.daemon.grpc_front import Front, describe
+from rtd.daemon.grpc_front import Front
+from rtd.daemon.kserve import describe
 from rtd.daemon.metrics import Metrics
 from rtd.daemon.metrics_listener import MetricsListener
 from rtd.daemon.supervisor import Supervisor

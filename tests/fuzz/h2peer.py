@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import h2.config
 import h2.connection
 
-from rtd.daemon import grpc_front, http2
+from rtd.daemon import grpc_front, http2, kserve
 from rtd.daemon.budgets import Ledger
 from rtd.daemon.tenants import Tenants
 from rtd.errors import Code, RtdError
@@ -90,7 +90,7 @@ class Supervisor:
 def server(supervisor: Supervisor | None = None) -> tuple[http2.Server, grpc_front.Front]:
     front = grpc_front.Front(supervisor or Supervisor())
     ledger = Ledger(PER_TENANT, {}, ["acme"])
-    return http2.Server(front.methods, LIMITS, ledger, front.authenticate, grpc_front.describe), front
+    return http2.Server(front.methods, LIMITS, ledger, front.authenticate, kserve.describe), front
 
 
 def connect(srv: http2.Server) -> tuple[http2.Connection, Transport]:

@@ -1,0 +1,41 @@
+"""What the two KServe v2 fronts (gRPC in grpc_front.py, REST in rest_front.py) share: the
+server's identity and extensions, the public text of a refusal, and the meaning of the
+request parameters both protocols carry (a load's package files and config, tritonclient's
+timeout). Each front only moves these between its own encoding and the Supervisor API."""
+import time
+
+from rtd.errors import Code, RtdError
+
+SERVER_NAME = "rtd"
+EXTENSIONS = ["model_repository", "model_configuration", "binary_tensor_data"]
+FILE_PREFIX = "file:"
+
+
+def describe(error: RtdError) -> str:
+    """The public message of a refusal; an internal failure's details stay in the log."""
+    if error.code == Code.E_INTERNAL:
+        return f"{Code.E_INTERNAL.name}: Internal server error"
+    return str(error)
+
+
+def load_parameters(parameters: dict) -> tuple[dict, str | None]:
+    """A load request's parameters ({key: bytes or str}) as (package files, config JSON):
+    `file:<path>` carries a package file's bytes, `config` tritonclient's config JSON;
+    anything else is refused (rtd serves signed packages only)."""
+    files, config = {}, None
+    for key, value in parameters.items():
+        if key.startswith(FILE_PREFIX) and isinstance(value, bytes):
+            files[key[len(FILE_PREFIX):]] = value
+        elif key == "config" and isinstance(value, str):
+            config = value
+        else:
+            raise RtdError(Code.E_REQUEST_INVALID, f"load parameter {key!r} is not offered (signed packages only)")
+    return files, config
+
+
+def deadline_of(deadline: float | None, timeout_us: int) -> float | None:
+    """The earlier of a transport deadline and tritonclient's `timeout` parameter (microseconds)."""
+    if timeout_us <= 0:
+        return deadline
+    until = time.monotonic() + timeout_us / 1e6
+    return min(deadline, until) if deadline else until
