@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2
 from rtd import __version__
 from rtd.daemon import http2
 from rtd.daemon.budgets import OPERATOR
-from rtd.daemon.kserve import EXTENSIONS, SERVER_NAME, deadline_of, load_parameters
+from rtd.daemon.kserve import EXTENSIONS, SERVER_NAME, deadline_of, load_parameters, repository_index
 from rtd.daemon.tensors import decode_request, response_parts
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
@@ -103,9 +103,8 @@ class Front:
     async def repository_index(self, call):
         request = _message(pb.RepositoryIndexRequest, call)
         index = pb.RepositoryIndexResponse.ModelIndex
-        models = [m for m in self.supervisor.models(self._tenant(call)) if not request.ready or m["state"] == "READY"]
-        return _reply(pb.RepositoryIndexResponse(models=[index(name=m["name"], version=m["version"], state=m["state"],
-                                                               reason=m["reason"]) for m in models]))
+        models = repository_index(self.supervisor, self._tenant(call), request.ready)
+        return _reply(pb.RepositoryIndexResponse(models=[index(**m) for m in models]))
 
     async def repository_unload(self, call):
         # unload_dependents is accepted and ignored: rtd models have no dependents

@@ -39,3 +39,9 @@ def deadline_of(deadline: float | None, timeout_us: int) -> float | None:
         return deadline
     until = time.monotonic() + timeout_us / 1e6
     return min(deadline, until) if deadline else until
+
+
+def repository_index(supervisor, tenant, ready_only: bool) -> list[dict]:
+    """A tenant's models as RepositoryIndex lists them: name, version, state, reason."""
+    return [{key: m[key] for key in ("name", "version", "state", "reason")} for m in supervisor.models(tenant)
+            if not ready_only or m["state"] == "READY"]

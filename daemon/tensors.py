@@ -5,7 +5,8 @@ Every input's datatype, rank and dims are checked, and the byte size a shape × 
 implies is computed with exact integers and compared with the bytes (or typed elements)
 actually present before an array is built. Raw contents are wrapped, not copied. BYTES
 elements are 4-byte little-endian length prefixed, as in Triton's binary tensor extension.
-Mixing raw_input_contents and typed contents in one request is refused. A response is
+Mixing raw_input_contents and typed contents in one request is refused. REST's JSON
+`data` is turned into raw bytes first (`raw_from_json`), so both fronts share one check. A response is
 built as parts — the message without its raw contents, then each output's field header
 and bytes — so an output goes from the worker's arena into the outgoing frames with one
 copy.
@@ -18,6 +19,7 @@ from rtd.proto import grpc_service_pb2 as pb
 
 MAX_RANK = 16
 RAW_OUTPUT_FIELD = 6   # ModelInferResponse.raw_output_contents
+JSON_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}   # NumPy kinds of JSON values each kind accepts
 
 
 def _bad(detail: str) -> RtdError:
@@ -78,19 +80,64 @@ def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
         raise _bad("raw_input_contents and typed contents cannot be mixed")
     if raw and len(raw) != len(request.inputs):
         raise _bad(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
+    for tensor in request.inputs:
+        if tensor.parameters:
+            raise _bad(f"input {tensor.name!r}: tensor parameters (shared memory, ...) are not offered")
+    return decode_inputs(request.inputs, raw or [None] * len(request.inputs), max_bytes)
+
+
+def decode_inputs(tensors, raw: list, max_bytes: int) -> dict:
+    """Inputs ({name, datatype, shape} each) as {name: ndarray}: from raw[i] (bytes-like),
+    or from the tensor's typed contents where raw[i] is None."""
     out = {}
-    for i, tensor in enumerate(request.inputs):
+    for tensor, data in zip(tensors, raw):
         if tensor.name in out:
             raise _bad(f"input {tensor.name!r} given twice")
         if tensor.datatype not in dtypes.BY_KSERVE:
             raise _bad(f"input {tensor.name!r}: unknown datatype {tensor.datatype!r}")
-        if tensor.parameters:
-            raise _bad(f"input {tensor.name!r}: tensor parameters (shared memory, ...) are not offered")
-        out[tensor.name] = _decode_raw(tensor, raw[i], max_bytes) if raw else _decode_typed(tensor, max_bytes)
+        out[tensor.name] = _decode_typed(tensor, max_bytes) if data is None else _decode_raw(tensor, data, max_bytes)
     return out
 
 
-def _raw(name: str, value) -> tuple[dtypes.DType, object]:
+def raw_from_json(name: str, datatype: str, data) -> bytes:
+    """A REST tensor's JSON `data` (row-major, nested or flat) as the raw bytes of `datatype`;
+    decode_inputs then checks them against the shape. Values must be of the datatype's kind
+    (no float for an INT32, no number for BYTES) and fit it."""
+    row = dtypes.BY_KSERVE.get(datatype)
+    if row is None:
+        raise _bad(f"input {name!r}: unknown datatype {datatype!r}")
+    if not isinstance(data, list):
+        raise _bad(f"input {name!r}: data must be a JSON array")
+    if row.wire == "bytes":
+        flat = np.array(data, dtype=object).reshape(-1)
+        if not all(isinstance(x, str) for x in flat):
+            raise _bad(f"input {name!r}: BYTES data must be strings")
+        return dtypes.encode_bytes(flat)
+    try:
+        a = np.array(data)
+    except (ValueError, OverflowError):
+        raise _bad(f"input {name!r}: data is ragged or holds values of no single type") from None
+    if a.size and a.dtype.kind not in JSON_KINDS[row.numpy.kind]:
+        raise _bad(f"input {name!r}: data holds values that are not {datatype}")
+    if a.size and row.numpy.kind in "iu":
+        info = np.iinfo(row.numpy)
+        if a.min() < info.min or a.max() > info.max:
+            raise _bad(f"input {name!r}: a value does not fit {datatype}")
+    return a.astype(row.numpy).tobytes()
+
+
+def json_data(value) -> list:
+    """An output as REST JSON `data`: flat, row-major; BYTES elements as UTF-8 strings."""
+    flat = np.asarray(value).reshape(-1)
+    if flat.dtype.kind not in "OSU":
+        return flat.tolist()
+    try:
+        return [x.decode() if isinstance(x, bytes) else str(x) for x in flat]
+    except UnicodeDecodeError:
+        raise _bad("a BYTES output is not UTF-8: ask for it as binary_data") from None
+
+
+def raw_bytes(name: str, value) -> tuple[dtypes.DType, object]:
     """An array's KServe row and its raw bytes (a flat view where the array allows it)."""
     a = np.asarray(value)
     row = dtypes.of_numpy(a.dtype)
@@ -119,7 +166,7 @@ def response_parts(model_name: str, version: str, request_id: str, outputs: dict
     response = pb.ModelInferResponse(model_name=model_name, model_version=version, id=request_id)
     parts = []
     for name, value in outputs.items():
-        row, raw = _raw(name, value)
+        row, raw = raw_bytes(name, value)
         response.outputs.add(name=name, datatype=row.kserve, shape=list(np.shape(value)))
         parts += [bytes([RAW_OUTPUT_FIELD << 3 | 2]) + _varint(memoryview(raw).nbytes), raw]
     return [response.SerializeToString(), *parts]
@@ -130,7 +177,7 @@ def encode_inputs(inputs: dict) -> tuple[list, list]:
     tensors, raw = [], []
     for name, value in inputs.items():
         try:
-            row, data = _raw(name, value)
+            row, data = raw_bytes(name, value)
         except RtdError:
             raise _bad(f"input {name!r}: dtype {np.asarray(value).dtype} has no KServe datatype") from None
         tensors.append(pb.ModelInferRequest.InferInputTensor(name=name, datatype=row.kserve, shape=list(np.shape(value))))
