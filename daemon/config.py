@@ -74,6 +74,8 @@ class Config:
     unix_mode: int = 0o600         # who may connect besides root: e.g. 0o660 with unix_group
     unix_group: str = ""
     tcp: str = ""                  # "host:port"; requires tls_* (mTLS)
+    rest_unix: str = ""            # KServe v2 REST on a Unix socket (same mode and group); "" = none
+    rest_tcp: str = ""             # KServe v2 REST on "host:port"; requires tls_* (mTLS), like tcp
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
@@ -135,6 +137,10 @@ def _tenant(table: dict, index: int, base: str) -> TenantConfig:
     return tenant
 
 
+def _path(base: str, path: str) -> str:
+    return os.path.join(base, path) if path else ""
+
+
 def _mode(text: str) -> int:
     if not re.fullmatch(r"0?[0-7]{3}", text):
         raise ConfigError('listen.unix_mode: octal permissions such as "0660"')
@@ -171,6 +177,8 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
         unix_mode=_mode(_take(listen, "listen", "unix_mode", str, "0600")),
         unix_group=_take(listen, "listen", "unix_group", str, ""),
         tcp=_take(listen, "listen", "tcp", str, ""),
+        rest_unix=_path(base, _take(listen, "listen", "rest_unix", str, os.path.join(state_dir, "rtd-rest.sock"))),
+        rest_tcp=_take(listen, "listen", "rest_tcp", str, ""),
         tls_cert=_take(listen, "listen", "tls_cert", str, ""),
         tls_key=_take(listen, "listen", "tls_key", str, ""),
         tls_client_ca=_take(listen, "listen", "tls_client_ca", str, ""),
@@ -183,8 +191,13 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
     )
     for table, where in ((listen, "listen"), (metrics, "metrics"), (admin, "admin")):
         _no_extra(table, where)
-    if config.tcp and not (config.tls_cert and config.tls_key and config.tls_client_ca):
-        raise ConfigError("listen.tcp: TCP listeners need tls_cert, tls_key and tls_client_ca (mTLS)")
+    for key, address in (("tcp", config.tcp), ("rest_tcp", config.rest_tcp)):
+        if address and not (config.tls_cert and config.tls_key and config.tls_client_ca):
+            raise ConfigError(f"listen.{key}: TCP listeners need tls_cert, tls_key and tls_client_ca (mTLS)")
+        if address and not re.fullmatch(r".+:\d{1,5}", address):
+            raise ConfigError(f"listen.{key}: expected host:port")
+    if config.rest_unix and os.path.abspath(config.rest_unix) == os.path.abspath(config.unix_socket):
+        raise ConfigError("listen.rest_unix: must differ from listen.unix")
     if not 0 <= config.metrics_port < 65536:
         raise ConfigError("metrics.port: 0..65535")
     ids = [t.id for t in config.tenants]

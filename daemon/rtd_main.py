@@ -24,6 +24,7 @@ from rtd.daemon import config as configuration
 from rtd.daemon import http2
 from rtd.daemon.events import EventLog
 from rtd.daemon.grpc_front import Front
+from rtd.daemon import rest_front
 from rtd.daemon.kserve import describe
 from rtd.daemon.metrics import Metrics
 from rtd.daemon.metrics_listener import MetricsListener
@@ -77,6 +78,16 @@ def _reload(supervisor: Supervisor, reread, events: EventLog) -> None:
         events.emit("reload_refused", level="error", reason=f"{type(e).__name__}: {e}"[:200])
 
 
+async def _listen_unix(server: http2.Server, path: str, protocol, config: configuration.Config) -> None:
+    if os.path.exists(path):
+        os.unlink(path)  # a stale socket from a previous run
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    await server.listen_unix(path, protocol)
+    if config.unix_group:
+        os.chown(path, -1, grp.getgrnam(config.unix_group).gr_gid)
+    os.chmod(path, config.unix_mode)
+
+
 async def _serve(config: configuration.Config, reread, zygote: Zygote, max_connections: int) -> int:
     loop = asyncio.get_running_loop()
     events, metrics = EventLog(), Metrics()
@@ -96,18 +107,18 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
     watchdog, listener = None, MetricsListener(metrics.registry)
     try:
         await supervisor.start()
-        if os.path.exists(config.unix_socket):
-            os.unlink(config.unix_socket)  # a stale socket from a previous run
-        os.makedirs(os.path.dirname(config.unix_socket), mode=0o700, exist_ok=True)
-        await server.listen_unix(config.unix_socket)
-        if config.unix_group:
-            os.chown(config.unix_socket, -1, grp.getgrnam(config.unix_group).gr_gid)
-        os.chmod(config.unix_socket, config.unix_mode)
-        addresses = [f"unix:{config.unix_socket}"]
-        if config.tcp:
-            host, _, port = config.tcp.rpartition(":")
-            await server.listen_tcp(host, int(port), http2.tls_context(config.tls_cert, config.tls_key, config.tls_client_ca))
-            addresses.append(f"{config.tcp} (mTLS)")
+        rest = rest_front.Front(supervisor).connection
+        addresses = []
+        for path, protocol, what in ((config.unix_socket, None, ""), (config.rest_unix, rest, " (REST)")):
+            if path:
+                await _listen_unix(server, path, protocol, config)
+                addresses.append(f"unix:{path}{what}")
+        for address, protocol, alpn, what in ((config.tcp, None, "h2", ""), (config.rest_tcp, rest, "http/1.1", ", REST")):
+            if address:
+                host, _, port = address.rpartition(":")
+                await server.listen_tcp(host, int(port), http2.tls_context(config.tls_cert, config.tls_key,
+                                                                          config.tls_client_ca, alpn), protocol)
+                addresses.append(f"{address} (mTLS{what})")
         if config.metrics_port:
             metrics.status_source = supervisor.status   # scraped on this loop: no lock needed
             await listener.start(config.metrics_address, config.metrics_port)
@@ -131,8 +142,9 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
             watchdog.cancel()
         listener.close()
         server.close()
-        if os.path.exists(config.unix_socket):
-            os.unlink(config.unix_socket)
+        for path in (config.unix_socket, config.rest_unix):
+            if path and os.path.exists(path):
+                os.unlink(path)
 
 
 def lock_state_dir(state_dir: str) -> int:
