@@ -13,7 +13,7 @@ never answered), chunked bodies are refused. The request head must arrive whole 
 that makes no progress for `send_timeout_s` ends the connection, and so does
 `idle_timeout_s` without a request. One request at a time: a client that sends the next
 before its answer gets that answer and the connection is closed. A response stays charged
-until its last byte has left the process.
+until the socket has taken all but WRITE_HIGH_WATER bytes of it, as on HTTP/2.
 
 JSON is parsed on the event loop: a JSON part with more than MAX_JSON_VALUES values is
 refused before it is parsed (large tensors travel with the binary extension), and so is a
@@ -308,7 +308,7 @@ class Connection(asyncio.Protocol):
             transport.abort()
             self.state = CLOSING
             return
-        transport.set_write_buffer_limits(high=0)   # pause_writing() until each byte has left
+        transport.set_write_buffer_limits(high=http2.WRITE_HIGH_WATER)
         asyncio.get_running_loop().call_later(self.server.limits.auth_timeout_s, self._auth_expired)
 
     def _auth_expired(self) -> None:
