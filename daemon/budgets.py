@@ -20,7 +20,7 @@ RESOURCES = {
     "requests": "inference and load requests waiting, running or being delivered",
     "request_bytes": "request bytes received and not yet handed on",
     "response_bytes": "response bytes built and not yet delivered",
-    "streams": "open HTTP/2 streams",
+    "streams": "open HTTP/2 streams and REST requests in hand",
     "connections": "connections that have carried the tenant's calls",
     "package_bytes": "sealed package bytes held for the tenant's models",
     "disk_bytes": "state-directory bytes of the tenant's packages",

@@ -1,7 +1,7 @@
 """The daemon's configuration: TOML, validated once into frozen dataclasses.
 
 With no config file, `embedded_default()` builds a development setup in a local state
-directory (`$RTD_STATE_DIR` or `./state`): gRPC on a Unix socket there, one tenant `dev`
+directory (`$RTD_STATE_DIR` or `./state`): gRPC and REST on Unix sockets there, one tenant `dev`
 with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
 to the state dir — and says so on stderr. Unknown keys, wrong types and impossible values
 raise ConfigError naming the offending key; the daemon refuses to start on them.
@@ -35,7 +35,7 @@ class TenantConfig:
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """Every bound the supervisor keeps (systemd/rtd.toml documents each one)."""
-    max_message_bytes: int = 256 << 20     # one gRPC message, either way
+    max_message_bytes: int = 256 << 20     # one gRPC message or REST body, either way
     max_queue: int = 32                    # per tenant: inference and load requests waiting, running or being delivered
     max_concurrency: int = 4               # per tenant: requests in its workers at once
     max_models: int = 16                   # per tenant: loaded models
