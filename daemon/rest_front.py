@@ -73,6 +73,11 @@ def _json(data: bytes | bytearray, what: str):
     return doc
 
 
+def _length(text: str) -> int | None:
+    """A decimal byte count of at most 19 digits, or None."""
+    return int(text) if 0 < len(text) < 20 and text.isascii() and text.isdigit() else None
+
+
 def _field(doc: dict, key: str, kind, where: str, default=None):
     """doc[key] of `kind` (bool is no int here), `default` when absent, None if required."""
     if key not in doc:
@@ -204,15 +209,16 @@ class Front:
 
     async def infer(self, request):
         body = request.body
-        split = request.headers.get(INFER_HEADER, str(len(body)))
-        if not split.isascii() or not split.isdigit() or int(split) > len(body):
+        split = _length(request.headers.get(INFER_HEADER, str(len(body))))
+        if split is None or split > len(body):
             raise _bad(f"{INFER_HEADER} is not a length within the body")
-        split = int(split)
         doc = _json(bytes(memoryview(body)[:split]), "the inference header")
         arrays = self._inputs(doc, memoryview(body)[split:])
         parameters = _field(doc, "parameters", dict, "request", {})
         binary_all = _field(parameters, "binary_data_output", bool, "parameters", False)
         timeout = _field(parameters, "timeout", int, "parameters", 0)   # tritonclient's client_timeout, microseconds
+        if not 0 <= timeout < 1 << 63:
+            raise _bad("parameters.timeout: microseconds, 0 to 2^63")
         wanted = {}
         for i, out in enumerate(_field(doc, "outputs", list, "request", [])):
             where = f"outputs[{i}]"
@@ -424,10 +430,10 @@ class Connection(asyncio.Protocol):
             raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
         if "transfer-encoding" in headers or headers.get("content-encoding", "identity") != "identity":
             raise _bad("send the body with a Content-Length and no content or transfer encoding")
-        length = headers.get("content-length", "0")
-        if not length.isascii() or not length.isdigit():
+        length = _length(headers.get("content-length", "0"))
+        if length is None:
             raise _bad("Content-Length is not a length")
-        length, limit = int(length), http2.PUBLIC_MESSAGE_BYTES if self.method.public else self.front.max_bytes
+        limit = http2.PUBLIC_MESSAGE_BYTES if self.method.public else self.front.max_bytes
         if length > limit:
             raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{length} bytes, the limit is {limit}")
         who, ledger, control = None, self.server.ledger, self.method.control

@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -16,7 +17,7 @@ import tritonclient.grpc as tc_grpc
 import tritonclient.http as tc_http
 from tritonclient.utils import InferenceServerException
 
-from tests.daemon.conftest import free_port, mlp
+from tests.daemon.conftest import free_port, mlp, slow_model
 from tests.daemon.test_serving import reference
 from tests.daemon.test_tls import _cert
 
@@ -274,3 +275,38 @@ def test_a_slowloris_is_dropped_while_the_other_tenant_is_served(fresh_daemon):
     for s in slow:
         s.close()
     assert dropped == set(range(len(slow))) and 1.5 < elapsed < 6, (dropped, elapsed)
+
+
+def test_a_request_sent_before_the_last_ones_answer_ends_the_connection(served):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(30)
+        s.connect(rest_socket(served))
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: rtd\r\n\r\n" * 2)
+        assert _answer(s) == (200, b"")
+        assert s.recv(1) == b"", "the second request is never answered: the connection closes"
+        s.close()
+    with socket.socket(socket.AF_UNIX) as s:   # one at a time is kept alive
+        s.settimeout(30)
+        s.connect(rest_socket(served))
+        for _ in range(3):
+            s.sendall(b"GET /v2 HTTP/1.1\r\nHost: rtd\r\n\r\n")
+            assert _answer(s)[0] == 200
+
+
+def test_rest_and_grpc_calls_are_charged_to_one_ledger(fresh_daemon):
+    d = fresh_daemon(limits={"tenant_streams": 1})
+    d.client("acme").load("slow", d.package("acme", slow_model(), "slow"))
+    d.client("beta").load("b", d.package("beta", mlp(5), "b"))
+    x = np.ones((3000, 384), np.float32)
+    slow = threading.Thread(target=lambda: d.client("acme").infer("slow", {"X": x}, timeout=120))
+    slow.start()
+    deadline = time.monotonic() + 30
+    while d.tenant("acme")["budgets"]["streams"]["used"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    request = json.dumps({"inputs": [{"name": "X", "shape": [1, 384], "datatype": "FP32", "data": [0.0] * 384}]})
+    status, body = curl(d, "/v2/models/slow/infer", "-d", request, token=d.tokens["acme"])   # the gRPC call holds it
+    assert status == 429 and json.loads(body)["error"].startswith("E_BUDGET_EXCEEDED: ") and b"streams" in body
+    request = json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+    assert curl(d, "/v2/models/b/infer", "-d", request, token=d.tokens["beta"])[0] == 200   # beta's budget is its own
+    slow.join(120)
+    assert settled(d, "acme") == dict.fromkeys(TRANSIENT, 0)
