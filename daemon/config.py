@@ -8,11 +8,15 @@ raise ConfigError naming the offending key; the daemon refuses to start on them.
 """
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import secrets
 import sys
 import tomllib
+
+from rtd.errors import RtdError
+from rtd.loader.layout import check_component
 
 TENANT_UID_BASE = 61000
 TOKEN_BYTES = 32  # 256 bits, well above the 128-bit floor
@@ -30,6 +34,8 @@ class TenantConfig:
     uid: int
     gid: int
     policy: dict = dataclasses.field(default_factory=dict)
+    model_repository: str = ""     # DIR holding <model>/config.pbtxt + <N>/..., Triton's layout; "" = uploads only
+    load_at_start: tuple[str, ...] = ()   # models loaded from the repository when rtd starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,12 +121,20 @@ def _hashes(values, where: str) -> tuple[str, ...]:
         raise ConfigError(f"{where}: not hex") from None
 
 
-def _tenant(table: dict, index: int, base: str) -> TenantConfig:
+def _model_names(values, where: str) -> tuple[str, ...]:
+    try:
+        return tuple(check_component(v) for v in values)
+    except RtdError as e:
+        raise ConfigError(f"{where}: {e.detail}: model names are single path components") from None
+
+
+def _tenant(table: dict, index: int, base: str, repository: str) -> TenantConfig:
     where = f"tenant[{index}]"
     table = dict(table)
     tid = _take(table, where, "id", str)
     if not tid or not tid.replace("-", "").replace("_", "").isalnum() or len(tid) > 64:
         raise ConfigError(f"{where}.id: letters, digits, - and _ only, at most 64")
+    own = _take(table, where, "model_repository", str, "")
     tenant = TenantConfig(
         id=tid,
         token_sha256=_hashes(_take(table, where, "token_sha256", list, []), f"{where}.token_sha256"),
@@ -128,8 +142,12 @@ def _tenant(table: dict, index: int, base: str) -> TenantConfig:
         uid=_take(table, where, "uid", int, TENANT_UID_BASE + index),
         gid=_take(table, where, "gid", int, TENANT_UID_BASE + index),
         policy=_take(table, where, "policy", dict, {}),
+        model_repository=os.path.join(base, own) if own else os.path.join(repository, tid) if repository else "",
+        load_at_start=_model_names(_take(table, where, "load", list, []), f"{where}.load"),
     )
     _no_extra(table, where)
+    if tenant.load_at_start and not tenant.model_repository:
+        raise ConfigError(f"{where}.load: names models of a model repository, and none is configured")
     if not 0 < tenant.uid < 1 << 31 or not 0 < tenant.gid < 1 << 31:
         raise ConfigError(f"{where}: uid/gid must be positive (never root)")
     return tenant
@@ -163,6 +181,8 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
     metrics = dict(_take(doc, "config", "metrics", dict, {}))
     admin = dict(_take(doc, "config", "admin", dict, {}))
     tenants = _take(doc, "config", "tenant", list, [])
+    repository = _take(doc, "config", "model_repository", str, "")
+    repository = os.path.join(base, repository) if repository else ""
     limits = _limits(_take(doc, "config", "limits", dict, {}))
     _no_extra(doc, "config")
     config = Config(
@@ -177,7 +197,7 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
         metrics_address=_take(metrics, "metrics", "address", str, "127.0.0.1"),
         metrics_port=_take(metrics, "metrics", "port", int, 8002),
         admin_token_sha256=_hashes(_take(admin, "admin", "token_sha256", list, []), "admin.token_sha256"),
-        tenants=tuple(_tenant(t, i, base) for i, t in enumerate(tenants)),
+        tenants=tuple(_tenant(t, i, base, repository) for i, t in enumerate(tenants)),
         limits=limits,
         notes=tuple(notes),
     )
@@ -222,8 +242,10 @@ def _ensure_signing_key(keys_dir: str, trust_dir: str, notes: list) -> None:
     notes.append(f"created dev signing key {private} (trusted by tenant 'dev')")
 
 
-def embedded_default(state_dir: str | None = None) -> Config:
-    """The no-config development setup; creates what it needs and reports it on stderr."""
+def embedded_default(state_dir: str | None = None, model_repository: str | None = None,
+                     load_at_start: tuple[str, ...] = ()) -> Config:
+    """The no-config development setup; creates what it needs and reports it on stderr.
+    `model_repository` is the dev tenant's Triton repository (DIR/<model>/...)."""
     state_dir = os.path.abspath(state_dir or os.environ.get("RTD_STATE_DIR") or "state")
     notes = [f"no config given: embedded default, state in {state_dir}"]
     keys_dir, trust_dir = os.path.join(state_dir, "dev-keys"), os.path.join(state_dir, "trust", "dev")
@@ -243,6 +265,9 @@ id = "dev"
 token_sha256 = [{token_hash(dev_token)!r}]
 trusted_keys = {trust_dir!r}
 """
+    if model_repository:
+        text += f"model_repository = {os.path.abspath(model_repository)!r}\nload = {json.dumps(list(load_at_start))}\n"
+        notes.append(f"tenant 'dev' loads from the model repository {os.path.abspath(model_repository)}")
     config = parse(text, base=state_dir, notes=tuple(notes))
     for note in notes:
         print(f"rtd: {note}", file=sys.stderr)

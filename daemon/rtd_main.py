@@ -179,10 +179,22 @@ def main(argv=None) -> int:
     serve_cmd = commands.add_parser("serve", help="run the daemon")
     serve_cmd.add_argument("--config", help="TOML config; without it, the embedded development default")
     serve_cmd.add_argument("--state-dir", help="state dir of the embedded default (default $RTD_STATE_DIR or ./state)")
+    serve_cmd.add_argument("--model-repository", metavar="DIR",
+                           help="embedded default: the dev tenant's Triton model repository (DIR/<model>/config.pbtxt and "
+                                "DIR/<model>/<N>/, signed); tritonclient load_model(name) without files loads from it")
+    serve_cmd.add_argument("--load-model", metavar="NAME", action="append", default=[],
+                           help="embedded default: load this model of --model-repository at start (repeatable)")
     args = parser.parse_args(argv)
+    if args.config and (args.model_repository or args.load_model):
+        parser.error("--model-repository/--load-model are for the embedded default; "
+                     "a config file sets model_repository and each tenant's load list")
+    if args.load_model and not args.model_repository:
+        parser.error("--load-model names models of --model-repository")
 
     def reread() -> configuration.Config:
-        return configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
+        if args.config:
+            return configuration.load(args.config)
+        return configuration.embedded_default(args.state_dir, args.model_repository, tuple(args.load_model))
     try:
         return serve(reread(), reread)
     except configuration.ConfigError as e:

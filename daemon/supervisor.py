@@ -21,6 +21,7 @@ from rtd.daemon.events import EventLog
 from rtd.daemon.lifecycle import ManagedModel, ModelState
 from rtd.daemon.metrics import Metrics
 from rtd.daemon.registry import Registry
+from rtd.daemon.repository import check_version_policy, package_size, repository_models, repository_version
 from rtd.daemon.tenancy import Tenancy
 from rtd.daemon.tenants import Tenants
 from rtd.dtypes import BY_CONFIG, BY_KSERVE, kserve_name
@@ -115,9 +116,27 @@ class Supervisor:
                 reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
                 self.registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
                 self.events.emit("restore_failed", tenant_id, level="error", model=name, reason=reason)
+        for tenancy in self.tenancies.values():
+            for name in tenancy.tenant.load_at_start:
+                await self._load_at_start(tenancy, name)
         for line in self.registry.damaged:
             self.events.emit("registry_damaged", level="error", detail=line)
         self.started = True
+
+    async def _load_at_start(self, tenancy: Tenancy, name: str) -> None:
+        """Load a model the tenant lists in `load` from its repository, unless the registry
+        already restored that very version; a failure costs that model only."""
+        tid = tenancy.tenant.id
+        try:
+            source = await self._io(repository_version, tenancy.tenant.model_repository, name)
+            model = tenancy.models.get(name)
+            if model is not None and model.serving is not None and model.serving.version_dir == os.path.basename(source):
+                return
+            async with tenancy.load_lock:
+                await self._load(tenancy, name, source)
+        except (RtdError, OSError) as e:
+            reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
+            self.registry.damaged.append(f"{tid}/{name}: not loaded from the model repository: {reason[:200]}")
 
     def ready(self) -> bool:
         return self.started and not self.draining
@@ -164,15 +183,16 @@ class Supervisor:
 
     async def load(self, tenant: TenantConfig, name: str, files: dict, config_json: str | None = None) -> None:
         """Verify a signed package ({relative path: bytes}) and serve it beside the old
-        version until it is ready; no files = reload the loaded package by name. The work
+        version until it is ready. No files: load `name` from the tenant's model repository
+        (its highest numbered version), or without one reload the loaded package. The work
         runs to its end even if the caller stops waiting, and holds the tenant's request
         budget until then."""
         if self.draining:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
         tenancy = self._tenancy(tenant)
-        if not files:
-            if config_json:
-                raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
+        if not files and config_json:
+            raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
+        if not files and not tenant.model_repository:
             async with tenancy.load_lock:
                 await self._model(tenant, name).reload()
             return
@@ -181,23 +201,26 @@ class Supervisor:
         async def run():
             try:
                 async with tenancy.load_lock:
-                    await self._load(tenancy, name, files, config_json=config_json)
+                    source = files or await self._io(repository_version, tenant.model_repository, name)
+                    await self._load(tenancy, name, source, config_json=config_json)
             finally:
                 charge.release()
         await _to_the_end(run())
 
-    async def _load(self, tenancy: Tenancy, name: str, files: dict, config_json: str | None = None,
+    async def _load(self, tenancy: Tenancy, name: str, source: dict | str, config_json: str | None = None,
                     record: bool = True) -> None:
+        """Verify `source` (files as bytes, or a version directory of the model repository) and serve it."""
         tid, started = tenancy.tenant.id, time.monotonic()
         if name not in tenancy.models and len(tenancy.models) >= self.config.limits.max_models:
             raise self._refused(tid, name, RtdError(Code.E_BUDGET_EXCEEDED, f"models: tenant {tid} holds "
                                                     f"{len(tenancy.models)} of limits.max_models"))
+        size = sum(len(b) for b in source.values()) if isinstance(source, dict) else await self._io(package_size, source)
         try:
-            held = self.ledger.take(tid, "package_bytes", sum(len(b) for b in files.values()))
+            held = self.ledger.take(tid, "package_bytes", size)
         except RtdError as e:
             raise self._refused(tid, name, e) from None
         try:
-            pkg = await self._io(verify_package, files, trust=self.trust[tid], tenant=tid,
+            pkg = await self._io(verify_package, source, trust=self.trust[tid], tenant=tid,
                                  rollback=self.rollback if record else None, expected_name=name)
         except BaseException as e:   # whatever failed, the bytes are no longer held
             held.release()
@@ -210,6 +233,8 @@ class Supervisor:
         version = None
         try:
             self._check_config_param(pkg, config_json)
+            if isinstance(source, str):
+                check_version_policy(pkg.config)
             version = await model.prepare(pkg, held)
             if record:
                 await asyncio.shield(self._io(self._persist, tid, name, pkg))
@@ -268,7 +293,16 @@ class Supervisor:
         await _to_the_end(run())
 
     def models(self, tenant: TenantConfig) -> list[dict]:
-        return [m.view() for _, m in sorted(self._tenancy(tenant).models.items())]
+        """The tenant's models: those loaded, and those of its model repository not loaded
+        (UNAVAILABLE, as Triton's repository index lists them)."""
+        loaded = self._tenancy(tenant).models
+        views = {name: m.view() for name, m in loaded.items()}
+        if tenant.model_repository:
+            for name, version in repository_models(tenant.model_repository):
+                if name not in loaded:
+                    views[name] = {"name": name, "state": "UNAVAILABLE", "reason": "unloaded", "version": version,
+                                   "semver": "", "serving": None, "loading": None}
+        return [views[name] for name in sorted(views)]
 
     def model_ready(self, tenant: TenantConfig, name: str, version: str = "") -> bool:
         model = self._tenancy(tenant).models.get(name)

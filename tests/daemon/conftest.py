@@ -77,7 +77,7 @@ class Daemon:
     """One rtd serve process and what a test needs to talk to it."""
 
     def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20,
-                 listen: str = "", limits: dict | None = None, tenants=TENANTS):
+                 listen: str = "", limits: dict | None = None, tenants=TENANTS, repository: str = ""):
         self.root = str(root)
         self.state = os.path.join(self.root, "state")
         self.socket = os.path.join(self.state, "rtd.sock")
@@ -104,6 +104,7 @@ policy = {{ limits = {{ memory_bytes = {memory_bytes} }} }}
         self.config = os.path.join(self.root, "rtd.toml")
         with open(self.config, "w") as f:
             f.write(f"""state_dir = "state"
+{f'model_repository = "{repository}"' if repository else ""}
 {listen}
 [metrics]
 port = {self.metrics_port}
