@@ -19,6 +19,7 @@ from rtd.errors import RtdError
 from rtd.loader.layout import check_component
 
 TENANT_UID_BASE = 61000
+ALL_MODELS = "*"   # in a tenant's load list: every model of its repository
 TOKEN_BYTES = 32  # 256 bits, well above the 128-bit floor
 
 
@@ -35,7 +36,8 @@ class TenantConfig:
     gid: int
     policy: dict = dataclasses.field(default_factory=dict)
     model_repository: str = ""     # DIR holding <model>/config.pbtxt + <N>/..., Triton's layout; "" = uploads only
-    load_at_start: tuple[str, ...] = ()   # models loaded from the repository when rtd starts
+    load_at_start: tuple[str, ...] = ()   # models loaded from the repository when rtd starts ("*": all of them)
+    unsafe_anonymous: bool = False # calls without a token are this tenant's (only behind an authenticating proxy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Config:
     unix_mode: int = 0o600         # who may connect besides root: e.g. 0o660 with unix_group
     unix_group: str = ""
     tcp: str = ""                  # "host:port"; requires tls_* (mTLS)
+    unsafe_plaintext_tcp: str = "" # "host:port" without TLS: only behind a mesh or proxy that terminates mTLS
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
@@ -123,7 +126,7 @@ def _hashes(values, where: str) -> tuple[str, ...]:
 
 def _model_names(values, where: str) -> tuple[str, ...]:
     try:
-        return tuple(check_component(v) for v in values)
+        return tuple(v if v == ALL_MODELS else check_component(v) for v in values)
     except RtdError as e:
         raise ConfigError(f"{where}: {e.detail}: model names are single path components") from None
 
@@ -144,6 +147,7 @@ def _tenant(table: dict, index: int, base: str, repository: str) -> TenantConfig
         policy=_take(table, where, "policy", dict, {}),
         model_repository=os.path.join(base, own) if own else os.path.join(repository, tid) if repository else "",
         load_at_start=_model_names(_take(table, where, "load", list, []), f"{where}.load"),
+        unsafe_anonymous=_take(table, where, "unsafe_anonymous", bool, False),
     )
     _no_extra(table, where)
     if tenant.load_at_start and not tenant.model_repository:
@@ -191,6 +195,7 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
         unix_mode=_mode(_take(listen, "listen", "unix_mode", str, "0600")),
         unix_group=_take(listen, "listen", "unix_group", str, ""),
         tcp=_take(listen, "listen", "tcp", str, ""),
+        unsafe_plaintext_tcp=_take(listen, "listen", "unsafe_plaintext_tcp", str, ""),
         tls_cert=_take(listen, "listen", "tls_cert", str, ""),
         tls_key=_take(listen, "listen", "tls_key", str, ""),
         tls_client_ca=_take(listen, "listen", "tls_client_ca", str, ""),
@@ -207,6 +212,12 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
         raise ConfigError("listen.tcp: TCP listeners need tls_cert, tls_key and tls_client_ca (mTLS)")
     if not 0 <= config.metrics_port < 65536:
         raise ConfigError("metrics.port: 0..65535")
+    for address, where in ((config.tcp, "listen.tcp"), (config.unsafe_plaintext_tcp, "listen.unsafe_plaintext_tcp")):
+        host, _, port = address.rpartition(":")
+        if address and not (host and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(f"{where}: expected host:port")
+    if sum(t.unsafe_anonymous for t in config.tenants) > 1:
+        raise ConfigError("tenant.unsafe_anonymous: at most one tenant may take calls without a token")
     ids = [t.id for t in config.tenants]
     if len(set(ids)) != len(ids):
         raise ConfigError("tenant: duplicate ids")

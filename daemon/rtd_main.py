@@ -107,6 +107,10 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
             host, _, port = config.tcp.rpartition(":")
             await server.listen_tcp(host, int(port), http2.tls_context(config.tls_cert, config.tls_key, config.tls_client_ca))
             addresses.append(f"{config.tcp} (mTLS)")
+        if config.unsafe_plaintext_tcp:
+            host, _, port = config.unsafe_plaintext_tcp.rpartition(":")
+            await server.listen_tcp(host, int(port), None)
+            addresses.append(f"{config.unsafe_plaintext_tcp} (plaintext: unsafe unless a mesh or proxy terminates mTLS)")
         if config.metrics_port:
             metrics.status_source = supervisor.status   # scraped on this loop: no lock needed
             await listener.start(config.metrics_address, config.metrics_port)

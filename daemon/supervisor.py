@@ -16,7 +16,7 @@ import time
 from google.protobuf import json_format
 
 from rtd.daemon.budgets import OPERATOR, Charge, Ledger
-from rtd.daemon.config import Config, TenantConfig
+from rtd.daemon.config import ALL_MODELS, Config, TenantConfig
 from rtd.daemon.events import EventLog
 from rtd.daemon.lifecycle import ManagedModel, ModelState
 from rtd.daemon.metrics import Metrics
@@ -117,7 +117,10 @@ class Supervisor:
                 self.registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
                 self.events.emit("restore_failed", tenant_id, level="error", model=name, reason=reason)
         for tenancy in self.tenancies.values():
-            for name in tenancy.tenant.load_at_start:
+            names = tenancy.tenant.load_at_start
+            if ALL_MODELS in names:
+                names = [name for name, _ in await self._io(repository_models, tenancy.tenant.model_repository)]
+            for name in names:
                 await self._load_at_start(tenancy, name)
         for line in self.registry.damaged:
             self.events.emit("registry_damaged", level="error", detail=line)

@@ -37,10 +37,13 @@ class Tenants:
 
     def __init__(self, config: Config):
         self.by_id = {t.id: t for t in config.tenants}
+        self.anonymous = next((t for t in config.tenants if t.unsafe_anonymous), None)
         self.admin_hashes = config.admin_token_sha256
 
     def authenticate(self, metadata) -> TenantConfig:
         digest = _digest(bearer(metadata))
+        if digest is None and self.anonymous is not None:
+            return self.anonymous
         if digest is None:
             raise RtdError(Code.E_UNAUTHENTICATED, "send authorization: Bearer <token>")
         for tenant in self.by_id.values():

@@ -70,6 +70,17 @@ def _decode_typed(tensor, max_bytes: int) -> np.ndarray:
         raise _bad(f"input {tensor.name!r}: a value does not fit {tensor.datatype}") from None
 
 
+def _check_parameters(tensor, raw: bytes | None) -> None:
+    """Tensor parameters: only `binary_data_size`, which KServe's gRPC client sends with raw
+    contents (a REST extension's name) and which must then say the raw length; anything else
+    (shared memory regions, ...) is refused."""
+    for key, value in tensor.parameters.items():
+        if key != "binary_data_size":
+            raise _bad(f"input {tensor.name!r}: tensor parameter {key!r} (shared memory, ...) is not offered")
+        if value.WhichOneof("parameter_choice") != "int64_param" or raw is None or value.int64_param != len(raw):
+            raise _bad(f"input {tensor.name!r}: binary_data_size must be the length of its raw contents")
+
+
 def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
     """The request's inputs as {name: ndarray}; INVALID_ARGUMENT on any inconsistency."""
     raw = request.raw_input_contents
@@ -84,8 +95,7 @@ def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
             raise _bad(f"input {tensor.name!r} given twice")
         if tensor.datatype not in dtypes.BY_KSERVE:
             raise _bad(f"input {tensor.name!r}: unknown datatype {tensor.datatype!r}")
-        if tensor.parameters:
-            raise _bad(f"input {tensor.name!r}: tensor parameters (shared memory, ...) are not offered")
+        _check_parameters(tensor, raw[i] if raw else None)
         out[tensor.name] = _decode_raw(tensor, raw[i], max_bytes) if raw else _decode_typed(tensor, max_bytes)
     return out
 
