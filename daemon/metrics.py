@@ -216,11 +216,11 @@ class Metrics:
 
         def model(key):
             return {"tenant": key[0], "model": key[1], "version": key[2]}
-        out.family(*FAILURE, "counter", [({**model(k), "reason": r}, n) for k, s in series for r, n in s.failure.items()])
+        out.family(FAILURE[0], "counter", FAILURE[1], [({**model(k), "reason": r}, n) for k, s in series for r, n in s.failure.items()])
         for field, name, help_text in COUNTERS:
             scale = 1000 if field.endswith("_ns") else 1
             out.family(name, "counter", help_text, [(model(k), getattr(s, field) // scale) for k, s in series])
-        out.family(*PENDING, "gauge", [(model(k), s.pending) for k, s in series])
+        out.family(PENDING[0], "gauge", PENDING[1], [(model(k), s.pending) for k, s in series])
         busy, idle = _cpu_times()
         last_busy, last_idle = self.cpu_last
         self.cpu_last = busy, idle

@@ -77,7 +77,7 @@ class Daemon:
     """One rtd serve process and what a test needs to talk to it."""
 
     def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20,
-                 listen: str = "", limits: dict | None = None, tenants=TENANTS):
+                 listen: str = "", limits: dict | None = None, tenants=TENANTS, metrics: str = ""):
         self.root = str(root)
         self.state = os.path.join(self.root, "state")
         self.socket = os.path.join(self.state, "rtd.sock")
@@ -109,6 +109,7 @@ policy = {{ limits = {{ memory_bytes = {memory_bytes} }} }}
 [metrics]
 port = {self.metrics_port}
 token_sha256 = ["{token_hash(self.metrics_token)}"]
+{metrics}
 [admin]
 token_sha256 = ["{token_hash(self.admin_token)}"]
 [limits]
