@@ -1,9 +1,10 @@
 """The daemon's configuration: TOML, validated once into frozen dataclasses.
 
 With no config file, `embedded_default()` builds a development setup in a local state
-directory (`$RTD_STATE_DIR` or `./state`): gRPC on a Unix socket there, one tenant `dev`
-with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
-to the state dir — and says so on stderr. Unknown keys, wrong types and impossible values
+directory (`$RTD_STATE_DIR` or `./state`): gRPC and metrics on Unix sockets there (mode
+0600 in a 0700 directory: the daemon's own user only), one tenant `dev` with a fresh
+signing key it trusts and a fresh bearer token, an admin token — all written to the state
+dir — and says so on stderr. Unknown keys, wrong types and impossible values
 raise ConfigError naming the offending key; the daemon refuses to start on them.
 """
 import dataclasses
@@ -87,7 +88,11 @@ class Config:
     tls_key: str = ""
     tls_client_ca: str = ""
     metrics_address: str = "127.0.0.1"
-    metrics_port: int = 8002       # 0 disables the metrics listener
+    metrics_port: int = 0          # > 0: a TCP metrics listener; every scrape needs a metrics or the admin token
+    metrics_token_sha256: tuple[str, ...] = ()
+    metrics_unix: str = ""         # a Unix-socket metrics listener, no token: its mode and group decide who reads
+    metrics_unix_mode: int = 0o600
+    metrics_unix_group: str = ""
     admin_token_sha256: tuple[str, ...] = ()
     tenants: tuple[TenantConfig, ...] = ()
     limits: Limits = Limits()
@@ -157,9 +162,9 @@ def _tenant(table: dict, index: int, base: str, repository: str) -> TenantConfig
     return tenant
 
 
-def _mode(text: str) -> int:
+def _mode(text: str, where: str) -> int:
     if not re.fullmatch(r"0?[0-7]{3}", text):
-        raise ConfigError('listen.unix_mode: octal permissions such as "0660"')
+        raise ConfigError(f'{where}: octal permissions such as "0660"')
     return int(text, 8)
 
 
@@ -188,11 +193,12 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
     repository = _take(doc, "config", "model_repository", str, "")
     repository = os.path.join(base, repository) if repository else ""
     limits = _limits(_take(doc, "config", "limits", dict, {}))
+    metrics_unix = _take(metrics, "metrics", "unix", str, "")
     _no_extra(doc, "config")
     config = Config(
         state_dir=state_dir,
         unix_socket=os.path.join(base, _take(listen, "listen", "unix", str, os.path.join(state_dir, "rtd.sock"))),
-        unix_mode=_mode(_take(listen, "listen", "unix_mode", str, "0600")),
+        unix_mode=_mode(_take(listen, "listen", "unix_mode", str, "0600"), "listen.unix_mode"),
         unix_group=_take(listen, "listen", "unix_group", str, ""),
         tcp=_take(listen, "listen", "tcp", str, ""),
         unsafe_plaintext_tcp=_take(listen, "listen", "unsafe_plaintext_tcp", str, ""),
@@ -200,7 +206,11 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
         tls_key=_take(listen, "listen", "tls_key", str, ""),
         tls_client_ca=_take(listen, "listen", "tls_client_ca", str, ""),
         metrics_address=_take(metrics, "metrics", "address", str, "127.0.0.1"),
-        metrics_port=_take(metrics, "metrics", "port", int, 8002),
+        metrics_port=_take(metrics, "metrics", "port", int, 0),
+        metrics_token_sha256=_hashes(_take(metrics, "metrics", "token_sha256", list, []), "metrics.token_sha256"),
+        metrics_unix=metrics_unix and os.path.join(base, metrics_unix),
+        metrics_unix_mode=_mode(_take(metrics, "metrics", "unix_mode", str, "0600"), "metrics.unix_mode"),
+        metrics_unix_group=_take(metrics, "metrics", "unix_group", str, ""),
         admin_token_sha256=_hashes(_take(admin, "admin", "token_sha256", list, []), "admin.token_sha256"),
         tenants=tuple(_tenant(t, i, base, repository) for i, t in enumerate(tenants)),
         limits=limits,
@@ -218,6 +228,10 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
             raise ConfigError(f"{where}: expected host:port")
     if sum(t.unsafe_anonymous for t in config.tenants) > 1:
         raise ConfigError("tenant.unsafe_anonymous: at most one tenant may take calls without a token")
+    if config.metrics_port and not (config.metrics_token_sha256 or config.admin_token_sha256):
+        raise ConfigError("metrics.port: a TCP metrics listener needs metrics.token_sha256 (or admin.token_sha256): "
+                          "scrapes without a token are refused")
+
     ids = [t.id for t in config.tenants]
     if len(set(ids)) != len(ids):
         raise ConfigError("tenant: duplicate ids")
@@ -269,6 +283,8 @@ def embedded_default(state_dir: str | None = None, model_repository: str | None 
 state_dir = {state_dir!r}
 [listen]
 unix = {os.path.join(state_dir, "rtd.sock")!r}
+[metrics]
+unix = {os.path.join(state_dir, "metrics.sock")!r}
 [admin]
 token_sha256 = [{token_hash(admin_token)!r}]
 [[tenant]]

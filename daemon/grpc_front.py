@@ -3,7 +3,7 @@ and `rtd.Admin/Status` for operators, served by rtd's own HTTP/2 transport (http
 Each handler only translates the message onto the Supervisor API and back; refusals are
 mapped through the ONE table (`Code.status`) in `describe`; anything unexpected is INTERNAL
 "Internal server error" with no details. RPCs not listed here (shared memory, trace/log
-settings, statistics, streaming) are answered UNIMPLEMENTED by the transport.
+settings, streaming) are answered UNIMPLEMENTED by the transport.
 """
 import json
 import time
@@ -59,6 +59,7 @@ class Front:
             (SERVICE, "ModelReady"): (self.model_ready, control), (SERVICE, "ModelMetadata"): (self.model_metadata, control),
             (SERVICE, "ModelConfig"): (self.model_config, control),
             (SERVICE, "RepositoryIndex"): (self.repository_index, control),
+            (SERVICE, "ModelStatistics"): (self.model_statistics, control),
             (SERVICE, "RepositoryModelUnload"): (self.repository_unload, control),
             (ADMIN_SERVICE, "Status"): (self.admin_status, control),
             (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, work),
@@ -114,6 +115,20 @@ class Front:
         return _reply(pb.RepositoryIndexResponse(models=[index(name=m["name"], version=m["version"], state=m["state"],
                                                                reason=m["reason"]) for m in models]))
 
+    async def model_statistics(self, call):
+        request = _message(pb.ModelStatisticsRequest, call)
+        found = self.supervisor.statistics(self._tenant(call), request.name, request.version)
+
+        def duration(count, ns):
+            return pb.StatisticDuration(count=count, ns=ns)
+        return _reply(pb.ModelStatisticsResponse(model_stats=[pb.ModelStatistics(
+            name=name, version=version, last_inference=s.last_inference_ms, inference_count=s.count,
+            execution_count=s.exec_count, inference_stats=pb.InferStatistics(
+                success=duration(s.success, s.request_ns), fail=duration(sum(s.failure.values()), s.fail_ns),
+                queue=duration(s.success, s.queue_ns), compute_input=duration(s.success, s.input_ns),
+                compute_infer=duration(s.success, s.infer_ns), compute_output=duration(s.success, s.output_ns)))
+            for name, version, s in found]))
+
     async def repository_unload(self, call):
         # unload_dependents is accepted and ignored: rtd models have no dependents
         request = _message(pb.RepositoryModelUnloadRequest, call)
@@ -136,15 +151,10 @@ class Front:
             if micros > 0:
                 until = time.monotonic() + micros / 1e6
                 deadline = min(deadline, until) if deadline else until
-        result = await self.supervisor.infer(self._tenant(call), request.model_name, request.model_version, inputs,
-                                             outputs, deadline)
-        try:
-            parts = response_parts(request.model_name, result.version, request.id, result.outputs)
-        except BaseException:
-            for charge in result.charges:
-                charge.release()
-            raise
-        return http2.Reply(parts, result.charges)
+        result = await self.supervisor.infer(
+            self._tenant(call), request.model_name, request.model_version, inputs, outputs, deadline,
+            encode=lambda version, results: response_parts(request.model_name, version, request.id, results))
+        return http2.Reply(result.encoded, result.charges)
 
     async def repository_load(self, call):
         request = _message(pb.RepositoryModelLoadRequest, call)

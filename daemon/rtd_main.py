@@ -92,7 +92,8 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
         max_streams_per_connection=limits.max_streams_per_connection, auth_timeout_s=limits.connection_auth_timeout_s,
         idle_timeout_s=limits.connection_idle_s, send_timeout_s=limits.send_timeout_s),
         supervisor.ledger, front.authenticate, describe)
-    watchdog, listener = None, MetricsListener(metrics.registry)
+    watchdog = None
+    listener = MetricsListener(metrics.exposition, lambda headers: supervisor.tenants.authenticate_metrics(headers))
     try:
         await supervisor.start()
         if os.path.exists(config.unix_socket):
@@ -111,10 +112,12 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
             host, _, port = config.unsafe_plaintext_tcp.rpartition(":")
             await server.listen_tcp(host, int(port), None)
             addresses.append(f"{config.unsafe_plaintext_tcp} (plaintext: unsafe unless a mesh or proxy terminates mTLS)")
+        if config.metrics_unix:   # scraped on this loop: no lock needed
+            await listener.start_unix(config.metrics_unix, config.metrics_unix_mode, config.metrics_unix_group)
+            addresses.append(f"metrics unix:{config.metrics_unix} (mode {config.metrics_unix_mode:04o})")
         if config.metrics_port:
-            metrics.status_source = supervisor.status   # scraped on this loop: no lock needed
-            await listener.start(config.metrics_address, config.metrics_port)
-            addresses.append(f"metrics http://{config.metrics_address}:{config.metrics_port}/metrics")
+            await listener.start_tcp(config.metrics_address, config.metrics_port)
+            addresses.append(f"metrics http://{config.metrics_address}:{config.metrics_port}/metrics (bearer token)")
         events.emit("start", models=sum(len(t.models) for t in supervisor.tenancies.values()),
                     max_connections=server.limits.max_connections)
         print(f"rtd: serving on {', '.join(addresses)}", file=sys.stderr, flush=True)

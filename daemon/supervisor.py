@@ -19,7 +19,7 @@ from rtd.daemon.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.config import ALL_MODELS, Config, TenantConfig
 from rtd.daemon.events import EventLog
 from rtd.daemon.lifecycle import ManagedModel, ModelState
-from rtd.daemon.metrics import Metrics
+from rtd.daemon.metrics import Metrics, Timing
 from rtd.daemon.registry import Registry
 from rtd.daemon.repository import check_version_policy, package_size, repository_models, repository_version
 from rtd.daemon.tenancy import Tenancy
@@ -58,6 +58,7 @@ class InferResult:
 
     def __init__(self, version: str, outputs: dict, charges: list[Charge]):
         self.version, self.outputs, self.charges = version, outputs, charges
+        self.encoded = None   # the front's response, when it passed `encode`
 
 
 class Supervisor:
@@ -350,40 +351,74 @@ class Supervisor:
 
     # -- inference ------------------------------------------------------------------------------
     async def infer(self, tenant: TenantConfig, name: str, version: str, inputs: dict,
-                    outputs: list | None = None, deadline: float | None = None) -> InferResult:
+                    outputs: list | None = None, deadline: float | None = None, encode=None) -> InferResult:
         """Run one request. Its outputs are checked against max_message_bytes and charged to
-        the tenant's response budget from the worker's reply, before any response is built."""
-        start = time.monotonic()
+        the tenant's response budget from the worker's reply, before any response is built.
+        `encode(version, outputs)`, when given, builds the front's response (kept in
+        `InferResult.encoded`) and is timed as Triton's compute output."""
         deadline = deadline or math.inf   # without one, the operator's request_timeout_s bounds the wait
         tenancy = self._tenancy(tenant)
-        labels, slot = (tenant.id, name, version), None
+        timing, slot, charge = Timing(time.monotonic()), None, None
         try:
             if self.draining:
                 raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
             slot = self.ledger.take(tenant.id, "requests", 1)
-            timing = {}
             serving, results = await tenancy.infer(name, version, inputs, outputs, deadline, timing)
-            labels = (tenant.id, name, serving.version_dir)
             size = sum(a.nbytes if a.dtype.kind not in "OSU" else sum(len(x) + 4 for x in a.reshape(-1))
                        for a in results.values())
             if size > self.config.limits.max_message_bytes:
                 raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"the outputs take {size} bytes, "
                                                          f"max_message_bytes is {self.config.limits.max_message_bytes}")
             charge = self.ledger.take(tenant.id, "response_bytes", size)
+            result = InferResult(serving.version_dir, results, [slot, charge])
+            if encode is not None:
+                result.encoded = encode(serving.version_dir, results)
         except BaseException as e:
-            if slot is not None:
-                slot.release()
-            if isinstance(e, RtdError):
-                self.metrics.failed(*labels, "REJECTED" if e.code.status in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED",
-                                                                              "NOT_FOUND") else "BACKEND")
+            for held in (slot, charge):
+                if held is not None:
+                    held.release()
+            self._failed(tenancy, name, version, timing, e)
             raise
+        finally:
+            timing.dequeue()
         config = serving.package.config
         batched = config is not None and config.max_batch_size > 0
         batch = next(iter(inputs.values())).shape[0] if batched and inputs and next(iter(inputs.values())).ndim else 1
-        self.metrics.inferred(*labels, batch, time.monotonic() - start, timing.get("sent", start) - start)
+        self.metrics.succeeded(timing.series, timing, batch, time.monotonic())
         if serving.batcher is None:
-            self.metrics.executed(*labels)
-        return InferResult(serving.version_dir, results, [slot, charge])
+            self.metrics.executed(timing.series)
+        return result
+
+    def _failed(self, tenancy: Tenancy, name: str, version: str, timing: Timing, error: BaseException) -> None:
+        """Count a failed request in its model version's series, with Triton's reason: CANCELED
+        (the caller went away), REJECTED (refused or timed out before it ran), BACKEND (it
+        failed once running) or OTHER; a name the tenant does not serve has no series."""
+        series = timing.series
+        if series is None:
+            model = tenancy.models.get(name)
+            serving = model.serving if model is not None else None
+            series = serving and self.metrics.find(tenancy.tenant.id, name, version or serving.version_dir)
+        if series is None or not isinstance(error, (RtdError, asyncio.CancelledError)):
+            return
+        if isinstance(error, asyncio.CancelledError):
+            reason = "CANCELED"
+        elif timing.compute_start is not None:
+            reason = "BACKEND"
+        elif error.code in (Code.E_DEADLINE, Code.E_BUDGET_EXCEEDED):
+            reason = "REJECTED"
+        else:
+            reason = "OTHER"
+        self.metrics.failed(series, reason, time.monotonic() - timing.start)
+
+    def statistics(self, tenant: TenantConfig, name: str = "", version: str = "") -> list:
+        """(model, version, metrics.Series) of the tenant's own serving versions (all of them
+        for no name); a name or version it does not serve is NOT_FOUND, as another tenant's is."""
+        if name:
+            self._model(tenant, name)
+        found = self.metrics.statistics(tenant.id, name, version)
+        if name and version and not found:
+            raise RtdError(Code.E_MODEL_NOT_FOUND, f"{name!r} version {version}")
+        return found
 
     # -- operator views --------------------------------------------------------------------------
     def status(self) -> dict:

@@ -4,6 +4,7 @@ are accepted by rtd, and rtd started with that config answers KServe's own v2 gR
 over the pod's plaintext port without a token, loading the signed model it finds in the
 storage initializer's directory. No cluster or container runtime is here: the image build
 and a real InferenceService are not exercised."""
+import json
 import os
 import re
 import subprocess
@@ -23,54 +24,8 @@ from rtd.errors import Code, RtdError
 from rtd.loader import keys, pack
 from tests.daemon.conftest import NEEDS_ROOT, RTD, free_port, mlp
 
-kserve_models = pytest.importorskip("kserve.models", reason="the kserve SDK is a test dependency (pyproject [test])")
-k8s_models = pytest.importorskip("kubernetes.client.models")
-
 DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
-
-
-def _snake(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
-
-
-def _check_known_keys(given, parsed: dict, where: str) -> None:
-    """Every key of the manifest survives a round trip through the Kubernetes model (no typo
-    silently dropped)."""
-    if isinstance(given, dict):
-        for key, value in given.items():
-            assert _snake(key) in parsed and parsed[_snake(key)] is not None, f"{where}.{key} is not a field"
-            _check_known_keys(value, parsed[_snake(key)], f"{where}.{key}")
-    elif isinstance(given, list):
-        for i, (g, p) in enumerate(zip(given, parsed)):
-            _check_known_keys(g, p, f"{where}[{i}]")
-
-
-def validate(data, kind: str, where: str = ""):
-    """Build kserve model `kind` from manifest data: kserve's own models check their fields,
-    the Kubernetes ones (V1Container, ...) are validated by their pydantic models."""
-    where = where or kind
-    if kind.startswith("list["):
-        assert isinstance(data, list), where
-        return [validate(d, kind[5:-1], f"{where}[{i}]") for i, d in enumerate(data)]
-    if kind.startswith("dict("):
-        assert isinstance(data, dict), where
-        inner = kind[kind.index(",") + 1:-1].strip()
-        return {k: validate(v, inner, f"{where}.{k}") for k, v in data.items()}
-    primitives = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
-    if kind in primitives:
-        assert isinstance(data, primitives[kind]), f"{where}: expected {kind}"
-        return data
-    if hasattr(kserve_models, kind):
-        model = getattr(kserve_models, kind)
-        by_key = {json_key: attr for attr, json_key in model.attribute_map.items()}
-        assert isinstance(data, dict), where
-        unknown = set(data) - set(by_key)
-        assert not unknown, f"{where}: unknown keys {sorted(unknown)}"
-        return model(**{by_key[k]: validate(v, model.openapi_types[by_key[k]], f"{where}.{k}") for k, v in data.items()})
-    model = getattr(k8s_models, kind)
-    parsed = model.from_dict(data)
-    _check_known_keys(data, parsed.to_dict(), where)
-    return parsed
+ROOT = os.path.join(DEPLOY, "..")
 
 
 def manifest(name: str) -> dict:
@@ -78,22 +33,40 @@ def manifest(name: str) -> dict:
         return yaml.safe_load(f)
 
 
+def validated(*paths: str) -> subprocess.CompletedProcess:
+    """tests/daemon/kserve_manifests.py in its own process (kserve's protobufs collide with tritonclient's)."""
+    return subprocess.run([sys.executable, "-m", "tests.daemon.kserve_manifests", *paths], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
 def test_serving_runtime_and_inference_service_are_valid_kserve_objects():
-    runtime = validate(manifest("servingruntime.yaml"), "V1alpha1ClusterServingRuntime")
-    assert runtime.kind == "ClusterServingRuntime" and runtime.api_version == "serving.kserve.io/v1alpha1"
-    container = runtime.spec.containers[0]
-    assert container.name == "kserve-container"   # the name KServe merges the predictor into
-    service = validate(manifest("inferenceservice.yaml"), "V1beta1InferenceService")
-    model = service.spec.predictor.model
-    assert model.runtime == runtime.metadata.name
-    assert model.model_format.name in [f.name for f in runtime.spec.supported_model_formats]
-    assert model.protocol_version in runtime.spec.protocol_versions
+    result = validated()
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    runtime, container, service = found["runtime"], found["container"], found["service"]
+    assert (runtime["kind"], runtime["api_version"]) == ("ClusterServingRuntime", "serving.kserve.io/v1alpha1")
+    assert container["name"] == "kserve-container"   # the name KServe merges the predictor into
+    assert service["runtime"] == runtime["name"] and service["format"] in runtime["formats"]
+    assert service["protocol"] in runtime["protocols"]
     # the capabilities the pod adds are exactly rtd.service's bounding set
-    unit = open(os.path.join(DEPLOY, "..", "systemd", "rtd.service")).read()
+    unit = open(os.path.join(ROOT, "systemd", "rtd.service")).read()
     bounding = re.search(r"^CapabilityBoundingSet=(.*)$", unit, re.M).group(1).split()
-    assert sorted("CAP_" + c for c in container.security_context.capabilities.add) == sorted(bounding)
-    port = container.ports[0].container_port
-    assert {p.grpc.port for p in (container.readiness_probe, container.liveness_probe, container.startup_probe)} == {port}
+    assert sorted("CAP_" + c for c in container["capabilities"]) == sorted(bounding)
+    assert set(container["probe_ports"]) == set(container["ports"]) == {9000}
+
+
+def test_a_misspelt_or_incomplete_manifest_is_refused(tmp_path):
+    """The validation can fail: a typo deep in the pod spec, an unknown top-level key, a
+    container without its required name."""
+    for change in (lambda m: m["spec"]["containers"][0]["securityContext"].update(capabilites={}),
+                   lambda m: m["spec"].update(supportedModelFormat=[]),
+                   lambda m: m["spec"]["containers"][0].pop("name")):
+        runtime = manifest("servingruntime.yaml")
+        change(runtime)
+        path = tmp_path / "runtime.yaml"
+        path.write_text(yaml.safe_dump(runtime))
+        result = validated(str(path), os.path.join(DEPLOY, "kserve", "inferenceservice.yaml"))
+        assert result.returncode == 1 and result.stderr, result.stdout
 
 
 def test_the_pods_config_and_arguments_are_accepted_by_rtd():
@@ -104,7 +77,7 @@ def test_the_pods_config_and_arguments_are_accepted_by_rtd():
     with open(os.path.join(DEPLOY, "kserve", "rtd.toml")) as f:
         pod = configuration.parse(f.read(), base="/etc/rtd")
     port = runtime["ports"][0]["containerPort"]
-    assert pod.unsafe_plaintext_tcp.endswith(f":{port}") and pod.metrics_port == 8002
+    assert pod.unsafe_plaintext_tcp.endswith(f":{port}")
     (tenant,) = pod.tenants
     assert tenant.unsafe_anonymous and tenant.model_repository == "/mnt/models" and tenant.load_at_start == ("*",)
     mounts = {m["mountPath"] for m in runtime["volumeMounts"]}
@@ -146,7 +119,7 @@ def test_kserve_grpc_client_against_rtd_configured_as_in_the_pod(tmp_path):
     text = open(os.path.join(DEPLOY, "kserve", "rtd.toml")).read()
     for pod_path, here in (("/var/lib/rtd", state), ("/etc/rtd/trust", trust), ("/mnt/models", repo)):
         text = text.replace(f'"{pod_path}', f'"{here}')
-    text = text.replace('"0.0.0.0:9000"', f'"127.0.0.1:{port}"').replace("port = 8002", f"port = {free_port()}")
+    text = text.replace('"0.0.0.0:9000"', f'"127.0.0.1:{port}"')
     assert tomllib.loads(text)["tenant"][0]["model_repository"] == str(repo)
     (tmp_path / "kserve.toml").write_text(text)
     log = tmp_path / "rtd.log"
