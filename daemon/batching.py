@@ -11,11 +11,12 @@ import time
 
 import numpy as np
 
+from rtd.daemon.metrics import Timing
 from rtd.errors import Code, RtdError
 
 
 class _Pending:
-    def __init__(self, inputs: dict, outputs: list | None, deadline: float, future: asyncio.Future, timing: dict):
+    def __init__(self, inputs: dict, outputs: list | None, deadline: float, future: asyncio.Future, timing: Timing):
         self.inputs, self.outputs, self.deadline, self.future, self.timing = inputs, outputs, deadline, future, timing
         self.rows = next(iter(inputs.values())).shape[0]
         self.key = tuple((n, a.dtype.str, a.shape[1:]) for n, a in sorted(inputs.items()))
@@ -27,14 +28,14 @@ class Batcher:
 
     def __init__(self, name: str, max_batch_size: int, delay_s: float, execute, on_execution=None):
         self.name, self.max_batch, self.delay, self.execute = name, max_batch_size, delay_s, execute
-        self.on_execution = on_execution or (lambda rows: None)
+        self.on_execution = on_execution or (lambda: None)
         self.queue: collections.deque = collections.deque()   # waiting, in arrival order
         self.arrived = asyncio.Event()
         self.forming: list[_Pending] = []  # the batch being collected (and what did not fit it)
         self.closed = False
         self.task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def submit(self, inputs: dict, outputs: list | None, deadline: float, timing: dict) -> dict:
+    async def submit(self, inputs: dict, outputs: list | None, deadline: float, timing: Timing) -> dict:
         if not inputs or any(a.ndim == 0 for a in inputs.values()):
             raise RtdError(Code.E_INPUT_INVALID, f"{self.name} batches along dim 0; inputs need one")
         rows = {a.shape[0] for a in inputs.values()}
@@ -95,24 +96,26 @@ class Batcher:
     async def _run(self, batch: list) -> None:
         rows = sum(p.rows for p in batch)
         wanted = None if any(p.outputs is None for p in batch) else sorted({o for p in batch for o in p.outputs})
+        timing = Timing(time.monotonic())   # the batch's: its members leave the queue when it computes
+        timing.members = [p.timing for p in batch]
         inputs = {n: (batch[0].inputs[n] if len(batch) == 1 else np.concatenate([p.inputs[n] for p in batch]))
                   for n in batch[0].inputs}
-        timing = {}
+        timing.prep_s = time.monotonic() - timing.start
         try:
             results = await self.execute(inputs, wanted, max(p.deadline for p in batch), timing)
-            for p in batch:
-                p.timing.update(timing)
             if any(np.ndim(v) == 0 or len(v) != rows for v in results.values()):
                 raise RtdError(Code.E_MODEL_INVALID, f"{self.name}: an output does not keep the batch dimension")
-            self.on_execution(rows)
+            self.on_execution()
         except Exception as e:  # every request of the batch gets the same refusal
             for p in batch:
+                p.timing.took(timing)
                 if not p.future.done():
                     p.future.set_exception(e)
                     p.future.exception()
             return
         start = 0
         for p in batch:
+            p.timing.took(timing)
             mine = {n: v[start: start + p.rows] for n, v in results.items() if p.outputs is None or n in p.outputs}
             start += p.rows
             if not p.future.done():

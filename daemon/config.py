@@ -1,20 +1,26 @@
 """The daemon's configuration: TOML, validated once into frozen dataclasses.
 
 With no config file, `embedded_default()` builds a development setup in a local state
-directory (`$RTD_STATE_DIR` or `./state`): gRPC and REST on Unix sockets there, one tenant `dev`
-with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
-to the state dir — and says so on stderr. Unknown keys, wrong types and impossible values
+directory (`$RTD_STATE_DIR` or `./state`): gRPC, REST and metrics on Unix sockets there (mode
+0600 in a 0700 directory: the daemon's own user only), one tenant `dev` with a fresh
+signing key it trusts and a fresh bearer token, an admin token — all written to the state
+dir — and says so on stderr. Unknown keys, wrong types and impossible values
 raise ConfigError naming the offending key; the daemon refuses to start on them.
 """
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import secrets
 import sys
 import tomllib
 
+from rtd.errors import RtdError
+from rtd.loader.layout import check_component
+
 TENANT_UID_BASE = 61000
+ALL_MODELS = "*"   # in a tenant's load list: every model of its repository
 TOKEN_BYTES = 32  # 256 bits, well above the 128-bit floor
 
 
@@ -30,6 +36,9 @@ class TenantConfig:
     uid: int
     gid: int
     policy: dict = dataclasses.field(default_factory=dict)
+    model_repository: str = ""     # DIR holding <model>/config.pbtxt + <N>/..., Triton's layout; "" = uploads only
+    load_at_start: tuple[str, ...] = ()   # models loaded from the repository when rtd starts ("*": all of them)
+    unsafe_anonymous: bool = False # calls without a token are this tenant's (only behind an authenticating proxy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +83,19 @@ class Config:
     unix_mode: int = 0o600         # who may connect besides root: e.g. 0o660 with unix_group
     unix_group: str = ""
     tcp: str = ""                  # "host:port"; requires tls_* (mTLS)
+    unsafe_plaintext_tcp: str = "" # "host:port" without TLS: only behind a mesh or proxy that terminates mTLS
     rest_unix: str = ""            # KServe v2 REST on a Unix socket (same mode and group); "" = none
     rest_tcp: str = ""             # KServe v2 REST on "host:port"; requires tls_* (mTLS), like tcp
+    unsafe_plaintext_rest_tcp: str = ""   # REST without TLS, as unsafe_plaintext_tcp
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
     metrics_address: str = "127.0.0.1"
-    metrics_port: int = 8002       # 0 disables the metrics listener
+    metrics_port: int = 0          # > 0: a TCP metrics listener; every scrape needs a metrics or the admin token
+    metrics_token_sha256: tuple[str, ...] = ()
+    metrics_unix: str = ""         # a Unix-socket metrics listener, no token: its mode and group decide who reads
+    metrics_unix_mode: int = 0o600
+    metrics_unix_group: str = ""
     admin_token_sha256: tuple[str, ...] = ()
     tenants: tuple[TenantConfig, ...] = ()
     limits: Limits = Limits()
@@ -117,12 +132,20 @@ def _hashes(values, where: str) -> tuple[str, ...]:
         raise ConfigError(f"{where}: not hex") from None
 
 
-def _tenant(table: dict, index: int, base: str) -> TenantConfig:
+def _model_names(values, where: str) -> tuple[str, ...]:
+    try:
+        return tuple(v if v == ALL_MODELS else check_component(v) for v in values)
+    except RtdError as e:
+        raise ConfigError(f"{where}: {e.detail}: model names are single path components") from None
+
+
+def _tenant(table: dict, index: int, base: str, repository: str) -> TenantConfig:
     where = f"tenant[{index}]"
     table = dict(table)
     tid = _take(table, where, "id", str)
     if not tid or not tid.replace("-", "").replace("_", "").isalnum() or len(tid) > 64:
         raise ConfigError(f"{where}.id: letters, digits, - and _ only, at most 64")
+    own = _take(table, where, "model_repository", str, "")
     tenant = TenantConfig(
         id=tid,
         token_sha256=_hashes(_take(table, where, "token_sha256", list, []), f"{where}.token_sha256"),
@@ -130,20 +153,21 @@ def _tenant(table: dict, index: int, base: str) -> TenantConfig:
         uid=_take(table, where, "uid", int, TENANT_UID_BASE + index),
         gid=_take(table, where, "gid", int, TENANT_UID_BASE + index),
         policy=_take(table, where, "policy", dict, {}),
+        model_repository=os.path.join(base, own) if own else os.path.join(repository, tid) if repository else "",
+        load_at_start=_model_names(_take(table, where, "load", list, []), f"{where}.load"),
+        unsafe_anonymous=_take(table, where, "unsafe_anonymous", bool, False),
     )
     _no_extra(table, where)
+    if tenant.load_at_start and not tenant.model_repository:
+        raise ConfigError(f"{where}.load: names models of a model repository, and none is configured")
     if not 0 < tenant.uid < 1 << 31 or not 0 < tenant.gid < 1 << 31:
         raise ConfigError(f"{where}: uid/gid must be positive (never root)")
     return tenant
 
 
-def _path(base: str, path: str) -> str:
-    return os.path.join(base, path) if path else ""
-
-
-def _mode(text: str) -> int:
+def _mode(text: str, where: str) -> int:
     if not re.fullmatch(r"0?[0-7]{3}", text):
-        raise ConfigError('listen.unix_mode: octal permissions such as "0660"')
+        raise ConfigError(f'{where}: octal permissions such as "0660"')
     return int(text, 8)
 
 
@@ -169,23 +193,33 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
     metrics = dict(_take(doc, "config", "metrics", dict, {}))
     admin = dict(_take(doc, "config", "admin", dict, {}))
     tenants = _take(doc, "config", "tenant", list, [])
+    repository = _take(doc, "config", "model_repository", str, "")
+    repository = os.path.join(base, repository) if repository else ""
     limits = _limits(_take(doc, "config", "limits", dict, {}))
+    metrics_unix = _take(metrics, "metrics", "unix", str, "")
+    rest_unix = _take(listen, "listen", "rest_unix", str, os.path.join(state_dir, "rtd-rest.sock"))
     _no_extra(doc, "config")
     config = Config(
         state_dir=state_dir,
         unix_socket=os.path.join(base, _take(listen, "listen", "unix", str, os.path.join(state_dir, "rtd.sock"))),
-        unix_mode=_mode(_take(listen, "listen", "unix_mode", str, "0600")),
+        unix_mode=_mode(_take(listen, "listen", "unix_mode", str, "0600"), "listen.unix_mode"),
         unix_group=_take(listen, "listen", "unix_group", str, ""),
         tcp=_take(listen, "listen", "tcp", str, ""),
-        rest_unix=_path(base, _take(listen, "listen", "rest_unix", str, os.path.join(state_dir, "rtd-rest.sock"))),
+        unsafe_plaintext_tcp=_take(listen, "listen", "unsafe_plaintext_tcp", str, ""),
+        rest_unix=rest_unix and os.path.join(base, rest_unix),
         rest_tcp=_take(listen, "listen", "rest_tcp", str, ""),
+        unsafe_plaintext_rest_tcp=_take(listen, "listen", "unsafe_plaintext_rest_tcp", str, ""),
         tls_cert=_take(listen, "listen", "tls_cert", str, ""),
         tls_key=_take(listen, "listen", "tls_key", str, ""),
         tls_client_ca=_take(listen, "listen", "tls_client_ca", str, ""),
         metrics_address=_take(metrics, "metrics", "address", str, "127.0.0.1"),
-        metrics_port=_take(metrics, "metrics", "port", int, 8002),
+        metrics_port=_take(metrics, "metrics", "port", int, 0),
+        metrics_token_sha256=_hashes(_take(metrics, "metrics", "token_sha256", list, []), "metrics.token_sha256"),
+        metrics_unix=metrics_unix and os.path.join(base, metrics_unix),
+        metrics_unix_mode=_mode(_take(metrics, "metrics", "unix_mode", str, "0600"), "metrics.unix_mode"),
+        metrics_unix_group=_take(metrics, "metrics", "unix_group", str, ""),
         admin_token_sha256=_hashes(_take(admin, "admin", "token_sha256", list, []), "admin.token_sha256"),
-        tenants=tuple(_tenant(t, i, base) for i, t in enumerate(tenants)),
+        tenants=tuple(_tenant(t, i, base, repository) for i, t in enumerate(tenants)),
         limits=limits,
         notes=tuple(notes),
     )
@@ -194,12 +228,22 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
     for key, address in (("tcp", config.tcp), ("rest_tcp", config.rest_tcp)):
         if address and not (config.tls_cert and config.tls_key and config.tls_client_ca):
             raise ConfigError(f"listen.{key}: TCP listeners need tls_cert, tls_key and tls_client_ca (mTLS)")
-        if address and not re.fullmatch(r".+:\d{1,5}", address):
-            raise ConfigError(f"listen.{key}: expected host:port")
     if config.rest_unix and os.path.abspath(config.rest_unix) == os.path.abspath(config.unix_socket):
         raise ConfigError("listen.rest_unix: must differ from listen.unix")
     if not 0 <= config.metrics_port < 65536:
         raise ConfigError("metrics.port: 0..65535")
+    for address, where in ((config.tcp, "listen.tcp"), (config.unsafe_plaintext_tcp, "listen.unsafe_plaintext_tcp"),
+                           (config.rest_tcp, "listen.rest_tcp"),
+                           (config.unsafe_plaintext_rest_tcp, "listen.unsafe_plaintext_rest_tcp")):
+        host, _, port = address.rpartition(":")
+        if address and not (host and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(f"{where}: expected host:port")
+    if sum(t.unsafe_anonymous for t in config.tenants) > 1:
+        raise ConfigError("tenant.unsafe_anonymous: at most one tenant may take calls without a token")
+    if config.metrics_port and not (config.metrics_token_sha256 or config.admin_token_sha256):
+        raise ConfigError("metrics.port: a TCP metrics listener needs metrics.token_sha256 (or admin.token_sha256): "
+                          "scrapes without a token are refused")
+
     ids = [t.id for t in config.tenants]
     if len(set(ids)) != len(ids):
         raise ConfigError("tenant: duplicate ids")
@@ -235,8 +279,10 @@ def _ensure_signing_key(keys_dir: str, trust_dir: str, notes: list) -> None:
     notes.append(f"created dev signing key {private} (trusted by tenant 'dev')")
 
 
-def embedded_default(state_dir: str | None = None) -> Config:
-    """The no-config development setup; creates what it needs and reports it on stderr."""
+def embedded_default(state_dir: str | None = None, model_repository: str | None = None,
+                     load_at_start: tuple[str, ...] = ()) -> Config:
+    """The no-config development setup; creates what it needs and reports it on stderr.
+    `model_repository` is the dev tenant's Triton repository (DIR/<model>/...)."""
     state_dir = os.path.abspath(state_dir or os.environ.get("RTD_STATE_DIR") or "state")
     notes = [f"no config given: embedded default, state in {state_dir}"]
     keys_dir, trust_dir = os.path.join(state_dir, "dev-keys"), os.path.join(state_dir, "trust", "dev")
@@ -249,6 +295,8 @@ def embedded_default(state_dir: str | None = None) -> Config:
 state_dir = {state_dir!r}
 [listen]
 unix = {os.path.join(state_dir, "rtd.sock")!r}
+[metrics]
+unix = {os.path.join(state_dir, "metrics.sock")!r}
 [admin]
 token_sha256 = [{token_hash(admin_token)!r}]
 [[tenant]]
@@ -256,6 +304,9 @@ id = "dev"
 token_sha256 = [{token_hash(dev_token)!r}]
 trusted_keys = {trust_dir!r}
 """
+    if model_repository:
+        text += f"model_repository = {os.path.abspath(model_repository)!r}\nload = {json.dumps(list(load_at_start))}\n"
+        notes.append(f"tenant 'dev' loads from the model repository {os.path.abspath(model_repository)}")
     config = parse(text, base=state_dir, notes=tuple(notes))
     for note in notes:
         print(f"rtd: {note}", file=sys.stderr)

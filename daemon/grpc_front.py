@@ -3,17 +3,18 @@ and `rtd.Admin/Status` for operators, served by rtd's own HTTP/2 transport (http
 Each handler only translates the message onto the Supervisor API and back; refusals are
 mapped through the ONE table (`Code.status`) in `kserve.describe`; anything unexpected is INTERNAL
 "Internal server error" with no details. RPCs not listed here (shared memory, trace/log
-settings, statistics, streaming) are answered UNIMPLEMENTED by the transport.
+settings, streaming) are answered UNIMPLEMENTED by the transport.
 """
 import json
 
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from rtd import __version__
 from rtd.daemon import http2
 from rtd.daemon.budgets import OPERATOR
-from rtd.daemon.kserve import EXTENSIONS, SERVER_NAME, deadline_of, load_parameters, repository_index
+from rtd.daemon.kserve import EXTENSIONS, SERVER_NAME, deadline_of, load_parameters, model_statistics, repository_index
 from rtd.daemon.tensors import decode_request, response_parts
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
@@ -52,6 +53,7 @@ class Front:
             (SERVICE, "ModelReady"): (self.model_ready, control), (SERVICE, "ModelMetadata"): (self.model_metadata, control),
             (SERVICE, "ModelConfig"): (self.model_config, control),
             (SERVICE, "RepositoryIndex"): (self.repository_index, control),
+            (SERVICE, "ModelStatistics"): (self.model_statistics, control),
             (SERVICE, "RepositoryModelUnload"): (self.repository_unload, control),
             (ADMIN_SERVICE, "Status"): (self.admin_status, control),
             (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, work),
@@ -106,6 +108,11 @@ class Front:
         models = repository_index(self.supervisor, self._tenant(call), request.ready)
         return _reply(pb.RepositoryIndexResponse(models=[index(**m) for m in models]))
 
+    async def model_statistics(self, call):
+        request = _message(pb.ModelStatisticsRequest, call)
+        stats = model_statistics(self.supervisor, self._tenant(call), request.name, request.version)
+        return _reply(json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse()))
+
     async def repository_unload(self, call):
         # unload_dependents is accepted and ignored: rtd models have no dependents
         request = _message(pb.RepositoryModelUnloadRequest, call)
@@ -123,15 +130,10 @@ class Front:
         outputs = [o.name for o in request.outputs] or None
         timeout = request.parameters["timeout"] if "timeout" in request.parameters else None   # tritonclient's
         deadline = deadline_of(call.deadline, timeout.int64_param or timeout.uint64_param if timeout else 0)
-        result = await self.supervisor.infer(self._tenant(call), request.model_name, request.model_version, inputs,
-                                             outputs, deadline)
-        try:
-            parts = response_parts(request.model_name, result.version, request.id, result.outputs)
-        except BaseException:
-            for charge in result.charges:
-                charge.release()
-            raise
-        return http2.Reply(parts, result.charges)
+        result = await self.supervisor.infer(
+            self._tenant(call), request.model_name, request.model_version, inputs, outputs, deadline,
+            encode=lambda version, results: response_parts(request.model_name, version, request.id, results))
+        return http2.Reply(result.encoded, result.charges)
 
     async def repository_load(self, call):
         request = _message(pb.RepositoryModelLoadRequest, call)

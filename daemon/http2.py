@@ -610,11 +610,12 @@ class Server:
         self.listeners.append(await loop.create_unix_server(lambda: protocol(self, _unix_peer), path, backlog=1024))
         self._start_sweeper()
 
-    async def listen_tcp(self, host: str, port: int, context: ssl.SSLContext, protocol=None) -> None:
+    async def listen_tcp(self, host: str, port: int, context: ssl.SSLContext | None, protocol=None) -> None:
+        """TCP with mTLS, or plaintext (context None) behind a mesh that terminates it."""
         loop, protocol = asyncio.get_running_loop(), protocol or Connection
         self.listeners.append(await loop.create_server(
             lambda: protocol(self, lambda sock: f"ip:{sock.getpeername()[0]}"), host, port, ssl=context,
-            ssl_handshake_timeout=self.limits.auth_timeout_s, backlog=1024))
+            ssl_handshake_timeout=self.limits.auth_timeout_s if context else None, backlog=1024))
         self._start_sweeper()
 
     def _start_sweeper(self) -> None:

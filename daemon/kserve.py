@@ -1,7 +1,7 @@
 """What the two KServe v2 fronts (gRPC in grpc_front.py, REST in rest_front.py) share: the
-server's identity and extensions, the public text of a refusal, and the meaning of the
-request parameters both protocols carry (a load's package files and config, tritonclient's
-timeout). Each front only moves these between its own encoding and the Supervisor API."""
+server's identity and extensions, the public text of a refusal, the meaning of the request
+parameters both protocols carry (a load's package files and config, tritonclient's timeout),
+and the repository index and statistics as Triton lays them out. Each front only moves these between its own encoding and the Supervisor API."""
 import time
 
 from rtd.errors import Code, RtdError
@@ -45,3 +45,16 @@ def repository_index(supervisor, tenant, ready_only: bool) -> list[dict]:
     """A tenant's models as RepositoryIndex lists them: name, version, state, reason."""
     return [{key: m[key] for key in ("name", "version", "state", "reason")} for m in supervisor.models(tenant)
             if not ready_only or m["state"] == "READY"]
+
+
+def model_statistics(supervisor, tenant, name: str, version: str) -> list[dict]:
+    """ModelStatistics of a tenant's serving versions, in Triton's JSON form (REST's body; the
+    gRPC message is parsed from it)."""
+    def duration(count: int, ns: int) -> dict:
+        return {"count": count, "ns": ns}
+    return [{"name": model, "version": served, "last_inference": s.last_inference_ms, "inference_count": s.count,
+             "execution_count": s.exec_count, "inference_stats": {
+                 "success": duration(s.success, s.request_ns), "fail": duration(sum(s.failure.values()), s.fail_ns),
+                 "queue": duration(s.success, s.queue_ns), "compute_input": duration(s.success, s.input_ns),
+                 "compute_infer": duration(s.success, s.infer_ns), "compute_output": duration(s.success, s.output_ns)}}
+            for model, served, s in supervisor.statistics(tenant, name, version)]

@@ -74,10 +74,10 @@ class ModelVersion:
         config, tenancy = self.package.config, self.owner.tenancy
         if config is None or config.max_batch_size <= 0 or not config.HasField("dynamic_batching"):
             return None
-        labels = (tenancy.tenant.id, self.owner.name, self.version_dir)
+        metrics, labels = tenancy.supervisor.metrics, (tenancy.tenant.id, self.owner.name, self.version_dir)
         return Batcher(self.owner.name, config.max_batch_size, config.dynamic_batching.max_queue_delay_microseconds / 1e6,
                        lambda i, o, d, t: tenancy.execute(self, i, o, d, t),
-                       on_execution=lambda rows: tenancy.supervisor.metrics.executed(*labels, rows))
+                       on_execution=lambda: metrics.executed(metrics.find(*labels)))
 
     @property
     def version_dir(self) -> str:
@@ -257,9 +257,17 @@ class ManagedModel:
 
     def commit(self, version: ModelVersion) -> None:
         old, self.serving, self.loading = self.serving, version, None
+        self.tenancy.supervisor.metrics.track(self.tenancy.tenant.id, self.name, version.version_dir)
         self._transition(ModelState.READY)
         if old is not None:
-            asyncio.get_running_loop().create_task(old.retire(self.tenancy.limits.request_timeout_s))
+            asyncio.get_running_loop().create_task(self._retire(old))
+
+    async def _retire(self, old: ModelVersion) -> None:
+        """A replaced version serves what chose it, then stops; its series go unless its
+        version number serves again."""
+        await old.retire(self.tenancy.limits.request_timeout_s)
+        if self.serving is None or self.serving.version_dir != old.version_dir:
+            self.tenancy.supervisor.metrics.forget(self.tenancy.tenant.id, self.name, old.version_dir)
 
     def abort(self, version: ModelVersion) -> None:
         version.stop("load refused")

@@ -1,12 +1,15 @@
-"""The metrics endpoint: `GET /metrics` over HTTP/1.1 on a loopback port, served on the
-daemon's event loop. It takes no token, so it is bounded like an unauthenticated peer: at
-most MAX_CONNECTIONS at once (more are closed at accept), a request must arrive whole within
-READ_TIMEOUT_S and MAX_REQUEST bytes, and every answer closes its connection. Any other path
-or method is 404/405."""
+"""The metrics endpoint: `GET /metrics` over HTTP/1.1, served on the daemon's event loop, on
+a Unix socket (no token: its mode and group decide who may read tenants' model names) and/or
+a TCP port, where every scrape needs `Authorization: Bearer <metrics or admin token>`
+(401 without one). Each listener is bounded like an unauthenticated peer: at most
+MAX_CONNECTIONS at once (more are closed at accept), a request must arrive whole within
+READ_TIMEOUT_S and MAX_REQUEST bytes, and every answer closes its connection. Any other
+path is 404, any other method 405."""
 import asyncio
+import grp
+import os
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
+from rtd.daemon.metrics import CONTENT_TYPE
 from rtd.errors import Code, RtdError
 
 MAX_CONNECTIONS = 16
@@ -14,22 +17,52 @@ READ_TIMEOUT_S = 5.0
 MAX_REQUEST = 8192
 
 
-def _response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8") -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+def _response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8", extra: str = "") -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n{extra}"
             f"Connection: close\r\n\r\n").encode() + body
 
 
-class MetricsListener:
-    def __init__(self, registry):
-        self.registry, self.active, self.server = registry, 0, None
+def _headers(head: bytes) -> list[tuple[str, str]]:
+    """The request's header fields as (lower-case name, value), the form tenants.bearer reads."""
+    fields = []
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            fields.append((name.strip().lower(), value.strip()))
+    return fields
 
-    async def start(self, address: str, port: int) -> None:
+
+class MetricsListener:
+    """`render()` gives the exposition; `authenticate(headers)` raises RtdError for a TCP
+    scrape without a good token."""
+
+    def __init__(self, render, authenticate):
+        self.render, self.authenticate = render, authenticate
+        self.active, self.servers, self.unix_path = 0, [], None
+
+    async def start_tcp(self, address: str, port: int) -> None:
         try:
-            self.server = await asyncio.start_server(self._serve, address, port, limit=MAX_REQUEST, backlog=64)
+            self.servers.append(await asyncio.start_server(lambda r, w: self._serve(r, w, True), address, port,
+                                                           limit=MAX_REQUEST, backlog=64))
         except OSError as e:
             raise RtdError(Code.E_LISTEN_FAILED, f"metrics {address}:{port}: {e.strerror}") from None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def start_unix(self, path: str, mode: int, group: str) -> None:
+        try:
+            if os.path.exists(path):
+                os.unlink(path)   # a stale socket from a previous run
+            self.servers.append(await asyncio.start_unix_server(lambda r, w: self._serve(r, w, False), path,
+                                                                limit=MAX_REQUEST, backlog=64))
+            self.unix_path = path
+            if group:
+                os.chown(path, -1, grp.getgrnam(group).gr_gid)
+            os.chmod(path, mode)
+        except KeyError:
+            raise RtdError(Code.E_LISTEN_FAILED, f"metrics {path}: no group {group!r}") from None
+        except OSError as e:
+            raise RtdError(Code.E_LISTEN_FAILED, f"metrics {path}: {e.strerror}") from None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token_needed: bool) -> None:
         if self.active >= MAX_CONNECTIONS:
             writer.close()
             return
@@ -43,7 +76,12 @@ class MetricsListener:
                 elif path.split(b"?", 1)[0] != b"/metrics":
                     answer = _response("404 Not Found", b"GET /metrics only\n")
                 else:
-                    answer = _response("200 OK", generate_latest(self.registry), CONTENT_TYPE_LATEST)
+                    try:
+                        if token_needed:
+                            self.authenticate(_headers(head))
+                        answer = _response("200 OK", self.render(), CONTENT_TYPE)
+                    except RtdError as e:
+                        answer = _response("401 Unauthorized", f"{e}\n".encode(), extra="WWW-Authenticate: Bearer\r\n")
                 writer.write(answer)
                 await writer.drain()
         except (TimeoutError, ValueError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
@@ -53,5 +91,7 @@ class MetricsListener:
             writer.close()
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
+        for server in self.servers:
+            server.close()
+        if self.unix_path is not None and os.path.exists(self.unix_path):
+            os.unlink(self.unix_path)

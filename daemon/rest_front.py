@@ -15,7 +15,7 @@ that makes no progress for `send_timeout_s` ends the connection, and so does
 before its answer gets that answer and the connection is closed. A response stays charged
 until the socket has taken all but WRITE_HIGH_WATER bytes of it, as on HTTP/2.
 
-JSON is parsed on the event loop: a JSON part with more than MAX_JSON_VALUES values is
+Statistics are those of the gRPC front (kserve.model_statistics). JSON is parsed on the event loop: a JSON part with more than MAX_JSON_VALUES values is
 refused before it is parsed (large tensors travel with the binary extension), and so is a
 JSON output that large.
 """
@@ -36,7 +36,8 @@ from google.protobuf import json_format
 
 from rtd import __version__
 from rtd.daemon import http2
-from rtd.daemon.kserve import EXTENSIONS, SERVER_NAME, deadline_of, describe, load_parameters, repository_index
+from rtd.daemon.kserve import (EXTENSIONS, SERVER_NAME, deadline_of, describe, load_parameters, model_statistics,
+                               repository_index)
 from rtd.daemon.tensors import decode_inputs, json_data, raw_bytes, raw_from_json
 from rtd.errors import Code, RtdError
 
@@ -134,7 +135,7 @@ class Front:
         self.routes = [(verb, re.compile(pattern), http2.Method(handler, **kind)) for verb, pattern, handler, kind in (
             ("GET", r"/v2/health/live", self.live, public), ("GET", r"/v2/health/ready", self.ready, public),
             ("GET", r"/v2", self.server_metadata, public),
-            ("GET", r"/v2/models(?:/[^/]+(?:/versions/[^/]+)?)?/stats", self.not_offered, public),
+            ("GET", r"/v2/models/stats", self.statistics, control), ("GET", MODEL + "/stats", self.statistics, control),
             ("GET", MODEL + "/ready", self.model_ready, control), ("GET", MODEL + "/config", self.model_config, control),
             ("GET", MODEL, self.model_metadata, control), ("POST", r"/v2/repository/index", self.index, control),
             ("POST", r"/v2/repository/models/(?P<name>[^/]+)/unload", self.unload, control),
@@ -165,9 +166,6 @@ class Front:
     async def server_metadata(self, request):
         return _ok({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})
 
-    async def not_offered(self, request):
-        raise RtdError(Code.E_UNIMPLEMENTED, "statistics")
-
     # -- control ---------------------------------------------------------------------------------
     async def model_ready(self, request):
         if self.supervisor.model_ready(self._tenant(request), request.params["name"], request.params.get("version", "")):
@@ -180,6 +178,11 @@ class Front:
     async def model_config(self, request):
         config = self.supervisor.model_config(self._tenant(request), request.params["name"], request.params.get("version", ""))
         return _ok(json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+    async def statistics(self, request):
+        stats = model_statistics(self.supervisor, self._tenant(request), request.params.get("name", ""),
+                                 request.params.get("version", ""))
+        return _ok({"model_stats": stats})
 
     async def index(self, request):
         ready = _field(_json(request.body, "the request"), "ready", bool, "request", False)
@@ -231,33 +234,31 @@ class Front:
         request_id = _field(doc, "id", str, "request", "")
         del doc, body
         request.body = bytearray()
-        result = await self.supervisor.infer(self._tenant(request), request.params["name"], request.params.get("version", ""),
-                                             arrays, list(wanted) or None, deadline_of(None, timeout))
-        charges = list(result.charges)
-        try:
-            head = {"model_name": request.params["name"], "model_version": result.version, "outputs": []}
-            if request_id:
-                head["id"] = request_id
-            parts = []
-            for name, value in result.outputs.items():
-                row, raw = raw_bytes(name, value)
-                entry = {"name": name, "datatype": row.kserve, "shape": list(np.shape(value))}
-                if wanted.get(name, binary_all):
-                    entry["parameters"] = {"binary_data_size": memoryview(raw).nbytes}
-                    parts.append(raw)
-                elif np.size(value) > MAX_JSON_VALUES:
-                    raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"output {name!r} has more than {MAX_JSON_VALUES} values: "
-                                                             "ask for it as binary_data")
-                else:
-                    entry["data"] = json_data(value)
-                head["outputs"].append(entry)
-            text = json.dumps(head).encode()
-            charges.append(self.ledger.take(request.who, "response_bytes", len(text)))   # the JSON is new memory
-        except BaseException:
-            for charge in charges:
-                charge.release()
-            raise
-        return Response(200, [text, *parts], len(text) if parts else None, charges)
+        result = await self.supervisor.infer(
+            self._tenant(request), request.params["name"], request.params.get("version", ""), arrays, list(wanted) or None,
+            deadline_of(None, timeout), encode=lambda version, outputs: self._encode(
+                request, version, outputs, {"id": request_id} if request_id else {}, wanted, binary_all))
+        text, parts, charge = result.encoded
+        return Response(200, [text, *parts], len(text) if parts else None, [*result.charges, charge])
+
+    def _encode(self, request: Request, version: str, outputs: dict, head: dict, wanted: dict, binary_all: bool):
+        """The response: its JSON, the binary outputs after it, and the JSON's charge (new memory)."""
+        head.update(model_name=request.params["name"], model_version=version, outputs=[])
+        parts = []
+        for name, value in outputs.items():
+            row, raw = raw_bytes(name, value)
+            entry = {"name": name, "datatype": row.kserve, "shape": list(np.shape(value))}
+            if wanted.get(name, binary_all):
+                entry["parameters"] = {"binary_data_size": memoryview(raw).nbytes}
+                parts.append(raw)
+            elif np.size(value) > MAX_JSON_VALUES:
+                raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"output {name!r} has more than {MAX_JSON_VALUES} values: "
+                                                         "ask for it as binary_data")
+            else:
+                entry["data"] = json_data(value)
+            head["outputs"].append(entry)
+        text = json.dumps(head).encode()
+        return text, parts, self.ledger.take(request.who, "response_bytes", len(text))
 
     def _inputs(self, doc: dict, binary: memoryview) -> dict:
         """The request's inputs as arrays: JSON `data`, or `binary_data_size` bytes of the binary

@@ -104,7 +104,8 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
         max_streams_per_connection=limits.max_streams_per_connection, auth_timeout_s=limits.connection_auth_timeout_s,
         idle_timeout_s=limits.connection_idle_s, send_timeout_s=limits.send_timeout_s),
         supervisor.ledger, front.authenticate, describe)
-    watchdog, listener = None, MetricsListener(metrics.registry)
+    watchdog = None
+    listener = MetricsListener(metrics.exposition, lambda headers: supervisor.tenants.authenticate_metrics(headers))
     try:
         await supervisor.start()
         rest = rest_front.Front(supervisor).connection
@@ -119,10 +120,18 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
                 await server.listen_tcp(host, int(port), http2.tls_context(config.tls_cert, config.tls_key,
                                                                           config.tls_client_ca, alpn), protocol)
                 addresses.append(f"{address} (mTLS{what})")
+        for address, protocol, what in ((config.unsafe_plaintext_tcp, None, ""),
+                                        (config.unsafe_plaintext_rest_tcp, rest, "REST, ")):
+            if address:
+                host, _, port = address.rpartition(":")
+                await server.listen_tcp(host, int(port), None, protocol)
+                addresses.append(f"{address} ({what}plaintext: unsafe unless a mesh or proxy terminates mTLS)")
+        if config.metrics_unix:   # scraped on this loop: no lock needed
+            await listener.start_unix(config.metrics_unix, config.metrics_unix_mode, config.metrics_unix_group)
+            addresses.append(f"metrics unix:{config.metrics_unix} (mode {config.metrics_unix_mode:04o})")
         if config.metrics_port:
-            metrics.status_source = supervisor.status   # scraped on this loop: no lock needed
-            await listener.start(config.metrics_address, config.metrics_port)
-            addresses.append(f"metrics http://{config.metrics_address}:{config.metrics_port}/metrics")
+            await listener.start_tcp(config.metrics_address, config.metrics_port)
+            addresses.append(f"metrics http://{config.metrics_address}:{config.metrics_port}/metrics (bearer token)")
         events.emit("start", models=sum(len(t.models) for t in supervisor.tenancies.values()),
                     max_connections=server.limits.max_connections)
         print(f"rtd: serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
@@ -192,10 +201,22 @@ def main(argv=None) -> int:
     serve_cmd = commands.add_parser("serve", help="run the daemon")
     serve_cmd.add_argument("--config", help="TOML config; without it, the embedded development default")
     serve_cmd.add_argument("--state-dir", help="state dir of the embedded default (default $RTD_STATE_DIR or ./state)")
+    serve_cmd.add_argument("--model-repository", metavar="DIR",
+                           help="embedded default: the dev tenant's Triton model repository (DIR/<model>/config.pbtxt and "
+                                "DIR/<model>/<N>/, signed); tritonclient load_model(name) without files loads from it")
+    serve_cmd.add_argument("--load-model", metavar="NAME", action="append", default=[],
+                           help="embedded default: load this model of --model-repository at start (repeatable)")
     args = parser.parse_args(argv)
+    if args.config and (args.model_repository or args.load_model):
+        parser.error("--model-repository/--load-model are for the embedded default; "
+                     "a config file sets model_repository and each tenant's load list")
+    if args.load_model and not args.model_repository:
+        parser.error("--load-model names models of --model-repository")
 
     def reread() -> configuration.Config:
-        return configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
+        if args.config:
+            return configuration.load(args.config)
+        return configuration.embedded_default(args.state_dir, args.model_repository, tuple(args.load_model))
     try:
         return serve(reread(), reread)
     except configuration.ConfigError as e:

@@ -16,11 +16,12 @@ import time
 from google.protobuf import json_format
 
 from rtd.daemon.budgets import OPERATOR, Charge, Ledger
-from rtd.daemon.config import Config, TenantConfig
+from rtd.daemon.config import ALL_MODELS, Config, TenantConfig
 from rtd.daemon.events import EventLog
 from rtd.daemon.lifecycle import ManagedModel, ModelState
-from rtd.daemon.metrics import Metrics
+from rtd.daemon.metrics import Metrics, Timing
 from rtd.daemon.registry import Registry
+from rtd.daemon.repository import check_version_policy, package_size, repository_models, repository_version
 from rtd.daemon.tenancy import Tenancy
 from rtd.daemon.tenants import Tenants
 from rtd.dtypes import BY_CONFIG, BY_KSERVE, kserve_name
@@ -57,6 +58,7 @@ class InferResult:
 
     def __init__(self, version: str, outputs: dict, charges: list[Charge]):
         self.version, self.outputs, self.charges = version, outputs, charges
+        self.encoded = None   # the front's response, when it passed `encode`
 
 
 class Supervisor:
@@ -115,9 +117,30 @@ class Supervisor:
                 reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
                 self.registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
                 self.events.emit("restore_failed", tenant_id, level="error", model=name, reason=reason)
+        for tenancy in self.tenancies.values():
+            names = tenancy.tenant.load_at_start
+            if ALL_MODELS in names:
+                names = [name for name, _ in await self._io(repository_models, tenancy.tenant.model_repository)]
+            for name in names:
+                await self._load_at_start(tenancy, name)
         for line in self.registry.damaged:
             self.events.emit("registry_damaged", level="error", detail=line)
         self.started = True
+
+    async def _load_at_start(self, tenancy: Tenancy, name: str) -> None:
+        """Load a model the tenant lists in `load` from its repository, unless the registry
+        already restored that very version; a failure costs that model only."""
+        tid = tenancy.tenant.id
+        try:
+            source = await self._io(repository_version, tenancy.tenant.model_repository, name)
+            model = tenancy.models.get(name)
+            if model is not None and model.serving is not None and model.serving.version_dir == os.path.basename(source):
+                return
+            async with tenancy.load_lock:
+                await self._load(tenancy, name, source)
+        except (RtdError, OSError) as e:
+            reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
+            self.registry.damaged.append(f"{tid}/{name}: not loaded from the model repository: {reason[:200]}")
 
     def ready(self) -> bool:
         return self.started and not self.draining
@@ -164,15 +187,16 @@ class Supervisor:
 
     async def load(self, tenant: TenantConfig, name: str, files: dict, config_json: str | None = None) -> None:
         """Verify a signed package ({relative path: bytes}) and serve it beside the old
-        version until it is ready; no files = reload the loaded package by name. The work
+        version until it is ready. No files: load `name` from the tenant's model repository
+        (its highest numbered version), or without one reload the loaded package. The work
         runs to its end even if the caller stops waiting, and holds the tenant's request
         budget until then."""
         if self.draining:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
         tenancy = self._tenancy(tenant)
-        if not files:
-            if config_json:
-                raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
+        if not files and config_json:
+            raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
+        if not files and not tenant.model_repository:
             async with tenancy.load_lock:
                 await self._model(tenant, name).reload()
             return
@@ -181,23 +205,26 @@ class Supervisor:
         async def run():
             try:
                 async with tenancy.load_lock:
-                    await self._load(tenancy, name, files, config_json=config_json)
+                    source = files or await self._io(repository_version, tenant.model_repository, name)
+                    await self._load(tenancy, name, source, config_json=config_json)
             finally:
                 charge.release()
         await _to_the_end(run())
 
-    async def _load(self, tenancy: Tenancy, name: str, files: dict, config_json: str | None = None,
+    async def _load(self, tenancy: Tenancy, name: str, source: dict | str, config_json: str | None = None,
                     record: bool = True) -> None:
+        """Verify `source` (files as bytes, or a version directory of the model repository) and serve it."""
         tid, started = tenancy.tenant.id, time.monotonic()
         if name not in tenancy.models and len(tenancy.models) >= self.config.limits.max_models:
             raise self._refused(tid, name, RtdError(Code.E_BUDGET_EXCEEDED, f"models: tenant {tid} holds "
                                                     f"{len(tenancy.models)} of limits.max_models"))
+        size = sum(len(b) for b in source.values()) if isinstance(source, dict) else await self._io(package_size, source)
         try:
-            held = self.ledger.take(tid, "package_bytes", sum(len(b) for b in files.values()))
+            held = self.ledger.take(tid, "package_bytes", size)
         except RtdError as e:
             raise self._refused(tid, name, e) from None
         try:
-            pkg = await self._io(verify_package, files, trust=self.trust[tid], tenant=tid,
+            pkg = await self._io(verify_package, source, trust=self.trust[tid], tenant=tid,
                                  rollback=self.rollback if record else None, expected_name=name)
         except BaseException as e:   # whatever failed, the bytes are no longer held
             held.release()
@@ -210,6 +237,8 @@ class Supervisor:
         version = None
         try:
             self._check_config_param(pkg, config_json)
+            if isinstance(source, str):
+                check_version_policy(pkg.config)
             version = await model.prepare(pkg, held)
             if record:
                 await asyncio.shield(self._io(self._persist, tid, name, pkg))
@@ -268,7 +297,16 @@ class Supervisor:
         await _to_the_end(run())
 
     def models(self, tenant: TenantConfig) -> list[dict]:
-        return [m.view() for _, m in sorted(self._tenancy(tenant).models.items())]
+        """The tenant's models: those loaded, and those of its model repository not loaded
+        (UNAVAILABLE, as Triton's repository index lists them)."""
+        loaded = self._tenancy(tenant).models
+        views = {name: m.view() for name, m in loaded.items()}
+        if tenant.model_repository:
+            for name, version in repository_models(tenant.model_repository):
+                if name not in loaded:
+                    views[name] = {"name": name, "state": "UNAVAILABLE", "reason": "unloaded", "version": version,
+                                   "semver": "", "serving": None, "loading": None}
+        return [views[name] for name in sorted(views)]
 
     def model_ready(self, tenant: TenantConfig, name: str, version: str = "") -> bool:
         model = self._tenancy(tenant).models.get(name)
@@ -313,40 +351,74 @@ class Supervisor:
 
     # -- inference ------------------------------------------------------------------------------
     async def infer(self, tenant: TenantConfig, name: str, version: str, inputs: dict,
-                    outputs: list | None = None, deadline: float | None = None) -> InferResult:
+                    outputs: list | None = None, deadline: float | None = None, encode=None) -> InferResult:
         """Run one request. Its outputs are checked against max_message_bytes and charged to
-        the tenant's response budget from the worker's reply, before any response is built."""
-        start = time.monotonic()
+        the tenant's response budget from the worker's reply, before any response is built.
+        `encode(version, outputs)`, when given, builds the front's response (kept in
+        `InferResult.encoded`) and is timed as Triton's compute output."""
         deadline = deadline or math.inf   # without one, the operator's request_timeout_s bounds the wait
         tenancy = self._tenancy(tenant)
-        labels, slot = (tenant.id, name, version), None
+        timing, slot, charge = Timing(time.monotonic()), None, None
         try:
             if self.draining:
                 raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
             slot = self.ledger.take(tenant.id, "requests", 1)
-            timing = {}
             serving, results = await tenancy.infer(name, version, inputs, outputs, deadline, timing)
-            labels = (tenant.id, name, serving.version_dir)
             size = sum(a.nbytes if a.dtype.kind not in "OSU" else sum(len(x) + 4 for x in a.reshape(-1))
                        for a in results.values())
             if size > self.config.limits.max_message_bytes:
                 raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"the outputs take {size} bytes, "
                                                          f"max_message_bytes is {self.config.limits.max_message_bytes}")
             charge = self.ledger.take(tenant.id, "response_bytes", size)
+            result = InferResult(serving.version_dir, results, [slot, charge])
+            if encode is not None:
+                result.encoded = encode(serving.version_dir, results)
         except BaseException as e:
-            if slot is not None:
-                slot.release()
-            if isinstance(e, RtdError):
-                self.metrics.failed(*labels, "REJECTED" if e.code.status in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED",
-                                                                              "NOT_FOUND") else "BACKEND")
+            for held in (slot, charge):
+                if held is not None:
+                    held.release()
+            self._failed(tenancy, name, version, timing, e)
             raise
+        finally:
+            timing.dequeue()
         config = serving.package.config
         batched = config is not None and config.max_batch_size > 0
         batch = next(iter(inputs.values())).shape[0] if batched and inputs and next(iter(inputs.values())).ndim else 1
-        self.metrics.inferred(*labels, batch, time.monotonic() - start, timing.get("sent", start) - start)
+        self.metrics.succeeded(timing.series, timing, batch, time.monotonic())
         if serving.batcher is None:
-            self.metrics.executed(*labels)
-        return InferResult(serving.version_dir, results, [slot, charge])
+            self.metrics.executed(timing.series)
+        return result
+
+    def _failed(self, tenancy: Tenancy, name: str, version: str, timing: Timing, error: BaseException) -> None:
+        """Count a failed request in its model version's series, with Triton's reason: CANCELED
+        (the caller went away), REJECTED (refused or timed out before it ran), BACKEND (it
+        failed once running) or OTHER; a name the tenant does not serve has no series."""
+        series = timing.series
+        if series is None:
+            model = tenancy.models.get(name)
+            serving = model.serving if model is not None else None
+            series = serving and self.metrics.find(tenancy.tenant.id, name, version or serving.version_dir)
+        if series is None or not isinstance(error, (RtdError, asyncio.CancelledError)):
+            return
+        if isinstance(error, asyncio.CancelledError):
+            reason = "CANCELED"
+        elif timing.compute_start is not None:
+            reason = "BACKEND"
+        elif error.code in (Code.E_DEADLINE, Code.E_BUDGET_EXCEEDED):
+            reason = "REJECTED"
+        else:
+            reason = "OTHER"
+        self.metrics.failed(series, reason, time.monotonic() - timing.start)
+
+    def statistics(self, tenant: TenantConfig, name: str = "", version: str = "") -> list:
+        """(model, version, metrics.Series) of the tenant's own serving versions (all of them
+        for no name); a name or version it does not serve is NOT_FOUND, as another tenant's is."""
+        if name:
+            self._model(tenant, name)
+        found = self.metrics.statistics(tenant.id, name, version)
+        if name and version and not found:
+            raise RtdError(Code.E_MODEL_NOT_FOUND, f"{name!r} version {version}")
+        return found
 
     # -- operator views --------------------------------------------------------------------------
     def status(self) -> dict:

@@ -18,6 +18,7 @@ from rtd.daemon.channel import Lost
 from rtd.daemon.config import Limits, TenantConfig
 from rtd.daemon.instances import WORKER_ENTRY
 from rtd.daemon.lifecycle import ManagedModel, ModelVersion
+from rtd.daemon.metrics import Timing
 from rtd.dtypes import kserve_name
 from rtd.errors import Code, RtdError
 from rtd.sandbox import TenantIdentity, load_policy
@@ -82,14 +83,16 @@ class Tenancy:
 
     # -- inference -----------------------------------------------------------------------------
     async def infer(self, name: str, version: str, inputs: dict, outputs: list | None,
-                    deadline: float, timing: dict) -> tuple[ModelVersion, dict]:
-        """Run one request; (the version that ran it, {output name: ndarray}). `timing["sent"]`
-        is set to when it left for a worker."""
+                    deadline: float, timing: Timing) -> tuple[ModelVersion, dict]:
+        """Run one request; (the version that ran it, {output name: ndarray}). `timing` follows
+        it through Triton's phases, and it counts as pending in its version's series until it
+        starts computing."""
         model = self.models.get(name)
         if model is None:
             raise RtdError(Code.E_MODEL_NOT_FOUND, repr(name))
         serving = model.version_for(version)
         check_inputs(name, serving.signature, inputs, outputs)
+        timing.queue_in(self.supervisor.metrics.track(self.tenant.id, name, serving.version_dir))
         serving.users += 1   # the version serves this request even if a newer one takes over meanwhile
         try:
             if serving.batcher is not None:
@@ -99,7 +102,7 @@ class Tenancy:
             serving.users -= 1
 
     async def execute(self, serving: ModelVersion, inputs: dict, outputs: list | None, deadline: float,
-                      timing: dict) -> dict:
+                      timing: Timing) -> dict:
         """One execution in a worker, holding a slot from before it is sent until it is answered.
         Waiting for a slot or an instance ends at the client's deadline (math.inf: none) or
         after request_timeout_s; waiting for the answer only at the client's deadline (a worker
@@ -119,21 +122,25 @@ class Tenancy:
                 serving.answered()
         try:
             instance = await serving.instance(queued_until)
+            timing.computing()   # copying its inputs into the worker's arena is compute input
             future = instance.send(wire.Kind.INFER, {"outputs": outputs} if outputs else {}, inputs,
                                    self.limits.request_timeout_s, finished)
-            timing["sent"] = time.monotonic()
+            timing.input_end = time.monotonic()
         except BaseException:
             self.slots.release()
             raise
         try:
             if deadline == math.inf:
-                return (await future).tensors
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                return (await future).tensors
+                reply = await future
+            else:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    reply = await future
         except TimeoutError:   # the worker goes on; its slot is held until it answers
             raise RtdError(Code.E_DEADLINE, "the deadline passed while the model ran") from None
         except Lost:
             raise await instance.failure() from None
+        timing.output_start = time.monotonic()
+        return reply.tensors
 
     def view(self) -> dict:
         return {"tenant": self.tenant.id, "models": {n: m.view() for n, m in sorted(self.models.items())},

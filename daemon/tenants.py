@@ -1,6 +1,7 @@
 """Who is calling: bearer tokens (stored only as SHA-256, compared in constant time), plus
-the admin credential for operator views. (grpcio does not expose SO_PEERCRED of a Unix
-peer, so the socket's file mode and the token are the gate; no peer-uid identity.)"""
+the admin credential for operator views and the metrics credential for scrapes over TCP
+(metrics tokens or the admin token). (grpcio does not expose SO_PEERCRED of a Unix peer, so
+the socket's file mode and the token are the gate; no peer-uid identity.)"""
 import hashlib
 import hmac
 
@@ -37,10 +38,14 @@ class Tenants:
 
     def __init__(self, config: Config):
         self.by_id = {t.id: t for t in config.tenants}
+        self.anonymous = next((t for t in config.tenants if t.unsafe_anonymous), None)
         self.admin_hashes = config.admin_token_sha256
+        self.metrics_hashes = config.metrics_token_sha256 + config.admin_token_sha256
 
     def authenticate(self, metadata) -> TenantConfig:
         digest = _digest(bearer(metadata))
+        if digest is None and self.anonymous is not None:
+            return self.anonymous
         if digest is None:
             raise RtdError(Code.E_UNAUTHENTICATED, "send authorization: Bearer <token>")
         for tenant in self.by_id.values():
@@ -51,4 +56,8 @@ class Tenants:
     def authenticate_admin(self, metadata) -> None:
         if not _matches(_digest(bearer(metadata)), self.admin_hashes):
             raise RtdError(Code.E_UNAUTHENTICATED, "admin views need the admin token")
+
+    def authenticate_metrics(self, metadata) -> None:
+        if not _matches(_digest(bearer(metadata)), self.metrics_hashes):
+            raise RtdError(Code.E_UNAUTHENTICATED, "metrics over TCP need a metrics token or the admin token")
 

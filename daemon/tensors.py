@@ -72,6 +72,17 @@ def _decode_typed(tensor, max_bytes: int) -> np.ndarray:
         raise _bad(f"input {tensor.name!r}: a value does not fit {tensor.datatype}") from None
 
 
+def _check_parameters(tensor, raw: bytes | None) -> None:
+    """Tensor parameters: only `binary_data_size`, which KServe's gRPC client sends with raw
+    contents (a REST extension's name) and which must then say the raw length; anything else
+    (shared memory regions, ...) is refused."""
+    for key, value in tensor.parameters.items():
+        if key != "binary_data_size":
+            raise _bad(f"input {tensor.name!r}: tensor parameter {key!r} (shared memory, ...) is not offered")
+        if value.WhichOneof("parameter_choice") != "int64_param" or raw is None or value.int64_param != len(raw):
+            raise _bad(f"input {tensor.name!r}: binary_data_size must be the length of its raw contents")
+
+
 def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
     """The request's inputs as {name: ndarray}; INVALID_ARGUMENT on any inconsistency."""
     raw = request.raw_input_contents
@@ -80,10 +91,10 @@ def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
         raise _bad("raw_input_contents and typed contents cannot be mixed")
     if raw and len(raw) != len(request.inputs):
         raise _bad(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
-    for tensor in request.inputs:
-        if tensor.parameters:
-            raise _bad(f"input {tensor.name!r}: tensor parameters (shared memory, ...) are not offered")
-    return decode_inputs(request.inputs, raw or [None] * len(request.inputs), max_bytes)
+    raw = list(raw) if raw else [None] * len(request.inputs)
+    for tensor, data in zip(request.inputs, raw):
+        _check_parameters(tensor, data)
+    return decode_inputs(request.inputs, raw, max_bytes)
 
 
 def decode_inputs(tensors, raw: list, max_bytes: int) -> dict:

@@ -3,8 +3,10 @@ that tries one escape and reports whether the kernel refused it, plus the layers
 expected to stop it, in order (the first active one is credited). Used by
 tests/security/test_escapes.py and `rtctl doctor`.
 
-An attempt returns {"blocked": bool, "how": str}; a worker killed by a layer (SIGSYS,
-OOM) is blocked by that layer; a worker that vanished without a kill escaped."""
+An attempt returns {"blocked": bool, "how": str} and "layer" where what it saw can only come
+from one layer; a worker killed by a layer (SIGSYS, OOM, SIGXFSZ) is blocked by that layer; a
+worker that vanished without a kill escaped. Other refusals are still credited to the first
+expected layer (an errno alone does not say which layer gave it)."""
 import contextlib
 import ctypes
 import dataclasses
@@ -79,14 +81,20 @@ def _memory_bomb(ctx) -> dict:
     return {"blocked": False, "how": f"allocated and touched {data.nbytes} bytes"}
 
 
-def _fill_scratch(ctx) -> dict:
+def _fill_file(ctx) -> dict:
+    """Write far past the file-size limit into a memfd: the one file a worker can create (its
+    seccomp filter refuses open), so the limit itself is what must stop it (SIGXFSZ, or EFBIG
+    where the signal is ignored)."""
     written, chunk = 0, b"x" * (1 << 20)
+    fd = os.memfd_create("rtd-fill", os.MFD_CLOEXEC)
     try:
-        fd = os.open("/scratch/fill", os.O_WRONLY | os.O_CREAT, 0o600)
-        while written <= 4 * ctx["scratch_bytes"]:
+        while written <= 4 * ctx["fsize_bytes"]:
             written += os.write(fd, chunk)
     except OSError as e:
-        return {"blocked": written <= ctx["scratch_bytes"], "how": f"{errno.errorcode[e.errno]} after {written} bytes"}
+        observed = {"layer": "rlimits"} if e.errno == errno.EFBIG else {}   # only RLIMIT_FSIZE answers EFBIG
+        return {"blocked": written <= ctx["fsize_bytes"], "how": f"{errno.errorcode[e.errno]} after {written} bytes", **observed}
+    finally:
+        os.close(fd)
     return {"blocked": False, "how": f"wrote {written} bytes"}
 
 
@@ -154,7 +162,7 @@ ATTEMPTS = [Attempt(*a) for a in [
     ("write_cgroupfs", ("seccomp", "mounts"), lambda c: _refused(
         _open("/sys/fs/cgroup/cgroup.procs", os.O_WRONLY))),
     ("open_dev_mem", ("seccomp", "mounts"), lambda c: _refused(_open("/dev/mem"))),
-    ("fill_scratch", ("seccomp", "rlimits"), _fill_scratch),   # FSIZE first; tmpfs size= is tested apart
+    ("fill_file", ("rlimits",), _fill_file),   # tmpfs size= of /scratch is tested apart
     ("execve_shell", ("seccomp", "mounts"), lambda c: _refused(lambda: os.execv("/usr/bin/sh", ["sh", "-c", "exit 0"]))),
     ("mmap_prot_exec", ("seccomp",), lambda c: _refused(
         lambda: mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_EXEC).close())),
@@ -201,7 +209,7 @@ def targets(policy):
         os.chmod(other, 0o644)
         yield {"supervisor_pid": os.getpid(), "abstract_name": name, "socket_path": os.path.join(tmp, "sup.sock"),
                "other_scratch_file": other, "memory_bytes": policy.limits.memory_bytes,
-               "scratch_bytes": policy.limits.scratch_bytes, "pids": policy.limits.pids}
+               "fsize_bytes": policy.limits.fsize_bytes, "pids": policy.limits.pids}
 
 
 def run_attempt(attempt: Attempt, context: dict, policy) -> Result:
@@ -217,7 +225,9 @@ def run_attempt(attempt: Attempt, context: dict, policy) -> Result:
         if e.code in (Code.E_CONTAINMENT, Code.E_LAYER_UNAVAILABLE):
             raise
         return Result(attempt.name, False, None, str(e))
-    return Result(attempt.name, out["blocked"], active[0] if out["blocked"] and active else None, out["how"])
+    # the layer the attempt observed itself (an errno only one layer gives), else the first expected
+    credited = out.get("layer") or (active[0] if active else None)
+    return Result(attempt.name, out["blocked"], credited if out["blocked"] else None, out["how"])
 
 
 def run_battery(policy, names=None) -> list[Result]:

@@ -77,13 +77,15 @@ class Daemon:
     """One rtd serve process and what a test needs to talk to it."""
 
     def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20,
-                 listen: str = "", limits: dict | None = None, tenants=TENANTS):
+                 listen: str = "", limits: dict | None = None, tenants=TENANTS, repository: str = "",
+                 metrics: str = ""):
         self.root = str(root)
         self.state = os.path.join(self.root, "state")
         self.socket = os.path.join(self.state, "rtd.sock")
         self.metrics_port = free_port()
         self.tokens, self.keys = {}, {}
         self.admin_token = secrets.token_urlsafe(32)
+        self.metrics_token = secrets.token_urlsafe(32)
         tenant_tables = []
         for i, tenant in enumerate(tenants):
             key_dir, trust = os.path.join(self.root, "keys", tenant), os.path.join(self.root, "trust", tenant)
@@ -104,9 +106,12 @@ policy = {{ limits = {{ memory_bytes = {memory_bytes} }} }}
         self.config = os.path.join(self.root, "rtd.toml")
         with open(self.config, "w") as f:
             f.write(f"""state_dir = "state"
+{f'model_repository = "{repository}"' if repository else ""}
 {listen}
 [metrics]
 port = {self.metrics_port}
+token_sha256 = ["{token_hash(self.metrics_token)}"]
+{metrics}
 [admin]
 token_sha256 = ["{token_hash(self.admin_token)}"]
 [limits]
@@ -181,9 +186,16 @@ token_sha256 = ["{token_hash(self.admin_token)}"]
             time.sleep(0.05)
         raise AssertionError(f"{tenant}/{name} not ready again: {self.tenant(tenant)}")
 
+    def scrape(self, path: str = "/metrics", token: str | None = "metrics") -> str:
+        """The metrics listener's answer to GET `path` with the metrics token (or `token`)."""
+        token = self.metrics_token if token == "metrics" else token
+        request = urllib.request.Request(f"http://127.0.0.1:{self.metrics_port}{path}",
+                                         headers={"Authorization": f"Bearer {token}"} if token else {})
+        return urllib.request.urlopen(request, timeout=10).read().decode()
+
     def metric(self, line_start: str) -> float:
         """The sum of the series whose exposition line starts with `line_start`."""
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        text = self.scrape()
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
 
 

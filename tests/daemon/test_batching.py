@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rtd.daemon.batching import Batcher
+from rtd.daemon.metrics import Series, Timing
 from rtd.errors import Code, RtdError
 
 
@@ -18,8 +19,10 @@ class Runner:
 
     async def __call__(self, inputs, outputs, deadline, timing):
         self.calls.append({n: a.shape for n, a in inputs.items()})
-        timing["sent"] = time.monotonic()
+        timing.computing()
+        timing.input_end = time.monotonic()
         await asyncio.sleep(self.delay)
+        timing.output_start = time.monotonic()
         if self.fail:
             raise RtdError(Code.E_WORKER_CRASHED, "boom")
         return {"Y": inputs["X"] * 2, "S": inputs["X"].sum(axis=1, keepdims=True)}
@@ -31,7 +34,7 @@ def run(coro):
 
 async def submit_all(batcher, arrays, outputs=None, timeout=10):
     deadline = time.monotonic() + timeout
-    return await asyncio.gather(*(batcher.submit({"X": a}, outputs, deadline, {}) for a in arrays),
+    return await asyncio.gather(*(batcher.submit({"X": a}, outputs, deadline, Timing(time.monotonic())) for a in arrays),
                                 return_exceptions=True)
 
 
@@ -45,6 +48,28 @@ def test_concurrent_requests_share_one_execution_and_get_their_own_rows():
             np.testing.assert_array_equal(r["Y"], a * 2)
             np.testing.assert_array_equal(r["S"], a.sum(axis=1, keepdims=True))
         assert len(runner.calls) == 1 and runner.calls[0]["X"] == (6, 3)
+        batcher.close()
+    run(main())
+
+
+def test_members_are_pending_until_their_batch_computes_and_take_its_phases():
+    async def main():
+        series, seen = Series(), []
+
+        async def runner(inputs, outputs, deadline, timing):
+            seen.append(series.pending)        # still queued: the slot and instance are not yet had
+            timing.computing()
+            seen.append(series.pending)
+            timing.input_end = timing.output_start = time.monotonic()
+            return {"Y": inputs["X"]}
+        batcher = Batcher("m", 8, 0.2, runner)
+        timings = [Timing(time.monotonic()) for _ in range(3)]
+        for t in timings:
+            t.queue_in(series)
+        await asyncio.gather(*(batcher.submit({"X": np.ones((1, 3), np.float32)}, None, time.monotonic() + 5, t)
+                               for t in timings))
+        assert seen == [3, 0] and series.pending == 0
+        assert len({t.compute_start for t in timings}) == 1 and all(t.prep_s >= 0 and t.input_end for t in timings)
         batcher.close()
     run(main())
 
@@ -65,7 +90,7 @@ def test_batch_limit_and_refusals():
         batcher = Batcher("m", 4, 0.01, Runner())
         for bad in ({"X": np.ones((5, 3), np.float32)}, {"X": np.float32(1)}, {}):
             with pytest.raises(RtdError) as e:
-                await batcher.submit(bad, None, time.monotonic() + 5, {})
+                await batcher.submit(bad, None, time.monotonic() + 5, Timing(time.monotonic()))
             assert e.value.code == Code.E_INPUT_INVALID
         batcher.close()
     run(main())
@@ -86,7 +111,7 @@ def test_outputs_must_keep_the_batch_dimension():
             return {"Y": np.ones(7)}
         batcher = Batcher("m", 8, 0.01, wrong)
         with pytest.raises(RtdError) as e:
-            await batcher.submit({"X": np.ones((2, 3), np.float32)}, None, time.monotonic() + 5, {})
+            await batcher.submit({"X": np.ones((2, 3), np.float32)}, None, time.monotonic() + 5, Timing(time.monotonic()))
         assert e.value.code == Code.E_MODEL_INVALID
         batcher.close()
     run(main())

@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import time
-import urllib.request
 
 import numpy as np
 import onnx
@@ -70,7 +69,7 @@ def test_metric_series_go_with_their_model(daemon):
         daemon.client("beta").load(f"cycle{i}", daemon.package("beta", mlp(i), f"cycle{i}"))
         daemon.client("beta").infer(f"cycle{i}", {"X": x})
         daemon.client("beta").unload(f"cycle{i}")
-    text = urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10).read().decode()
+    text = daemon.scrape()
     assert 'model="cycle' not in text
 
 

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 
 import numpy as np
 import onnxruntime
@@ -203,17 +202,6 @@ def test_unsigned_config_override_refused(daemon):
     assert not client.is_model_ready("cfg", headers=headers)
 
 
-def test_metrics_use_tritons_names(daemon, typed):
-    typed.infer("typed", {"X": np.ones((1, 4), np.float32)})
-    with pytest.raises(RtdError):
-        daemon.client("acme").load("bad", {"1/model.onnx": b"junk"})
-    text = urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10).read().decode()
-    assert 'nv_inference_request_success_total{model="typed",tenant="acme",version="1"}' in text
-    assert "nv_inference_compute_infer_duration_us_total" in text and "nv_inference_queue_duration_us_total" in text
-    assert 'rtd_verification_refusals_total{code="E_FILE_MISSING",tenant="acme"}' in text
-    assert 'rtd_tenant_memory_bytes{tenant="acme"}' in text
-
-
 BATCHED_CONFIG = b"""
 name: "batched"
 max_batch_size: 8
@@ -223,11 +211,6 @@ dynamic_batching { max_queue_delay_microseconds: 500000 }
 """
 
 
-def _metric(daemon, line_start: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
-
-
 def test_dynamic_batching_runs_concurrent_requests_as_one_execution(daemon):
     import concurrent.futures
     model = mlp(9)
@@ -235,13 +218,13 @@ def test_dynamic_batching_runs_concurrent_requests_as_one_execution(daemon):
     meta = daemon.client("beta").metadata_of("batched")
     assert list(meta.inputs[0].shape) == [-1, 4]
     xs = [np.random.default_rng(i).standard_normal((i % 2 + 1, 4)).astype(np.float32) for i in range(4)]
-    executions = 'nv_inference_exec_count_total{model="batched",tenant="beta"'
-    before = _metric(daemon, executions)
+    executions = 'nv_inference_exec_count{model="batched",tenant="beta"'
+    before = daemon.metric(executions)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda x: daemon.client("beta").infer("batched", {"X": x})["Y"], xs))
     for x, got in zip(xs, results):
         np.testing.assert_allclose(got, reference(model, {"X": x})["Y"], rtol=1e-5, atol=1e-6)
-    assert _metric(daemon, executions) - before < 4
+    assert daemon.metric(executions) - before < 4
     with pytest.raises(RtdError) as e:
         daemon.client("beta").infer("batched", {"X": np.ones((9, 4), np.float32)})
     assert e.value.code == Code.E_INPUT_INVALID
@@ -262,4 +245,4 @@ def test_a_model_outside_the_op_allow_list_is_refused_inside_the_worker(daemon):
     assert [(m.name, m.state) for m in client.index()] == before
     assert daemon.pids("beta") == pids   # a refusal, not a crash: no other instance was touched
     assert daemon.metric('rtd_instance_ends_total{') == 0
-    assert _metric(daemon, 'rtd_verification_refusals_total{code="E_ONNX_OP_FORBIDDEN",tenant="beta"}') >= 1
+    assert daemon.metric('rtd_verification_refusals_total{code="E_ONNX_OP_FORBIDDEN",tenant="beta"}') >= 1

@@ -52,11 +52,24 @@ def test_typed_contents_and_bytes():
     ([Input(name="a", datatype="BYTES", shape=[1])], [b"\x01\0\0\0abc"], "after the last"),
     ([Input(name="a", datatype="FP32", shape=[1], parameters={"shared_memory_region": pb.InferParameter(string_param="r")})],
      [b"\0" * 4], "not offered"),
+    ([Input(name="a", datatype="FP32", shape=[1], parameters={"binary_data_size": pb.InferParameter(int64_param=8)})],
+     [b"\0" * 4], "length of its raw contents"),
+    ([Input(name="a", datatype="FP32", shape=[1], parameters={"binary_data_size": pb.InferParameter(string_param="4")})],
+     [b"\0" * 4], "length of its raw contents"),
+    ([Input(name="a", datatype="FP32", shape=[1], contents=pb.InferTensorContents(fp32_contents=[1]),
+            parameters={"binary_data_size": pb.InferParameter(int64_param=4)})], [], "length of its raw contents"),
 ])
 def test_malformed_inputs_refused(inputs, raw, message):
     with pytest.raises(RtdError) as e:
         decode_request(_request(inputs, raw), LIMIT)
     assert e.value.code == Code.E_REQUEST_INVALID and message in e.value.detail
+
+
+def test_binary_data_size_that_says_the_raw_length_is_accepted():
+    """KServe's own gRPC client sends it with every raw input."""
+    x = np.arange(3, dtype=np.float32)
+    tensor = Input(name="a", datatype="FP32", shape=[3], parameters={"binary_data_size": pb.InferParameter(int64_param=12)})
+    np.testing.assert_array_equal(decode_request(_request([tensor], [x.tobytes()]), LIMIT)["a"], x)
 
 
 def test_response_parts_are_one_message():
