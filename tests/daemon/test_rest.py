@@ -98,6 +98,12 @@ def test_tritonclient_http_life_cycle_matches_the_grpc_front(rest_tls):
         np.testing.assert_allclose(result.as_numpy("Y"), want, rtol=1e-6)   # JSON floats round-trip float32 exactly
         assert result.get_response()["id"] == "r1"
         assert ("data" in result.get_output("Y")) == (binary_out is False)
+    stats = client.get_inference_statistics("mlp", headers=headers)["model_stats"]
+    grpc_stats = tc_grpc.InferenceServerClient(d.url()).get_inference_statistics(
+        "mlp", headers={"authorization": headers["Authorization"]}, as_json=True)["model_stats"]
+    assert [(s["name"], s["version"], s["inference_count"]) for s in stats] == [("mlp", "1", 5)]
+    assert grpc_stats[0]["inference_count"] == "5" and stats[0]["inference_stats"]["success"]["count"] == 5
+    assert client.get_inference_statistics(headers=headers)["model_stats"][0]["name"] == "mlp"
     client.unload_model("mlp", headers=headers)
     assert not client.is_model_ready("mlp", headers=headers)
     with pytest.raises(InferenceServerException) as e:
@@ -146,7 +152,7 @@ def test_tokens_and_tenancy_are_those_of_the_grpc_front(served):
     with pytest.raises(InferenceServerException) as e:
         grpc_y(served, "beta", "m", np.zeros((1, 4), np.float32))
     assert e.value.status() == "StatusCode.NOT_FOUND" and "E_MODEL_NOT_FOUND" in e.value.message()
-    assert curl(served, "/v2/models/stats", token=served.tokens["acme"])[0] == 501   # statistics: not offered yet
+    assert curl(served, "/v2/models/m/stats", token=served.tokens["beta"])[0] == 404
     assert curl(served, "/v2/systemsharedmemory/status", token=served.tokens["acme"])[0] == 501
 
 

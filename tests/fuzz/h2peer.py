@@ -55,9 +55,10 @@ class Supervisor:
 
     def __init__(self, max_message_bytes: int = LIMITS.max_message_bytes):
         digest = hashlib.sha256(TOKEN.encode()).hexdigest()
-        tenant = SimpleNamespace(id="acme", token_sha256=[digest])
+        tenant = SimpleNamespace(id="acme", token_sha256=[digest], unsafe_anonymous=False)
         self.config = SimpleNamespace(limits=SimpleNamespace(max_message_bytes=max_message_bytes), tenants=[tenant],
-                                      admin_token_sha256=[hashlib.sha256(ADMIN.encode()).hexdigest()])
+                                      admin_token_sha256=[hashlib.sha256(ADMIN.encode()).hexdigest()],
+                                      metrics_token_sha256=[])
         self.tenants = Tenants(self.config)
 
     def ready(self) -> bool:
@@ -83,8 +84,8 @@ class Supervisor:
     async def load(self, tenant, name, files, config=None):
         raise RtdError(Code.E_SIG_MISSING, "the stand-in verifies nothing")
 
-    async def infer(self, tenant, name, version, inputs, outputs, deadline):
-        return SimpleNamespace(version="1", outputs=dict(inputs), charges=[])
+    async def infer(self, tenant, name, version, inputs, outputs, deadline, encode):
+        return SimpleNamespace(version="1", outputs=dict(inputs), charges=[], encoded=encode("1", dict(inputs)))
 
 
 def server(supervisor: Supervisor | None = None) -> tuple[http2.Server, grpc_front.Front]:
