@@ -22,6 +22,7 @@ JSON output that large.
 import asyncio
 import base64
 import binascii
+import collections
 import dataclasses
 import http
 import json
@@ -49,6 +50,7 @@ BY_CODE = {Code.E_MESSAGE_TOO_LARGE: 413}
 MAX_HEAD = http2.MAX_HEADER_LIST
 MAX_JSON_VALUES = 1 << 20
 INFER_HEADER = "inference-header-content-length"
+SINGLE_HEADERS = {"authorization", "content-length", "content-encoding", "transfer-encoding", "expect", INFER_HEADER}
 MODEL = r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?"
 IDLE, HEAD, BODY, RUN, CLOSING = range(5)
 
@@ -399,6 +401,11 @@ class Connection(asyncio.Protocol):
             if self.head_bytes > MAX_HEAD:
                 self._refuse(_bad(f"the request head exceeds {MAX_HEAD} bytes"))
 
+    def eof_received(self) -> bool:
+        """A client that half-closes after its request still gets the answer, then the close."""
+        self.keep_alive = False
+        return self.state == RUN
+
     def on_message_begin(self) -> None:
         if self.state == RUN:   # the next request before this one's answer
             self.keep_alive = False
@@ -423,8 +430,9 @@ class Connection(asyncio.Protocol):
 
     def _admit(self) -> int:
         """Route, authenticate and charge a request from its head; returns its body length."""
-        if len(self.headers) != len(dict(self.headers)):
-            raise _bad("a header is given twice")
+        given = collections.Counter(name for name, _ in self.headers)
+        if any(given[name] > 1 for name in SINGLE_HEADERS):
+            raise _bad(f"one of {', '.join(sorted(SINGLE_HEADERS))} is given twice")
         headers, verb = dict(self.headers), self.parser.get_method().decode("latin-1")
         self.method, params = self.front.route(verb, self.url.decode("latin-1"))
         if self.draining:

@@ -17,6 +17,8 @@ import tritonclient.grpc as tc_grpc
 import tritonclient.http as tc_http
 from tritonclient.utils import InferenceServerException
 
+from rtd.daemon.rest_front import BY_CODE, HTTP_STATUS
+from rtd.errors import Code
 from tests.daemon.conftest import free_port, mlp, slow_model
 from tests.daemon.test_serving import reference
 from tests.daemon.test_tls import _cert
@@ -316,3 +318,18 @@ def test_rest_and_grpc_calls_are_charged_to_one_ledger(fresh_daemon):
     assert curl(d, "/v2/models/b/infer", "-d", request, token=d.tokens["beta"])[0] == 200   # beta's budget is its own
     slow.join(120)
     assert settled(d, "acme") == dict.fromkeys(TRANSIENT, 0)
+
+
+def test_every_code_has_an_http_status():
+    assert all(code in BY_CODE or code.status in HTTP_STATUS for code in Code)
+
+
+def test_a_client_that_half_closes_after_its_request_gets_the_answer(served):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(30)
+        s.connect(rest_socket(served))
+        s.sendall(f"GET /v2/models/m HTTP/1.1\r\nHost: rtd\r\nAuthorization: Bearer {served.tokens['acme']}\r\n\r\n".encode())
+        s.shutdown(socket.SHUT_WR)
+        status, body = _answer(s)
+        assert status == 200 and json.loads(body)["name"] == "m"
+        assert s.recv(1) == b""
