@@ -17,8 +17,10 @@ import tritonclient.grpc as tc_grpc
 import tritonclient.http as tc_http
 from tritonclient.utils import InferenceServerException
 
-from rtd.daemon.rest_front import BY_CODE, HTTP_STATUS
-from rtd.errors import Code
+from rtd import dtypes
+from rtd.daemon.rest_front import BY_CODE, HTTP_STATUS, Tensor
+from rtd.daemon.tensors import decode_inputs, json_data, raw_from_json
+from rtd.errors import Code, RtdError
 from tests.daemon.conftest import free_port, mlp, slow_model
 from tests.daemon.test_serving import reference
 from tests.daemon.test_tls import _cert
@@ -333,3 +335,17 @@ def test_a_client_that_half_closes_after_its_request_gets_the_answer(served):
         status, body = _answer(s)
         assert status == 200 and json.loads(body)["name"] == "m"
         assert s.recv(1) == b""
+
+
+@pytest.mark.parametrize("row", dtypes.TABLE, ids=lambda row: row.kserve)
+def test_json_data_round_trips_every_datatype(row):
+    if row.wire == "bytes":
+        a = np.array([["a", "bé"], ["", "z"]], dtype=object)
+        want = np.array([[b"a", "bé".encode()], [b"", b"z"]], dtype=object)
+    else:
+        a = want = (np.arange(4) % 2 == 1 if row.wire == "bool" else np.arange(4) + 1).astype(row.numpy).reshape(2, 2)
+    flat = json.loads(json.dumps(json_data(a)))
+    got = decode_inputs([Tensor("t", row.kserve, [2, 2])], [raw_from_json("t", row.kserve, flat)], 1 << 20)["t"]
+    assert got.shape == (2, 2) and got.tolist() == want.tolist()
+    with pytest.raises(RtdError):   # a value of another kind
+        raw_from_json("t", row.kserve, [1.5, 2, 3, 4] if row.wire != "bytes" and row.numpy.kind != "f" else [[1], 2, 3, {}])
