@@ -1,7 +1,11 @@
 """Shared pieces of the com.microsoft contrib kernels that onnxruntime's optimizer and quantizer emit."""
+import math
+
 import numpy as np
 
-from ._quant import centred, quantize
+from rtd.errors import Code, RtdError
+
+from ._quant import centred, eight_bit, lookup_table, quantize, scalar_param
 from .base import Kernel
 from .op_gelu import Gelu_20
 
@@ -34,3 +38,60 @@ def integer_matmul_to_float(xp, a, a_zero_point, b, b_zero_point, scale, bias):
     if bias is not None:
         y += bias
     return y
+
+
+class QLinearLookup(MsKernel):
+    """An 8-bit unary op computed as onnxruntime does: a 256-entry table over x's bytes, built from the
+    scales and zero points (kept while they stay the same) by `transform` (float32 → float32)."""
+
+    def setup(self):
+        self._table = (None, None)
+
+    def transform(self, x):
+        raise NotImplementedError
+
+    def run(self, x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None):
+        op = self.op_type
+        dtype = eight_bit(op, x)
+        params = (scalar_param(op, "X_scale", x_scale), scalar_param(op, "X_zero_point", x_zero_point, dtype),
+                  scalar_param(op, "Y_scale", y_scale), scalar_param(op, "Y_zero_point", y_zero_point, dtype))
+        if params[2] is None:
+            raise RtdError(Code.E_MODEL_INVALID, f"{op}: input Y_scale is required")
+        key = tuple(None if p is None else p.tobytes() for p in params)
+        if self._table[0] != key:
+            self._table = (key, self.xp.asarray(lookup_table(dtype, *params, self.transform)))
+        return (self._table[1].take(x.view(np.uint8)),)
+
+
+def scalar_side(a_shape, b_shape) -> str | None:
+    """Which input onnxruntime's broadcaster hands its 8-bit binary kernels as a scalar per span: "a" or
+    "b" when that input is broadcast along the output's innermost axis longer than 1 (or is one
+    value), None when both run along it. The kernels' float32 operation order differs by case."""
+    if math.prod(a_shape) == 1:
+        return "a"
+    if math.prod(b_shape) == 1:
+        return "b"
+    out = np.broadcast_shapes(a_shape, b_shape)
+    axis = max((i for i, n in enumerate(out) if n > 1), default=None)
+    if axis is None:
+        return None
+    a_dim = (1,) * (len(out) - len(a_shape)) + tuple(a_shape)
+    b_dim = (1,) * (len(out) - len(b_shape)) + tuple(b_shape)
+    return "a" if a_dim[axis] == 1 else "b" if b_dim[axis] == 1 else None
+
+
+class QLinearBinary(MsKernel):
+    """A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp (per tensor, zero points optional) → 8-bit C."""
+
+    def run(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+        op = self.op_type
+        dtype = eight_bit(op, a, b)
+        zero = np.zeros((), dtype)
+        params = (np.float32(scalar_param(op, "A_scale", a_scale)), scalar_param(op, "A_zero_point", a_zero_point, dtype),
+                  np.float32(scalar_param(op, "B_scale", b_scale)), scalar_param(op, "B_zero_point", b_zero_point, dtype),
+                  np.float32(scalar_param(op, "C_scale", c_scale)), scalar_param(op, "C_zero_point", c_zero_point, dtype))
+        params = tuple(zero if p is None else p for p in params)
+        return (self.combine(a, b, *params, dtype),)
+
+    def combine(self, a, b, a_scale, a_zp, b_scale, b_zp, c_scale, c_zp, dtype):
+        raise NotImplementedError
