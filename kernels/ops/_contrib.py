@@ -3,8 +3,6 @@ import math
 
 import numpy as np
 
-from rtd.errors import Code, RtdError
-
 from ._quant import centred, eight_bit, lookup_table, quantize, scalar_param
 from .base import Kernel
 from .op_gelu import Gelu_20
@@ -50,14 +48,10 @@ class QLinearLookup(MsKernel):
     def transform(self, x):
         raise NotImplementedError
 
-    def run(self, x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None):
-        op = self.op_type
-        dtype = eight_bit(op, x)
-        params = (scalar_param(op, "X_scale", x_scale), scalar_param(op, "X_zero_point", x_zero_point, dtype),
-                  scalar_param(op, "Y_scale", y_scale), scalar_param(op, "Y_zero_point", y_zero_point, dtype))
-        if params[2] is None:
-            raise RtdError(Code.E_MODEL_INVALID, f"{op}: input Y_scale is required")
-        key = tuple(None if p is None else p.tobytes() for p in params)
+    def run(self, x, x_scale, x_zero_point, y_scale, y_zero_point=None):
+        dtype = eight_bit(self.op_type, x)
+        params = qlinear_params(self.op_type, dtype, x_scale, x_zero_point, y_scale, y_zero_point)
+        key = tuple(p.tobytes() for p in params)
         if self._table[0] != key:
             self._table = (key, self.xp.asarray(lookup_table(dtype, *params, self.transform)))
         return (self._table[1].take(x.view(np.uint8)),)
@@ -95,3 +89,25 @@ class QLinearBinary(MsKernel):
 
     def combine(self, a, b, a_scale, a_zp, b_scale, b_zp, c_scale, c_zp, dtype):
         raise NotImplementedError
+
+
+def qlinear_params(op, dtype, x_scale, x_zero_point, y_scale, y_zero_point):
+    """(x_scale, x_zp, y_scale, y_zp) of a per-tensor 8-bit op as host scalars (float32, `dtype`; absent zero
+    points are 0)."""
+    zero = np.zeros((), dtype)
+    x_zp = scalar_param(op, "X_zero_point", x_zero_point, dtype)
+    y_zp = scalar_param(op, "Y_zero_point", y_zero_point, dtype)
+    return (np.float32(scalar_param(op, "X_scale", x_scale)), zero if x_zp is None else x_zp,
+            np.float32(scalar_param(op, "Y_scale", y_scale)), zero if y_zp is None else y_zp)
+
+
+def global_average_8bit(xp, x, params, dtype, channels_last):
+    """onnxruntime's QLinearGlobalAveragePool: exact integer sums over the image less x_zp · size, times
+    x_scale / (y_scale · size) in float32, half to even, plus y_zp, saturated. Kept dims are 1."""
+    x_scale, x_zp, y_scale, y_zp = params
+    spatial = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
+    size = math.prod(x.shape[a] for a in spatial)
+    acc = xp.sum(x, axis=spatial, dtype=np.int64, keepdims=True)
+    acc -= int(x_zp) * size
+    scale = x_scale / (y_scale * np.float32(size))
+    return quantize(xp, xp.multiply(acc, scale, dtype=np.float32), y_zp, dtype)
