@@ -38,7 +38,22 @@ def integer_matmul_to_float(xp, a, a_zero_point, b, b_zero_point, scale, bias):
     return y
 
 
-class QLinearLookup(MsKernel):
+class QLinearKernel(MsKernel):
+    """A per-tensor 8-bit com.microsoft op: scales and zero points are read on the host as NumPy scalars."""
+
+    def scalar(self, name, value, dtype=None):
+        return scalar_param(self.op_type, name, self.host(value), dtype)
+
+    def params(self, dtype, x_scale, x_zero_point, y_scale, y_zero_point, names=("X", "Y")):
+        """(x_scale, x_zp, y_scale, y_zp): scales as float32, zero points of `dtype` (absent: 0); `names` are
+        the inputs' names in the op's schema, for refusals."""
+        (x, y), zero = names, dtype.type(0)
+        x_zp, y_zp = self.scalar(f"{x}_zero_point", x_zero_point, dtype), self.scalar(f"{y}_zero_point", y_zero_point, dtype)
+        return (np.float32(self.scalar(f"{x}_scale", x_scale)), zero if x_zp is None else x_zp,
+                np.float32(self.scalar(f"{y}_scale", y_scale)), zero if y_zp is None else y_zp)
+
+
+class QLinearLookup(QLinearKernel):
     """An 8-bit unary op computed as onnxruntime does: a 256-entry table over x's bytes, built from the
     scales and zero points (kept while they stay the same) by `transform` (float32 → float32)."""
 
@@ -50,7 +65,7 @@ class QLinearLookup(MsKernel):
 
     def run(self, x, x_scale, x_zero_point, y_scale, y_zero_point=None):
         dtype = eight_bit(self.op_type, x)
-        params = qlinear_params(self.op_type, dtype, x_scale, x_zero_point, y_scale, y_zero_point)
+        params = self.params(dtype, x_scale, x_zero_point, y_scale, y_zero_point)
         key = tuple(p.tobytes() for p in params)
         if self._table[0] != key:
             self._table = (key, self.xp.asarray(lookup_table(dtype, *params, self.transform)))
@@ -74,31 +89,17 @@ def scalar_side(a_shape, b_shape) -> str | None:
     return "a" if a_dim[axis] == 1 else "b" if b_dim[axis] == 1 else None
 
 
-class QLinearBinary(MsKernel):
+class QLinearBinary(QLinearKernel):
     """A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp (per tensor, zero points optional) → 8-bit C."""
 
     def run(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
-        op = self.op_type
-        dtype = eight_bit(op, a, b)
-        zero = np.zeros((), dtype)
-        params = (np.float32(scalar_param(op, "A_scale", a_scale)), scalar_param(op, "A_zero_point", a_zero_point, dtype),
-                  np.float32(scalar_param(op, "B_scale", b_scale)), scalar_param(op, "B_zero_point", b_zero_point, dtype),
-                  np.float32(scalar_param(op, "C_scale", c_scale)), scalar_param(op, "C_zero_point", c_zero_point, dtype))
-        params = tuple(zero if p is None else p for p in params)
-        return (self.combine(a, b, *params, dtype),)
+        dtype = eight_bit(self.op_type, a, b)
+        a_scale, a_zp, c_scale, c_zp = self.params(dtype, a_scale, a_zero_point, c_scale, c_zero_point, ("A", "C"))
+        b_scale, b_zp, _, _ = self.params(dtype, b_scale, b_zero_point, c_scale, c_zero_point, ("B", "C"))
+        return (self.combine(a, b, a_scale, a_zp, b_scale, b_zp, c_scale, c_zp, dtype),)
 
     def combine(self, a, b, a_scale, a_zp, b_scale, b_zp, c_scale, c_zp, dtype):
         raise NotImplementedError
-
-
-def qlinear_params(op, dtype, x_scale, x_zero_point, y_scale, y_zero_point):
-    """(x_scale, x_zp, y_scale, y_zp) of a per-tensor 8-bit op as host scalars (float32, `dtype`; absent zero
-    points are 0)."""
-    zero = np.zeros((), dtype)
-    x_zp = scalar_param(op, "X_zero_point", x_zero_point, dtype)
-    y_zp = scalar_param(op, "Y_zero_point", y_zero_point, dtype)
-    return (np.float32(scalar_param(op, "X_scale", x_scale)), zero if x_zp is None else x_zp,
-            np.float32(scalar_param(op, "Y_scale", y_scale)), zero if y_zp is None else y_zp)
 
 
 def global_average_8bit(xp, x, params, dtype, channels_last):

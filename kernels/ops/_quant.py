@@ -160,16 +160,15 @@ EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 def scalar_param(op, name, value, dtype=None):
-    """A per-tensor scale or zero point as a host NumPy scalar (None stays None); E_INPUT_INVALID when it
-    holds more than one value or (for a zero point) its type is not `dtype`."""
+    """A per-tensor scale or zero point (a host array or None) as a NumPy scalar (None stays None);
+    E_INPUT_INVALID when it holds more than one value or (for a zero point) its type is not `dtype`."""
     if value is None:
         return None
-    value = np.asarray(value)
     if value.size != 1:
         raise RtdError(Code.E_INPUT_INVALID, f"{op}: {name} must be a scalar (per-tensor), got shape {value.shape}")
     if dtype is not None and value.dtype != dtype:
         raise RtdError(Code.E_INPUT_INVALID, f"{op}: {name} is {value.dtype}, the data is {np.dtype(dtype)}")
-    return value.reshape(())
+    return value.reshape(())[()]
 
 
 def eight_bit(op, *arrays):

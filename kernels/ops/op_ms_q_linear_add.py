@@ -15,7 +15,7 @@ from ._quant import quantize
 def _fma32(xp, x, ratio, addend):
     """float32(x * ratio + addend) rounded once, x integer, ratio and addend float32."""
     y = xp.multiply(x, np.float64(ratio), dtype=np.float64)
-    y = xp.add(y, addend, out=y) if xp.broadcast_shapes(y.shape, xp.shape(addend)) == y.shape else y + addend
+    y = xp.add(y, addend, out=y) if np.broadcast_shapes(y.shape, np.shape(addend)) == y.shape else y + addend
     return y.astype(np.float32)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 
-from ._contrib import MsKernel, global_average_8bit, qlinear_params
+from ._contrib import QLinearKernel, global_average_8bit
 from ._quant import eight_bit, quantize
 from ._window import geometry, pad_into, separable, taps
 from .base import REQUIRED
@@ -27,7 +27,7 @@ def _ints(value, count, least, name):
     return list(value)
 
 
-class QLinearAveragePool_1(MsKernel):
+class QLinearAveragePool_1(QLinearKernel):
     attributes = {"auto_pad": "NOTSET", "ceil_mode": 0, "channels_last": 0, "count_include_pad": 0,
                   "kernel_shape": REQUIRED, "pads": None, "strides": None}
 
@@ -51,7 +51,7 @@ class QLinearAveragePool_1(MsKernel):
         dtype = eight_bit(self.op_type, x)
         if x.ndim != nd + 2:
             raise RtdError(Code.E_INPUT_INVALID, f"QLinearAveragePool: input of rank {x.ndim} for a {nd}-D kernel")
-        params = qlinear_params(self.op_type, dtype, x_scale, x_zero_point, y_scale, y_zero_point)
+        params = self.params(dtype, x_scale, x_zero_point, y_scale, y_zero_point)
         if self.channels_last:
             x = xp.moveaxis(x, -1, 1)
         spatial = x.shape[2:]

@@ -9,12 +9,12 @@ import numpy as np
 from rtd.errors import Code, RtdError
 
 from ._axes import normalize_axis
-from ._contrib import MsKernel, qlinear_params
+from ._contrib import QLinearKernel
 from ._quant import eight_bit, lookup_table
 from .base import REQUIRED
 
 
-class QLinearConcat_1(MsKernel):
+class QLinearConcat_1(QLinearKernel):
     attributes = {"axis": REQUIRED}
 
     def setup(self):
@@ -32,7 +32,7 @@ class QLinearConcat_1(MsKernel):
         axis = normalize_axis(self.axis, xs[0].ndim, op)
         parts = []
         for i, x in enumerate(xs):
-            params = qlinear_params(op, dtype, triples[3 * i + 1], triples[3 * i + 2], y_scale, y_zero_point)
+            params = self.params(dtype, triples[3 * i + 1], triples[3 * i + 2], y_scale, y_zero_point)
             if params[0] == params[2] and params[1] == params[3]:
                 parts.append(x)
                 continue

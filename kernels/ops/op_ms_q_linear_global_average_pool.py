@@ -1,11 +1,11 @@
 """com.microsoft QLinearGlobalAveragePool: the 8-bit mean of each image (NCHW, or NHWC with channels_last)."""
 from rtd.errors import Code, RtdError
 
-from ._contrib import MsKernel, global_average_8bit, qlinear_params
+from ._contrib import QLinearKernel, global_average_8bit
 from ._quant import eight_bit
 
 
-class QLinearGlobalAveragePool_1(MsKernel):
+class QLinearGlobalAveragePool_1(QLinearKernel):
     attributes = {"channels_last": 0}
 
     def setup(self):
@@ -16,5 +16,5 @@ class QLinearGlobalAveragePool_1(MsKernel):
         dtype = eight_bit(self.op_type, x)
         if x.ndim < 3:
             raise RtdError(Code.E_INPUT_INVALID, f"QLinearGlobalAveragePool: input of rank {x.ndim}, at least 3 needed")
-        params = qlinear_params(self.op_type, dtype, x_scale, x_zero_point, y_scale, y_zero_point)
+        params = self.params(dtype, x_scale, x_zero_point, y_scale, y_zero_point)
         return (global_average_8bit(self.xp, x, params, dtype, self.channels_last),)
