@@ -66,10 +66,10 @@ class QLinearLookup(QLinearKernel):
     def run(self, x, x_scale, x_zero_point, y_scale, y_zero_point=None):
         dtype = eight_bit(self.op_type, x)
         params = self.params(dtype, x_scale, x_zero_point, y_scale, y_zero_point)
-        key = tuple(p.tobytes() for p in params)
-        if self._table[0] != key:
-            self._table = (key, self.xp.asarray(lookup_table(dtype, *params, self.transform)))
-        return (self._table[1].take(x.view(np.uint8)),)
+        key, kept = tuple(p.tobytes() for p in params), self._table  # one read: runs may share the kernel
+        if kept[0] != key:
+            kept = self._table = (key, self.xp.asarray(lookup_table(dtype, *params, self.transform)))
+        return (kept[1].take(x.view(np.uint8)),)
 
 
 def scalar_side(a_shape, b_shape) -> str | None:
@@ -106,14 +106,14 @@ class QLinearBinary(QLinearKernel):
         b_scale, b_zp, _, _ = self.params(dtype, b_scale, b_zero_point, c_scale, c_zero_point, ("B", "C"))
         params = (a_scale, a_zp, b_scale, b_zp, c_scale, c_zp)
         side = scalar_side(a.shape, b.shape)
-        key = (side,) + tuple(p.tobytes() for p in params)
-        if self._table[0] != key:
+        key, kept = (side,) + tuple(p.tobytes() for p in params), self._table  # one read: runs may share the kernel
+        if kept[0] != key:
             values = np.arange(256, dtype=np.uint8).view(dtype)
             table = self.combine(values[:, None], values[None, :], *params, dtype, side)
-            self._table = (key, xp.asarray(table.reshape(-1)))
+            kept = self._table = (key, xp.asarray(table.reshape(-1)))
         pairs = xp.left_shift(a.view(np.uint8), 8, dtype=np.uint16)
         pairs = xp.bitwise_or(pairs, b.view(np.uint8), dtype=np.uint16)
-        return (self._table[1].take(pairs),)
+        return (kept[1].take(pairs),)
 
     def combine(self, a, b, a_scale, a_zp, b_scale, b_zp, c_scale, c_zp, dtype, side):
         """C for host arrays a, b; `side` is `scalar_side`'s answer for the inputs' real shapes."""

@@ -183,8 +183,6 @@ def lookup_table(dtype, x_scale, x_zero_point, y_scale, y_zero_point, fn):
     """The 256-entry table y[byte] of an 8-bit op, indexed by x's bytes: each value dequantized
     (x_scale * (x - x_zp) in float32), mapped by `fn` (float32 in, float32 out), then quantized
     (float32 division by y_scale, half to even, plus y_zp, saturated), as onnxruntime builds it."""
-    values = np.arange(256, dtype=np.uint8).view(dtype).astype(np.int32)
-    if x_zero_point is not None:
-        values -= int(x_zero_point)
+    values = np.arange(256, dtype=np.uint8).view(dtype).astype(np.int32) - int(x_zero_point)
     y = fn(values.astype(np.float32) * np.float32(x_scale))
     return quantize(np, y / np.float32(y_scale), y_zero_point, dtype)
