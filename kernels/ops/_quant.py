@@ -150,5 +150,39 @@ def integer_matmul(xp, a, a_zero_point, b_centred, b_max):
 
 
 def requantize(xp, acc, multiplier, zero_point, dtype):
-    """acc * multiplier rounded half to even, plus zero point, saturated to `dtype`."""
-    return quantize(xp, acc * multiplier.astype(np.float64), zero_point, dtype)
+    """int32 acc * multiplier rounded half to even, plus zero point, saturated to `dtype`: in float32
+    like onnxruntime's MlasRequantizeOutput (acc made a float32, one float32 product), so a product
+    that float32 rounds onto .5 rounds as there."""
+    return quantize(xp, xp.multiply(acc, multiplier.astype(np.float32), dtype=np.float32), zero_point, dtype)
+
+
+EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def scalar_param(op, name, value, dtype=None):
+    """A per-tensor scale or zero point (a host array or None) as a NumPy scalar (None stays None);
+    E_INPUT_INVALID when it holds more than one value or (for a zero point) its type is not `dtype`."""
+    if value is None:
+        return None
+    if value.size != 1:
+        raise RtdError(Code.E_INPUT_INVALID, f"{op}: {name} must be a scalar (per-tensor), got shape {value.shape}")
+    if dtype is not None and value.dtype != dtype:
+        raise RtdError(Code.E_INPUT_INVALID, f"{op}: {name} is {value.dtype}, the data is {np.dtype(dtype)}")
+    return value.reshape(())[()]
+
+
+def eight_bit(op, *arrays):
+    """The common 8-bit integer type of `arrays`; E_INPUT_INVALID for any other or a mix."""
+    dtypes = {a.dtype for a in arrays}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in EIGHT_BIT:
+        raise RtdError(Code.E_INPUT_INVALID, f"{op}: inputs must all be uint8 or all int8, got {sorted(map(str, dtypes))}")
+    return next(iter(dtypes))
+
+
+def lookup_table(dtype, x_scale, x_zero_point, y_scale, y_zero_point, fn):
+    """The 256-entry table y[byte] of an 8-bit op, indexed by x's bytes: each value dequantized
+    (x_scale * (x - x_zp) in float32), mapped by `fn` (float32 in, float32 out), then quantized
+    (float32 division by y_scale, half to even, plus y_zp, saturated), as onnxruntime builds it."""
+    values = np.arange(256, dtype=np.uint8).view(dtype).astype(np.int32) - int(x_zero_point)
+    y = fn(values.astype(np.float32) * np.float32(x_scale))
+    return quantize(np, y / np.float32(y_scale), y_zero_point, dtype)

@@ -17,6 +17,7 @@ EXPECTED = {  # fused kernels each model's plan must contain
     "control_flow": set(),
     "lstm_tagger": set(),
     "cnn_qdq": set(),
+    "cnn_qop": set(),
     "minilm_qdyn": {"LayerNorm", "Attention", "Gelu"},
 }
 SMALL_DIMS = {"minilm": {"batch": 2, "seq": 24}, "minilm_dynamo": {"batch": 2, "seq": 24}, "minilm_qdyn": {"batch": 1, "seq": 16}}

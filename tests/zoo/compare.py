@@ -26,6 +26,9 @@ QUANTIZED_TOLERANCE = 2 / 255
 # sign (errors the size of the output itself) but cannot tell a systematically different rounding
 # mode from these legitimate flips: the small CNNs, held to QUANTIZED_TOLERANCE, catch that.
 DEEP_QUANTIZED_TOLERANCE = 6e-2
+# QOperator graphs (QLinearConv, QLinearAdd, ... between one QuantizeLinear and one DequantizeLinear):
+# every 8-bit op repeats onnxruntime's own float32 steps, so the outputs must be equal.
+QOPERATOR_TOLERANCE = 0.0
 
 
 def scaled_error(got: np.ndarray, want: np.ndarray) -> float:

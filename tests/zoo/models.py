@@ -22,7 +22,7 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 
 from . import nets
 from .cache import cached_model
-from .compare import DEEP_QUANTIZED_TOLERANCE, FLOAT_TOLERANCE, QUANTIZED_TOLERANCE
+from .compare import DEEP_QUANTIZED_TOLERANCE, FLOAT_TOLERANCE, QOPERATOR_TOLERANCE, QUANTIZED_TOLERANCE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +191,11 @@ def build_small_cnn() -> bytes:
     return export(net, (torch.randn(1, 3, 32, 32),), opset=13, inputs=["image"], outputs=["logits"], dynamic=_IMAGE)
 
 
+def build_branchy_cnn() -> bytes:
+    net = nets.perturbed_init(nets.BranchyCNN(), seed=33)
+    return export(net, (torch.randn(1, 3, 32, 32),), opset=13, inputs=["image"], outputs=["logits"], dynamic=_IMAGE)
+
+
 def _quantize(base: str, quantize) -> bytes:
     """Run an onnxruntime.quantization entry point file-to-file (its API takes paths)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -215,6 +220,20 @@ def build_cnn_qdq() -> bytes:
     # static QDQ: QuantizeLinear/DequantizeLinear pairs around every Conv/Gemm, scales from 8 calibration images
 
     return _quantize("small_cnn", lambda src, dst: quantize_static(src, dst, _Calibration(), quant_format=QuantFormat.QDQ))
+
+
+def build_cnn_qop() -> bytes:
+    # static QOperator, uint8 activations, per-tensor int8 weights: QLinearConv/Add/Concat/Sigmoid/Mul/
+    # LeakyRelu/AveragePool/GlobalAveragePool/MatMul between one QuantizeLinear and one DequantizeLinear
+    return _quantize("branchy_cnn", lambda src, dst: quantize_static(src, dst, _Calibration(),
+                                                                     quant_format=QuantFormat.QOperator))
+
+
+def build_cnn_qop_s8() -> bytes:
+    # the same with int8 activations and per-channel weights (QLinearConv's per-channel scales)
+    return _quantize("branchy_cnn", lambda src, dst: quantize_static(
+        src, dst, _Calibration(), quant_format=QuantFormat.QOperator, activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8, per_channel=True))
 
 
 class _Calibration(CalibrationDataReader):
@@ -246,10 +265,15 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("detector", build_detector, image_feeds, ({"batch": 1, "height": 256, "width": 256},
                                                        {"batch": 2, "height": 128, "width": 192})),
     ZooModel("small_cnn", build_small_cnn, small_image_feeds, ({"batch": 1}, {"batch": 4})),
+    ZooModel("branchy_cnn", build_branchy_cnn, small_image_feeds, ({"batch": 1}, {"batch": 3})),
     ZooModel("minilm_qdyn", build_minilm_qdyn, token_feeds, ({"batch": 1, "seq": 128}, {"batch": 2, "seq": 50}),
              tolerance=DEEP_QUANTIZED_TOLERANCE, depends=("minilm",)),
     ZooModel("cnn_qdyn", build_cnn_qdyn, small_image_feeds, ({"batch": 1}, {"batch": 4}),
              tolerance=QUANTIZED_TOLERANCE, depends=("small_cnn",)),
     ZooModel("cnn_qdq", build_cnn_qdq, small_image_feeds, ({"batch": 1}, {"batch": 4}),
              tolerance=QUANTIZED_TOLERANCE, depends=("small_cnn",)),
+    ZooModel("cnn_qop", build_cnn_qop, small_image_feeds, ({"batch": 1}, {"batch": 4}),
+             tolerance=QOPERATOR_TOLERANCE, depends=("branchy_cnn",)),
+    ZooModel("cnn_qop_s8", build_cnn_qop_s8, small_image_feeds, ({"batch": 1}, {"batch": 4}),
+             tolerance=QOPERATOR_TOLERANCE, depends=("branchy_cnn",)),
 ]}

@@ -239,3 +239,29 @@ class SmallCNN(nn.Module):
 
     def forward(self, x):
         return self.fc(torch.flatten(self.body(x), 1))
+
+
+class BranchyCNN(nn.Module):
+    """A small CNN whose static QOperator quantization uses every 8-bit op onnxruntime emits for
+    vision nets: a residual Add, a two-branch Concat, sigmoid gating (Sigmoid, Mul), LeakyReLU,
+    a padded AveragePool, a depthwise Conv, GlobalAveragePool and a MatMul head."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, 1, 1)
+        self.res = nn.Conv2d(16, 16, 3, 1, 1)
+        self.left, self.right = nn.Conv2d(16, 8, 1), nn.Conv2d(16, 8, 3, 1, 1)
+        self.gate = nn.Conv2d(16, 16, 1)
+        self.pool = nn.AvgPool2d(3, stride=2, padding=1)
+        self.depthwise = nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+        self.widen = nn.Conv2d(16, 32, 3, 2, 1)
+        self.head = nn.Parameter(torch.zeros(32, classes))
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        x = x + F.relu(self.res(x))
+        x = torch.cat([self.left(x), self.right(x)], 1)
+        x = x * torch.sigmoid(self.gate(x))
+        x = self.pool(F.leaky_relu(x, 0.1))
+        x = F.relu(self.widen(F.relu(self.depthwise(x))))
+        return torch.flatten(F.adaptive_avg_pool2d(x, 1), 1) @ self.head
