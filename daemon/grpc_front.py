@@ -1,5 +1,5 @@
 """The gRPC front: KServe v2 `inference.GRPCInferenceService` for tenants, grpc.health.v1
-and `rtd.Admin/Status` for operators, served by rtd's own HTTP/2 transport (http2.py).
+and `rtd.Admin/Status` and `rtd.Admin/Reload` for operators, served by rtd's own HTTP/2 transport (http2.py).
 Each handler only translates the message onto the Supervisor API and back; refusals are
 mapped through the ONE table (`Code.status`) in `describe`; anything unexpected is INTERNAL
 "Internal server error" with no details. RPCs not listed here (shared memory, trace/log
@@ -48,8 +48,9 @@ def _reply(message) -> http2.Reply:
 class Front:
     """Translates KServe v2 (and the admin and health services) onto the Supervisor."""
 
-    def __init__(self, supervisor):
-        self.supervisor = supervisor
+    def __init__(self, supervisor, reload):
+        """`reload()`: re-read tenant tokens and trust stores as SIGHUP does, or raise RtdError."""
+        self.supervisor, self.reload = supervisor, reload
         self.max_bytes = supervisor.config.limits.max_message_bytes
         public, control, work = dict(public=True), dict(control=True), {}
         routes = {
@@ -60,14 +61,14 @@ class Front:
             (SERVICE, "ModelConfig"): (self.model_config, control),
             (SERVICE, "RepositoryIndex"): (self.repository_index, control),
             (SERVICE, "RepositoryModelUnload"): (self.repository_unload, control),
-            (ADMIN_SERVICE, "Status"): (self.admin_status, control),
+            (ADMIN_SERVICE, "Status"): (self.admin_status, control), (ADMIN_SERVICE, "Reload"): (self.admin_reload, control),
             (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, work),
         }
         self.methods = {f"/{service}/{rpc}": http2.Method(handler, **kind) for (service, rpc), (handler, kind) in routes.items()}
 
     def authenticate(self, metadata, method: http2.Method) -> str:
         """Who pays for a call: the operator for admin calls, else the caller's tenant."""
-        if method.handler == self.admin_status:
+        if method.handler in (self.admin_status, self.admin_reload):
             self.supervisor.tenants.authenticate_admin(metadata)
             return OPERATOR
         return self.supervisor.tenants.authenticate(metadata).id
@@ -122,6 +123,10 @@ class Front:
 
     async def admin_status(self, call):
         return http2.Reply([json.dumps(self.supervisor.status(), default=str).encode()])
+
+    async def admin_reload(self, call):
+        self.reload()
+        return http2.Reply([b""])
 
     # -- work ------------------------------------------------------------------------------------
     async def model_infer(self, call):

@@ -10,6 +10,7 @@ finish within `drain_grace_s`, then the workers and the zygote stop.
 """
 import argparse
 import asyncio
+import contextlib
 import fcntl
 import grp
 import hashlib
@@ -20,8 +21,8 @@ import socket
 import sys
 import time
 
+from rtd.daemon import cli_errors, http2
 from rtd.daemon import config as configuration
-from rtd.daemon import http2
 from rtd.daemon.events import EventLog
 from rtd.daemon.grpc_front import Front, describe
 from rtd.daemon.metrics import Metrics
@@ -29,6 +30,7 @@ from rtd.daemon.metrics_listener import MetricsListener
 from rtd.daemon.supervisor import Supervisor
 from rtd.errors import Code, RtdError
 from rtd.sandbox import Zygote, cleanup_instance, detect_layout, load_policy
+from rtd.sandbox.syscalls import check_architecture
 
 WORKER_MODULE = "rtd.daemon.worker"
 LOCK_WAIT_S = 5.0
@@ -68,12 +70,22 @@ async def _watchdog() -> None:
         await asyncio.sleep(usec / 2e6)
 
 
-def _reload(supervisor: Supervisor, reread, events: EventLog) -> None:
+def _reload(supervisor: Supervisor, reread, events: EventLog, by: str) -> None:
+    """SIGHUP or rtd.Admin/Reload (`by`): tokens and trust stores, all or nothing; a refusal
+    keeps the old ones, is logged and raised."""
     try:
         supervisor.reload_config(reread())
-        events.emit("reload", detail="tenant tokens and trust stores reloaded")
-    except (configuration.ConfigError, RtdError, OSError) as e:
-        events.emit("reload_refused", level="error", reason=f"{type(e).__name__}: {e}"[:200])
+    except (RtdError, OSError) as e:
+        events.emit("reload_refused", level="error", by=by, reason=f"{type(e).__name__}: {e}"[:200])
+        if isinstance(e, RtdError):
+            raise
+        raise RtdError(Code.E_IO, f"{e}; the old configuration stays") from None
+    events.emit("reload", by=by, detail="tenant tokens and trust stores reloaded")
+
+
+def _hangup(supervisor: Supervisor, reread, events: EventLog) -> None:
+    with contextlib.suppress(RtdError):   # logged by _reload, and the old configuration stays
+        _reload(supervisor, reread, events, "SIGHUP")
 
 
 async def _serve(config: configuration.Config, reread, zygote: Zygote, max_connections: int) -> int:
@@ -83,9 +95,9 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     supervisor = Supervisor(config, zygote, metrics, events)
-    loop.add_signal_handler(signal.SIGHUP, _reload, supervisor, reread, events)
+    loop.add_signal_handler(signal.SIGHUP, _hangup, supervisor, reread, events)
     limits = config.limits
-    front = Front(supervisor)
+    front = Front(supervisor, lambda: _reload(supervisor, reread, events, "admin"))
     server = http2.Server(front.methods, http2.TransportLimits(
         max_message_bytes=limits.max_message_bytes, max_connections=min(limits.max_connections, max_connections),
         max_connections_per_peer=limits.max_connections_per_peer,
@@ -105,7 +117,12 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
         addresses = [f"unix:{config.unix_socket}"]
         if config.tcp:
             host, _, port = config.tcp.rpartition(":")
-            await server.listen_tcp(host, int(port), http2.tls_context(config.tls_cert, config.tls_key, config.tls_client_ca))
+            context = http2.tls_context(config.tls_cert, config.tls_key, config.tls_client_ca)
+            try:
+                await server.listen_tcp(host, int(port), context)
+            except OSError as e:
+                raise RtdError(Code.E_LISTEN_FAILED, f"listen.tcp {config.tcp}: {e.strerror}; stop what holds it "
+                                                     "or choose another address") from None
             addresses.append(f"{config.tcp} (mTLS)")
         if config.metrics_port:
             metrics.status_source = supervisor.status   # scraped on this loop: no lock needed
@@ -174,24 +191,25 @@ def serve(config: configuration.Config, reread) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="rtd", description="The rtd model runtime daemon.")
+    parser = cli_errors.Parser(prog="rtd", description="The rtd model runtime daemon.", epilog=cli_errors.EXIT_CODES,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve_cmd = commands.add_parser("serve", help="run the daemon")
     serve_cmd.add_argument("--config", help="TOML config; without it, the embedded development default")
-    serve_cmd.add_argument("--state-dir", help="state dir of the embedded default (default $RTD_STATE_DIR or ./state)")
+    serve_cmd.add_argument("--state-dir", help="state dir of the embedded default "
+                                               "(default $RTD_STATE_DIR or ~/.local/state/rtd)")
     args = parser.parse_args(argv)
 
     def reread() -> configuration.Config:
-        return configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
-    try:
-        return serve(reread(), reread)
-    except configuration.ConfigError as e:
-        print(f"rtd: config refused: {e}", file=sys.stderr)
-        return 2
-    except RtdError as e:
-        print(f"rtd: {e}", file=sys.stderr)
-        return 2
+        try:
+            return configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
+        except configuration.ConfigError as e:
+            raise RtdError(Code.E_RTD_CONFIG_INVALID, str(e)) from None
 
+    def start(_) -> int:
+        check_architecture()
+        return serve(reread(), reread)
+    return cli_errors.run(start, args)
 
 if __name__ == "__main__":
     sys.exit(main())

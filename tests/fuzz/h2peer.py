@@ -88,7 +88,7 @@ class Supervisor:
 
 
 def server(supervisor: Supervisor | None = None) -> tuple[http2.Server, grpc_front.Front]:
-    front = grpc_front.Front(supervisor or Supervisor())
+    front = grpc_front.Front(supervisor or Supervisor(), reload=lambda: None)
     ledger = Ledger(PER_TENANT, {}, ["acme"])
     return http2.Server(front.methods, LIMITS, ledger, front.authenticate, grpc_front.describe), front
 
