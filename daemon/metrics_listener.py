@@ -27,8 +27,8 @@ class MetricsListener:
         try:
             self.server = await asyncio.start_server(self._serve, address, port, limit=MAX_REQUEST, backlog=64)
         except OSError as e:
-            raise RtdError(Code.E_LISTEN_FAILED, f"metrics {address}:{port}: {e.strerror}; stop what holds it "
-                                                 "or choose another [metrics] port") from None
+            raise RtdError(Code.E_LISTEN_FAILED, f"metrics {address}:{port}: {e.strerror}; stop what holds it, "
+                                                 "or choose another port ([metrics] port, rtd serve --metrics-port; 0: none)") from None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.active >= MAX_CONNECTIONS:

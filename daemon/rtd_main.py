@@ -11,6 +11,7 @@ finish within `drain_grace_s`, then the workers and the zygote stop.
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import grp
 import hashlib
@@ -198,13 +199,20 @@ def main(argv=None) -> int:
     serve_cmd.add_argument("--config", help="TOML config; without it, the embedded development default")
     serve_cmd.add_argument("--state-dir", help="state dir of the embedded default "
                                                "(default $RTD_STATE_DIR or ~/.local/state/rtd)")
+    serve_cmd.add_argument("--metrics-port", type=int, help="Prometheus listener on loopback, in place of the "
+                                                            "config's (the embedded default's is 8002); 0 turns it off")
     args = parser.parse_args(argv)
 
     def reread() -> configuration.Config:
         try:
-            return configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
+            config = configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
         except configuration.ConfigError as e:
             raise RtdError(Code.E_RTD_CONFIG_INVALID, str(e)) from None
+        if args.metrics_port is None:
+            return config
+        if not 0 <= args.metrics_port < 65536:
+            raise RtdError(Code.E_USAGE, "--metrics-port: 0..65535")
+        return dataclasses.replace(config, metrics_port=args.metrics_port)
 
     def start(_) -> int:
         check_architecture()
