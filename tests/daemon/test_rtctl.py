@@ -141,3 +141,15 @@ def test_trust_add_list_revoke_against_a_running_daemon(daemon, tmp_path):
     refused(cli("trust", "add", "keys/signing.pub.pem", *where, cwd=work), "E_KEY_REVOKED")
     assert "event=reload by=admin" in d.read_log()
     assert cli("unload", "trusty", *serving, cwd=work).returncode == 0
+
+
+def test_an_unknown_architecture_is_refused_at_start_and_reported_by_doctor(home):
+    """setarch i686: the kernel itself reports another machine, whose syscall numbers rtd does not know."""
+    work, env = home
+    done = subprocess.run(["setarch", "i686", os.path.join(BIN, "rtd"), "serve", "--state-dir", work / "state"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert "i686" in refused(done, "E_ARCH_UNSUPPORTED") and not (work / "state").exists()
+    done = subprocess.run(["setarch", "i686", os.path.join(BIN, "rtctl"), "doctor"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=60)
+    refused(done, "E_ARCH_UNSUPPORTED")
+    assert "unsupported: this machine is i686" in " ".join(done.stdout.split())
