@@ -76,6 +76,21 @@ class Front:
     def _tenant(self, call: http2.Call):
         return self.supervisor.tenants.by_id[call.who]
 
+    async def _audited(self, call: http2.Call, action: str, work, **fields) -> None:
+        """An action that changes what the daemon serves or trusts, logged as one `event=audit`
+        line: who (tenant or admin), from which peer, what, and the result (ok or the code)."""
+        result = Code.E_INTERNAL.name
+        try:
+            await work
+            result = "ok"
+        except RtdError as e:
+            result = e.code.name
+            raise
+        finally:
+            operator = call.who == OPERATOR
+            self.supervisor.events.emit("audit", None if operator else call.who, who="admin" if operator else call.who,
+                                        peer=call.peer, action=action, result=result, **fields)
+
     # -- public ----------------------------------------------------------------------------------
     async def server_live(self, call):
         return _reply(pb.ServerLiveResponse(live=True))
@@ -118,14 +133,17 @@ class Front:
     async def repository_unload(self, call):
         # unload_dependents is accepted and ignored: rtd models have no dependents
         request = _message(pb.RepositoryModelUnloadRequest, call)
-        await self.supervisor.unload(self._tenant(call), request.model_name)
+        await self._audited(call, "unload", self.supervisor.unload(self._tenant(call), request.model_name),
+                            model=request.model_name)
         return _reply(pb.RepositoryModelUnloadResponse())
 
     async def admin_status(self, call):
         return http2.Reply([json.dumps(self.supervisor.status(), default=str).encode()])
 
     async def admin_reload(self, call):
-        self.reload()
+        async def reload():
+            self.reload()
+        await self._audited(call, "reload", reload())
         return http2.Reply([b""])
 
     # -- work ------------------------------------------------------------------------------------
@@ -165,5 +183,5 @@ class Front:
                 raise RtdError(Code.E_REQUEST_INVALID, f"load parameter {key!r} is not offered (signed packages only)")
         name = request.model_name
         del request
-        await self.supervisor.load(self._tenant(call), name, files, config)
+        await self._audited(call, "load", self.supervisor.load(self._tenant(call), name, files, config), model=name)
         return _reply(pb.RepositoryModelLoadResponse())

@@ -166,7 +166,8 @@ def lock_state_dir(state_dir: str) -> int:
         except BlockingIOError:
             if time.monotonic() > deadline:
                 os.close(fd)
-                raise RtdError(Code.E_STATE_LOCKED, f"{state_dir} is in use by another rtd serve") from None
+                raise RtdError(Code.E_STATE_LOCKED, f"{state_dir} is in use by another rtd serve; stop that one, "
+                                                       "or give this one another --state-dir") from None
             time.sleep(0.05)
 
 

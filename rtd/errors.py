@@ -55,6 +55,7 @@ class Code(enum.Enum):
     E_LAYER_UNAVAILABLE = "a mandatory confinement layer is not available on this host", "FAILED_PRECONDITION"
     E_CONTAINMENT = "a confinement layer failed to apply", "INTERNAL"
     E_SANDBOX_KILLED = "the confined process was killed by a confinement layer", "UNAVAILABLE"
+    E_ARCH_UNSUPPORTED = "unsupported architecture: rtd knows the syscall numbers of x86_64 and aarch64 only", "FAILED_PRECONDITION"
     # serving (daemon)
     E_UNAUTHENTICATED = "missing or unknown credentials", "UNAUTHENTICATED"
     E_MODEL_NOT_FOUND = "no such model for this tenant", "NOT_FOUND"
@@ -70,7 +71,6 @@ class Code(enum.Enum):
     E_UNIMPLEMENTED = "this call is not offered by rtd", "UNIMPLEMENTED"
     E_STATE_LOCKED = "another rtd serves this state directory", "FAILED_PRECONDITION"
     E_LISTEN_FAILED = "an address to listen on could not be bound", "UNAVAILABLE"
-    E_ARCH_UNSUPPORTED = "unsupported architecture: rtd knows the syscall numbers of x86_64 and aarch64 only", "FAILED_PRECONDITION"
     # the operator's side (rtctl, rtd serve)
     E_USAGE = "the command line is not valid", "INVALID_ARGUMENT"
     E_RTD_CONFIG_INVALID = "the daemon's configuration is refused", "FAILED_PRECONDITION"

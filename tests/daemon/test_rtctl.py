@@ -139,8 +139,13 @@ def test_trust_add_list_revoke_against_a_running_daemon(daemon, tmp_path):
         json.loads(cli("trust", "list", *where, "--json", cwd=work).stdout)["keys"]
     refused(cli("load", "v3.tar", *serving, cwd=work), "E_KEY_REVOKED")
     refused(cli("trust", "add", "keys/signing.pub.pem", *where, cwd=work), "E_KEY_REVOKED")
-    assert "event=reload by=admin" in d.read_log()
+    said = d.read_log()
+    assert "event=reload by=admin" in said
+    for line in ("who=admin peer=uid:0 action=reload result=ok", "who=acme peer=uid:0 action=load result=E_KEY_UNTRUSTED",
+                 "who=acme peer=uid:0 action=load result=ok model=trusty"):
+        assert "event=audit" in said and line in said, line
     assert cli("unload", "trusty", *serving, cwd=work).returncode == 0
+    assert "who=acme peer=uid:0 action=unload result=ok model=trusty" in d.read_log()
 
 
 def test_an_unknown_architecture_is_refused_at_start_and_reported_by_doctor(home):

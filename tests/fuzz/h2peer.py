@@ -4,6 +4,7 @@ loop turn), the real grpc_front.Front over a stand-in supervisor, and an h2 clie
 writes requests and reads the answers."""
 import asyncio
 import hashlib
+import io
 import struct
 from types import SimpleNamespace
 
@@ -12,6 +13,7 @@ import h2.connection
 
 from rtd.daemon import grpc_front, http2
 from rtd.daemon.budgets import Ledger
+from rtd.daemon.events import EventLog
 from rtd.daemon.tenants import Tenants
 from rtd.errors import Code, RtdError
 
@@ -59,6 +61,7 @@ class Supervisor:
         self.config = SimpleNamespace(limits=SimpleNamespace(max_message_bytes=max_message_bytes), tenants=[tenant],
                                       admin_token_sha256=[hashlib.sha256(ADMIN.encode()).hexdigest()])
         self.tenants = Tenants(self.config)
+        self.events = EventLog(io.StringIO())   # the front's audit lines, kept off the test's stderr
 
     def ready(self) -> bool:
         return True
