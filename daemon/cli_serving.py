@@ -111,9 +111,9 @@ def cmd_run(args) -> int:
         for name, value in outputs.items():
             files[name] = os.path.join(args.output_dir, f"{name}.npy")
             np.save(files[name], value, allow_pickle=False)
-    if args.json:   # every value, or where --output-dir wrote it
+    if args.json:   # every value, and where --output-dir wrote it
         print(json.dumps({"ok": True, "latency_ms": round(latency_ms, 3), "outputs": {
-            n: {"dtype": v.dtype.name, "shape": list(v.shape), **({"file": files[n]} if n in files else {"data": v.tolist()})}
+            n: {"dtype": v.dtype.name, "shape": list(v.shape), "data": v.tolist(), **({"file": files[n]} if n in files else {})}
             for n, v in outputs.items()}}))
         return 0
     result = table(f"{args.model} outputs ({latency_ms:.1f} ms round trip)", "output", "dtype", "shape",
