@@ -37,7 +37,8 @@ def _as_rtd_error(e: grpc.RpcError, target: str) -> RtdError:
     if code is None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:   # the client's own deadline
         return RtdError(Code.E_DEADLINE, details)
     if code is None and e.code() == grpc.StatusCode.UNAVAILABLE:   # the daemon names its own UNAVAILABLEs
-        return RtdError(Code.E_DAEMON_UNREACHABLE, f"nothing answers at {target}: is `rtd serve` running there?")
+        return RtdError(Code.E_DAEMON_UNREACHABLE, f"nothing answers at {target}: is `rtd serve` running there? "
+                                                   f"gRPC: {details[:60]}")
     if code is None:
         return RtdError(Code.E_INTERNAL, f"{e.code().name}: {details}")
     detail = details[details.find("(") + 1: -1] if details.endswith(")") and "(" in details else ""
