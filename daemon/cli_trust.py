@@ -5,7 +5,9 @@ The store is the embedded default's (STATE/trust/<tenant>) or, with --config, th
 tenant's `trusted_keys` names. Files are replaced atomically (rtd.files). A revoked key
 stays revoked: `add` refuses it. After a change the running daemon re-reads its trust
 stores (rtd.Admin/Reload with the admin token, as SIGHUP does), so the next load sees it."""
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -48,6 +50,16 @@ class _Store:
     def read(self) -> TrustStore:
         return TrustStore(self.directory)
 
+    @contextlib.contextmanager
+    def changing(self):
+        """Read, change, write with the store's directory locked: two rtctl at once lose no revocation."""
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield self.read()
+        finally:
+            os.close(fd)
+
     def tell_daemon(self) -> None:
         """Have the running daemon re-read its trust stores; say where nothing was told."""
         if not os.path.exists(self.socket):
@@ -78,15 +90,15 @@ def _add(args) -> int:
     store = _Store(args)
     key = _public_key(args.key)
     fingerprint = keys.fingerprint(key)
-    trust = store.read()
-    if trust.revocation_error or fingerprint in trust.revoked:
-        raise RtdError(Code.E_KEY_REVOKED, f"key {fingerprint[:16]}... in {store.directory}: a revoked key is never "
-                                           "trusted again; sign with a new key (rtctl keygen)")
-    if fingerprint in trust.keys:
-        print(f"already trusted by tenant {store.tenant}: {fingerprint} ({trust.files[fingerprint]})")
-        return 0
-    path = os.path.join(store.directory, f"{fingerprint[:16]}.pub.pem")
-    write_atomic(path, keys.public_pem(key), mode=0o644)
+    with store.changing() as trust:
+        if trust.revocation_error or fingerprint in trust.revoked:
+            raise RtdError(Code.E_KEY_REVOKED, f"key {fingerprint[:16]}... in {store.directory}: a revoked key is never "
+                                               "trusted again; sign with a new key (rtctl keygen)")
+        if fingerprint in trust.keys:
+            print(f"already trusted by tenant {store.tenant}: {fingerprint} ({trust.files[fingerprint]})")
+            return 0
+        path = os.path.join(store.directory, f"{fingerprint[:16]}.pub.pem")
+        write_atomic(path, keys.public_pem(key), mode=0o644)
     print(f"trusted by tenant {store.tenant}: {fingerprint} ({path})")
     store.tell_daemon()
     return 0
@@ -108,21 +120,21 @@ def _fingerprint_of(what: str, trust: TrustStore) -> str:
 
 def _revoke(args) -> int:
     store = _Store(args)
-    trust = store.read()
-    if trust.revocation_error:
-        raise RtdError(Code.E_KEY_REVOKED, f"{store.directory}/{trust.revocation_error}: fix it by hand first")
-    fingerprint = _fingerprint_of(args.key, trust)
-    if fingerprint in trust.revoked:
-        print(f"already revoked for tenant {store.tenant}: {fingerprint}")
-        return 0
-    path = os.path.join(store.directory, REVOCATION_LIST)
-    old = b""
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            old = f.read()
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    line = f"{fingerprint}  # revoked {when} {trust.files.get(fingerprint, '')}".rstrip() + "\n"
-    write_atomic(path, old + (b"" if old.endswith(b"\n") or not old else b"\n") + line.encode(), mode=0o644)
+    with store.changing() as trust:
+        if trust.revocation_error:
+            raise RtdError(Code.E_KEY_REVOKED, f"{store.directory}/{trust.revocation_error}: fix it by hand first")
+        fingerprint = _fingerprint_of(args.key, trust)
+        if fingerprint in trust.revoked:
+            print(f"already revoked for tenant {store.tenant}: {fingerprint}")
+            return 0
+        path = os.path.join(store.directory, REVOCATION_LIST)
+        old = b""
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                old = f.read()
+        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        line = f"{fingerprint}  # revoked {when} {trust.files.get(fingerprint, '')}".rstrip() + "\n"
+        write_atomic(path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + line.encode(), mode=0o644)
     print(f"revoked for tenant {store.tenant}: {fingerprint}")
     store.tell_daemon()
     return 0

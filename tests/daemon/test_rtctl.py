@@ -158,3 +158,16 @@ def test_an_unknown_architecture_is_refused_at_start_and_reported_by_doctor(home
                           capture_output=True, text=True, timeout=60)
     refused(done, "E_ARCH_UNSUPPORTED")
     assert "unsupported: this machine is i686" in " ".join(done.stdout.split())
+
+
+def test_revocations_made_at_once_are_all_kept(home):
+    work, env = home
+    trust = work / "state" / "trust" / "dev"
+    trust.mkdir(parents=True)
+    fingerprints = [os.urandom(32).hex() for _ in range(6)]
+    procs = [subprocess.Popen([os.path.join(BIN, "rtctl"), "trust", "revoke", f, "--state-dir", work / "state"], cwd=work,
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for f in fingerprints]
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0 and "no daemon at" in proc.stderr.read()
+    listed = json.loads(cli("trust", "list", "--state-dir", work / "state", "--json", cwd=work, env=env).stdout)
+    assert sorted(k["fingerprint"] for k in listed["keys"] if k["state"] == "revoked") == sorted(fingerprints)
