@@ -4,11 +4,10 @@ policy: attempt → blocked by which layer → result. Exits 1 if anything escap
 import json
 import logging
 
-from rich.console import Console
-from rich.table import Table
-
+from rtd.daemon.cli_output import show, table
 from rtd.sandbox import host_report, load_policy
 from rtd.sandbox.escapes import BY_NAME, run_battery
+from rtd.sandbox.syscalls import check_architecture
 
 
 def register(commands) -> None:
@@ -21,16 +20,30 @@ def register(commands) -> None:
 def doctor(args) -> int:
     logging.getLogger("rtd.sandbox").setLevel(logging.ERROR)   # the table says what is missing
     report = host_report()
+    if not args.json:
+        show(_host_table(report))
+    check_architecture()   # no battery where workers cannot be confined: the line says why
     results = run_battery(load_policy(path=args.policy))
     escaped = [r.name for r in results if not r.blocked]
     if args.json:
         print(json.dumps({"ok": not escaped, "host": report, "escaped": escaped,
                           "battery": [r.__dict__ for r in results]}, indent=2))
         return 1 if escaped else 0
-    console = Console()
-    host = Table(title=f"rtd doctor — kernel {report['kernel']}, cgroups {report['cgroup']['mode']}")
-    host.add_column("layer")
-    host.add_column("on this host")
+    battery = table(f"escape battery: {len(results)} attempts, each in a confined worker (production policy)",
+                    "attempt", "blocked by", "next layer", "result")
+    for r in results:
+        verdict = f"[green]blocked[/green] ({r.how})" if r.blocked else f"[bold red]ESCAPED[/bold red] ({r.how})"
+        battery.add_row(r.name, r.layer or "-", ", ".join(BY_NAME[r.name].stops[1:]) or "none", verdict)
+    show(battery)
+    show(f"[bold red]{len(escaped)} escaped: {', '.join(escaped)}[/bold red]" if escaped
+         else f"[green]all {len(results)} attempts blocked[/green]")
+    return 1 if escaped else 0
+
+
+def _host_table(report: dict):
+    host = table(f"rtd doctor — kernel {report['kernel']}, cgroups {report['cgroup']['mode']}", "layer", "on this host")
+    style = "green" if report["architecture"].startswith("supported") else "red"
+    host.add_row("architecture", f"[{style}]{report['architecture']}[/{style}]")
     for layer, state in report["layers"].items():
         style = "green" if state.startswith("enforced") else "yellow" if state.startswith("advisory") else "red"
         host.add_row(layer, f"[{style}]{state}[/{style}]")
@@ -41,14 +54,4 @@ def doctor(args) -> int:
         host.add_row(f"cgroup {hierarchy}", f"[{style}]{base['base']} "
                      f"{'writable' if base['writable'] else 'NOT writable: workers cannot start'}[/{style}]")
     host.add_row("dmem", str(report["dmem"]))
-    console.print(host)
-    battery = Table(title=f"escape battery: {len(results)} attempts, each in a confined worker (production policy)")
-    for col in ("attempt", "blocked by", "next layer", "result"):
-        battery.add_column(col)
-    for r in results:
-        verdict = f"[green]blocked[/green] ({r.how})" if r.blocked else f"[bold red]ESCAPED[/bold red] ({r.how})"
-        battery.add_row(r.name, r.layer or "-", ", ".join(BY_NAME[r.name].stops[1:]) or "none", verdict)
-    console.print(battery)
-    console.print(f"[bold red]{len(escaped)} escaped: {', '.join(escaped)}[/bold red]" if escaped
-                  else f"[green]all {len(results)} attempts blocked[/green]")
-    return 1 if escaped else 0
+    return host

@@ -1,16 +1,19 @@
 """rtctl load / run / list / unload / status: the serving commands, spoken over the daemon's
-gRPC (KServe v2 messages, tenant token; status also needs the admin token). Without
---socket/--url and --token*, they use the embedded default's state dir ($RTD_STATE_DIR or
-./state): its socket, dev.token and admin.token."""
+gRPC (KServe v2 messages, tenant token; status needs the admin token only). Without
+--socket/--url and --token*, they use the embedded default's state dir (--state-dir,
+$RTD_STATE_DIR or ~/.local/state/rtd): its socket, dev.token and admin.token."""
 import json
 import os
+import time
 
 import grpc
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
-from rtd.daemon.client import Client, default_state_dir, read_token
+from rtd.daemon.cli_output import show, table
+from rtd.daemon.cli_package import check_package_path
+from rtd.daemon.client import Client, read_token
+from rtd.daemon.config import default_state_dir
 from rtd.errors import Code, RtdError
 from rtd.loader import metadata as package_metadata
 from rtd.loader.intake import read_package
@@ -22,15 +25,28 @@ def _connection(parser) -> None:
     group = parser.add_argument_group("connection")
     group.add_argument("--socket", help="daemon Unix socket (default STATE/rtd.sock)")
     group.add_argument("--url", help="host:port of a TCP listener (mTLS: --tls-ca/--tls-cert/--tls-key)")
-    group.add_argument("--tls-ca"), group.add_argument("--tls-cert"), group.add_argument("--tls-key")
+    group.add_argument("--tls-ca", help="CA certificate (PEM) the daemon's TLS certificate must chain to")
+    group.add_argument("--tls-cert", help="this client's certificate (PEM) for mTLS")
+    group.add_argument("--tls-key", help="this client's private key (PEM) for mTLS")
     group.add_argument("--token", help="tenant bearer token (prefer --token-file)")
     group.add_argument("--token-file", help="file holding the tenant token (default STATE/dev.token)")
-    group.add_argument("--state-dir", help="embedded default's state dir (default $RTD_STATE_DIR or ./state)")
+    group.add_argument("--state-dir", help="embedded default's state dir (default $RTD_STATE_DIR or ~/.local/state/rtd)")
 
 
-def _client(args) -> Client:
-    state = args.state_dir or default_state_dir()
-    token = args.token or read_token(args.token_file or os.path.join(state, "dev.token"))
+def state_dir(explicit: str | None) -> str:
+    """The state directory `rtd serve` made (the embedded default's), or E_STATE_MISSING."""
+    state = os.path.abspath(explicit) if explicit else default_state_dir()
+    if not os.path.isdir(state):
+        raise RtdError(Code.E_STATE_MISSING, f"{state}: start `rtd serve` (it creates it), or pass --state-dir "
+                                             "or set RTD_STATE_DIR to the one it uses")
+    return state
+
+
+def _client(args, tenant: bool = True) -> Client:
+    token = None
+    if tenant:
+        token = args.token or read_token(args.token_file or os.path.join(state_dir(args.state_dir), "dev.token"),
+                                         "--token-file")
     if args.url:
         creds = None
         if args.tls_ca:
@@ -40,12 +56,12 @@ def _client(args) -> Client:
             creds = grpc.ssl_channel_credentials(read(args.tls_ca), args.tls_key and read(args.tls_key),
                                                  args.tls_cert and read(args.tls_cert))
         return Client(args.url, token, creds)
-    return Client(f"unix:{args.socket or os.path.join(state, 'rtd.sock')}", token)
+    return Client(f"unix:{args.socket or os.path.join(state_dir(args.state_dir), 'rtd.sock')}", token)
 
 
 def _package_files(path: str) -> tuple[str, dict]:
     """Read a package (dir or tar) with the loader's safe intake; (signed name, files)."""
-    fileset = read_package(path)
+    fileset = read_package(check_package_path(path))
     try:
         files = {rel: sealed.bytes() for rel, sealed in fileset.files.items()}
     finally:
@@ -60,7 +76,12 @@ def cmd_load(args) -> int:
     name, files = _package_files(args.package)
     size = sum(len(b) for b in files.values())
     with _client(args) as client, Console(stderr=True).status(f"uploading {name} ({size / 1e6:.1f} MB, verified by the daemon)"):
-        client.load(args.name or name, files)
+        try:
+            client.load(args.name or name, files)
+        except RtdError as e:
+            if e.code != Code.E_KEY_UNTRUSTED:
+                raise
+            raise RtdError(e.code, f"{e.detail}; trust the signing key first: rtctl trust add KEY.pub.pem") from None
     print(json.dumps({"ok": True, "loaded": args.name or name}) if args.json else f"loaded {args.name or name}")
     return 0
 
@@ -81,24 +102,27 @@ def _read_inputs(specs: list[str]) -> dict:
 def cmd_run(args) -> int:
     inputs = _read_inputs(args.input)
     with _client(args) as client:
+        start = time.perf_counter()
         outputs = client.infer(args.model, inputs, args.output or None, timeout=args.timeout)
+        latency_ms = (time.perf_counter() - start) * 1e3
+    files = {}
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         for name, value in outputs.items():
-            np.save(os.path.join(args.output_dir, f"{name}.npy"), value, allow_pickle=False)
-    if args.json:
-        print(json.dumps({"ok": True, "outputs": {n: {"dtype": v.dtype.name, "shape": list(v.shape),
-                                                         "data": v.tolist() if v.size <= 4096 else None}
-                                                     for n, v in outputs.items()}}))
+            files[name] = os.path.join(args.output_dir, f"{name}.npy")
+            np.save(files[name], value, allow_pickle=False)
+    if args.json:   # every value, and where --output-dir wrote it
+        print(json.dumps({"ok": True, "latency_ms": round(latency_ms, 3), "outputs": {
+            n: {"dtype": v.dtype.name, "shape": list(v.shape), "data": v.tolist(), **({"file": files[n]} if n in files else {})}
+            for n, v in outputs.items()}}))
         return 0
-    table = Table(title=f"{args.model} outputs")
-    for column in ("output", "dtype", "shape", "values"):
-        table.add_column(column)
+    result = table(f"{args.model} outputs ({latency_ms:.1f} ms round trip)", "output", "dtype", "shape",
+                   "values" if not files else "file")
     for name, v in outputs.items():
         flat = v.reshape(-1)
         preview = np.array2string(flat[:PREVIEW], precision=4) + (" …" if flat.size > PREVIEW else "")
-        table.add_row(name, v.dtype.name, str(list(v.shape)), preview)
-    Console().print(table)
+        result.add_row(name, v.dtype.name, str(list(v.shape)), files.get(name, preview))
+    show(result)
     return 0
 
 
@@ -108,12 +132,10 @@ def cmd_list(args) -> int:
     if args.json:
         print(json.dumps([{"name": m.name, "version": m.version, "state": m.state, "reason": m.reason} for m in models]))
         return 0
-    table = Table(title="models")
-    for column in ("name", "version", "state", "reason"):
-        table.add_column(column)
+    result = table("models", "name", "version", "state", "reason")
     for m in models:
-        table.add_row(m.name, m.version, m.state, m.reason)
-    Console().print(table)
+        result.add_row(m.name, m.version, m.state, m.reason)
+    show(result)
     return 0
 
 
@@ -124,31 +146,33 @@ def cmd_unload(args) -> int:
     return 0
 
 
+def admin_token(args) -> str:
+    return read_token(args.admin_token_file or os.path.join(state_dir(args.state_dir), "admin.token"),
+                      "--admin-token-file")
+
+
 def cmd_status(args) -> int:
-    state = args.state_dir or default_state_dir()
-    admin = read_token(args.admin_token_file or os.path.join(state, "admin.token"))
-    with _client(args) as client:
-        status = client.status(admin)
+    with _client(args, tenant=False) as client:
+        status = client.status(admin_token(args))
     if args.json:
         print(json.dumps(status))
         return 0
-    table = Table(title=f"rtd status (ready: {status['ready']})")
-    for column in ("tenant", "model", "version", "state", "instances", "memory", "reason"):
-        table.add_column(column)
+    result = table(f"rtd status (ready: {status['ready']})", "tenant", "model", "version", "state", "instances",
+                   "memory", "reason")
     for t in status["tenants"]:
         limit = t["memory_limit_bytes"]
         if not t["models"]:
-            table.add_row(t["tenant"], "-", "", "", "", f"0 of {limit / 2**20:.0f} MiB", "")
+            result.add_row(t["tenant"], "-", "", "", "", f"0 of {limit / 2**20:.0f} MiB", "")
         for name, m in t["models"].items():
             instances = (m["serving"] or {}).get("instances", [])
             live = [i for i in instances if i["live"]]
             memory = sum(i["memory_bytes"] or 0 for i in live)
             configured = (m["serving"] or {}).get("configured_instances", 0)
-            table.add_row(t["tenant"], name, m["version"], m["state"], f"{len(live)}/{configured} live",
-                          f"{memory / 2**20:.1f} MiB", m["reason"])
-    Console().print(table)
+            result.add_row(t["tenant"], name, m["version"], m["state"], f"{len(live)}/{configured} live",
+                           f"{memory / 2**20:.1f} MiB", m["reason"])
+    show(result)
     for line in status["damaged"]:
-        Console(stderr=True).print(f"[yellow]state directory: {line}[/yellow]")
+        show(f"[yellow]state directory: {line}[/yellow]", stderr=True)
     return 0
 
 
@@ -158,7 +182,8 @@ def register(commands) -> None:
     load.add_argument("--name", help="model name (default: the signed name)")
     run = commands.add_parser("run", help="run one inference request")
     run.add_argument("model")
-    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", required=True)
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", required=True,
+                     help="an input tensor from a .npy file (repeat for each input)")
     run.add_argument("--output", action="append", default=[], metavar="NAME", help="only these outputs")
     run.add_argument("--output-dir", help="write each output as NAME.npy here")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds")
@@ -166,7 +191,8 @@ def register(commands) -> None:
     unload = commands.add_parser("unload", help="unload a model")
     unload.add_argument("model")
     status = commands.add_parser("status", help="tenants, workers, confinement layers, memory, restarts (admin)")
-    status.add_argument("--admin-token-file", help="default STATE/admin.token")
+    status.add_argument("--admin-token-file", help="file holding the admin token (default STATE/admin.token); "
+                        "no tenant token is needed")
     for parser, func in ((load, cmd_load), (run, cmd_run), (listing, cmd_list), (unload, cmd_unload), (status, cmd_status)):
         _connection(parser)
         parser.add_argument("--json", action="store_true", help="machine-readable output")

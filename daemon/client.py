@@ -1,8 +1,8 @@
 """A small gRPC client of the daemon for rtctl, the benchmark and the tests: the same KServe
 v2 messages a tritonclient sends, plus the admin status view. Refusals come back as
-RtdError with the code the daemon named (the status details start with `E_...:`)."""
+RtdError with the code the daemon named (the status details start with `E_...:`); a call
+the daemon never answered (nothing listening, the connection cut) is E_DAEMON_UNREACHABLE."""
 import json
-import os
 
 import grpc
 
@@ -23,21 +23,23 @@ RPCS = {
 }
 
 
-def default_state_dir() -> str:
-    return os.path.abspath(os.environ.get("RTD_STATE_DIR") or "state")
+def read_token(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        raise RtdError(Code.E_PATH_NOT_FOUND, f"token file {path} (pass {flag})") from None
 
 
-def read_token(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read().strip()
-
-
-def _as_rtd_error(e: grpc.RpcError) -> RtdError:
+def _as_rtd_error(e: grpc.RpcError, target: str) -> RtdError:
     details = e.details() or ""
     name = details.split(":", 1)[0]
     code = Code.__members__.get(name)
     if code is None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:   # the client's own deadline
         return RtdError(Code.E_DEADLINE, details)
+    if code is None and e.code() == grpc.StatusCode.UNAVAILABLE:   # the daemon names its own UNAVAILABLEs
+        return RtdError(Code.E_DAEMON_UNREACHABLE, f"nothing answers at {target}: is `rtd serve` running there? "
+                                                   f"gRPC: {details[:60]}")
     if code is None:
         return RtdError(Code.E_INTERNAL, f"{e.code().name}: {details}")
     detail = details[details.find("(") + 1: -1] if details.endswith(")") and "(" in details else ""
@@ -49,6 +51,7 @@ class Client:
                  options=()):
         options = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE),
                    *options]
+        self.target = target
         self.channel = (grpc.secure_channel(target, credentials, options) if credentials
                         else grpc.insecure_channel(target, options))
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
@@ -69,7 +72,7 @@ class Client:
         try:
             return self.stubs[rpc](request, metadata=metadata or self.metadata, timeout=timeout)
         except grpc.RpcError as e:
-            raise _as_rtd_error(e) from None
+            raise _as_rtd_error(e, self.target) from None
 
     def ready(self, timeout: float = 5.0) -> bool:
         return self.call("ServerReady", pb.ServerReadyRequest(), timeout).ready
@@ -93,9 +96,16 @@ class Client:
                                        outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name=o) for o in outputs or ()])
         return decode_response(self.call("ModelInfer", request, timeout))
 
-    def status(self, admin_token: str) -> dict:
-        method = self.channel.unary_unary(f"/{ADMIN_SERVICE}/Status")
+    def _admin(self, rpc: str, admin_token: str) -> bytes:
+        method = self.channel.unary_unary(f"/{ADMIN_SERVICE}/{rpc}")
         try:
-            return json.loads(method(b"", metadata=(("authorization", f"Bearer {admin_token}"),), timeout=10))
+            return method(b"", metadata=(("authorization", f"Bearer {admin_token}"),), timeout=10)
         except grpc.RpcError as e:
-            raise _as_rtd_error(e) from None
+            raise _as_rtd_error(e, self.target) from None
+
+    def status(self, admin_token: str) -> dict:
+        return json.loads(self._admin("Status", admin_token))
+
+    def reload(self, admin_token: str) -> None:
+        """Re-read tenant tokens and trust stores, as SIGHUP does; a refusal says why."""
+        self._admin("Reload", admin_token)

@@ -1,10 +1,10 @@
 """The daemon's configuration: TOML, validated once into frozen dataclasses.
 
-With no config file, `embedded_default()` builds a development setup in a local state
-directory (`$RTD_STATE_DIR` or `./state`): gRPC, REST and metrics on Unix sockets there (mode
-0600 in a 0700 directory: the daemon's own user only), one tenant `dev` with a fresh
-signing key it trusts and a fresh bearer token, an admin token — all written to the state
-dir — and says so on stderr. Unknown keys, wrong types and impossible values
+With no config file, `embedded_default()` builds a development setup in a state directory
+that is the same wherever rtd and rtctl start (`default_state_dir()`): gRPC, REST and metrics
+on Unix sockets there (mode 0600 in a 0700 directory: the daemon's own user only), one tenant
+`dev` with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
+to the state dir — and says so on stderr. Unknown keys, wrong types and impossible values
 raise ConfigError naming the offending key; the daemon refuses to start on them.
 """
 import dataclasses
@@ -279,12 +279,21 @@ def _ensure_signing_key(keys_dir: str, trust_dir: str, notes: list) -> None:
     notes.append(f"created dev signing key {private} (trusted by tenant 'dev')")
 
 
+def default_state_dir() -> str:
+    """The embedded default's state directory: $RTD_STATE_DIR, else $XDG_STATE_HOME/rtd
+    (~/.local/state/rtd); never relative to where a command happens to start."""
+    explicit = os.environ.get("RTD_STATE_DIR")
+    if explicit:
+        return os.path.abspath(explicit)
+    return os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "rtd")
+
+
 def embedded_default(state_dir: str | None = None, model_repository: str | None = None,
                      load_at_start: tuple[str, ...] = ()) -> Config:
     """The no-config development setup; creates what it needs and reports it on stderr.
     `model_repository` is the dev tenant's Triton repository (DIR/<model>/...)."""
-    state_dir = os.path.abspath(state_dir or os.environ.get("RTD_STATE_DIR") or "state")
-    notes = [f"no config given: embedded default, state in {state_dir}"]
+    state_dir = os.path.abspath(state_dir or default_state_dir())
+    notes = [f"no config given: embedded default, state in {state_dir} (--state-dir or RTD_STATE_DIR choose another)"]
     keys_dir, trust_dir = os.path.join(state_dir, "dev-keys"), os.path.join(state_dir, "trust", "dev")
     for d in (state_dir, keys_dir, trust_dir):
         os.makedirs(d, mode=0o700, exist_ok=True)

@@ -1,5 +1,5 @@
 """The gRPC front: KServe v2 `inference.GRPCInferenceService` for tenants, grpc.health.v1
-and `rtd.Admin/Status` for operators, served by rtd's own HTTP/2 transport (http2.py).
+and `rtd.Admin/Status` and `rtd.Admin/Reload` for operators, served by rtd's own HTTP/2 transport (http2.py).
 Each handler only translates the message onto the Supervisor API and back; refusals are
 mapped through the ONE table (`Code.status`) in `kserve.describe`; anything unexpected is INTERNAL
 "Internal server error" with no details. RPCs not listed here (shared memory, trace/log
@@ -42,8 +42,9 @@ def _reply(message) -> http2.Reply:
 class Front:
     """Translates KServe v2 (and the admin and health services) onto the Supervisor."""
 
-    def __init__(self, supervisor):
-        self.supervisor = supervisor
+    def __init__(self, supervisor, reload):
+        """`reload()`: re-read tenant tokens and trust stores as SIGHUP does, or raise RtdError."""
+        self.supervisor, self.reload = supervisor, reload
         self.max_bytes = supervisor.config.limits.max_message_bytes
         public, control, work = dict(public=True), dict(control=True), {}
         routes = {
@@ -55,20 +56,35 @@ class Front:
             (SERVICE, "RepositoryIndex"): (self.repository_index, control),
             (SERVICE, "ModelStatistics"): (self.model_statistics, control),
             (SERVICE, "RepositoryModelUnload"): (self.repository_unload, control),
-            (ADMIN_SERVICE, "Status"): (self.admin_status, control),
+            (ADMIN_SERVICE, "Status"): (self.admin_status, control), (ADMIN_SERVICE, "Reload"): (self.admin_reload, control),
             (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, work),
         }
         self.methods = {f"/{service}/{rpc}": http2.Method(handler, **kind) for (service, rpc), (handler, kind) in routes.items()}
 
     def authenticate(self, metadata, method: http2.Method) -> str:
         """Who pays for a call: the operator for admin calls, else the caller's tenant."""
-        if method.handler == self.admin_status:
+        if method.handler in (self.admin_status, self.admin_reload):
             self.supervisor.tenants.authenticate_admin(metadata)
             return OPERATOR
         return self.supervisor.tenants.authenticate(metadata).id
 
     def _tenant(self, call: http2.Call):
         return self.supervisor.tenants.by_id[call.who]
+
+    async def _audited(self, call: http2.Call, action: str, work, **fields) -> None:
+        """An action that changes what the daemon serves or trusts, logged as one `event=audit`
+        line: who (tenant or admin), from which peer, what, and the result (ok or the code)."""
+        result = Code.E_INTERNAL.name
+        try:
+            await work
+            result = "ok"
+        except RtdError as e:
+            result = e.code.name
+            raise
+        finally:
+            operator = call.who == OPERATOR
+            self.supervisor.events.emit("audit", None if operator else call.who, who="admin" if operator else call.who,
+                                        peer=call.peer, action=action, result=result, **fields)
 
     # -- public ----------------------------------------------------------------------------------
     async def server_live(self, call):
@@ -116,11 +132,18 @@ class Front:
     async def repository_unload(self, call):
         # unload_dependents is accepted and ignored: rtd models have no dependents
         request = _message(pb.RepositoryModelUnloadRequest, call)
-        await self.supervisor.unload(self._tenant(call), request.model_name)
+        await self._audited(call, "unload", self.supervisor.unload(self._tenant(call), request.model_name),
+                            model=request.model_name)
         return _reply(pb.RepositoryModelUnloadResponse())
 
     async def admin_status(self, call):
         return http2.Reply([json.dumps(self.supervisor.status(), default=str).encode()])
+
+    async def admin_reload(self, call):
+        async def reload():
+            self.reload()
+        await self._audited(call, "reload", reload())
+        return http2.Reply([b""])
 
     # -- work ------------------------------------------------------------------------------------
     async def model_infer(self, call):
@@ -141,5 +164,5 @@ class Front:
         files, config = load_parameters({key: _value(param) for key, param in request.parameters.items()})
         name = request.model_name
         del request
-        await self.supervisor.load(self._tenant(call), name, files, config)
+        await self._audited(call, "load", self.supervisor.load(self._tenant(call), name, files, config), model=name)
         return _reply(pb.RepositoryModelLoadResponse())

@@ -81,6 +81,7 @@ class Call:
     who: str | None                 # the payer the front's authenticate() named; None for public calls
     deadline: float | None          # time.monotonic() seconds
     message: bytes = b""
+    peer: str = "?"                 # the connection's peer: uid:N (SO_PEERCRED) or ip:ADDRESS
 
 
 @dataclasses.dataclass
@@ -296,7 +297,7 @@ class Connection(asyncio.Protocol):
         timeout = parse_timeout(fields["grpc-timeout"]) if "grpc-timeout" in fields else None
         deadline = time.monotonic() + timeout if timeout is not None else None
         metadata = [(k, v) for k, v in headers if not k.startswith(":")]
-        call = Call(path, metadata, None, deadline)
+        call = Call(path, metadata, None, deadline, peer=self.peer)
         stream = _Stream(sid, method, call)
         try:
             if not method.public:

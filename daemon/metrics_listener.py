@@ -45,7 +45,8 @@ class MetricsListener:
             self.servers.append(await asyncio.start_server(lambda r, w: self._serve(r, w, True), address, port,
                                                            limit=MAX_REQUEST, backlog=64))
         except OSError as e:
-            raise RtdError(Code.E_LISTEN_FAILED, f"metrics {address}:{port}: {e.strerror}") from None
+            raise RtdError(Code.E_LISTEN_FAILED, f"metrics {address}:{port}: {e.strerror}; stop what holds it, "
+                                                 "or choose another port ([metrics] port, rtd serve --metrics-port; 0: none)") from None
 
     async def start_unix(self, path: str, mode: int, group: str) -> None:
         try:

@@ -10,6 +10,8 @@ finish within `drain_grace_s`, then the workers and the zygote stop.
 """
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import fcntl
 import grp
 import hashlib
@@ -20,8 +22,8 @@ import socket
 import sys
 import time
 
+from rtd.daemon import cli_errors, http2
 from rtd.daemon import config as configuration
-from rtd.daemon import http2
 from rtd.daemon.events import EventLog
 from rtd.daemon.grpc_front import Front
 from rtd.daemon import rest_front
@@ -31,6 +33,7 @@ from rtd.daemon.metrics_listener import MetricsListener
 from rtd.daemon.supervisor import Supervisor
 from rtd.errors import Code, RtdError
 from rtd.sandbox import Zygote, cleanup_instance, detect_layout, load_policy
+from rtd.sandbox.syscalls import check_architecture
 
 WORKER_MODULE = "rtd.daemon.worker"
 LOCK_WAIT_S = 5.0
@@ -70,12 +73,22 @@ async def _watchdog() -> None:
         await asyncio.sleep(usec / 2e6)
 
 
-def _reload(supervisor: Supervisor, reread, events: EventLog) -> None:
+def _reload(supervisor: Supervisor, reread, events: EventLog, by: str) -> None:
+    """SIGHUP or rtd.Admin/Reload (`by`): tokens and trust stores, all or nothing; a refusal
+    keeps the old ones, is logged and raised."""
     try:
         supervisor.reload_config(reread())
-        events.emit("reload", detail="tenant tokens and trust stores reloaded")
-    except (configuration.ConfigError, RtdError, OSError) as e:
-        events.emit("reload_refused", level="error", reason=f"{type(e).__name__}: {e}"[:200])
+    except (RtdError, OSError) as e:
+        events.emit("reload_refused", level="error", by=by, reason=f"{type(e).__name__}: {e}"[:200])
+        if isinstance(e, RtdError):
+            raise
+        raise RtdError(Code.E_IO, f"{e}; the old configuration stays") from None
+    events.emit("reload", by=by, detail="tenant tokens and trust stores reloaded")
+
+
+def _hangup(supervisor: Supervisor, reread, events: EventLog) -> None:
+    with contextlib.suppress(RtdError):   # logged by _reload, and the old configuration stays
+        _reload(supervisor, reread, events, "SIGHUP")
 
 
 async def _listen_unix(server: http2.Server, path: str, protocol, config: configuration.Config) -> None:
@@ -88,6 +101,14 @@ async def _listen_unix(server: http2.Server, path: str, protocol, config: config
     os.chmod(path, config.unix_mode)
 
 
+async def _listen_tcp(server: http2.Server, address: str, context, protocol) -> None:
+    host, _, port = address.rpartition(":")
+    try:
+        await server.listen_tcp(host, int(port), context, protocol)
+    except OSError as e:
+        raise RtdError(Code.E_LISTEN_FAILED, f"{address}: {e.strerror}; stop what holds it or choose another address") from None
+
+
 async def _serve(config: configuration.Config, reread, zygote: Zygote, max_connections: int) -> int:
     loop = asyncio.get_running_loop()
     events, metrics = EventLog(), Metrics()
@@ -95,9 +116,9 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     supervisor = Supervisor(config, zygote, metrics, events)
-    loop.add_signal_handler(signal.SIGHUP, _reload, supervisor, reread, events)
+    loop.add_signal_handler(signal.SIGHUP, _hangup, supervisor, reread, events)
     limits = config.limits
-    front = Front(supervisor)
+    front = Front(supervisor, lambda: _reload(supervisor, reread, events, "admin"))
     server = http2.Server(front.methods, http2.TransportLimits(
         max_message_bytes=limits.max_message_bytes, max_connections=min(limits.max_connections, max_connections),
         max_connections_per_peer=limits.max_connections_per_peer,
@@ -116,15 +137,13 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
                 addresses.append(f"unix:{path}{what}")
         for address, protocol, alpn, what in ((config.tcp, None, "h2", ""), (config.rest_tcp, rest, "http/1.1", ", REST")):
             if address:
-                host, _, port = address.rpartition(":")
-                await server.listen_tcp(host, int(port), http2.tls_context(config.tls_cert, config.tls_key,
-                                                                          config.tls_client_ca, alpn), protocol)
+                await _listen_tcp(server, address, http2.tls_context(config.tls_cert, config.tls_key,
+                                                                     config.tls_client_ca, alpn), protocol)
                 addresses.append(f"{address} (mTLS{what})")
         for address, protocol, what in ((config.unsafe_plaintext_tcp, None, ""),
                                         (config.unsafe_plaintext_rest_tcp, rest, "REST, ")):
             if address:
-                host, _, port = address.rpartition(":")
-                await server.listen_tcp(host, int(port), None, protocol)
+                await _listen_tcp(server, address, None, protocol)
                 addresses.append(f"{address} ({what}plaintext: unsafe unless a mesh or proxy terminates mTLS)")
         if config.metrics_unix:   # scraped on this loop: no lock needed
             await listener.start_unix(config.metrics_unix, config.metrics_unix_mode, config.metrics_unix_group)
@@ -170,7 +189,8 @@ def lock_state_dir(state_dir: str) -> int:
         except BlockingIOError:
             if time.monotonic() > deadline:
                 os.close(fd)
-                raise RtdError(Code.E_STATE_LOCKED, f"{state_dir} is in use by another rtd serve") from None
+                raise RtdError(Code.E_STATE_LOCKED, f"{state_dir} is in use by another rtd serve; stop that one, "
+                                                       "or give this one another --state-dir") from None
             time.sleep(0.05)
 
 
@@ -196,11 +216,16 @@ def serve(config: configuration.Config, reread) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="rtd", description="The rtd model runtime daemon.")
+    parser = cli_errors.Parser(prog="rtd", description="The rtd model runtime daemon.", epilog=cli_errors.EXIT_CODES,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve_cmd = commands.add_parser("serve", help="run the daemon")
     serve_cmd.add_argument("--config", help="TOML config; without it, the embedded development default")
-    serve_cmd.add_argument("--state-dir", help="state dir of the embedded default (default $RTD_STATE_DIR or ./state)")
+    serve_cmd.add_argument("--state-dir", help="state dir of the embedded default "
+                                               "(default $RTD_STATE_DIR or ~/.local/state/rtd)")
+    serve_cmd.add_argument("--metrics-port", type=int, help="Prometheus listener on loopback, in place of the config's "
+                                                            "(scrapes need the metrics or admin token; the embedded default "
+                                                            "serves metrics on a Unix socket in its state dir); 0 turns it off")
     serve_cmd.add_argument("--model-repository", metavar="DIR",
                            help="embedded default: the dev tenant's Triton model repository (DIR/<model>/config.pbtxt and "
                                 "DIR/<model>/<N>/, signed); tritonclient load_model(name) without files loads from it")
@@ -214,18 +239,25 @@ def main(argv=None) -> int:
         parser.error("--load-model names models of --model-repository")
 
     def reread() -> configuration.Config:
-        if args.config:
-            return configuration.load(args.config)
-        return configuration.embedded_default(args.state_dir, args.model_repository, tuple(args.load_model))
-    try:
-        return serve(reread(), reread)
-    except configuration.ConfigError as e:
-        print(f"rtd: config refused: {e}", file=sys.stderr)
-        return 2
-    except RtdError as e:
-        print(f"rtd: {e}", file=sys.stderr)
-        return 2
+        try:
+            if args.config:
+                config = configuration.load(args.config)
+            else:
+                config = configuration.embedded_default(args.state_dir, args.model_repository, tuple(args.load_model))
+        except configuration.ConfigError as e:
+            raise RtdError(Code.E_RTD_CONFIG_INVALID, str(e)) from None
+        if args.metrics_port is None:
+            return config
+        if not 0 <= args.metrics_port < 65536:
+            raise RtdError(Code.E_USAGE, "--metrics-port: 0..65535")
+        if args.metrics_port and not (config.metrics_token_sha256 or config.admin_token_sha256):
+            raise RtdError(Code.E_USAGE, "--metrics-port: TCP scrapes need metrics.token_sha256 or admin.token_sha256 in the config")
+        return dataclasses.replace(config, metrics_port=args.metrics_port)
 
+    def start(_) -> int:
+        check_architecture()
+        return serve(reread(), reread)
+    return cli_errors.run(start, args)
 
 if __name__ == "__main__":
     sys.exit(main())

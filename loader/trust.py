@@ -28,6 +28,7 @@ class TrustStore:
     def __init__(self, directory: str | None):
         self.directory = directory
         self.keys: dict[str, object] = {}       # fingerprint -> public key
+        self.files: dict[str, str] = {}         # fingerprint -> the file it came from
         self.revoked: set[str] = set()
         self.revocation_error: str | None = None
         if directory is None:
@@ -37,6 +38,7 @@ class TrustStore:
                 with open(os.path.join(directory, entry), "rb") as f:
                     key = keys.load_public(f.read(1 << 20), entry)
                 self.keys[keys.fingerprint(key)] = key
+                self.files[keys.fingerprint(key)] = entry
         path = os.path.join(directory, REVOCATION_LIST)
         if os.path.exists(path):
             with open(path, encoding="utf-8", errors="strict") as f:
@@ -68,7 +70,8 @@ class TrustStore:
         try:
             return self.keys[fingerprint]
         except KeyError:
-            raise RtdError(Code.E_KEY_UNTRUSTED, f"key {fingerprint[:16]}... is not in {self.directory}") from None
+            where = self.directory or "the public keys given"
+            raise RtdError(Code.E_KEY_UNTRUSTED, f"key {fingerprint[:16]}... is not in {where}") from None
 
 
 class RollbackStore:

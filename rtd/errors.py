@@ -55,6 +55,7 @@ class Code(enum.Enum):
     E_LAYER_UNAVAILABLE = "a mandatory confinement layer is not available on this host", "FAILED_PRECONDITION"
     E_CONTAINMENT = "a confinement layer failed to apply", "INTERNAL"
     E_SANDBOX_KILLED = "the confined process was killed by a confinement layer", "UNAVAILABLE"
+    E_ARCH_UNSUPPORTED = "unsupported architecture: rtd knows the syscall numbers of x86_64 and aarch64 only", "FAILED_PRECONDITION"
     # serving (daemon)
     E_UNAUTHENTICATED = "missing or unknown credentials", "UNAUTHENTICATED"
     E_MODEL_NOT_FOUND = "no such model for this tenant", "NOT_FOUND"
@@ -70,6 +71,17 @@ class Code(enum.Enum):
     E_UNIMPLEMENTED = "this call is not offered by rtd", "UNIMPLEMENTED"
     E_STATE_LOCKED = "another rtd serves this state directory", "FAILED_PRECONDITION"
     E_LISTEN_FAILED = "an address to listen on could not be bound", "UNAVAILABLE"
+    # the operator's side (rtctl, rtd serve)
+    E_USAGE = "the command line is not valid", "INVALID_ARGUMENT"
+    E_RTD_CONFIG_INVALID = "the daemon's configuration is refused", "FAILED_PRECONDITION"
+    E_DAEMON_UNREACHABLE = "the daemon is not reachable", "UNAVAILABLE"
+    E_STATE_MISSING = "no rtd state directory there", "FAILED_PRECONDITION"
+    E_NOT_A_PACKAGE = "not a package: a signed model directory or .tar/.tar.gz is expected", "INVALID_ARGUMENT"
+    E_PATH_NOT_FOUND = "no such file or directory", "NOT_FOUND"
+    E_PATH_EXISTS = "the file exists and is never overwritten", "ALREADY_EXISTS"
+    E_PERMISSION_DENIED = "the file system refused access", "PERMISSION_DENIED"
+    E_IO = "a file could not be read or written", "INTERNAL"
+    E_INTERRUPTED = "interrupted", "CANCELLED"
     E_INTERNAL = "internal error", "INTERNAL"
 
 

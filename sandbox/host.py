@@ -3,7 +3,7 @@ hierarchies rtd may write, user namespaces, seccomp, dmem and GPU, and per polic
 layers a worker would get."""
 import os
 
-from rtd.sandbox import cgroup, gpu, namespaces, seccomp
+from rtd.sandbox import cgroup, gpu, namespaces, seccomp, syscalls
 from rtd.sandbox.policy import load_policy
 
 
@@ -42,6 +42,7 @@ def host_report() -> dict:
     layout, policy = cgroup.detect_layout(), load_policy()
     return {
         "kernel": os.uname().release,
+        "architecture": syscalls.architecture_status(),
         "root": os.geteuid() == 0,
         "cgroup": {"mode": layout.mode, "v2_root": layout.v2_root,
                    "v2_controllers": sorted(layout.v2_controllers), "v1_controllers": dict(layout.v1_roots),

@@ -3,11 +3,32 @@ pivot_root, prctl, capset, seccomp). Each raises OSError with the kernel's errno
 The libc handle is opened at import, so nothing is loaded after confinement."""
 import ctypes
 import os
+import platform
+
+from rtd.errors import Code, RtdError
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 
-NR = {"pivot_root": 155, "capget": 125, "capset": 126, "seccomp": 317}   # x86_64
+NR_BY_MACHINE = {   # the calls made by number; the seccomp filter names calls, libseccomp numbers them
+    "x86_64": {"pivot_root": 155, "capget": 125, "capset": 126, "seccomp": 317},
+    "aarch64": {"pivot_root": 41, "capget": 90, "capset": 91, "seccomp": 277},   # asm-generic/unistd.h
+}
+NR = NR_BY_MACHINE.get(platform.machine(), {})
+
+
+def check_architecture() -> None:
+    """rtd serve's first step: on a machine whose numbers rtd does not know, refuse to start."""
+    if platform.machine() not in NR_BY_MACHINE:
+        raise RtdError(Code.E_ARCH_UNSUPPORTED, f"this machine is {platform.machine() or 'unknown'}")
+
+
+def architecture_status() -> str:
+    try:
+        check_architecture()
+    except RtdError as e:
+        return f"unsupported: {e.detail}; rtd serve refuses to start"
+    return f"supported ({platform.machine()})"
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
 CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000

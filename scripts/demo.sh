@@ -24,26 +24,11 @@ for _ in $(seq 1 300); do
 done
 sed 's/^/  /' "$log"
 
-echo "== a demo model: Y = Relu(X·W + b), built with onnx.helper"
-"$PY" - "$work" <<'PYEOF'
-import sys
-import numpy as np
-from onnx import TensorProto, helper, numpy_helper
-w = numpy_helper.from_array(np.array([[1, -1, 0.5], [2, 0, -1], [0, 1, 1], [-1, 2, 0]], np.float32), "W")
-b = numpy_helper.from_array(np.array([0.1, -0.2, 0.3], np.float32), "B")
-graph = helper.make_graph(
-    [helper.make_node("MatMul", ["X", "W"], ["H"]), helper.make_node("Add", ["H", "B"], ["Z"]),
-     helper.make_node("Relu", ["Z"], ["Y"])], "demo",
-    [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
-    [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 3])], [w, b])
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-model.ir_version = 8
-open(f"{sys.argv[1]}/demo.onnx", "wb").write(model.SerializeToString())
-np.save(f"{sys.argv[1]}/x.npy", np.array([[1, 2, 3, 4], [0.5, -1, 2, 0]], np.float32))
-PYEOF
+echo "== a demo model: Y = Relu(X·W + b), built with onnx.helper (rtd/demo.py)"
+"$PY" -m rtd.demo "$work"
 
 echo "== rtctl pack (signed with the dev tenant's key) and rtctl load (over gRPC)"
-"$RTCTL" pack "$work/demo.onnx" --name demo --version 1.0.0 --key "$RTD_STATE_DIR/dev-keys/signing.pem" --out "$work/demo.tar"
+"$RTCTL" pack "$work/model.onnx" --name demo --version 1.0.0 --key "$RTD_STATE_DIR/dev-keys/signing.pem" --out "$work/demo.tar"
 "$RTCTL" load "$work/demo.tar"
 echo "== rtctl run (inside the dev tenant's confined worker)"
 "$RTCTL" run demo --input "X=$work/x.npy"

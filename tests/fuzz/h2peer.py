@@ -4,6 +4,7 @@ loop turn), the real grpc_front.Front over a stand-in supervisor, and an h2 clie
 writes requests and reads the answers."""
 import asyncio
 import hashlib
+import io
 import struct
 from types import SimpleNamespace
 
@@ -12,6 +13,7 @@ import h2.connection
 
 from rtd.daemon import grpc_front, http2, kserve
 from rtd.daemon.budgets import Ledger
+from rtd.daemon.events import EventLog
 from rtd.daemon.tenants import Tenants
 from rtd.errors import Code, RtdError
 
@@ -60,6 +62,7 @@ class Supervisor:
                                       admin_token_sha256=[hashlib.sha256(ADMIN.encode()).hexdigest()],
                                       metrics_token_sha256=[])
         self.tenants = Tenants(self.config)
+        self.events = EventLog(io.StringIO())   # the front's audit lines, kept off the test's stderr
 
     def ready(self) -> bool:
         return True
@@ -89,7 +92,7 @@ class Supervisor:
 
 
 def server(supervisor: Supervisor | None = None) -> tuple[http2.Server, grpc_front.Front]:
-    front = grpc_front.Front(supervisor or Supervisor())
+    front = grpc_front.Front(supervisor or Supervisor(), reload=lambda: None)
     ledger = Ledger(PER_TENANT, {}, ["acme"])
     return http2.Server(front.methods, LIMITS, ledger, front.authenticate, kserve.describe), front
 

@@ -11,6 +11,7 @@ import time
 
 from rtd.errors import Code, RtdError
 from tests.soak.harness import CALM, Actor, seed_of
+from tests.soak.tally import no_answer
 
 MAIN = "main"
 CHURNED = ("c0", "c1", "c2")
@@ -46,7 +47,7 @@ def load(soak, name: str) -> bool:
         try:
             soak.client(CALM).load(name, files)
         except RtdError as e:
-            (book.unknown if e.code == Code.E_INTERNAL and e.detail else book.refused)(CALM, name, key, e.code.name)
+            (book.unknown if no_answer(e) else book.refused)(CALM, name, key, e.code.name)
             failed(soak, "calm.load", e, start)
             return False
         book.acked(CALM, name, key)
@@ -63,7 +64,7 @@ def unload(soak, name: str) -> None:
         try:
             soak.client(CALM).unload(name)
         except RtdError as e:
-            (book.unknown if e.code == Code.E_INTERNAL and e.detail else book.refused)(CALM, name, None, e.code.name)
+            (book.unknown if no_answer(e) else book.refused)(CALM, name, None, e.code.name)
             if e.code == Code.E_MODEL_NOT_FOUND and held is not None:
                 soak.tally.violation("acknowledged load vanished", f"{CALM}/{name} (key {held}): unload says {e}")
             failed(soak, "calm.unload", e, start)

@@ -27,7 +27,7 @@ from tests.daemon.rawh2 import RawClient
 from tests.daemon.test_budgets import bomb_request
 from tests.soak.harness import Actor, seed_of
 from tests.soak.invariants import registry_names
-from tests.soak.tally import outcome_of
+from tests.soak.tally import no_answer, outcome_of
 
 NAMES = ("m0", "m1", "m2", "m3")
 CHURNED = (*NAMES, "slow")           # "slow" is churned too: unloading it drains the storms' requests
@@ -41,7 +41,7 @@ def key_for(tenant: str, name: str, counter: int):
 
 def transport(error: RtdError) -> bool:
     """No answer from the daemon: the call's outcome is unknown."""
-    return error.code == Code.E_DEADLINE or (error.code == Code.E_INTERNAL and bool(error.detail))
+    return error.code == Code.E_DEADLINE or no_answer(error)
 
 
 class Hostile(Actor):

@@ -26,8 +26,9 @@ import os
 import time
 
 from rtd.daemon.http2 import WRITE_HIGH_WATER
-from rtd.errors import Code, RtdError
+from rtd.errors import RtdError
 from tests.soak.harness import LIMITS, Actor
+from tests.soak.tally import no_answer
 
 MIB = 1 << 20
 RSS_SLACK = 64 * MIB         # allocator slack and per-request Python objects
@@ -237,5 +238,5 @@ class Monitor(Actor):
                 try:
                     ledger(soak, idle=False)
                 except RtdError as e:
-                    if not (e.code == Code.E_INTERNAL and e.detail):   # only a kill in between excuses it
+                    if not no_answer(e):   # only a kill in between excuses it
                         raise

@@ -11,11 +11,18 @@ from rtd.errors import Code, RtdError
 SHOWN_PER_VIOLATION = 3   # the first few messages of each violation are printed as they happen
 
 
+def no_answer(error: RtdError) -> bool:
+    """A call the daemon never answered (the daemon down, the connection cut): the client
+    says E_DAEMON_UNREACHABLE, or E_INTERNAL with the gRPC status first in the detail for
+    other transport failures, while the daemon's own E_INTERNAL has no detail."""
+    return error.code == Code.E_DAEMON_UNREACHABLE or (error.code == Code.E_INTERNAL and bool(error.detail))
+
+
 def outcome_of(error: RtdError) -> str:
-    """The daemon's own code, or `transport:<gRPC status>` for a call that never got one
-    (the daemon down, the connection cut): the client maps those to E_INTERNAL with the
-    gRPC status first in the detail, while the daemon's own E_INTERNAL has no detail."""
-    if error.code == Code.E_INTERNAL and error.detail:
+    """The daemon's own code, or `transport:<gRPC status>` for a call that never got one."""
+    if error.code == Code.E_DAEMON_UNREACHABLE:
+        return "transport:UNAVAILABLE"
+    if no_answer(error):
         return "transport:" + error.detail.split(":", 1)[0]
     return error.code.name
 
