@@ -59,6 +59,13 @@ def element_count(shape) -> int | None:
     return count if span <= MAX_SPAN else None
 
 
+def declared_dims(shape) -> list:
+    """An ONNX TensorShapeProto's dims as rtd states them: an int for a fixed size (0 is a
+    real, exact size), the name of a symbolic dim, None for an unknown one: a dim with neither
+    value nor name, or the negative value (-1) older exporters write for a dynamic dim."""
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or None) for d in shape.dim]
+
+
 def of_numpy(dtype) -> DType | None:
     """The row for a NumPy dtype (either byte order; object and str/bytes arrays are BYTES)."""
     dtype = np.dtype(dtype)
