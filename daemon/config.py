@@ -3,7 +3,8 @@
 With no config file, `embedded_default()` builds a development setup in a local state
 directory (`$RTD_STATE_DIR` or `./state`): gRPC on a Unix socket there, one tenant `dev`
 with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
-to the state dir — and says so on stderr. Unknown keys, wrong types and impossible values
+to the state dir — and says so on stderr. Its one tunable is max_message_bytes (large
+model packages are uploaded as one message). Unknown keys, wrong types and impossible values
 raise ConfigError naming the offending key; the daemon refuses to start on them.
 """
 import dataclasses
@@ -222,7 +223,17 @@ def _ensure_signing_key(keys_dir: str, trust_dir: str, notes: list) -> None:
     notes.append(f"created dev signing key {private} (trusted by tenant 'dev')")
 
 
-def embedded_default(state_dir: str | None = None) -> Config:
+def _message_limits(max_message_bytes: int | None) -> str:
+    """The [limits] table for `rtd serve --max-message-bytes`: the budgets a single message is
+    charged to are raised with it, so one message of that size fits."""
+    if max_message_bytes is None:
+        return ""
+    budgets = ("tenant_request_bytes", "tenant_response_bytes", "total_request_bytes", "total_response_bytes")
+    return f"[limits]\nmax_message_bytes = {max_message_bytes}\n" + "".join(
+        f"{key} = {max(max_message_bytes, getattr(Limits, key))}\n" for key in budgets)
+
+
+def embedded_default(state_dir: str | None = None, max_message_bytes: int | None = None) -> Config:
     """The no-config development setup; creates what it needs and reports it on stderr."""
     state_dir = os.path.abspath(state_dir or os.environ.get("RTD_STATE_DIR") or "state")
     notes = [f"no config given: embedded default, state in {state_dir}"]
@@ -242,7 +253,7 @@ token_sha256 = [{token_hash(admin_token)!r}]
 id = "dev"
 token_sha256 = [{token_hash(dev_token)!r}]
 trusted_keys = {trust_dir!r}
-"""
+{_message_limits(max_message_bytes)}"""
     config = parse(text, base=state_dir, notes=tuple(notes))
     for note in notes:
         print(f"rtd: {note}", file=sys.stderr)

@@ -179,10 +179,17 @@ def main(argv=None) -> int:
     serve_cmd = commands.add_parser("serve", help="run the daemon")
     serve_cmd.add_argument("--config", help="TOML config; without it, the embedded development default")
     serve_cmd.add_argument("--state-dir", help="state dir of the embedded default (default $RTD_STATE_DIR or ./state)")
+    serve_cmd.add_argument("--max-message-bytes", type=int, metavar="N",
+                           help="largest gRPC message of the embedded default, either way (default 268435456; "
+                                "a package upload is one message); with --config, set limits.max_message_bytes there")
     args = parser.parse_args(argv)
+    if args.config and args.max_message_bytes is not None:
+        parser.error("--max-message-bytes shapes the embedded default; with --config, set limits.max_message_bytes")
 
     def reread() -> configuration.Config:
-        return configuration.load(args.config) if args.config else configuration.embedded_default(args.state_dir)
+        if args.config:
+            return configuration.load(args.config)
+        return configuration.embedded_default(args.state_dir, args.max_message_bytes)
     try:
         return serve(reread(), reread)
     except configuration.ConfigError as e:
