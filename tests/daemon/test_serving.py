@@ -295,3 +295,19 @@ def test_an_exporters_model_loads_and_serves(daemon):
     with pytest.raises(RtdError) as e:
         daemon.client("acme").load("contrib", daemon.package("acme", model.SerializeToString(), "contrib"))
     assert e.value.code == Code.E_ONNX_OP_FORBIDDEN and "com.microsoft DynamicQuantizeLSTM (opset 1)" in str(e.value)
+
+
+def test_a_model_the_executor_cannot_run_is_refused_at_load_not_at_first_inference(daemon):
+    """DeformConv over 3-D volumes compiles (op and attributes are claimed) but has no kernel
+    for rank 5: the worker's warm-up finds it, so the load is refused naming the op."""
+    from onnx import TensorProto, helper
+    shapes = {"x": [1, 1, 2, 2, 2], "w": [1, 1, 1, 1, 1], "offset": [1, 3, 2, 2, 2]}
+    graph = helper.make_graph([helper.make_node("DeformConv", list(shapes), ["y"])], "volume",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+    client = daemon.client("acme")
+    with pytest.raises(RtdError) as e:
+        client.load("volume", daemon.package("acme", model, "volume"))
+    assert e.value.code == Code.E_OP_UNSUPPORTED and "ai.onnx DeformConv (opset 19): " in str(e.value)
+    assert "volume" not in [m.name for m in client.index()]
