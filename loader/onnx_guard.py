@@ -162,13 +162,15 @@ def _check_signature(graph) -> None:
 class _Walk:
     def __init__(self, model, allowed_ops, external, limits: GuardLimits):
         self.allowed, self.external, self.limits = allowed_ops, external, limits
-        self.opsets = {_domain(o.domain): o.version for o in model.opset_import}
         self.functions = {(_domain(f.domain), f.name): f for f in model.functions}
         if len(model.functions) > limits.max_functions:
             raise RtdError(Code.E_ONNX_LIMIT, f"{len(model.functions)} functions, over {limits.max_functions}")
         if len(self.functions) != len(model.functions):
             raise RtdError(Code.E_ONNX_INVALID, "two model functions share a (domain, name)")
         self.calls: dict[tuple, set] = {key: set() for key in self.functions}
+        self.opsets = {_domain(o.domain): o.version for o in model.opset_import}   # to name a refused op
+        for o in (o for f in model.functions for o in f.opset_import):
+            self.opsets.setdefault(_domain(o.domain), o.version)
 
     def op(self, node, caller) -> None:
         key = (_domain(node.domain), node.op_type)
