@@ -2,7 +2,8 @@
 datatype, its Triton config enum and the InferTensorContents field that carries it typed.
 
 BYTES tensors are NumPy object arrays of `bytes`; on every wire they travel as Triton's
-binary form (each element a 4-byte little-endian length, then its bytes).
+binary form (each element a 4-byte little-endian length, then its bytes). Shapes are read
+here too: `element_count` of a request's shape, `declared_dims` of a model's declared one.
 """
 import dataclasses
 import struct
