@@ -4,7 +4,8 @@ With no config file, `embedded_default()` builds a development setup in a state 
 that is the same wherever rtd and rtctl start (`default_state_dir()`): gRPC, REST and metrics
 on Unix sockets there (mode 0600 in a 0700 directory: the daemon's own user only), one tenant
 `dev` with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
-to the state dir — and says so on stderr. Unknown keys, wrong types and impossible values
+to the state dir — and says so on stderr. Its one tunable is max_message_bytes (large
+model packages are uploaded as one message). Unknown keys, wrong types and impossible values
 raise ConfigError naming the offending key; the daemon refuses to start on them.
 """
 import dataclasses
@@ -279,6 +280,16 @@ def _ensure_signing_key(keys_dir: str, trust_dir: str, notes: list) -> None:
     notes.append(f"created dev signing key {private} (trusted by tenant 'dev')")
 
 
+def _message_limits(max_message_bytes: int | None) -> str:
+    """The [limits] table for `rtd serve --max-message-bytes`: the budgets a single message is
+    charged to are raised with it, so one message of that size fits."""
+    if max_message_bytes is None:
+        return ""
+    budgets = ("tenant_request_bytes", "tenant_response_bytes", "total_request_bytes", "total_response_bytes")
+    return f"[limits]\nmax_message_bytes = {max_message_bytes}\n" + "".join(
+        f"{key} = {max(max_message_bytes, getattr(Limits, key))}\n" for key in budgets)
+
+
 def default_state_dir() -> str:
     """The embedded default's state directory: $RTD_STATE_DIR, else $XDG_STATE_HOME/rtd
     (~/.local/state/rtd); never relative to where a command happens to start."""
@@ -289,7 +300,7 @@ def default_state_dir() -> str:
 
 
 def embedded_default(state_dir: str | None = None, model_repository: str | None = None,
-                     load_at_start: tuple[str, ...] = ()) -> Config:
+                     load_at_start: tuple[str, ...] = (), max_message_bytes: int | None = None) -> Config:
     """The no-config development setup; creates what it needs and reports it on stderr.
     `model_repository` is the dev tenant's Triton repository (DIR/<model>/...)."""
     state_dir = os.path.abspath(state_dir or default_state_dir())
@@ -313,9 +324,10 @@ id = "dev"
 token_sha256 = [{token_hash(dev_token)!r}]
 trusted_keys = {trust_dir!r}
 """
-    if model_repository:
+    if model_repository:   # keys of the dev tenant's table: before any other table starts
         text += f"model_repository = {os.path.abspath(model_repository)!r}\nload = {json.dumps(list(load_at_start))}\n"
         notes.append(f"tenant 'dev' loads from the model repository {os.path.abspath(model_repository)}")
+    text += _message_limits(max_message_bytes)
     config = parse(text, base=state_dir, notes=tuple(notes))
     for note in notes:
         print(f"rtd: {note}", file=sys.stderr)

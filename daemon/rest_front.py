@@ -45,7 +45,8 @@ from rtd.errors import Code, RtdError
 log = logging.getLogger("rtd.rest")
 HTTP_STATUS = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
                "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429, "INTERNAL": 500, "UNIMPLEMENTED": 501, "UNAVAILABLE": 503,
-               "DEADLINE_EXCEEDED": 504}   # by Code.status; Triton's where it has one
+               "DEADLINE_EXCEEDED": 504, "ALREADY_EXISTS": 409,
+               "CANCELLED": 499}   # by Code.status; Triton's where it has one (499: the client went away)
 BY_CODE = {Code.E_MESSAGE_TOO_LARGE: 413}
 MAX_HEAD = http2.MAX_HEADER_LIST
 MAX_JSON_VALUES = 1 << 20

@@ -231,7 +231,12 @@ def main(argv=None) -> int:
                                 "DIR/<model>/<N>/, signed); tritonclient load_model(name) without files loads from it")
     serve_cmd.add_argument("--load-model", metavar="NAME", action="append", default=[],
                            help="embedded default: load this model of --model-repository at start (repeatable)")
+    serve_cmd.add_argument("--max-message-bytes", type=int, metavar="N",
+                           help="largest gRPC message of the embedded default, either way (default 268435456; "
+                                "a package upload is one message); with --config, set limits.max_message_bytes there")
     args = parser.parse_args(argv)
+    if args.config and args.max_message_bytes is not None:
+        parser.error("--max-message-bytes shapes the embedded default; with --config, set limits.max_message_bytes")
     if args.config and (args.model_repository or args.load_model):
         parser.error("--model-repository/--load-model are for the embedded default; "
                      "a config file sets model_repository and each tenant's load list")
@@ -243,7 +248,8 @@ def main(argv=None) -> int:
             if args.config:
                 config = configuration.load(args.config)
             else:
-                config = configuration.embedded_default(args.state_dir, args.model_repository, tuple(args.load_model))
+                config = configuration.embedded_default(args.state_dir, args.model_repository, tuple(args.load_model),
+                                                        args.max_message_bytes)
         except configuration.ConfigError as e:
             raise RtdError(Code.E_RTD_CONFIG_INVALID, str(e)) from None
         if args.metrics_port is None:

@@ -27,7 +27,8 @@ def _spec_json(spec) -> dict:
 
 
 def _warm_up(model) -> None:
-    """One run on zeros so the first tenant request doesn't pay for lazy set-up."""
+    """One run on zeros so the first tenant request doesn't pay for lazy set-up, and an op
+    the executor cannot run on the declared types refuses the load, not the first request."""
     feeds = {}
     for spec in model.inputs:
         if spec.dtype is None or spec.shape is None:
@@ -35,8 +36,10 @@ def _warm_up(model) -> None:
         feeds[spec.name] = np.zeros([d if isinstance(d, int) else 1 for d in spec.shape], spec.dtype)
     try:
         model.run(feeds)
-    except RtdError:
-        pass  # shapes guessed for symbolic dims may not fit the graph; real requests will say
+    except RtdError as e:
+        if e.code is Code.E_OP_UNSUPPORTED:
+            raise
+        # otherwise shapes guessed for symbolic dims may not fit the graph; real requests will say
 
 
 class Worker:

@@ -1,6 +1,8 @@
-"""rtd as an onnx.backend.base.Backend, so onnx.backend.test.BackendTest runs the node tests."""
+"""rtd as an onnx.backend.base.Backend, so onnx.backend.test.BackendTest runs the node and model tests
+(on CPU, and on CUDA where CuPy finds a GPU)."""
 import onnx.backend.base
 
+from . import backend_cupy
 from .model import compile_model
 
 
@@ -25,7 +27,7 @@ class RtdBackend(onnx.backend.base.Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        return device.upper() == "CPU"
+        return device.upper() == "CPU" or (device.upper() == "CUDA" and backend_cupy.unavailable_reason() is None)
 
 
 prepare = RtdBackend.prepare

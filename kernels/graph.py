@@ -16,6 +16,13 @@ from .ir import RTD_DOMAIN, Graph, Node
 from .ops import lookup
 
 
+def op_refusal(e: RtdError, node: Node, opsets: dict) -> RtdError:
+    """A kernel's E_OP_UNSUPPORTED, naming the ONNX op (domain, type, opset) before its own words."""
+    if e.code is not Code.E_OP_UNSUPPORTED or node.domain == RTD_DOMAIN:
+        return e
+    return RtdError(e.code, f"{node.domain or 'ai.onnx'} {node.op_type} (opset {opsets[node.domain]}): {e.detail}")
+
+
 def make_kernel(node: Node, opsets: dict, xp=np):
     """The kernel instance for one node; GRAPH attributes become subgraph runners."""
     if node.domain == RTD_DOMAIN:
@@ -33,8 +40,8 @@ def make_kernel(node: Node, opsets: dict, xp=np):
         n_outputs -= 1  # trailing unnamed outputs are not asked for
     try:
         return cls(attrs, xp, n_outputs=n_outputs)
-    except RtdError:
-        raise
+    except RtdError as e:
+        raise op_refusal(e, node, opsets) from None
     except Exception as e:  # an attribute value a kernel's setup cannot use: the model is at fault
         raise RtdError(Code.E_MODEL_INVALID, f"{node.op_type} {node.name!r}: {type(e).__name__}: {str(e)[:160]}") from None
 
@@ -49,7 +56,7 @@ class GraphRunner:
         self.input_names = list(graph.inputs)
         self.output_names = list(graph.outputs)
         self.output_dtypes = list(graph.output_dtypes)
-        self.nodes = [(node.inputs, node.outputs, make_kernel(node, graph.opsets, xp)) for node in graph.nodes]
+        self.nodes = [(node, make_kernel(node, graph.opsets, xp)) for node in graph.nodes]
 
     def __call__(self, feeds: dict, scope=None) -> list:
         env = self.trace(feeds, scope)
@@ -58,10 +65,13 @@ class GraphRunner:
     def trace(self, feeds: dict, scope=None) -> ChainMap:
         """Run the graph; the environment of every value it computed (a shape/value record)."""
         env = ChainMap({}, feeds, self.constants, *([scope] if scope is not None else []))
-        for inputs, outputs, kernel in self.nodes:
-            args = [env[name] if name else None for name in inputs]
-            results = kernel.run(*args, scope=env) if kernel.needs_scope else kernel.run(*args)
-            for name, value in zip(outputs, results):
+        for node, kernel in self.nodes:
+            args = [env[name] if name else None for name in node.inputs]
+            try:
+                results = kernel.run(*args, scope=env) if kernel.needs_scope else kernel.run(*args)
+            except RtdError as e:
+                raise op_refusal(e, node, self.graph.opsets) from None
+            for name, value in zip(node.outputs, results):
                 if name:
                     env[name] = value
         return env

@@ -154,7 +154,7 @@ def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict) -> Graph:
     for proto in _expand(graph.node, functions):
         domain = _domain(proto.domain)
         if domain not in opsets:
-            raise RtdError(Code.E_OP_UNSUPPORTED, f"{proto.op_type}: domain {domain!r} not imported by the model")
+            raise RtdError(Code.E_OP_UNSUPPORTED, f"{domain or 'ai.onnx'} {proto.op_type} (domain not imported by the model)")
         attrs = {a.name: attribute_value(a, opsets, functions) for a in proto.attribute}
         inputs = list(proto.input)
         while inputs and not inputs[-1]:

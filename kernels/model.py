@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import onnx
 
+from rtd import dtypes
 from rtd.errors import Code, RtdError
 
 from . import backend_cupy
@@ -37,8 +38,7 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)) if t.elem_type else None
     if not t.HasField("shape"):
         return TensorSpec(value.name, dtype, None)
-    shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
-    return TensorSpec(value.name, dtype, shape)
+    return TensorSpec(value.name, dtype, tuple(dtypes.declared_dims(t.shape)))
 
 
 def _parse(model) -> onnx.ModelProto:
@@ -101,15 +101,16 @@ class CompiledModel:
                 raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: expected an ndarray of {spec.dtype}, got {type(value).__name__}")
             if value.dtype != spec.dtype:
                 raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: expected dtype {spec.dtype}, got {value.dtype}")
-            if spec.shape is not None:
+            if spec.shape is not None:  # fixed dims exact (0 too), a symbolic one alike everywhere, None any size
                 if value.ndim != len(spec.shape):
-                    raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: expected shape {list(spec.shape)}, got {list(value.shape)}")
-                for want, got in zip(spec.shape, value.shape):
+                    raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: got shape {list(value.shape)}, expected shape {list(spec.shape)}")
+                for axis, (want, got) in enumerate(zip(spec.shape, value.shape)):
                     if isinstance(want, str):
                         if symbols.setdefault(want, got) != got:
-                            raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: dim {want!r} is {symbols[want]} elsewhere, got {got}")
+                            raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: dim {axis} is {got}, but {symbols[want]} "
+                                                                 f"elsewhere for the same symbolic dim {want!r}")
                     elif isinstance(want, int) and want != got:
-                        raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: expected shape {list(spec.shape)}, got {list(value.shape)}")
+                        raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: got shape {list(value.shape)}, expected shape {list(spec.shape)}")
             values.append(self.xp.asarray(value) if self.xp is not np else value)
         return values
 

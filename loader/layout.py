@@ -41,7 +41,7 @@ class IntakeLimits:
 # The small documents' caps, refused with their own parser's code whichever intake read them.
 SMALL_CAPS = {
     CONFIG: (1 << 20, Code.E_CONFIG_INVALID),
-    METADATA: (256 << 10, Code.E_METADATA_INVALID),
+    METADATA: (1 << 20, Code.E_METADATA_INVALID),
     MANIFEST: (64 << 10, Code.E_MANIFEST_INVALID),
     SIGNATURE: (16 << 10, Code.E_SIG_INVALID),
 }

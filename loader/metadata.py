@@ -8,6 +8,8 @@ Schema (every key below; no others):
   created           RFC 3339 UTC timestamp "YYYY-MM-DDTHH:MM:SSZ"
   expires           optional, same form; a package past it is refused (E_EXPIRED)
   inputs, outputs   [{"name": str, "dtype": str, "shape": [int >= 0 | str | null, ...]}, ...]
+                    at most 64 dims: a size (0 included), a symbolic name of at most
+                    MAX_DIM_NAME characters, or null for a dim the model leaves unknown
   training_fingerprint, data_fingerprint   optional strings (provenance, informational)
   min_rtd_version   optional semantic version; a newer one than this rtd is refused
   config_sha256     SHA-256 hex of ../config.pbtxt, or null when the package has none.
@@ -25,6 +27,8 @@ FORMAT = "rtd.package/v1"
 MAX_BYTES = layout.SMALL_CAPS[layout.METADATA][0]
 MAX_DEPTH = 8
 MAX_TENSORS = 1024
+MAX_DIMS = 64
+MAX_DIM_NAME = 4096   # exporters name output dims by whole expressions; the file's cap bounds the sum
 # ASCII digits only (\d takes any script's), numeric parts bounded (int() refuses 4300+ digits)
 _NUMBER = r"(?:0|[1-9][0-9]{0,17})"
 _SEMVER = re.compile(
@@ -78,10 +82,11 @@ def _tensors(value, key: str) -> None:
         _short_text(item["name"], f"{key}.name")
         _short_text(item["dtype"], f"{key}.dtype")
         shape = item["shape"]
-        if not isinstance(shape, list) or len(shape) > 64 or not all(
-                d is None or (isinstance(d, str) and len(d) <= 64)
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
+                d is None or (isinstance(d, str) and len(d) <= MAX_DIM_NAME)
                 or (type(d) is int and 0 <= d < 2 ** 63) for d in shape):
-            _fail(f"{key}.shape must list at most 64 dims, each a size, a name or null")
+            _fail(f"{key} {item['name']!r}: shape must list at most {MAX_DIMS} dims, each a size >= 0, "
+                  f"a name of at most {MAX_DIM_NAME} characters or null")
 
 
 def validate(meta: dict) -> dict:
@@ -121,4 +126,7 @@ def parse(data) -> dict:
 
 
 def render(meta: dict) -> bytes:
-    return boundedjson.dumps(validate(meta))
+    data = boundedjson.dumps(validate(meta))
+    if len(data) > MAX_BYTES:
+        _fail(f"metadata.json would be {len(data)} bytes, over the {MAX_BYTES}-byte cap")
+    return data

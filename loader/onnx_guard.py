@@ -2,8 +2,10 @@
 
 In order: refuse pickle/zip by content; cap the byte size (well under protobuf's 2 GiB);
 pre-scan the wire format for node count and If/Loop/Scan nesting (onnx_wire); parse from
-bytes only (never a path, so onnx never resolves external files); then walk every graph,
-subgraph and function iteratively to check the domain/op allow-list, the function count and
+bytes only (never a path, so onnx never resolves external files); check that the graph's inputs
+and outputs fit metadata.json's dim rules (MAX_DIMS, MAX_DIM_NAME); then walk every graph,
+subgraph and function iteratively to check the op allow-list (a domain the model imports but
+never uses is no concern; a refused op is named with its domain and opset), the function count and
 that no function calls itself (directly or through others), and every tensor: dims are
 non-negative and their product cannot overflow int64, stored bytes equal dims x element size,
 sparse tensors carry no external data, and `ConstantOfShape` of a constant shape stays under
@@ -22,7 +24,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, numpy_helper
 
 from rtd.errors import Code, RtdError
-from rtd.loader import formats, layout, onnx_wire
+from rtd.loader import formats, layout, metadata, onnx_wire
 
 INT64_MAX = 2 ** 63 - 1
 _BITS = {TensorProto.FLOAT: 32, TensorProto.UINT8: 8, TensorProto.INT8: 8, TensorProto.UINT16: 16,
@@ -148,6 +150,15 @@ def _constant_of_shape_bytes(node, constants: dict) -> int | None:
     return (count * bits + 7) // 8
 
 
+def _check_signature(graph) -> None:
+    """The graph's inputs and outputs stay within what metadata.json can state of them."""
+    for value in list(graph.input) + list(graph.output):
+        dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else ()
+        if len(dims) > metadata.MAX_DIMS or any(len(d.dim_param) > metadata.MAX_DIM_NAME for d in dims):
+            raise RtdError(Code.E_ONNX_LIMIT, f"{value.name[:64]!r}: over {metadata.MAX_DIMS} dims or a symbolic "
+                           f"dim name over {metadata.MAX_DIM_NAME} characters")
+
+
 class _Walk:
     def __init__(self, model, allowed_ops, external, limits: GuardLimits):
         self.allowed, self.external, self.limits = allowed_ops, external, limits
@@ -157,6 +168,9 @@ class _Walk:
         if len(self.functions) != len(model.functions):
             raise RtdError(Code.E_ONNX_INVALID, "two model functions share a (domain, name)")
         self.calls: dict[tuple, set] = {key: set() for key in self.functions}
+        self.opsets = {_domain(o.domain): o.version for o in model.opset_import}   # to name a refused op
+        for o in (o for f in model.functions for o in f.opset_import):
+            self.opsets.setdefault(_domain(o.domain), o.version)
 
     def op(self, node, caller) -> None:
         key = (_domain(node.domain), node.op_type)
@@ -164,7 +178,9 @@ class _Walk:
             if caller is not None:
                 self.calls[caller].add(key)
         elif key not in self.allowed:
-            raise RtdError(Code.E_ONNX_OP_FORBIDDEN, f"{key[0] or 'ai.onnx'}::{key[1]}")
+            opset = self.opsets.get(key[0])
+            raise RtdError(Code.E_ONNX_OP_FORBIDDEN, f"{key[0] or 'ai.onnx'} {key[1]} "
+                           f"({'domain not imported' if opset is None else f'opset {opset}'})")
 
     def nodes(self, nodes, graph_tensors, caller) -> list:
         """Check nodes; return the subgraphs they hold."""
@@ -239,11 +255,8 @@ def _check(view: memoryview, allowed_ops, external, limits: GuardLimits) -> onnx
     if model.ir_version <= 0 or not model.HasField("graph"):
         raise RtdError(Code.E_ONNX_PARSE, "no ir_version or no graph")
     allowed = {(_domain(d), op) for d, op in (allowed_ops if allowed_ops is not None else default_allowed_ops())}
-    allowed_domains = {d for d, _ in allowed}
     walk = _Walk(model, allowed, external, limits)
-    for opset in model.opset_import:
-        if _domain(opset.domain) not in allowed_domains | {d for d, _ in walk.functions}:
-            raise RtdError(Code.E_ONNX_OP_FORBIDDEN, f"opset domain {opset.domain!r}")
+    _check_signature(model.graph)
     for graph in [model.graph] + [g for t in model.training_info for g in (t.initialization, t.algorithm)]:
         walk.body(graph.node, graph.initializer, graph.sparse_initializer)
     for key, function in walk.functions.items():

@@ -13,6 +13,7 @@ import tarfile
 
 import onnx
 
+from rtd import dtypes
 from rtd.errors import Code, RtdError
 from rtd.loader import layout, manifest, metadata, signing
 from rtd.loader.intake import ARCHIVE_SUFFIXES
@@ -24,8 +25,8 @@ def _tensor_signature(values) -> list[dict]:
     out = []
     for value in values:
         tensor = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
-        out.append({"name": value.name, "dtype": _ONNX_DTYPES.get(tensor.elem_type, "UNDEFINED"), "shape": dims})
+        out.append({"name": value.name, "dtype": _ONNX_DTYPES.get(tensor.elem_type, "UNDEFINED"),
+                    "shape": dtypes.declared_dims(tensor.shape)})
     return out
 
 

@@ -2,7 +2,8 @@
 datatype, its Triton config enum and the InferTensorContents field that carries it typed.
 
 BYTES tensors are NumPy object arrays of `bytes`; on every wire they travel as Triton's
-binary form (each element a 4-byte little-endian length, then its bytes).
+binary form (each element a 4-byte little-endian length, then its bytes). Shapes are read
+here too: `element_count` of a request's shape, `declared_dims` of a model's declared one.
 """
 import dataclasses
 import struct
@@ -57,6 +58,13 @@ def element_count(shape) -> int | None:
         count *= d
         span *= max(d, 1)
     return count if span <= MAX_SPAN else None
+
+
+def declared_dims(shape) -> list:
+    """An ONNX TensorShapeProto's dims as rtd states them: an int for a fixed size (0 is a
+    real, exact size), the name of a symbolic dim, None for an unknown one: a dim with neither
+    value nor name, or the negative value (-1) older exporters write for a dynamic dim."""
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or None) for d in shape.dim]
 
 
 def of_numpy(dtype) -> DType | None:

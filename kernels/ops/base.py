@@ -34,7 +34,7 @@ class Kernel:
     def __init__(self, attrs: dict, xp=np, n_outputs: int | None = None):
         unknown = set(attrs) - set(self.attributes)
         if unknown:
-            raise RtdError(Code.E_OP_UNSUPPORTED, f"{self.op_type}-{self.since}: attribute(s) {sorted(unknown)} not understood")
+            raise RtdError(Code.E_OP_UNSUPPORTED, f"attribute(s) {sorted(unknown)} not understood (kernel {self.op_type}-{self.since})")
         for name, default in self.attributes.items():
             if default is REQUIRED and name not in attrs:
                 raise RtdError(Code.E_MODEL_INVALID, f"{self.op_type}: required attribute {name!r} missing")
@@ -80,7 +80,7 @@ def lookup(domain: str, op_type: str, opset: int) -> type:
     for since, cls in reversed(_REGISTRY.get((domain, op_type), [])):
         if since <= opset:
             return cls
-    raise RtdError(Code.E_OP_UNSUPPORTED, f"{op_type} (domain {domain or 'ai.onnx'}, opset {opset})")
+    raise RtdError(Code.E_OP_UNSUPPORTED, f"{domain or 'ai.onnx'} {op_type} (opset {opset})")
 
 
 def supported() -> dict[tuple[str, str], list[int]]:

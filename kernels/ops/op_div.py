@@ -1,4 +1,5 @@
 """Div: a / b under broadcasting; integer division truncates toward zero, as C does."""
+from ._legacy_broadcast import LegacyBroadcast
 from .base import Elementwise
 
 
@@ -15,3 +16,7 @@ class Div_7(Elementwise):
         exact = xp.fmod(a, b)
         xp.subtract(a, exact, out=exact)
         return xp.floor_divide(exact, b, out=out)
+
+
+class Div_1(LegacyBroadcast, Div_7):
+    """Opsets 1-6: broadcasting only when asked, B aligned at `axis`."""

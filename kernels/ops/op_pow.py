@@ -1,6 +1,7 @@
 """Pow: x ** y under broadcasting; the result keeps x's type whatever y's type is."""
 import numpy as np
 
+from ._legacy_broadcast import LegacyBroadcast
 from .base import Elementwise
 
 
@@ -19,3 +20,7 @@ class Pow_7(Elementwise):
             return result.astype(x.dtype, copy=False)
         xp.copyto(out, result, casting="unsafe")
         return out
+
+
+class Pow_1(LegacyBroadcast, Pow_7):
+    """Opsets 1-6: broadcasting only when asked, B aligned at `axis`."""

@@ -1,8 +1,8 @@
-"""Slice with starts/ends/axes/steps inputs (opset 10 on), clamped per the spec. Returns a view."""
+"""Slice: starts/ends/axes/steps inputs from opset 10 on, attributes before; clamped per the spec. Returns a view."""
 from rtd.errors import Code, RtdError
 
 from ._axes import normalize_axes
-from .base import Kernel
+from .base import REQUIRED, Kernel
 
 
 def _bounds(start: int, end: int, step: int, dim: int) -> slice:
@@ -26,4 +26,17 @@ class Slice_10(Kernel):
         index = [slice(None)] * x.ndim
         for axis, start, end, step in zip(axes, starts, ends, steps):
             index[axis] = _bounds(start, end, step, x.shape[axis])
+        return (x[tuple(index)],)
+
+
+class Slice_1(Kernel):
+    """Opsets 1-9: starts, ends and axes are attributes; the step is 1."""
+
+    attributes = {"starts": REQUIRED, "ends": REQUIRED, "axes": None}
+
+    def run(self, x):
+        axes = range(len(self.starts)) if self.axes is None else normalize_axes(self.axes, x.ndim, "Slice")
+        index = [slice(None)] * x.ndim
+        for axis, start, end in zip(axes, self.starts, self.ends):
+            index[axis] = _bounds(start, end, 1, x.shape[axis])
         return (x[tuple(index)],)

@@ -246,3 +246,51 @@ def test_a_model_outside_the_op_allow_list_is_refused_inside_the_worker(daemon):
     assert daemon.pids("beta") == pids   # a refusal, not a crash: no other instance was touched
     assert daemon.metric('rtd_instance_ends_total{') == 0
     assert daemon.metric('rtd_verification_refusals_total{code="E_ONNX_OP_FORBIDDEN",tenant="beta"}') >= 1
+
+
+def test_an_exporters_model_loads_and_serves(daemon):
+    """-1 and absent dims, a 4096-character dim name, a 330-character output expression and
+    opset domains declared for nothing: packed, loaded into a confined worker, run like onnxruntime;
+    an op rtd lacks is refused at load, named."""
+    from onnx import TensorProto, helper
+    name, expression = "h" * 4096, " + ".join(f"floor((width_{i} - 1)/2)" for i in range(14))[:330]
+    graph = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["y"])], "exported",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, name, None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, expression, None])])
+    opsets = [helper.make_opsetid(d, v) for d, v in (("", 12), ("com.microsoft.nchwc", 1), ("ai.onnx.ml", 2))]
+    model = helper.make_model(graph, ir_version=7, opset_imports=opsets).SerializeToString()
+    client, headers = triton(daemon, "acme")
+    files = daemon.package("acme", model, "exported")
+    assert json.loads(files["1/metadata.json"])["outputs"][0]["shape"] == [None, 3, expression, None]
+    client.load_model("exported", headers=headers, files={f"file:{p}": data for p, data in files.items()})
+    meta = client.get_model_metadata("exported", headers=headers)
+    assert [(t.name, list(t.shape)) for t in meta.inputs] == [("x", [-1, 3, -1, -1])]
+    x = np.random.default_rng(4).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    given = tc.InferInput("x", list(x.shape), "FP32")
+    given.set_data_from_numpy(x)
+    got = client.infer("exported", [given], headers=headers).as_numpy("y")
+    np.testing.assert_allclose(got, reference(model, {"x": x})["y"], rtol=1e-6, atol=1e-7)
+    client.unload_model("exported", headers=headers)
+    lstm = helper.make_node("DynamicQuantizeLSTM", ["x"], ["y"], domain="com.microsoft", hidden_size=2)
+    del graph.node[:]
+    graph.node.append(lstm)
+    model = helper.make_model(graph, ir_version=7, opset_imports=[*opsets, helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(RtdError) as e:
+        daemon.client("acme").load("contrib", daemon.package("acme", model.SerializeToString(), "contrib"))
+    assert e.value.code == Code.E_ONNX_OP_FORBIDDEN and "com.microsoft DynamicQuantizeLSTM (opset 1)" in str(e.value)
+
+
+def test_a_model_the_executor_cannot_run_is_refused_at_load_not_at_first_inference(daemon):
+    """DeformConv over 3-D volumes compiles (op and attributes are claimed) but has no kernel
+    for rank 5: the worker's warm-up finds it, so the load is refused naming the op."""
+    from onnx import TensorProto, helper
+    shapes = {"x": [1, 1, 2, 2, 2], "w": [1, 1, 1, 1, 1], "offset": [1, 3, 2, 2, 2]}
+    graph = helper.make_graph([helper.make_node("DeformConv", list(shapes), ["y"])], "volume",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+    client = daemon.client("acme")
+    with pytest.raises(RtdError) as e:
+        client.load("volume", daemon.package("acme", model, "volume"))
+    assert e.value.code == Code.E_OP_UNSUPPORTED and "ai.onnx DeformConv (opset 19): " in str(e.value)
+    assert "volume" not in [m.name for m in client.index()]

@@ -395,3 +395,23 @@ def test_erf_on_another_array_module_uses_its_own_ufuncs():
     x = np.linspace(-6, 6, 5001, dtype=np.float32)
     np.testing.assert_array_equal(_erf.erf(xp, x), _erf.erf(np, x))
     np.testing.assert_allclose(_erf.erf(xp, x.astype(np.float64)), special.erf(x.astype(np.float64)), atol=3e-7)
+
+
+@pytest.mark.parametrize("op, ufunc", [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply),
+                                       ("Div", np.divide), ("Pow", np.power)])
+@pytest.mark.parametrize("axis", [1, -3, None])
+def test_opset_6_arithmetic_broadcasts_b_at_axis(op, ufunc, axis):
+    """Before opset 7, B is aligned with A from `axis` on, not from the right (onnxruntime has
+    no kernels this old): B (3, 4) onto A (2, 3, 4, 5) at axis 1 is B[None, :, :, None]."""
+    a = RNG.random((2, 3, 4, 5), dtype=np.float32) + 0.5
+    b = RNG.random((3, 4) if axis is not None else (4, 5), dtype=np.float32) + 0.5
+    attrs = {"broadcast": 1} if axis is None else {"broadcast": 1, "axis": axis}
+    got = compile_model(_model(op, [a, b], opset=6, **attrs).SerializeToString()).run({"in0": a, "in1": b})["out0"]
+    want = ufunc(a, b if axis is None else b[None, :, :, None])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_opset_6_prelu_takes_one_slope_per_channel():
+    x, slope = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32), np.array([0.1, 0.2, 0.3], np.float32)
+    got = compile_model(_model("PRelu", [x, slope], opset=6).SerializeToString()).run({"in0": x, "in1": slope})["out0"]
+    np.testing.assert_array_equal(got, np.where(x >= 0, x, x * slope[:, None, None]))

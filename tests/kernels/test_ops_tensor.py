@@ -209,3 +209,14 @@ def test_resize_periodic_path_equals_gather_path(in_size, factor, upsample, mode
     gathered = _resize._along(np, x, 2, index, weights, None, np.float32)
     if periodic is not None:
         np.testing.assert_allclose(_resize._along(np, x, 2, index, weights, periodic, np.float32), gathered, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("starts, ends, axes", [([1, 0], [3, -1], [0, 2]), ([-2], [1000], None), ([0, 5], [2, 3], [1, -1])])
+def test_slice_before_opset_10_takes_attributes_like_onnxruntime(starts, ends, axes):
+    x = RNG.standard_normal((4, 5, 6)).astype(np.float32)
+    attrs = {"starts": starts, "ends": ends, **({"axes": axes} if axes is not None else {})}
+    node = helper.make_node("Slice", ["x"], ["y"], **attrs)
+    model = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=9)
+    ours, theirs = _against_ort(model, {"x": x})
+    np.testing.assert_array_equal(ours[0], theirs[0])

@@ -42,7 +42,7 @@ def test_total_and_per_file_caps(tmp_path, files, model_bytes):
 
 
 def test_small_documents_have_their_own_caps(files):
-    _refused(Code.E_METADATA_INVALID, {**files, "1/metadata.json": b" " * (256 << 10 | 1)})
+    _refused(Code.E_METADATA_INVALID, {**files, "1/metadata.json": b" " * (1 << 20 | 1)})
     _refused(Code.E_CONFIG_INVALID, {**files, "config.pbtxt": b"#" * (1 << 20 | 1)})
 
 

@@ -143,3 +143,20 @@ def test_training_info_graphs_are_guarded_too():
     with pytest.raises(RtdError) as e:
         check_model(model.SerializeToString())
     assert e.value.code is Code.E_ONNX_OP_FORBIDDEN
+
+
+def test_a_declared_but_unused_domain_is_accepted_and_a_used_one_named_with_its_opset():
+    model = helper.make_model(helper.make_graph([], "g", [], []))
+    model.ParseFromString(add_model())
+    for domain, version in (("ai.onnx.ml", 2), ("com.microsoft.nchwc", 1), ("com.evil", 1)):
+        model.opset_import.add(domain=domain, version=version)
+    accepted = check_model(model.SerializeToString())
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_array_equal(_run(accepted, x), x + np.arange(4, dtype=np.float32))
+    body = helper.make_function("local", "Wrap", ["a"], ["b"], [helper.make_node("Exec", ["a"], ["b"], domain="com.other")],
+                                [helper.make_opsetid("com.other", 3)])
+    model.functions.append(body)
+    model.graph.node.append(helper.make_node("Wrap", ["y"], ["z"], domain="local"))
+    with pytest.raises(RtdError) as e:
+        check_model(model.SerializeToString())
+    assert e.value.code is Code.E_ONNX_OP_FORBIDDEN and e.value.detail == "com.other Exec (opset 3)"
