@@ -1,0 +1,42 @@
+"""ai.onnx.ml LinearClassifier: scores = X @ coefficients^T + intercepts, a post transform, and
+the label of the best score (onnxruntime's rules for a single score column: label 1 when the
+score is > 0, and with two class labels the scores become [1 - s, s])."""
+import numpy as np
+
+from rtd.errors import Code
+
+from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, labels_array, post_transform
+
+
+class LinearClassifier_1(MlKernel):
+    attributes = {"coefficients": None, "intercepts": None, "classlabels_ints": None, "classlabels_strings": None,
+                  "multi_class": 0, "post_transform": "NONE"}
+
+    def setup(self):
+        self.choice("post_transform", POST_TRANSFORMS)
+        self.labels = labels_array(self.one_of("classlabels_ints", "classlabels_strings"))
+        if not self.coefficients:
+            self.refuse("coefficients missing")
+        self.coef = np.asarray(self.coefficients, np.float32)
+        self.bias = np.asarray(self.intercepts or [], np.float32)
+        if self.bias.size and self.coef.size % self.bias.size:
+            self.refuse(f"{self.coef.size} coefficients for {self.bias.size} intercepts")
+        if self.bias.size > 1 and self.bias.size != len(self.labels):
+            self.refuse(f"{self.bias.size} score rows for {len(self.labels)} class labels")
+
+    def run(self, x):
+        x = self.features(x)
+        if self.coef.size % max(x.shape[1], 1) or (self.bias.size and self.coef.size != self.bias.size * x.shape[1]):
+            self.refuse(f"{self.coef.size} coefficients do not fit {x.shape[1]} features", Code.E_INPUT_INVALID)
+        scores = x @ self.coef.reshape(-1, x.shape[1]).T
+        if self.bias.size:
+            scores += self.bias
+        if scores.shape[1] == 1:
+            positive = scores[:, 0] > 0
+            two = len(self.labels) == 2
+            label = np.where(positive, self.labels[1], self.labels[0]) if two else positive.astype(np.int64)
+            if self.labels.dtype == object and not two:
+                label = np.where(positive, "1", "0").astype(object)
+            z = binary_scores(scores, self.post_transform, mixed=False) if two else post_transform(scores, self.post_transform)
+            return label, z
+        return self.labels[np.argmax(scores, axis=1)], post_transform(scores, self.post_transform)
