@@ -116,3 +116,13 @@ def binary_scores(score: np.ndarray, name: str, mixed: bool) -> np.ndarray:
     if name == "LOGISTIC":
         return np.hstack([logistic(-s), logistic(s)])
     return np.hstack([-s, s])
+
+
+def map_values(x: np.ndarray, table: dict, default, dtype) -> np.ndarray:
+    """Each element of x looked up in `table` (missing: `default`), as an array of `dtype`.
+    Strings are compared as text; only the distinct values are looked up in Python."""
+    if x.dtype == object:
+        x = text(x)
+    distinct, inverse = np.unique(x.reshape(-1), return_inverse=True)
+    mapped = np.array([table.get(v, default) for v in distinct.tolist()], dtype=dtype)
+    return mapped[inverse].reshape(x.shape)
