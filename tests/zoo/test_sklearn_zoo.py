@@ -1,0 +1,47 @@
+"""The scikit-learn zoo compiled by rtd against onnxruntime, on fresh random inputs (seed
+printed on failure; RTD_ZOO_SEED replays one). ZipMap outputs are compared as the
+[N, classes] tensor rtd serves, columns in the ZipMap's label order."""
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+from rtd.kernels import compile_model
+
+from .compare import FLOAT_TOLERANCE, mismatches, reference_session
+from .sklearn_models import SKLEARN_ZOO, zipmap_as_tensor, zipmap_labels
+
+
+def _seed() -> int:
+    return int(os.environ.get("RTD_ZOO_SEED") or np.random.SeedSequence().entropy)
+
+
+@pytest.mark.parametrize("name", list(SKLEARN_ZOO))
+def test_matches_onnxruntime(name):
+    zoo = SKLEARN_ZOO[name]
+    proto = onnx.load(zoo.path())
+    model = compile_model(proto)
+    reference = reference_session(zoo.path(), threads=1, optimized=False)
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    for batch in (37, 1, 5):
+        feeds = zoo.feeds(rng, batch)
+        want = {}
+        for out, value in zip(reference.get_outputs(), reference.run(None, feeds)):
+            labels = zipmap_labels(proto, out.name)
+            want[out.name] = value if labels is None else zipmap_as_tensor(value, labels)
+        got = model.run(feeds)
+        if any(v.dtype == object for v in want.values()):  # string labels: compare as text
+            for name_ in [n for n, v in want.items() if v.dtype == object]:
+                assert got.pop(name_).tolist() == want.pop(name_).tolist(), f"{name} labels (RTD_ZOO_SEED={seed})"
+        problems = mismatches(got, want, FLOAT_TOLERANCE)
+        assert not problems, f"{name} at batch {batch} (RTD_ZOO_SEED={seed}): " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("name", [n for n in SKLEARN_ZOO if n not in ("forest_regressor", "svr")])
+def test_zipmap_output_is_declared_as_the_probability_tensor(name):
+    proto = onnx.load(SKLEARN_ZOO[name].path())
+    model = compile_model(proto)
+    spec = next(s for s in model.outputs if s.name == "output_probability")
+    assert spec.dtype == np.float32 and spec.shape == (None, len(zipmap_labels(proto, spec.name)))
