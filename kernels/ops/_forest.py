@@ -84,7 +84,7 @@ class Forest:
                     go |= (mode == m) & _compare(m, v, t)
                 if self.members is not None:
                     go |= (mode == MEMBER) & (v[..., None] == self.members[at]).any(axis=-1)
-            go = np.where(np.isnan(v), self.missing_true[at], go)
+            go |= np.isnan(v) & self.missing_true[at]  # NaN fails every test but NEQ, unless it tracks true
             at = np.where(go, self.true_next[at], self.false_next[at])
         return at
 
@@ -108,6 +108,10 @@ class LeafTable:
         self.present = np.zeros(self.weights.shape, bool)
         self.present[rows + 1, targets] = True
         self.targets = targets
+
+    def scored(self, at: np.ndarray) -> np.ndarray:
+        """Per sample and target, whether any leaf reached carries a weight for it: [N, targets]."""
+        return self.present[self.row[at]].any(axis=1)
 
     def aggregate(self, at: np.ndarray, how: str) -> np.ndarray:
         """Per sample and target, the trees' contributions combined (float64 [N, targets]);

@@ -1,11 +1,12 @@
 """ai.onnx.ml LinearClassifier: scores = X @ coefficients^T + intercepts, a post transform, and
-the label of the best score (onnxruntime's rules for a single score column: label 1 when the
-score is > 0, and with two class labels the scores become [1 - s, s])."""
+the label of the best score. A single score column s follows onnxruntime: the label is the
+second class when s > 0, and with two class labels the scores are [1 - p, p], p being s through
+the LOGISTIC or PROBIT transform (any other transform leaves s as it is)."""
 import numpy as np
 
 from rtd.errors import Code
 
-from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, labels_array, post_transform
+from ._ml import POST_TRANSFORMS, MlKernel, labels_array, post_transform
 
 
 class LinearClassifier_1(MlKernel):
@@ -37,6 +38,8 @@ class LinearClassifier_1(MlKernel):
             label = np.where(positive, self.labels[1], self.labels[0]) if two else positive.astype(np.int64)
             if self.labels.dtype == object and not two:
                 label = np.where(positive, "1", "0").astype(object)
-            z = binary_scores(scores, self.post_transform, mixed=False) if two else post_transform(scores, self.post_transform)
-            return label, z
+            if not two:
+                return label, post_transform(scores, self.post_transform)
+            p = post_transform(scores, self.post_transform) if self.post_transform in ("LOGISTIC", "PROBIT") else scores
+            return label, np.hstack([1 - p, p]).astype(np.float32)
         return self.labels[np.argmax(scores, axis=1)], post_transform(scores, self.post_transform)

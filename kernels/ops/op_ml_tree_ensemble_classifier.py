@@ -6,6 +6,8 @@ or [-s, s] (the logistic of each when that is the transform). Version 3 may carr
 lists as double tensors (`*_as_tensor`)."""
 import numpy as np
 
+from rtd.errors import Code
+
 from ._forest import LeafTable, from_node_lists, leaf_slots
 from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, labels_array, post_transform
 
@@ -41,19 +43,23 @@ class TreeEnsembleClassifier_1(MlKernel):
         ids = set(self.class_ids or [])
         self.binary = n_classes <= 2 and len(ids) == 1
         self.second = 1 in ids  # the second class column is scored by some leaf
+        if self.base.size == 2 and not self.second:
+            self.refuse("two base values for a binary ensemble scoring one class column", Code.E_OP_UNSUPPORTED)
         self.mixed = bool((weights < 0).any())
 
     def run(self, x):
-        scores = self.table.aggregate(self.forest.leaves(self.features(x)), "SUM")
+        at = self.forest.leaves(self.features(x))
+        scores = self.table.aggregate(at, "SUM")
         if len(self.labels) > 2:
-            scores = scores + self.base if self.base.size else scores
-            return self.labels[np.argmax(scores, axis=1)], post_transform(scores.astype(np.float32), self.post_transform)
+            if self.base.size:
+                scores, best = scores + self.base, np.argmax(scores + self.base, axis=1)
+            else:  # the label is the best class among those some reached leaf scores
+                best = np.argmax(np.where(self.table.scored(at), scores, -np.inf), axis=1)
+            return self.labels[best], post_transform(scores.astype(np.float32), self.post_transform)
         second = self.second
-        if self.base.size == 2 and second:
+        if self.base.size == 2:
             scores[:, 1] += self.base[1]
             scores[:, 0] = -scores[:, 1]
-        elif self.base.size == 2:
-            scores += self.base
         elif self.base.size == 1:
             scores[:, 0] += self.base[0]
         one_column = not second and self.base.size != 2
