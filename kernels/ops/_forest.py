@@ -109,25 +109,22 @@ class LeafTable:
         self.present[rows + 1, targets] = True
         self.targets = targets
 
-    def scored(self, at: np.ndarray) -> np.ndarray:
-        """Per sample and target, whether any leaf reached carries a weight for it: [N, targets]."""
-        return self.present[self.row[at]].any(axis=1)
-
     def aggregate(self, at: np.ndarray, how: str) -> np.ndarray:
         """Per sample and target, the trees' contributions combined (float64 [N, targets]);
-        a target no reached leaf carries is 0 under MIN and MAX."""
+        NaN for a target that no reached leaf carries."""
         rows = self.row[at]
         if how in ("SUM", "AVERAGE"):
             total = np.zeros((at.shape[0], self.weights.shape[1]))
             for tree in range(at.shape[1]):
                 total += self.weights[rows[:, tree]]
-            return total / at.shape[1] if how == "AVERAGE" else total
+            scored = self.present[rows].any(axis=1)
+            return np.where(scored, total / at.shape[1] if how == "AVERAGE" else total, np.nan)
         pick = np.fmin if how == "MIN" else np.fmax
         best = np.full((at.shape[0], self.weights.shape[1]), np.nan)
         for tree in range(at.shape[1]):
             r = rows[:, tree]
             best = pick(best, np.where(self.present[r], self.weights[r], np.nan))
-        return np.nan_to_num(best, nan=0.0)
+        return best
 
 
 def from_node_lists(op: str, treeids, nodeids, modes, featureids, values, truenodeids, falsenodeids,

@@ -65,7 +65,7 @@ class TreeEnsemble_5(MlKernel):
         if x.dtype.kind != "f":
             self.refuse(f"input dtype {x.dtype} is not a float type")
         flat = x.reshape(1, -1) if x.ndim == 1 else x
-        scores = self.table.aggregate(self.forest.leaves(flat), AGGREGATES[self.aggregate_function])
+        scores = np.nan_to_num(self.table.aggregate(self.forest.leaves(flat), AGGREGATES[self.aggregate_function]), nan=0.0)
         transform = POST_TRANSFORMS[self.post_transform]
         if self.n_targets > 1 or transform == "PROBIT":
             scores = post_transform(scores.astype(np.float32), transform)

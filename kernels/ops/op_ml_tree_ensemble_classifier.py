@@ -48,15 +48,16 @@ class TreeEnsembleClassifier_1(MlKernel):
         self.mixed = bool((weights < 0).any())
 
     def run(self, x):
-        at = self.forest.leaves(self.features(x))
-        scores = self.table.aggregate(at, "SUM")
+        scores = self.table.aggregate(self.forest.leaves(self.features(x)), "SUM")
         if len(self.labels) > 2:
             if self.base.size:
-                scores, best = scores + self.base, np.argmax(scores + self.base, axis=1)
+                scores = np.nan_to_num(scores) + self.base
+                best = np.argmax(scores, axis=1)
             else:  # the label is the best class among those some reached leaf scores
-                best = np.argmax(np.where(self.table.scored(at), scores, -np.inf), axis=1)
+                best = np.argmax(np.nan_to_num(scores, nan=-np.inf), axis=1)
+                scores = np.nan_to_num(scores)
             return self.labels[best], post_transform(scores.astype(np.float32), self.post_transform)
-        second = self.second
+        scores, second = np.nan_to_num(scores), self.second
         if self.base.size == 2:
             scores[:, 1] += self.base[1]
             scores[:, 0] = -scores[:, 1]

@@ -36,7 +36,9 @@ class TreeEnsembleRegressor_1(MlKernel):
             self.refuse(f"{self.base.size} base values for {self.n_targets} targets")
 
     def run(self, x):
-        scores = self.table.aggregate(self.forest.leaves(self.features(x)), self.aggregate_function) + self.base
+        # a target no reached leaf scores is 0, base value or not (onnxruntime)
+        scores = np.nan_to_num(self.table.aggregate(self.forest.leaves(self.features(x)), self.aggregate_function)
+                               + self.base, nan=0.0)
         if self.n_targets == 1 and self.post_transform != "PROBIT":
             return (scores.astype(np.float32),)  # onnxruntime transforms a single score only by PROBIT
         return (post_transform(scores.astype(np.float32), self.post_transform),)
