@@ -8,6 +8,7 @@ import onnx
 import pytest
 
 from rtd.kernels import compile_model
+from rtd.loader import pack
 
 from .compare import FLOAT_TOLERANCE, mismatches, reference_session
 from .sklearn_models import SKLEARN_ZOO, zipmap_as_tensor, zipmap_labels
@@ -45,3 +46,15 @@ def test_zipmap_output_is_declared_as_the_probability_tensor(name):
     model = compile_model(proto)
     spec = next(s for s in model.outputs if s.name == "output_probability")
     assert spec.dtype == np.float32 and spec.shape == (None, len(zipmap_labels(proto, spec.name)))
+
+
+def test_the_packer_records_zipmap_labels_in_the_signed_metadata():
+    with open(SKLEARN_ZOO["pipeline"].path(), "rb") as f:
+        data = f.read()
+    meta = pack.build_metadata(data, name="pipeline", version="1.0.0", counter=1)
+    labels = zipmap_labels(onnx.load_from_string(data), "output_probability")
+    assert meta["class_labels"] == {"output_probability": labels} and sorted(labels) == ["high", "low", "mid"]
+    probability = next(o for o in meta["outputs"] if o["name"] == "output_probability")
+    assert probability == {"name": "output_probability", "dtype": "FLOAT", "shape": [None, 3]}
+    with open(SKLEARN_ZOO["forest_regressor"].path(), "rb") as f:
+        assert "class_labels" not in pack.build_metadata(f.read(), name="r", version="1.0.0", counter=1)
