@@ -14,6 +14,7 @@ MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRAN
          "LEAF": LEAF}
 MEMBER = 6
 AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")  # TreeEnsemble-5 numbers them in this order
+BLOCK = 1 << 20  # (sample, tree) pairs walked at once
 
 
 def _compare(mode: int, v: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -65,10 +66,16 @@ class Forest:
         return depth
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
-        """The leaf slot each sample reaches in each tree: [N, trees]."""
+        """The leaf slot each sample reaches in each tree: [N, trees], walked in blocks of
+        samples so the walk's temporaries stay near BLOCK elements whatever the batch."""
         if x.shape[1] < self.n_features:
             raise RtdError(Code.E_INPUT_INVALID, f"{self.op}: the trees read {self.n_features} features, "
                            f"the input has {x.shape[1]}")
+        step = max(1, BLOCK // len(self.roots))
+        return np.concatenate([self._walk(x[i:i + step]) for i in range(0, x.shape[0], step)] or
+                              [np.zeros((0, len(self.roots)), np.int64)])
+
+    def _walk(self, x: np.ndarray) -> np.ndarray:
         x = x.astype(np.float64)
         at = np.broadcast_to(self.roots, (x.shape[0], len(self.roots))).copy()
         rows = np.arange(x.shape[0])[:, None]

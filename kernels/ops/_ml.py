@@ -17,9 +17,19 @@ POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")  # T
 
 
 class MlKernel(Kernel):
-    """An ai.onnx.ml op; `refuse` names the op and attribute of a model rtd cannot run."""
+    """An ai.onnx.ml op, computed by `compute` in NumPy on the host (these ops are small, and
+    string tensors exist only there); `refuse` names the op and attribute of a model rtd cannot run."""
 
     domain = ML_DOMAIN
+
+    def compute(self, *inputs) -> tuple:
+        raise NotImplementedError
+
+    def run(self, *inputs):
+        results = self.compute(*(self.host(x) for x in inputs))
+        if self.xp is np:
+            return results
+        return tuple(v if v.dtype == object else self.xp.asarray(v) for v in results)
 
     def refuse(self, detail: str, code: Code = Code.E_MODEL_INVALID):
         raise RtdError(code, f"{self.op_type}: {detail}")

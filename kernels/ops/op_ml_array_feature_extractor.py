@@ -8,7 +8,7 @@ from ._ml import MlKernel
 
 
 class ArrayFeatureExtractor_1(MlKernel):
-    def run(self, x, y):
+    def compute(self, x, y):
         x = x.reshape(1, -1) if x.ndim == 1 else x
         index = np.asarray(y).reshape(-1).astype(np.int64)
         if index.size and (index.min() < 0 or index.max() >= x.shape[-1]):

@@ -5,5 +5,5 @@ from ._ml import MlKernel
 class Binarizer_1(MlKernel):
     attributes = {"threshold": 0.0}
 
-    def run(self, x):
+    def compute(self, x):
         return ((x > x.dtype.type(self.threshold)).astype(x.dtype),)

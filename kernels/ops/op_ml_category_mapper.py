@@ -14,7 +14,7 @@ class CategoryMapper_1(MlKernel):
         self.to_int = dict(zip(self.cats_strings, self.cats_int64s))
         self.to_str = dict(zip(self.cats_int64s, self.cats_strings))
 
-    def run(self, x):
+    def compute(self, x):
         if x.dtype == object:
             return (map_values(x, self.to_int, self.default_int64, np.int64),)
         return (map_values(x.astype(np.int64), self.to_str, self.default_string, object),)

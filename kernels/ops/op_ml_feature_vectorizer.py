@@ -14,7 +14,7 @@ class FeatureVectorizer_1(MlKernel):
         if not self.inputdimensions or min(self.inputdimensions) < 0:
             self.refuse("inputdimensions must list one width (>= 0) per input")
 
-    def run(self, *inputs):
+    def compute(self, *inputs):
         if len(inputs) != len(self.inputdimensions):
             self.refuse(f"{len(inputs)} inputs for {len(self.inputdimensions)} inputdimensions", Code.E_MODEL_INVALID)
         columns = []

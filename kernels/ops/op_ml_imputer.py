@@ -14,7 +14,7 @@ class Imputer_1(MlKernel):
     def setup(self):
         self.imputed = np.asarray(self.one_of("imputed_value_floats", "imputed_value_int64s"))
 
-    def run(self, x):
+    def compute(self, x):
         if (x.dtype.kind == "f") != (self.imputed_value_floats is not None):
             self.refuse(f"input dtype {x.dtype} does not match the imputed values' type", Code.E_INPUT_INVALID)
         if self.imputed.size not in (1, x.shape[-1]):

@@ -21,7 +21,7 @@ class LabelEncoder_1(MlKernel):
         self.to_int = {c: i for i, c in enumerate(classes)}
         self.to_str = dict(enumerate(classes))
 
-    def run(self, x):
+    def compute(self, x):
         if x.dtype == object:
             return (map_values(x, self.to_int, self.default_int64, np.int64),)
         return (map_values(x.astype(np.int64), self.to_str, self.default_string, object),)
@@ -51,7 +51,7 @@ class LabelEncoder_2(MlKernel):
             return self.default_string
         return self.default_float if self.value_dtype.kind == "f" else self.default_int64
 
-    def run(self, x):
+    def compute(self, x):
         if (x.dtype == object) != (self.key_dtype == object):
             self.refuse(f"input dtype {x.dtype} does not match the keys' type", Code.E_INPUT_INVALID)
         if x.dtype != object:

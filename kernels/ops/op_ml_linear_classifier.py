@@ -25,7 +25,7 @@ class LinearClassifier_1(MlKernel):
         if self.bias.size > 1 and self.bias.size != len(self.labels):
             self.refuse(f"{self.bias.size} score rows for {len(self.labels)} class labels")
 
-    def run(self, x):
+    def compute(self, x):
         x = self.features(x)
         if self.coef.size % max(x.shape[1], 1) or (self.bias.size and self.coef.size != self.bias.size * x.shape[1]):
             self.refuse(f"{self.coef.size} coefficients do not fit {x.shape[1]} features", Code.E_INPUT_INVALID)

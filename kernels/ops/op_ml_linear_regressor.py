@@ -18,7 +18,7 @@ class LinearRegressor_1(MlKernel):
         if self.bias.size != self.targets:
             self.refuse(f"{self.bias.size} intercepts for {self.targets} targets")
 
-    def run(self, x):
+    def compute(self, x):
         x = self.features(x)
         if x.shape[1] != self.coef.shape[1]:
             self.refuse(f"the model has {self.coef.shape[1]} features, the input {x.shape[1]}", Code.E_INPUT_INVALID)

@@ -11,7 +11,7 @@ class Normalizer_1(MlKernel):
     def setup(self):
         self.choice("norm", ("MAX", "L1", "L2"))
 
-    def run(self, x):
+    def compute(self, x):
         shape, x = x.shape, self.features(x)
         if self.norm == "MAX":
             norm = x.max(axis=-1, keepdims=True)

@@ -16,7 +16,7 @@ class OneHotEncoder_1(MlKernel):
         self.index = {c: i for i, c in enumerate(cats)}
         self.n = len(cats)
 
-    def run(self, x):
+    def compute(self, x):
         if (x.dtype == object) != self.strings:
             self.refuse(f"input dtype {x.dtype} does not match the categories' type", Code.E_INPUT_INVALID)
         index = map_values(x if self.strings else x.astype(np.int64), self.index, -1, np.int64)

@@ -13,7 +13,7 @@ class Scaler_1(MlKernel):
         self.shift = np.asarray(self.offset if self.offset is not None else [0.0], np.float32)
         self.factor = np.asarray(self.scale if self.scale is not None else [1.0], np.float32)
 
-    def run(self, x):
+    def compute(self, x):
         shape, x = x.shape, self.features(x)
         for name, value in (("offset", self.shift), ("scale", self.factor)):
             if value.size not in (1, x.shape[1]):

@@ -82,7 +82,7 @@ class SVMClassifier_1(MlKernel):
         r[:, i, j], r[:, j, i] = p, 1 - p
         return coupled_probabilities(r)
 
-    def run(self, x):
+    def compute(self, x):
         x = self.features(x)
         if self.svc:
             scores, votes = self._pairwise(x)

@@ -25,7 +25,7 @@ class SVMRegressor_1(MlKernel):
         elif not self.coef.size:
             self.refuse("coefficients missing")
 
-    def run(self, x):
+    def compute(self, x):
         x = self.features(x)
         if self.n_supports:
             score = self.kernel(x) @ self.coef

@@ -61,7 +61,7 @@ class TreeEnsemble_5(MlKernel):
             rows[slot, :len(values)] = values
         return rows
 
-    def run(self, x):
+    def compute(self, x):
         if x.dtype.kind != "f":
             self.refuse(f"input dtype {x.dtype} is not a float type")
         flat = x.reshape(1, -1) if x.ndim == 1 else x

@@ -47,7 +47,7 @@ class TreeEnsembleClassifier_1(MlKernel):
             self.refuse("two base values for a binary ensemble scoring one class column", Code.E_OP_UNSUPPORTED)
         self.mixed = bool((weights < 0).any())
 
-    def run(self, x):
+    def compute(self, x):
         scores = self.table.aggregate(self.forest.leaves(self.features(x)), "SUM")
         if len(self.labels) > 2:
             if self.base.size:

@@ -35,7 +35,7 @@ class TreeEnsembleRegressor_1(MlKernel):
         if self.base.size != self.n_targets:
             self.refuse(f"{self.base.size} base values for {self.n_targets} targets")
 
-    def run(self, x):
+    def compute(self, x):
         # a target no reached leaf scores is 0, base value or not (onnxruntime)
         scores = np.nan_to_num(self.table.aggregate(self.forest.leaves(self.features(x)), self.aggregate_function)
                                + self.base, nan=0.0)

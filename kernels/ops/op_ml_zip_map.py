@@ -17,7 +17,7 @@ class ZipMap_1(MlKernel):
     def setup(self):
         self.labels = self.one_of("classlabels_int64s", "classlabels_strings")
 
-    def run(self, x):
+    def compute(self, x):
         if x.ndim != 2 or x.shape[1] != len(self.labels) or x.dtype != np.float32:
             self.refuse(f"expected float32 [N, {len(self.labels)}], got {x.dtype} {list(x.shape)}", Code.E_INPUT_INVALID)
         return (x,)

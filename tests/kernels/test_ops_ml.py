@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
-from rtd.kernels.ops import supported
+from rtd.kernels.ops import _forest, supported
 from rtd.loader import onnx_guard
 
 F, D, I64, S = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.STRING
@@ -334,8 +334,11 @@ def test_tree_ensemble_5(aggregate, members):
           reference=aggregate in (0, 1))
 
 
-def test_tree_walk_is_one_step_per_level_for_a_large_batch():
-    """Vectorised: 20 000 samples through 50 trees of depth 8 well within the test's time."""
+@pytest.mark.parametrize("block", [_forest.BLOCK, 64])
+def test_tree_walk_is_one_step_per_level_for_a_large_batch(block, monkeypatch):
+    """Vectorised: 20 000 samples through 50 trees of depth 8 well within the test's time,
+    walked at once or in blocks of samples."""
+    monkeypatch.setattr(_forest, "BLOCK", block)
     nodes, leaves = random_trees(50, 8, 10, targets=1, seed=3)
     node = ml_node("TreeEnsembleRegressor", ["X"], ["Y"], **nodes, n_targets=1,
                    target_treeids=[t for t, _, _, _ in leaves], target_nodeids=[n for _, n, _, _ in leaves],
