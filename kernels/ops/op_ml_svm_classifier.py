@@ -96,11 +96,9 @@ class SVMClassifier_1(MlKernel):
             scores = x.astype(np.float64) @ self.coef.reshape(len(self.labels), -1).T + self.rho_[0]
             best = np.argmax(scores, axis=1)
             top = scores[np.arange(len(best)), best]
-        if self.rho_.size == 1 and len(self.labels) == 2 and not self.proba and self.all_positive:
+        if self.svc and len(self.labels) == 2 and not self.proba and self.all_positive:
             best = np.where(top >= 0.5, 1, best)
-        elif self.rho_.size == 1 and len(self.labels) != 2:
-            best = (top > 0).astype(np.int64)
-        label = self.labels[best] if len(self.labels) == 2 or self.rho_.size != 1 else best
+        label = self.labels[best]
         if scores.shape[1] == 1 and len(self.labels) == 2:
             return label, binary_scores(scores[:, 0], self.post_transform, mixed=True)
         return label, post_transform(scores.astype(np.float32), self.post_transform)

@@ -361,12 +361,22 @@ def test_svm_regressor(kernel):
 
 
 @pytest.mark.parametrize("kernel", ["LINEAR", "RBF"])
-def test_svm_classifier_votes(kernel):
-    counts = [2, 3, 1]
+@pytest.mark.parametrize("counts", [[2, 3, 1], [3, 2]])
+def test_svm_classifier_votes(kernel, counts):
+    k, n = len(counts), sum(counts)
     node = ml_node("SVMClassifier", ["X"], ["Y", "Z"], kernel_type=kernel, kernel_params=[0.2, 0.0, 3.0],
-                   vectors_per_class=counts, support_vectors=RNG.standard_normal(6 * 4).tolist(),
-                   coefficients=RNG.standard_normal(2 * 6).tolist(), rho=[0.1, -0.2, 0.3], classlabels_ints=[1, 2, 3])
+                   vectors_per_class=counts, support_vectors=RNG.standard_normal(n * 4).tolist(),
+                   coefficients=RNG.standard_normal((k - 1) * n).tolist(), rho=[0.1, -0.2, 0.3][:k * (k - 1) // 2],
+                   classlabels_ints=[1, 2, 3][:k])
     agree(ml_model(node, [vi("X", F, [None, 4])], [vi("Y", I64), vi("Z")]), {"X": rows(13, 4)})
+
+
+def test_svm_classifier_linear_without_support_vectors():
+    """onnxruntime only: the reference cannot run string labels on a linear SVMClassifier."""
+    node = ml_node("SVMClassifier", ["X"], ["Y", "Z"], coefficients=RNG.standard_normal(3 * 4).tolist(), rho=[0.25],
+                   kernel_type="LINEAR", kernel_params=[0.0, 0.0, 1.0],
+                   classlabels_strings=["a", "b", "c"])
+    agree(ml_model(node, [vi("X", F, [None, 4])], [vi("Y", S), vi("Z")]), {"X": rows(6, 4)}, reference=False)
 
 
 # ---- refusals, at load where the model is at fault ----
