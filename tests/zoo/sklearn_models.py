@@ -1,5 +1,6 @@
 """The scikit-learn zoo: small models trained on fixed synthetic data and exported by
-sklearn-onnx with its defaults (every classifier ends in a ZipMap), plus their input feeds.
+sklearn-onnx (and LightGBM's by onnxmltools) with their defaults (every classifier ends in a
+ZipMap), plus their input feeds.
 
 Exports are cached like the PyTorch zoo's (`cache.cached_model`), keyed by this file's source
 and the library versions. No pickle anywhere: models are retrained from their seeds.
@@ -9,12 +10,15 @@ import inspect
 import warnings
 from collections.abc import Callable
 
+import lightgbm
 import numpy as np
 import onnx
+import onnxmltools
 import onnxruntime
 import pandas as pd
 import sklearn
 import skl2onnx
+from onnxmltools.convert.common.data_types import FloatTensorType as MlFloatTensorType
 from skl2onnx import convert_sklearn, to_onnx
 from skl2onnx.common.data_types import FloatTensorType, StringTensorType
 from sklearn.compose import ColumnTransformer
@@ -39,7 +43,7 @@ class SklearnModel:
 
     def path(self) -> str:
         key = [inspect.getsource(inspect.getmodule(SklearnModel)), sklearn.__version__, skl2onnx.__version__,
-               onnx.__version__, onnxruntime.__version__]
+               onnx.__version__, onnxruntime.__version__, lightgbm.__version__, onnxmltools.__version__]
         return cached_model(f"sk_{self.name}", self.builder, key)
 
 
@@ -108,8 +112,35 @@ def build_pipeline() -> bytes:
     return convert_sklearn(pipe, initial_types=inputs, target_opset=OPSETS).SerializeToString()
 
 
+def _with_missing(x: np.ndarray, seed: int) -> np.ndarray:
+    x = x.copy()
+    x[np.random.default_rng(seed).random(x.shape) < 0.08] = np.nan
+    return x
+
+
+def _export_lightgbm(model, opset: int = 15) -> bytes:
+    """onnxmltools supports opsets up to 15 for LightGBM."""
+    return onnxmltools.convert_lightgbm(model, initial_types=[("X", MlFloatTensorType([None, FEATURES]))],
+                                        target_opset=opset).SerializeToString()
+
+
+def build_lightgbm_regressor() -> bytes:
+    x, y = _data(None)
+    return _export_lightgbm(lightgbm.LGBMRegressor(n_estimators=25, num_leaves=15, verbose=-1).fit(_with_missing(x, 1), y))
+
+
+def build_lightgbm_classifier() -> bytes:
+    x, y = _data(3)
+    return _export_lightgbm(lightgbm.LGBMClassifier(n_estimators=15, num_leaves=7, verbose=-1).fit(_with_missing(x, 2), y))
+
+
 def matrix_feeds(rng: np.random.Generator, batch: int) -> dict:
     return {"X": rng.standard_normal((batch, FEATURES)).astype(np.float32) * 1.5}
+
+
+def missing_feeds(rng: np.random.Generator, batch: int) -> dict:
+    """Features with NaNs, which tree ensembles send down their missing-value branches."""
+    return {"X": _with_missing(matrix_feeds(rng, batch)["X"], int(rng.integers(1 << 30)))}
 
 
 def pipeline_feeds(rng: np.random.Generator, batch: int) -> dict:
@@ -129,6 +160,8 @@ SKLEARN_ZOO: dict[str, SklearnModel] = {m.name: m for m in [
     SklearnModel("svc", build_svc, matrix_feeds),
     SklearnModel("svr", build_svr, matrix_feeds),
     SklearnModel("pipeline", build_pipeline, pipeline_feeds),
+    SklearnModel("lightgbm_regressor", build_lightgbm_regressor, missing_feeds),
+    SklearnModel("lightgbm_classifier", build_lightgbm_classifier, missing_feeds),
 ]}
 
 
