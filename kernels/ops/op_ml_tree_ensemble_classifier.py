@@ -2,8 +2,9 @@
 transform, and the label of the best class. Two classes follow onnxruntime's rules (which
 sklearn-onnx's converters are checked against): a single scored column s is the positive
 class, labelled positive when s > 0.5 (all weights >= 0) or s > 0, and written as [1 - s, s]
-or [-s, s] (the logistic of each when that is the transform). Version 3 may carry the float
-lists as double tensors (`*_as_tensor`)."""
+or [-s, s] (the logistic of each when that is the transform); with two base values the
+scores are [-(b1 + s0), b1 + s0], s0 being the first column's sum. Version 3 may carry the
+float lists as double tensors (`*_as_tensor`)."""
 import numpy as np
 
 from rtd.errors import Code
@@ -58,8 +59,8 @@ class TreeEnsembleClassifier_1(MlKernel):
                 scores = np.nan_to_num(scores)
             return self.labels[best], post_transform(scores.astype(np.float32), self.post_transform)
         scores, second = np.nan_to_num(scores), self.second
-        if self.base.size == 2:
-            scores[:, 1] += self.base[1]
+        if self.base.size == 2:  # onnxruntime's reading: class 1 is base[1] + the first column's score
+            scores[:, 1] = self.base[1] + scores[:, 0]
             scores[:, 0] = -scores[:, 1]
         elif self.base.size == 1:
             scores[:, 0] += self.base[0]

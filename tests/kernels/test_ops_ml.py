@@ -267,9 +267,11 @@ def test_tree_ensemble_classifier_multiclass(transform, labels, every_class):
           reference=every_class)
 
 
-@pytest.mark.parametrize("transform,base", [("LOGISTIC", [0.3]), ("NONE", []), ("LOGISTIC", [])])
-def test_tree_ensemble_classifier_binary_follows_onnxruntime(transform, base):
-    nodes, leaves = random_trees(3, 3, 4, targets=1)
+@pytest.mark.parametrize("transform,base,scored", [("LOGISTIC", [0.3], 1), ("NONE", [], 1), ("LOGISTIC", [], 1),
+                                                   ("NONE", [], 2), ("SOFTMAX", [0.1, 0.2], 2), ("NONE", [0.4], 2)])
+def test_tree_ensemble_classifier_binary_follows_onnxruntime(transform, base, scored):
+    """Two classes, leaves scoring the first only (as gradient boosting's) or both (as forests')."""
+    nodes, leaves = random_trees(3, 3, 4, targets=scored, every_target=True)
     node = ml_node("TreeEnsembleClassifier", ["X"], ["Y", "Z"], **nodes, classlabels_int64s=[0, 1],
                    post_transform=transform, **({"base_values": base} if base else {}), class_treeids=[t for t, _, _, _ in leaves],
                    class_nodeids=[n for _, n, _, _ in leaves], class_ids=[c for _, _, c, _ in leaves],
