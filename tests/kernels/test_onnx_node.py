@@ -12,7 +12,7 @@ from onnx.backend.test.loader import load_model_tests
 from rtd.kernels import backend, compile_model
 from rtd.kernels.ops import supported
 
-CLAIMED = {op for (domain, op) in supported() if domain == ""}
+CLAIMED = set(supported())  # (domain, op): ai.onnx as "", ai.onnx.ml, com.microsoft
 # BackendTest.assert_similar_outputs recurses into a sequence's elements as if they were
 # output lists and calls len() on a 0-d tensor, so no backend can pass these through it.
 RUNNER_CANNOT_COMPARE = {"test_loop16_seq_none"}
@@ -21,7 +21,7 @@ RUNNER_CANNOT_COMPARE = {"test_loop16_seq_none"}
 def _ops(graph) -> set:
     ops = set()
     for node in graph.node:
-        ops.add(node.op_type)
+        ops.add(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
         for attr in node.attribute:
             for g in [attr.g] if attr.HasField("g") else list(attr.graphs):
                 ops |= _ops(g)
