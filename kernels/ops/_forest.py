@@ -114,7 +114,6 @@ class LeafTable:
         np.add.at(self.weights, (rows + 1, targets), weights)
         self.present = np.zeros(self.weights.shape, bool)
         self.present[rows + 1, targets] = True
-        self.targets = targets
 
     def aggregate(self, at: np.ndarray, how: str) -> np.ndarray:
         """Per sample and target, the trees' contributions combined (float64 [N, targets]);
@@ -122,9 +121,10 @@ class LeafTable:
         rows = self.row[at]
         if how in ("SUM", "AVERAGE"):
             total = np.zeros((at.shape[0], self.weights.shape[1]))
+            scored = np.zeros(total.shape, bool)
             for tree in range(at.shape[1]):
                 total += self.weights[rows[:, tree]]
-            scored = self.present[rows].any(axis=1)
+                scored |= self.present[rows[:, tree]]
             return np.where(scored, total / at.shape[1] if how == "AVERAGE" else total, np.nan)
         pick = np.fmin if how == "MIN" else np.fmax
         best = np.full((at.shape[0], self.weights.shape[1]), np.nan)
