@@ -33,13 +33,10 @@ class LinearClassifier_1(MlKernel):
         if self.bias.size:
             scores += self.bias
         if scores.shape[1] == 1:
-            positive = scores[:, 0] > 0
-            two = len(self.labels) == 2
-            label = np.where(positive, self.labels[1], self.labels[0]) if two else positive.astype(np.int64)
-            if self.labels.dtype == object and not two:
-                label = np.where(positive, "1", "0").astype(object)
-            if not two:
-                return label, post_transform(scores, self.post_transform)
+            positive = (scores[:, 0] > 0).astype(np.int64)
+            if len(self.labels) != 2:  # onnxruntime labels 0/1, as text for string labels
+                names = np.array(["0", "1"], object) if self.labels.dtype == object else np.array([0, 1], np.int64)
+                return names[positive], post_transform(scores, self.post_transform)
             p = post_transform(scores, self.post_transform) if self.post_transform in ("LOGISTIC", "PROBIT") else scores
-            return label, np.hstack([1 - p, p]).astype(np.float32)
+            return self.labels[positive], np.hstack([1 - p, p]).astype(np.float32)
         return self.labels[np.argmax(scores, axis=1)], post_transform(scores, self.post_transform)
