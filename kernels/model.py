@@ -20,6 +20,7 @@ from . import backend_cupy
 from .graph import GraphRunner
 from .ir import from_onnx
 from .lower import CPU_ONLY, PASSES, lower, lower_signature
+from .ops._ml import ML_DOMAIN
 from .plan import Plan
 from .profile import Profile
 
@@ -39,6 +40,16 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     if not t.HasField("shape"):
         return TensorSpec(value.name, dtype, None)
     return TensorSpec(value.name, dtype, tuple(dtypes.declared_dims(t.shape)))
+
+
+def _served(spec: TensorSpec, producers: dict) -> TensorSpec:
+    """A ZipMap output is served as the float32 [N, classes] probabilities it wraps: ONNX's
+    sequence of maps cannot travel over KServe v2 (kernels/ops/op_ml_zip_map.py)."""
+    node = producers.get(spec.name)
+    if spec.dtype is not None or node is None or (node.domain, node.op_type) != (ML_DOMAIN, "ZipMap"):
+        return spec
+    labels = node.attrs.get("classlabels_int64s") or node.attrs.get("classlabels_strings") or []
+    return TensorSpec(spec.name, np.dtype(np.float32), (None, len(labels)))
 
 
 def _parse(model) -> onnx.ModelProto:
@@ -73,12 +84,14 @@ class CompiledModel:
             raise RtdError(Code.E_MODEL_INVALID, "the graph is empty")
         initializers = {t.name for t in proto.graph.initializer}
         self.inputs = [_spec(v) for v in proto.graph.input if v.name not in initializers]
-        self.outputs = [_spec(v) for v in proto.graph.output]
+        graph = from_onnx(proto)
+        producers = graph.producers()
+        self.outputs = [_served(_spec(v), producers) for v in proto.graph.output]
         self.optimize, self.profile, self.max_plans = optimize, profile, max_plans
         self.disable = set(disable_passes) | (CPU_ONLY if device != "cpu" else set())
         if not optimize:
             self.disable |= {name for name, _ in PASSES} | {"fold_signature", "fuse_chains"}
-        self.graph = lower(from_onnx(proto), self.disable)
+        self.graph = lower(graph, self.disable)
         self.runner = GraphRunner(self.graph, self.xp)  # builds every kernel: refusals happen now
         self._plans: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()

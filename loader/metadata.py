@@ -10,6 +10,8 @@ Schema (every key below; no others):
   inputs, outputs   [{"name": str, "dtype": str, "shape": [int >= 0 | str | null, ...]}, ...]
                     at most 64 dims: a size (0 included), a symbolic name of at most
                     MAX_DIM_NAME characters, or null for a dim the model leaves unknown
+  class_labels      optional {output name: [label, ...]} (str or int labels): for an output a ZipMap
+                    makes, served as FLOAT [N, classes], the class of each column (written by `rtctl pack`)
   training_fingerprint, data_fingerprint   optional strings (provenance, informational)
   min_rtd_version   optional semantic version; a newer one than this rtd is refused
   config_sha256     SHA-256 hex of ../config.pbtxt, or null when the package has none.
@@ -38,7 +40,8 @@ _SEMVER = re.compile(
 _TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _REQUIRED = {"format", "name", "version", "counter", "created", "inputs", "outputs", "config_sha256"}
-_OPTIONAL = {"expires", "training_fingerprint", "data_fingerprint", "min_rtd_version"}
+_OPTIONAL = {"expires", "training_fingerprint", "data_fingerprint", "min_rtd_version", "class_labels"}
+MAX_LABELS = 1 << 16
 
 
 def _fail(detail: str):
@@ -89,6 +92,16 @@ def _tensors(value, key: str) -> None:
                   f"a name of at most {MAX_DIM_NAME} characters or null")
 
 
+def _class_labels(value, outputs: list) -> None:
+    names = {item["name"] for item in outputs}
+    if not isinstance(value, dict) or not set(value) <= names:
+        _fail("class_labels must map output names to label lists")
+    for labels in value.values():
+        if not isinstance(labels, list) or len(labels) > MAX_LABELS or not all(
+                (isinstance(v, str) and len(v) <= 256) or (type(v) is int and -2 ** 63 <= v < 2 ** 63) for v in labels):
+            _fail(f"each class_labels entry lists at most {MAX_LABELS} labels, strings of up to 256 characters or int64s")
+
+
 def validate(meta: dict) -> dict:
     """The same dict, or RtdError(E_METADATA_INVALID) naming the first problem."""
     keys = set(meta)
@@ -109,6 +122,8 @@ def validate(meta: dict) -> dict:
         _fail("expires is not after created")
     _tensors(meta["inputs"], "inputs")
     _tensors(meta["outputs"], "outputs")
+    if "class_labels" in meta:
+        _class_labels(meta["class_labels"], meta["outputs"])
     for key in ("training_fingerprint", "data_fingerprint"):
         if key in meta:
             _short_text(meta[key], key)

@@ -21,38 +21,57 @@ from rtd.loader.intake import ARCHIVE_SUFFIXES
 _ONNX_DTYPES = {v: k for k, v in onnx.TensorProto.DataType.items()}
 
 
-def _tensor_signature(values) -> list[dict]:
+def _tensor_signature(values, class_labels: dict) -> list[dict]:
     out = []
     for value in values:
+        if value.name in class_labels:   # a ZipMap's output, served as FLOAT [N, classes]
+            out.append({"name": value.name, "dtype": "FLOAT", "shape": [None, len(class_labels[value.name])]})
+            continue
         tensor = value.type.tensor_type
         out.append({"name": value.name, "dtype": _ONNX_DTYPES.get(tensor.elem_type, "UNDEFINED"),
                     "shape": dtypes.declared_dims(tensor.shape)})
     return out
 
 
-def graph_signature(model_bytes: bytes) -> tuple[list[dict], list[dict]]:
-    """The inputs and outputs of a model's graph (the operator's tooling parses it; the daemon never does)."""
+def _class_labels(graph) -> dict[str, list]:
+    """{output: labels} for each graph output a ZipMap makes: rtd serves it as the probability
+    tensor the ZipMap wraps, column i being labels[i] (kernels/ops/op_ml_zip_map.py)."""
+    outputs, labels = {v.name for v in graph.output}, {}
+    for node in graph.node:
+        if node.op_type == "ZipMap" and node.domain == "ai.onnx.ml" and node.output and node.output[0] in outputs:
+            for attr in node.attribute:
+                if attr.name == "classlabels_strings":
+                    labels[node.output[0]] = [s.decode("utf-8", "replace") for s in attr.strings]
+                elif attr.name == "classlabels_int64s":
+                    labels[node.output[0]] = list(attr.ints)
+    return labels
+
+
+def graph_signature(model_bytes: bytes) -> tuple[list[dict], list[dict], dict[str, list]]:
+    """The inputs and outputs of a model's graph and the class labels of its ZipMap outputs
+    (the operator's tooling parses it; the daemon never does)."""
     try:
         graph = onnx.load_from_string(model_bytes).graph
     except Exception as e:   # onnx raises DecodeError, RuntimeError or ValueError by backend
         raise RtdError(Code.E_ONNX_PARSE, f"{type(e).__name__}: {e}") from None
-    initializers = {t.name for t in graph.initializer}
-    return (_tensor_signature(v for v in graph.input if v.name not in initializers),
-            _tensor_signature(graph.output))
+    initializers, labels = {t.name for t in graph.initializer}, _class_labels(graph)
+    return (_tensor_signature((v for v in graph.input if v.name not in initializers), {}),
+            _tensor_signature(graph.output, labels), labels)
 
 
 def build_metadata(model_bytes: bytes, *, name: str, version: str, counter: int,
                    expires: str | None = None, config_bytes: bytes | None = None,
                    created: datetime.datetime | None = None, signature: tuple | None = None,
                    **optional) -> dict:
-    """metadata.json content; `signature` = (inputs, outputs), read from the model when None."""
-    inputs, outputs = signature if signature is not None else graph_signature(model_bytes)
+    """metadata.json content; `signature` = (inputs, outputs, class labels), read from the model when None."""
+    inputs, outputs, labels = signature if signature is not None else graph_signature(model_bytes)
     meta = {
         "format": metadata.FORMAT, "name": name, "version": version, "counter": counter,
         "created": metadata.timestamp(created or datetime.datetime.now(datetime.timezone.utc)),
         "inputs": inputs,
         "outputs": outputs,
         "config_sha256": hashlib.sha256(config_bytes).hexdigest() if config_bytes is not None else None,
+        **({"class_labels": labels} if labels else {}),
         **{k: v for k, v in optional.items() if v is not None},
     }
     if expires is not None:

@@ -3,7 +3,7 @@
 # Idempotent and quick when nothing changed (a stamp holds the hash of the install inputs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-APT_PACKAGES=(libseccomp2 python3-venv systemd openssl coreutils iproute2)
+APT_PACKAGES=(libseccomp2 python3-venv systemd openssl coreutils iproute2 libgomp1)  # libgomp1: LightGBM (tests)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then

@@ -18,7 +18,7 @@ from onnx.backend.test.loader import load_model_tests
 from rtd.kernels import backend, backend_cupy, compile_model
 from rtd.kernels.ops import supported
 
-CLAIMED = set(supported())
+CLAIMED = set(supported())  # (domain, op): ai.onnx as "", ai.onnx.ml, com.microsoft
 MODEL_KINDS = ("simple", "pytorch-converted", "pytorch-operator")
 NO_GPU = backend_cupy.unavailable_reason()
 # BackendTest.assert_similar_outputs recurses into a sequence's elements as if they were

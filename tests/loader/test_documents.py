@@ -81,3 +81,13 @@ def test_config_is_strict_text_format():
     for bad in ('name: "m"\nunknown_field: 1\n', 'name: "m"\nmax_batch_size: "two"\n', "name: {"):
         _refused(Code.E_CONFIG_INVALID, config.parse_config, bad)
     _refused(Code.E_CONFIG_INVALID, config.decode, b"name: \"\xff\"")
+
+
+def test_metadata_class_labels_name_outputs_and_hold_short_labels():
+    outputs = [{"name": "probabilities", "dtype": "FLOAT", "shape": [None, 2]}]
+    good = _meta(outputs=outputs, class_labels={"probabilities": ["cat", "dog"]})
+    assert metadata.parse(metadata.render(good))["class_labels"] == {"probabilities": ["cat", "dog"]}
+    assert metadata.parse(metadata.render(_meta(outputs=outputs, class_labels={"probabilities": [0, 7]})))
+    for bad in ({"other": ["a"]}, {"probabilities": "ab"}, {"probabilities": [1.5]}, {"probabilities": ["x" * 257]},
+                {"probabilities": [True]}, ["probabilities"]):
+        _refused(Code.E_METADATA_INVALID, metadata.parse, json.dumps(_meta(outputs=outputs, class_labels=bad)).encode())

@@ -1,0 +1,173 @@
+"""Tree ensembles as flat node arrays, built once when the kernel is made, walked for every
+sample and every tree at once: one NumPy step per tree level, no Python loop per sample.
+
+Every node, branch or leaf, has a slot; a leaf's two successors are itself, so after `depth`
+steps each (sample, tree) pair rests on its leaf. Leaf contributions are a dense table
+[leaf rows, targets] summed tree by tree. Node modes use TreeEnsemble-5's numbering.
+"""
+import numpy as np
+
+from rtd.errors import Code, RtdError
+
+LEAF = -1
+MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
+         "LEAF": LEAF}
+MEMBER = 6
+AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")  # TreeEnsemble-5 numbers them in this order
+BLOCK = 1 << 20  # (sample, tree) pairs walked at once
+
+
+def _compare(mode: int, v: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)[mode](v, t)
+
+
+class Forest:
+    """Trees over node arrays (index = slot): feature, threshold, mode, true/false successor,
+    whether a missing (NaN) value goes the true way; `roots` one slot per tree; `members` the
+    value sets of MEMBER nodes as NaN-padded rows."""
+
+    def __init__(self, op: str, feature, threshold, mode, true_next, false_next, missing_true, roots,
+                 members: np.ndarray | None = None):
+        self.op = op
+        self.mode = np.asarray(mode, np.int8)
+        n = len(self.mode)
+        leaf = self.mode == LEAF
+        slots = np.arange(n)
+        self.true_next = np.where(leaf, slots, np.asarray(true_next, np.int64))
+        self.false_next = np.where(leaf, slots, np.asarray(false_next, np.int64))
+        self.feature = np.where(leaf, 0, np.asarray(feature, np.int64))
+        self.threshold = np.asarray(threshold, np.float64)
+        self.missing_true = np.asarray(missing_true, bool)
+        self.roots = np.asarray(roots, np.int64)
+        self.members = members
+        if not n or not len(self.roots):
+            self.refuse("the ensemble has no trees")
+        for name, values in (("successor", self.true_next), ("successor", self.false_next), ("root", self.roots)):
+            if values.min() < 0 or values.max() >= n:
+                self.refuse(f"a {name} points outside the {n} nodes")
+        if self.feature.min() < 0:
+            self.refuse("a negative feature id")
+        self.n_features = int(self.feature.max()) + 1
+        branch_modes = set(np.unique(self.mode[~leaf]).tolist())
+        self.uniform = branch_modes.pop() if len(branch_modes) == 1 and MEMBER not in branch_modes else None
+        self.depth = self._depth(leaf)
+
+    def refuse(self, detail: str):
+        raise RtdError(Code.E_MODEL_INVALID, f"{self.op}: {detail}")
+
+    def _depth(self, leaf: np.ndarray) -> int:
+        """Steps until every walk rests on a leaf; a cycle among the nodes is refused."""
+        frontier, depth = np.unique(self.roots), 0
+        while len(frontier := frontier[~leaf[frontier]]):
+            depth += 1
+            if depth > len(leaf):
+                self.refuse("the nodes form a cycle")
+            frontier = np.unique(np.concatenate([self.true_next[frontier], self.false_next[frontier]]))
+        return depth
+
+    def leaves(self, x: np.ndarray) -> np.ndarray:
+        """The leaf slot each sample reaches in each tree: [N, trees], walked in blocks of
+        samples so the walk's temporaries stay near BLOCK elements whatever the batch."""
+        if x.shape[1] < self.n_features:
+            raise RtdError(Code.E_INPUT_INVALID, f"{self.op}: the trees read {self.n_features} features, "
+                           f"the input has {x.shape[1]}")
+        step = max(1, BLOCK // len(self.roots))
+        return np.concatenate([self._walk(x[i:i + step]) for i in range(0, x.shape[0], step)] or
+                              [np.zeros((0, len(self.roots)), np.int64)])
+
+    def _walk(self, x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float64)
+        at = np.broadcast_to(self.roots, (x.shape[0], len(self.roots))).copy()
+        rows = np.arange(x.shape[0])[:, None]
+        for _ in range(self.depth):
+            v = x[rows, self.feature[at]]
+            t = self.threshold[at]
+            if self.uniform is not None:
+                go = _compare(self.uniform, v, t)
+            else:
+                mode = self.mode[at]
+                go = np.zeros(at.shape, bool)
+                for m in range(6):
+                    go |= (mode == m) & _compare(m, v, t)
+                if self.members is not None:
+                    go |= (mode == MEMBER) & (v[..., None] == self.members[at]).any(axis=-1)
+            go |= np.isnan(v) & self.missing_true[at]  # NaN fails every test but NEQ, unless it tracks true
+            at = np.where(go, self.true_next[at], self.false_next[at])
+        return at
+
+
+class LeafTable:
+    """What each leaf adds to each target: `weights` [rows, targets] (row 0 adds nothing),
+    `row[slot]` the row of a node; `present` marks the (row, target) pairs a leaf carries."""
+
+    def __init__(self, op: str, n_slots: int, slots, targets, weights, n_targets: int):
+        slots, targets = np.asarray(slots, np.int64), np.asarray(targets, np.int64)
+        weights = np.asarray(weights, np.float64)
+        if not len(slots) == len(targets) == len(weights):
+            raise RtdError(Code.E_MODEL_INVALID, f"{op}: leaf node, target and weight lists differ in length")
+        if len(targets) and (targets.min() < 0 or targets.max() >= n_targets):
+            raise RtdError(Code.E_MODEL_INVALID, f"{op}: a leaf target outside 0..{n_targets - 1}")
+        used, rows = np.unique(slots, return_inverse=True)
+        self.row = np.zeros(n_slots, np.int64)
+        self.row[used] = np.arange(1, len(used) + 1)
+        self.weights = np.zeros((len(used) + 1, n_targets))
+        np.add.at(self.weights, (rows + 1, targets), weights)
+        self.present = np.zeros(self.weights.shape, bool)
+        self.present[rows + 1, targets] = True
+
+    def aggregate(self, at: np.ndarray, how: str) -> np.ndarray:
+        """Per sample and target, the trees' contributions combined (float64 [N, targets]);
+        NaN for a target that no reached leaf carries."""
+        rows = self.row[at]
+        if how in ("SUM", "AVERAGE"):
+            total = np.zeros((at.shape[0], self.weights.shape[1]))
+            scored = np.zeros(total.shape, bool)
+            for tree in range(at.shape[1]):
+                total += self.weights[rows[:, tree]]
+                scored |= self.present[rows[:, tree]]
+            return np.where(scored, total / at.shape[1] if how == "AVERAGE" else total, np.nan)
+        pick = np.fmin if how == "MIN" else np.fmax
+        best = np.full((at.shape[0], self.weights.shape[1]), np.nan)
+        for tree in range(at.shape[1]):
+            r = rows[:, tree]
+            best = pick(best, np.where(self.present[r], self.weights[r], np.nan))
+        return best
+
+
+def from_node_lists(op: str, treeids, nodeids, modes, featureids, values, truenodeids, falsenodeids,
+                    missing_true) -> tuple[Forest, dict]:
+    """A Forest from the v1/v3 attribute lists (nodes named by (tree id, node id)), and that naming."""
+    n = len(nodeids)
+    lists = {"nodes_treeids": treeids, "nodes_modes": modes, "nodes_featureids": featureids, "nodes_values": values,
+             "nodes_truenodeids": truenodeids, "nodes_falsenodeids": falsenodeids}
+    if any(v is None or len(v) != n for v in lists.values()) or (missing_true and len(missing_true) != n):
+        raise RtdError(Code.E_MODEL_INVALID, f"{op}: the nodes_* lists differ in length")
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: nodes_modes {sorted(unknown)}")
+    slot = {(t, i): k for k, (t, i) in enumerate(zip(treeids, nodeids))}
+    if len(slot) != n:
+        raise RtdError(Code.E_MODEL_INVALID, f"{op}: two nodes share a (tree id, node id)")
+
+    def successor(ids):
+        try:
+            return [slot[t, i] if m != "LEAF" else k for k, (t, i, m) in enumerate(zip(treeids, ids, modes))]
+        except KeyError as e:
+            raise RtdError(Code.E_MODEL_INVALID, f"{op}: a branch names node {e.args[0]}, which does not exist") from None
+
+    roots = {}
+    for k, t in enumerate(treeids):  # a tree's root is its first node, as onnxruntime takes it
+        roots.setdefault(t, k)
+    forest = Forest(op, featureids, values, [MODES[m] for m in modes], successor(truenodeids), successor(falsenodeids),
+                    missing_true or [0] * n, [roots[t] for t in sorted(roots)])
+    return forest, slot
+
+
+def leaf_slots(op: str, slot: dict, treeids, nodeids) -> list:
+    """The slots of the (tree id, node id) pairs that carry leaf weights."""
+    if treeids is None or nodeids is None or len(treeids) != len(nodeids):
+        raise RtdError(Code.E_MODEL_INVALID, f"{op}: leaf tree and node id lists differ in length")
+    try:
+        return [slot[t, i] for t, i in zip(treeids, nodeids)]
+    except KeyError as e:
+        raise RtdError(Code.E_MODEL_INVALID, f"{op}: a leaf weight names node {e.args[0]}, which does not exist") from None

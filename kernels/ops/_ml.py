@@ -1,0 +1,138 @@
+"""Shared pieces of the ai.onnx.ml kernels: the ops sklearn-onnx and onnxmltools emit.
+
+Scores follow onnxruntime's ml kernels, which those converters are validated against: they
+are float32 whatever the input type, and a classifier's post transform is one of NONE,
+LOGISTIC, SOFTMAX, SOFTMAX_ZERO, PROBIT. String tensors are object arrays; their elements
+arrive as `bytes` (the KServe wire form) or `str` (an in-process caller) and are compared as
+UTF-8 text; string outputs are `str` elements.
+"""
+import numpy as np
+
+from rtd.errors import Code, RtdError
+
+from .base import Kernel
+
+ML_DOMAIN = "ai.onnx.ml"
+POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")  # TreeEnsemble-5 numbers them in this order
+
+
+class MlKernel(Kernel):
+    """An ai.onnx.ml op, computed by `compute` in NumPy on the host (these ops are small, and
+    string tensors exist only there); `refuse` names the op and attribute of a model rtd cannot run."""
+
+    domain = ML_DOMAIN
+
+    def compute(self, *inputs) -> tuple:
+        raise NotImplementedError
+
+    def run(self, *inputs):
+        results = self.compute(*(self.host(x) for x in inputs))
+        if self.xp is np:
+            return results
+        return tuple(v if v.dtype == object else self.xp.asarray(v) for v in results)
+
+    def refuse(self, detail: str, code: Code = Code.E_MODEL_INVALID):
+        raise RtdError(code, f"{self.op_type}: {detail}")
+
+    def choice(self, name: str, choices) -> None:
+        if getattr(self, name) not in choices:
+            self.refuse(f"{name}={getattr(self, name)!r}, expected one of {list(choices)}", Code.E_OP_UNSUPPORTED)
+
+    def one_of(self, *names: str):
+        """The one attribute of `names` the node sets (class labels given as ints or as strings)."""
+        given = [n for n in names if getattr(self, n) is not None]
+        if len(given) != 1:
+            self.refuse(f"exactly one of {list(names)} must be set, got {given}")
+        return getattr(self, given[0])
+
+    def floats(self, name: str, as_tensor: str | None = None) -> np.ndarray | None:
+        """A float list attribute (or its double `*_as_tensor` twin) as a flat float64 array."""
+        tensor = getattr(self, as_tensor) if as_tensor else None
+        if tensor is not None and getattr(self, name) is not None:
+            self.refuse(f"both {name} and {as_tensor} are set")
+        value = tensor if tensor is not None else getattr(self, name)
+        return None if value is None else np.asarray(value, np.float64).reshape(-1)
+
+    def features(self, x) -> np.ndarray:
+        """The input as float32 rows [N, F] (a 1-D input is one row), as onnxruntime computes."""
+        if x.dtype.kind not in "fiu":
+            self.refuse(f"input dtype {x.dtype} is not numeric", Code.E_INPUT_INVALID)
+        x = x.reshape(1, -1) if x.ndim == 1 else x
+        if x.ndim != 2:
+            self.refuse(f"input must be [N, F], got shape {list(x.shape)}", Code.E_INPUT_INVALID)
+        return x.astype(np.float32, copy=False)
+
+
+def labels_array(labels) -> np.ndarray:
+    """Class labels as the array a label output indexes: int64, or object of str."""
+    if labels and isinstance(labels[0], str):
+        return np.array(labels, dtype=object)
+    return np.asarray(labels, np.int64)
+
+
+def text(x: np.ndarray) -> np.ndarray:
+    """A string tensor with every element as str (bytes decoded as UTF-8)."""
+    try:
+        return np.vectorize(lambda v: v.decode() if isinstance(v, bytes) else str(v), otypes=[object])(x)
+    except UnicodeDecodeError:
+        raise RtdError(Code.E_INPUT_INVALID, "a string element is not UTF-8") from None
+
+
+def logistic(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
+
+
+def probit(x: np.ndarray) -> np.ndarray:
+    """sqrt(2) * erfinv(2x - 1) with the approximation (a = 0.147) onnxruntime uses."""
+    y = (2.0 * x.astype(np.float32) - 1.0).astype(np.float32)
+    sign = np.where(y < 0, np.float32(-1), np.float32(1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ln = np.log((1.0 - y) * (1.0 + y)).astype(np.float32)
+        v = np.float32(2.0 / (np.pi * 0.147)) + np.float32(0.5) * ln
+        erfinv = sign * np.sqrt(-v + np.sqrt(v * v - ln / np.float32(0.147)))
+    return (np.float32(1.41421356) * erfinv).astype(np.float32)
+
+
+def softmax(x: np.ndarray, zero: bool = False) -> np.ndarray:
+    """Row softmax; with `zero`, entries that are (nearly) 0 stay 0 and take no share."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    if zero:
+        e = np.where(np.abs(x) > 1e-7, e, 0)
+    total = e.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, e / total, np.float32(0.5)).astype(np.float32)
+
+
+def post_transform(scores: np.ndarray, name: str) -> np.ndarray:
+    if name == "LOGISTIC":
+        return logistic(scores)
+    if name in ("SOFTMAX", "SOFTMAX_ZERO"):
+        return softmax(scores, zero=name == "SOFTMAX_ZERO")
+    if name == "PROBIT":
+        return probit(scores)
+    return scores.astype(np.float32, copy=False)
+
+
+def binary_scores(score: np.ndarray, name: str, mixed: bool) -> np.ndarray:
+    """Two columns from one score column, as onnxruntime writes a binary classifier's scores:
+    [1 - s, s] when weights are all positive (s is a probability), else [-s, s] (through the
+    logistic when that is the transform); PROBIT transforms the one score."""
+    s = score.reshape(-1, 1).astype(np.float32)
+    if name == "PROBIT":
+        return probit(s)
+    if not mixed:
+        return np.hstack([1 - s, s])
+    if name == "LOGISTIC":
+        return np.hstack([logistic(-s), logistic(s)])
+    return np.hstack([-s, s])
+
+
+def map_values(x: np.ndarray, table: dict, default, dtype) -> np.ndarray:
+    """Each element of x looked up in `table` (missing: `default`), as an array of `dtype`.
+    Strings are compared as text; only the distinct values are looked up in Python."""
+    if x.dtype == object:
+        x = text(x)
+    distinct, inverse = np.unique(x.reshape(-1), return_inverse=True)
+    mapped = np.array([table.get(v, default) for v in distinct.tolist()], dtype=dtype)
+    return mapped[inverse].reshape(x.shape)

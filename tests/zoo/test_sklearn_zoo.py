@@ -1,0 +1,60 @@
+"""The scikit-learn zoo compiled by rtd against onnxruntime, on fresh random inputs (seed
+printed on failure; RTD_ZOO_SEED replays one). ZipMap outputs are compared as the
+[N, classes] tensor rtd serves, columns in the ZipMap's label order."""
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+from rtd.kernels import compile_model
+from rtd.loader import pack
+
+from .compare import FLOAT_TOLERANCE, mismatches, reference_session
+from .sklearn_models import SKLEARN_ZOO, zipmap_as_tensor, zipmap_labels
+
+
+def _seed() -> int:
+    return int(os.environ.get("RTD_ZOO_SEED") or np.random.SeedSequence().entropy)
+
+
+@pytest.mark.parametrize("name", list(SKLEARN_ZOO))
+def test_matches_onnxruntime(name):
+    zoo = SKLEARN_ZOO[name]
+    proto = onnx.load(zoo.path())
+    model = compile_model(proto)
+    reference = reference_session(zoo.path(), threads=1, optimized=False)
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    for batch in (37, 1, 5):
+        feeds = zoo.feeds(rng, batch)
+        want = {}
+        for out, value in zip(reference.get_outputs(), reference.run(None, feeds)):
+            labels = zipmap_labels(proto, out.name)
+            want[out.name] = value if labels is None else zipmap_as_tensor(value, labels)
+        got = model.run(feeds)
+        if any(v.dtype == object for v in want.values()):  # string labels: compare as text
+            for name_ in [n for n, v in want.items() if v.dtype == object]:
+                assert got.pop(name_).tolist() == want.pop(name_).tolist(), f"{name} labels (RTD_ZOO_SEED={seed})"
+        problems = mismatches(got, want, FLOAT_TOLERANCE)
+        assert not problems, f"{name} at batch {batch} (RTD_ZOO_SEED={seed}): " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("name", [n for n in SKLEARN_ZOO if "regressor" not in n and n != "svr"])
+def test_zipmap_output_is_declared_as_the_probability_tensor(name):
+    proto = onnx.load(SKLEARN_ZOO[name].path())
+    model = compile_model(proto)
+    spec = next(s for s in model.outputs if zipmap_labels(proto, s.name) is not None)
+    assert spec.dtype == np.float32 and spec.shape == (None, len(zipmap_labels(proto, spec.name)))
+
+
+def test_the_packer_records_zipmap_labels_in_the_signed_metadata():
+    with open(SKLEARN_ZOO["pipeline"].path(), "rb") as f:
+        data = f.read()
+    meta = pack.build_metadata(data, name="pipeline", version="1.0.0", counter=1)
+    labels = zipmap_labels(onnx.load_from_string(data), "output_probability")
+    assert meta["class_labels"] == {"output_probability": labels} and sorted(labels) == ["high", "low", "mid"]
+    probability = next(o for o in meta["outputs"] if o["name"] == "output_probability")
+    assert probability == {"name": "output_probability", "dtype": "FLOAT", "shape": [None, 3]}
+    with open(SKLEARN_ZOO["forest_regressor"].path(), "rb") as f:
+        assert "class_labels" not in pack.build_metadata(f.read(), name="r", version="1.0.0", counter=1)
