@@ -160,11 +160,15 @@ class Front:
         return self.supervisor.tenants.by_id[request.who]
 
     # -- public ----------------------------------------------------------------------------------
+    # The status answers (Triton's clients read only it); the JSON body is what KServe's own
+    # REST client reads (`{"live": true}`, `{"ready": true}`, as KServe's model server sends).
     async def live(self, request):
-        return _ok()
+        return _ok({"live": True})
 
     async def ready(self, request):
-        return _ok() if self.supervisor.ready() else refusal(RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is not ready"))
+        if self.supervisor.ready():
+            return _ok({"ready": True})
+        return refusal(RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is not ready"))
 
     async def server_metadata(self, request):
         return _ok({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})

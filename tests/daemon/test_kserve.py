@@ -52,7 +52,7 @@ def test_serving_runtime_and_inference_service_are_valid_kserve_objects():
     unit = open(os.path.join(ROOT, "systemd", "rtd.service")).read()
     bounding = re.search(r"^CapabilityBoundingSet=(.*)$", unit, re.M).group(1).split()
     assert sorted("CAP_" + c for c in container["capabilities"]) == sorted(bounding)
-    assert set(container["probe_ports"]) == set(container["ports"]) == {9000}
+    assert set(container["probe_ports"]) == {9000} and set(container["ports"]) == {9000, 8080}
 
 
 def test_a_misspelt_or_incomplete_manifest_is_refused(tmp_path):
@@ -84,25 +84,35 @@ def test_the_pods_config_and_arguments_are_accepted_by_rtd():
     assert {pod.state_dir, tenant.trusted_keys} <= mounts
 
 
-KSERVE_CLIENT = textwrap.dedent("""
+KSERVE_CLIENTS = textwrap.dedent("""
     import asyncio, sys
     import numpy as np
-    from kserve import InferenceGRPCClient, InferInput, InferRequest
+    from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
 
-    async def main(url, x_path):
+    def request(x, binary):
+        given = InferInput("X", list(x.shape), "FP32")
+        given.set_data_from_numpy(x, binary_data=binary)
+        return InferRequest(model_name="mlp", infer_inputs=[given])
+
+    async def main(grpc_url, rest_url, x_path):
         x = np.load(x_path)
-        async with InferenceGRPCClient(url, retries=0) as client:
+        answers = []
+        async with InferenceGRPCClient(grpc_url, retries=0) as client:
             assert await client.is_server_live() and await client.is_server_ready()
             assert await client.is_model_ready("mlp")
-            given = InferInput("X", list(x.shape), "FP32")
-            given.set_data_from_numpy(x)
-            response = await client.infer(InferRequest(model_name="mlp", infer_inputs=[given]))
-            np.save(sys.stdout.buffer, response.outputs[0].as_numpy())
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+            answers.append((await client.infer(request(x, True))).outputs[0].as_numpy())
+        client = InferenceRESTClient(RESTConfig(protocol="v2", timeout=60))
+        assert await client.is_server_live(rest_url) and await client.is_server_ready(rest_url)
+        assert await client.is_model_ready(rest_url, "mlp")
+        for binary in (False, True):     # JSON tensors, then the binary tensor extension
+            answers.append((await client.infer(rest_url, request(x, binary), model_name="mlp")).outputs[0].as_numpy())
+        await client.close()
+        np.save(sys.stdout.buffer, np.stack(answers))
+    asyncio.run(main(*sys.argv[1:]))
 """)
 
 
-def test_kserve_grpc_client_against_rtd_configured_as_in_the_pod(tmp_path):
+def test_kserve_grpc_and_rest_clients_against_rtd_configured_as_in_the_pod(tmp_path):
     if os.geteuid() != 0:
         pytest.skip(NEEDS_ROOT)
     state, trust, repo = tmp_path / "state", tmp_path / "trust", tmp_path / "models"
@@ -115,11 +125,11 @@ def test_kserve_grpc_client_against_rtd_configured_as_in_the_pod(tmp_path):
         target = repo / "mlp" / path       # what the storage initializer leaves in /mnt/models
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    port = free_port()
+    port, rest_port = free_port(), free_port()
     text = open(os.path.join(DEPLOY, "kserve", "rtd.toml")).read()
     for pod_path, here in (("/var/lib/rtd", state), ("/etc/rtd/trust", trust), ("/mnt/models", repo)):
         text = text.replace(f'"{pod_path}', f'"{here}')
-    text = text.replace('"0.0.0.0:9000"', f'"127.0.0.1:{port}"')
+    text = text.replace('"0.0.0.0:9000"', f'"127.0.0.1:{port}"').replace('"0.0.0.0:8080"', f'"127.0.0.1:{rest_port}"')
     assert tomllib.loads(text)["tenant"][0]["model_repository"] == str(repo)
     (tmp_path / "kserve.toml").write_text(text)
     log = tmp_path / "rtd.log"
@@ -134,13 +144,16 @@ def test_kserve_grpc_client_against_rtd_configured_as_in_the_pod(tmp_path):
         x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
         np.save(tmp_path / "x.npy", x)
         # kserve's client in its own process: its protobuf package collides with tritonclient's
-        result = subprocess.run([sys.executable, "-c", KSERVE_CLIENT, f"127.0.0.1:{port}", str(tmp_path / "x.npy")],
-                                capture_output=True, timeout=120)
+        result = subprocess.run([sys.executable, "-c", KSERVE_CLIENTS, f"127.0.0.1:{port}", f"http://127.0.0.1:{rest_port}",
+                                 str(tmp_path / "x.npy")], capture_output=True, timeout=120)
         assert result.returncode == 0, result.stderr.decode()[-3000:] + log.read_text()
         with open(tmp_path / "y.npy", "wb") as f:
             f.write(result.stdout)
         want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
-        np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-6)
+        answers = np.load(tmp_path / "y.npy")
+        assert answers.shape == (3, *want.shape)     # gRPC, REST JSON, REST binary
+        for got in answers:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         assert "plaintext: unsafe unless a mesh" in log.read_text()
     finally:
         proc.terminate()
