@@ -83,12 +83,12 @@ def test_embedded_default_creates_keys_and_tokens_once(tmp_path, capsys):
 def test_rtd_serve_sets_max_message_bytes_of_the_embedded_default(tmp_path, capsys):
     state = str(tmp_path / "s")
     assert config.embedded_default(state).limits == config.Limits()
-    big = config.embedded_default(state, 1 << 30).limits
+    big = config.embedded_default(state, max_message_bytes=1 << 30).limits
     assert big.max_message_bytes == 1 << 30 and big.tenant_request_bytes == big.tenant_response_bytes == 1 << 30
-    small = config.embedded_default(state, 4096).limits
+    small = config.embedded_default(state, max_message_bytes=4096).limits
     assert small.max_message_bytes == 4096 and small.tenant_request_bytes == config.Limits.tenant_request_bytes
     with pytest.raises(ConfigError, match="limits.max_message_bytes: must be positive"):
-        config.embedded_default(state, 0)
+        config.embedded_default(state, max_message_bytes=0)
     assert rtd_main.main(["serve", "--state-dir", state, "--max-message-bytes", "-1"]) == 2
     assert "limits.max_message_bytes: must be positive" in capsys.readouterr().err
     with pytest.raises(SystemExit):

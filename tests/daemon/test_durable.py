@@ -59,7 +59,7 @@ def race(d, rounds: int, kill_after: float | None = None) -> dict:
                     with lock:
                         held.pop((tenant, name), None)
             except RtdError as e:
-                if e.code == Code.E_INTERNAL and kill_after is not None:   # the daemon was killed meanwhile
+                if e.code in (Code.E_INTERNAL, Code.E_DAEMON_UNREACHABLE) and kill_after is not None:   # killed meanwhile
                     with lock:
                         held.pop((tenant, name), None)
                     return

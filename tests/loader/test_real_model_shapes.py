@@ -107,7 +107,7 @@ def test_a_dim_name_over_4096_characters_is_refused_by_pack_and_by_the_guard(ope
 
 def test_metadata_json_stays_under_its_cap_as_a_whole():
     wide = [{"name": f"t{i}", "dtype": "FLOAT", "shape": [NAME_4096] * metadata.MAX_DIMS} for i in range(4)]
-    meta = pack.build_metadata(b"", name="wide", version="1.0.0", counter=1, signature=(wide, []))
+    meta = pack.build_metadata(b"", name="wide", version="1.0.0", counter=1, signature=(wide, [], {}))
     with pytest.raises(RtdError) as e:
         metadata.render(meta)
     assert e.value.code is Code.E_METADATA_INVALID and f"over the {metadata.MAX_BYTES}-byte cap" in e.value.detail
@@ -116,7 +116,7 @@ def test_metadata_json_stays_under_its_cap_as_a_whole():
 
 @pytest.mark.parametrize("dims", [[-2], ["x" * 4097], [2 ** 63], [1.5]])
 def test_metadata_refuses_what_no_model_states(dims):
-    meta = pack.build_metadata(b"", name="m", version="1.0.0", counter=1, signature=([], []))
+    meta = pack.build_metadata(b"", name="m", version="1.0.0", counter=1, signature=([], [], {}))
     with pytest.raises(RtdError) as e:
         metadata.validate({**meta, "inputs": [{"name": "x", "dtype": "FLOAT", "shape": dims}]})
     assert e.value.code is Code.E_METADATA_INVALID and "inputs 'x'" in e.value.detail

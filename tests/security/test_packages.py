@@ -98,7 +98,7 @@ class Kit:
         kw.setdefault("name", "demo")
         kw.setdefault("version", "1.0.0")
         if not parse_model:
-            kw["signature"] = ([], [])
+            kw["signature"] = ([], [], {})
         return pack.package_files(model if model is not None else relu_model(), private_key=key or self.signer, **kw)
 
     def resign(self, files: dict, key=None) -> dict:

@@ -10,6 +10,7 @@ import threading
 import time
 
 from rtd.errors import Code, RtdError
+from tests.soak.tally import no_answer
 
 WORKER_GONE = (Code.E_WORKER_CRASHED, Code.E_SANDBOX_KILLED)
 # A request sent just after a kill still reaches the dead worker until the supervisor has
@@ -65,8 +66,7 @@ class Timeline:
     def excuse(self, error: RtdError, start: float, end: float) -> str | None:
         """Why a calm request that ran from `start` to `end` may have failed so, or None."""
         with self.lock:
-            transport = error.code == Code.E_INTERNAL and bool(error.detail)   # no answer from the daemon at all
-            if transport and self._overlaps(self.down, start, end):
+            if no_answer(error) and self._overlaps(self.down, start, end):
                 return "daemon down"
             if error.code in WORKER_GONE and any(start - KILL_NOTICE_S <= t <= end for t in self.calm_kills):
                 return "worker killed"
