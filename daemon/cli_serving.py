@@ -2,6 +2,7 @@
 gRPC (KServe v2 messages, tenant token; status needs the admin token only). Without
 --socket/--url and --token*, they use the embedded default's state dir (--state-dir,
 $RTD_STATE_DIR or ~/.local/state/rtd): its socket, dev.token and admin.token."""
+import collections
 import json
 import os
 import time
@@ -14,6 +15,7 @@ from rtd.daemon.cli_output import show, table
 from rtd.daemon.cli_package import check_package_path
 from rtd.daemon.client import Client, read_token
 from rtd.daemon.config import default_state_dir
+from rtd.daemon.kserve import TRACE_OUTPUT
 from rtd.errors import Code, RtdError
 from rtd.loader import metadata as package_metadata
 from rtd.loader.intake import read_package
@@ -126,6 +128,35 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_profile(args) -> int:
+    """One request timed step by step inside the tenant's own worker: its Chrome trace to --out
+    (chrome://tracing, ui.perfetto.dev) and the slowest steps on the terminal."""
+    inputs = _read_inputs(args.input)
+    with _client(args) as client:
+        outputs = client.infer(args.model, inputs, args.output or None, timeout=args.timeout, profile=True)
+    document = outputs[TRACE_OUTPUT].reshape(-1)[0]
+    try:
+        events = json.loads(document)["traceEvents"]
+    except (ValueError, KeyError, TypeError):
+        raise RtdError(Code.E_WORKER_PROTOCOL, "the trace that came back is not a Chrome trace") from None
+    with open(args.out, "wb") as f:
+        f.write(document)
+    steps = collections.Counter()
+    for event in events:
+        if isinstance(event, dict) and event.get("cat") == "op":
+            steps[str(event.get("name"))] += float(event.get("dur", 0))
+    total = sum(steps.values())
+    if args.json:
+        print(json.dumps({"ok": True, "trace": args.out, "steps": len(events) - 1, "total_us": round(total, 1),
+                          "slowest": [{"step": n, "us": round(us, 1)} for n, us in steps.most_common(PREVIEW)]}))
+        return 0
+    result = table(f"{args.model}: {total / 1e3:.2f} ms in the worker, trace in {args.out}", "step", "µs", "share")
+    for name, us in steps.most_common(PREVIEW):
+        result.add_row(name, f"{us:.1f}", f"{us / total:.0%}" if total else "-")
+    show(result)
+    return 0
+
+
 def cmd_list(args) -> int:
     with _client(args) as client:
         models = client.index()
@@ -187,13 +218,21 @@ def register(commands) -> None:
     run.add_argument("--output", action="append", default=[], metavar="NAME", help="only these outputs")
     run.add_argument("--output-dir", help="write each output as NAME.npy here")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds")
+    profile = commands.add_parser("profile", help="run one request timed step by step in the worker; write its Chrome trace")
+    profile.add_argument("model")
+    profile.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", required=True,
+                         help="an input tensor from a .npy file (repeat for each input)")
+    profile.add_argument("--output", action="append", default=[], metavar="NAME", help="only these outputs")
+    profile.add_argument("--out", default="trace.json", help="where the Chrome trace goes (default trace.json)")
+    profile.add_argument("--timeout", type=float, default=60.0, help="seconds")
     listing = commands.add_parser("list", help="the tenant's models")
     unload = commands.add_parser("unload", help="unload a model")
     unload.add_argument("model")
     status = commands.add_parser("status", help="tenants, workers, confinement layers, memory, restarts (admin)")
     status.add_argument("--admin-token-file", help="file holding the admin token (default STATE/admin.token); "
                         "no tenant token is needed")
-    for parser, func in ((load, cmd_load), (run, cmd_run), (listing, cmd_list), (unload, cmd_unload), (status, cmd_status)):
+    for parser, func in ((load, cmd_load), (run, cmd_run), (profile, cmd_profile), (listing, cmd_list), (unload, cmd_unload),
+                         (status, cmd_status)):
         _connection(parser)
         parser.add_argument("--json", action="store_true", help="machine-readable output")
         parser.set_defaults(func=func)

@@ -7,7 +7,7 @@ import json
 import grpc
 
 from rtd.daemon.grpc_front import ADMIN_SERVICE, SERVICE
-from rtd.daemon.kserve import FILE_PREFIX
+from rtd.daemon.kserve import FILE_PREFIX, PROFILE_PARAMETER
 from rtd.daemon.tensors import decode_response, encode_inputs
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
@@ -90,10 +90,14 @@ class Client:
     def metadata_of(self, name: str) -> pb.ModelMetadataResponse:
         return self.call("ModelMetadata", pb.ModelMetadataRequest(name=name))
 
-    def infer(self, name: str, inputs: dict, outputs: list | None = None, timeout: float | None = None) -> dict:
+    def infer(self, name: str, inputs: dict, outputs: list | None = None, timeout: float | None = None,
+              profile: bool = False) -> dict:
+        """{output: ndarray}; with `profile`, also the worker's Chrome trace as output `rtd.trace`."""
         tensors, raw = encode_inputs(inputs)
         request = pb.ModelInferRequest(model_name=name, inputs=tensors, raw_input_contents=raw,
                                        outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name=o) for o in outputs or ()])
+        if profile:
+            request.parameters[PROFILE_PARAMETER].bool_param = True
         return decode_response(self.call("ModelInfer", request, timeout))
 
     def _admin(self, rpc: str, admin_token: str) -> bytes:

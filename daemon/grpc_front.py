@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2
 from rtd import __version__
 from rtd.daemon import http2
 from rtd.daemon.budgets import OPERATOR
-from rtd.daemon.kserve import EXTENSIONS, SERVER_NAME, deadline_of, load_parameters, model_statistics, repository_index
+from rtd.daemon.kserve import EXTENSIONS, PROFILE_PARAMETER, SERVER_NAME, deadline_of, load_parameters, model_statistics, repository_index
 from rtd.daemon.tensors import decode_request, response_parts
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
@@ -153,9 +153,10 @@ class Front:
         outputs = [o.name for o in request.outputs] or None
         timeout = request.parameters["timeout"] if "timeout" in request.parameters else None   # tritonclient's
         deadline = deadline_of(call.deadline, timeout.int64_param or timeout.uint64_param if timeout else 0)
+        profile = PROFILE_PARAMETER in request.parameters and request.parameters[PROFILE_PARAMETER].bool_param
         result = await self.supervisor.infer(
             self._tenant(call), request.model_name, request.model_version, inputs, outputs, deadline,
-            encode=lambda version, results: response_parts(request.model_name, version, request.id, results))
+            encode=lambda version, results: response_parts(request.model_name, version, request.id, results), profile=profile)
         return http2.Reply(result.encoded, result.charges)
 
     async def repository_load(self, call):

@@ -37,7 +37,7 @@ from google.protobuf import json_format
 
 from rtd import __version__
 from rtd.daemon import http2
-from rtd.daemon.kserve import (EXTENSIONS, SERVER_NAME, deadline_of, describe, load_parameters, model_statistics,
+from rtd.daemon.kserve import (EXTENSIONS, PROFILE_PARAMETER, SERVER_NAME, deadline_of, describe, load_parameters, model_statistics,
                                repository_index)
 from rtd.daemon.tensors import decode_inputs, json_data, raw_bytes, raw_from_json
 from rtd.errors import Code, RtdError
@@ -227,6 +227,7 @@ class Front:
         parameters = _field(doc, "parameters", dict, "request", {})
         binary_all = _field(parameters, "binary_data_output", bool, "parameters", False)
         timeout = _field(parameters, "timeout", int, "parameters", 0)   # tritonclient's client_timeout, microseconds
+        profile = _field(parameters, PROFILE_PARAMETER, bool, "parameters", False)
         if not 0 <= timeout < 1 << 63:
             raise _bad("parameters.timeout: microseconds, 0 to 2^63")
         wanted = {}
@@ -244,7 +245,7 @@ class Front:
         result = await self.supervisor.infer(
             self._tenant(request), request.params["name"], request.params.get("version", ""), arrays, list(wanted) or None,
             deadline_of(None, timeout), encode=lambda version, outputs: self._encode(
-                request, version, outputs, {"id": request_id} if request_id else {}, wanted, binary_all))
+                request, version, outputs, {"id": request_id} if request_id else {}, wanted, binary_all), profile=profile)
         text, parts, charge = result.encoded
         return Response(200, [text, *parts], len(text) if parts else None, [*result.charges, charge])
 

@@ -9,15 +9,18 @@ per tenant. The supervisor never parses a model graph.
 """
 import asyncio
 import concurrent.futures
+import json
 import math
 import os
 import time
 
+import numpy as np
 from google.protobuf import json_format
 
 from rtd.daemon.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.config import ALL_MODELS, Config, TenantConfig
 from rtd.daemon.events import EventLog
+from rtd.daemon.kserve import TRACE_OUTPUT
 from rtd.daemon.lifecycle import ManagedModel, ModelState
 from rtd.daemon.metrics import Metrics, Timing
 from rtd.daemon.registry import Registry
@@ -351,11 +354,14 @@ class Supervisor:
 
     # -- inference ------------------------------------------------------------------------------
     async def infer(self, tenant: TenantConfig, name: str, version: str, inputs: dict,
-                    outputs: list | None = None, deadline: float | None = None, encode=None) -> InferResult:
+                    outputs: list | None = None, deadline: float | None = None, encode=None,
+                    profile: bool = False) -> InferResult:
         """Run one request. Its outputs are checked against max_message_bytes and charged to
         the tenant's response budget from the worker's reply, before any response is built.
         `encode(version, outputs)`, when given, builds the front's response (kept in
-        `InferResult.encoded`) and is timed as Triton's compute output."""
+        `InferResult.encoded`) and is timed as Triton's compute output. With `profile`, the
+        worker times the run step by step and its Chrome trace comes back as one more output,
+        TRACE_OUTPUT (BYTES [1], a JSON document), charged like the others."""
         deadline = deadline or math.inf   # without one, the operator's request_timeout_s bounds the wait
         tenancy = self._tenancy(tenant)
         timing, slot, charge = Timing(time.monotonic()), None, None
@@ -363,7 +369,13 @@ class Supervisor:
             if self.draining:
                 raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
             slot = self.ledger.take(tenant.id, "requests", 1)
-            serving, results = await tenancy.infer(name, version, inputs, outputs, deadline, timing)
+            trace = [] if profile else None
+            serving, results = await tenancy.infer(name, version, inputs, outputs, deadline, timing, trace)
+            if trace is not None:
+                if TRACE_OUTPUT in results:
+                    raise RtdError(Code.E_REQUEST_INVALID, f"the model has an output named {TRACE_OUTPUT!r}: cannot profile")
+                document = json.dumps({"traceEvents": trace, "displayTimeUnit": "ms"}).encode()
+                results = {**results, TRACE_OUTPUT: np.array([document], dtype=object)}
             size = sum(a.nbytes if a.dtype.kind not in "OSU" else sum(len(x) + 4 for x in a.reshape(-1))
                        for a in results.values())
             if size > self.config.limits.max_message_bytes:

@@ -83,10 +83,11 @@ class Tenancy:
 
     # -- inference -----------------------------------------------------------------------------
     async def infer(self, name: str, version: str, inputs: dict, outputs: list | None,
-                    deadline: float, timing: Timing) -> tuple[ModelVersion, dict]:
+                    deadline: float, timing: Timing, trace: list | None = None) -> tuple[ModelVersion, dict]:
         """Run one request; (the version that ran it, {output name: ndarray}). `timing` follows
         it through Triton's phases, and it counts as pending in its version's series until it
-        starts computing."""
+        starts computing. With a `trace` list, the worker times the run step by step and its
+        Chrome trace events are added to the list (never batched with others)."""
         model = self.models.get(name)
         if model is None:
             raise RtdError(Code.E_MODEL_NOT_FOUND, repr(name))
@@ -95,14 +96,14 @@ class Tenancy:
         timing.queue_in(self.supervisor.metrics.track(self.tenant.id, name, serving.version_dir))
         serving.users += 1   # the version serves this request even if a newer one takes over meanwhile
         try:
-            if serving.batcher is not None:
+            if serving.batcher is not None and trace is None:
                 return serving, await serving.batcher.submit(inputs, outputs, deadline, timing)
-            return serving, await self.execute(serving, inputs, outputs, deadline, timing)
+            return serving, await self.execute(serving, inputs, outputs, deadline, timing, trace)
         finally:
             serving.users -= 1
 
     async def execute(self, serving: ModelVersion, inputs: dict, outputs: list | None, deadline: float,
-                      timing: Timing) -> dict:
+                      timing: Timing, trace: list | None = None) -> dict:
         """One execution in a worker, holding a slot from before it is sent until it is answered.
         Waiting for a slot or an instance ends at the client's deadline (math.inf: none) or
         after request_timeout_s; waiting for the answer only at the client's deadline (a worker
@@ -123,8 +124,8 @@ class Tenancy:
         try:
             instance = await serving.instance(queued_until)
             timing.computing()   # copying its inputs into the worker's arena is compute input
-            future = instance.send(wire.Kind.INFER, {"outputs": outputs} if outputs else {}, inputs,
-                                   self.limits.request_timeout_s, finished)
+            head = {**({"outputs": outputs} if outputs else {}), **({"profile": True} if trace is not None else {})}
+            future = instance.send(wire.Kind.INFER, head, inputs, self.limits.request_timeout_s, finished)
             timing.input_end = time.monotonic()
         except BaseException:
             self.slots.release()
@@ -140,6 +141,11 @@ class Tenancy:
         except Lost:
             raise await instance.failure() from None
         timing.output_start = time.monotonic()
+        if trace is not None:
+            events = reply.head.get("trace")   # the head's size was bounded by the channel's reader
+            if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+                raise RtdError(Code.E_WORKER_PROTOCOL, "a profiled run's reply without its trace")
+            trace.extend(events)
         return reply.tensors
 
     def view(self) -> dict:

@@ -17,7 +17,10 @@ import rtd.kernels
 import rtd.kernels.ops
 from rtd import dtypes, wire
 from rtd.errors import Code, RtdError
+from rtd.kernels.profile import Profile
 from rtd.loader import onnx_guard
+
+MAX_TRACE_EVENTS = 4000   # a profiled run's trace stays well inside the reply head's 1 MiB
 
 
 def _spec_json(spec) -> dict:
@@ -64,11 +67,13 @@ class Worker:
     def infer(self, frame: wire.Frame) -> tuple[dict, dict]:
         if self.model is None:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, "no model loaded in this worker")
-        results = self.model.run(frame.tensors)
+        record = Profile() if frame.head.get("profile") else None
+        results = self.model.run(frame.tensors, record=record)
         wanted = frame.head.get("outputs")
         if wanted:
             results = {name: results[name] for name in wanted if name in results}
-        return {}, {name: np.asarray(v) for name, v in results.items()}
+        head = {"trace": record.events()[:MAX_TRACE_EVENTS]} if record is not None else {}
+        return head, {name: np.asarray(v) for name, v in results.items()}
 
     def handle(self, frame: wire.Frame) -> tuple[dict, dict]:
         if frame.kind == wire.Kind.INFER:

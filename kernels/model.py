@@ -155,12 +155,14 @@ class CompiledModel:
                 self._plans.popitem(last=False)
         return plan, outputs
 
-    def run(self, feeds: dict, profile: bool = False) -> dict:
+    def run(self, feeds: dict, profile: bool = False, record: Profile | None = None) -> dict:
+        """The outputs for `feeds`. With `record`, this run's steps are timed into it (a new
+        shape signature is planned first, then its plan runs timed)."""
         values = self._check(feeds)
         try:
             plan, outputs = self._plan(values)
-            if outputs is None:
-                record = Profile() if (profile or self.profile) else None
+            if outputs is None or record is not None:
+                record = record if record is not None else Profile() if (profile or self.profile) else None
                 outputs = plan.run(values, record)
                 if record is not None:
                     with self._lock:
