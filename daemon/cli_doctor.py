@@ -1,6 +1,8 @@
 """rtctl doctor: what this host enforces (kernel, cgroups, user namespaces, seccomp, dmem,
 GPU), then the escape battery, each attempt inside a worker confined by the production
-policy: attempt → blocked by which layer → result. Exits 1 if anything escaped."""
+policy: attempt → the layer observed to stop it (from the signal that killed the worker, or
+the errno and the call that got it) → the layers expected after it → result. Exits 1 if
+anything escaped."""
 import json
 import logging
 
@@ -30,10 +32,13 @@ def doctor(args) -> int:
                           "battery": [r.__dict__ for r in results]}, indent=2))
         return 1 if escaped else 0
     battery = table(f"escape battery: {len(results)} attempts, each in a confined worker (production policy)",
-                    "attempt", "blocked by", "next layer", "result")
+                    "attempt", "stopped by (observed)", "expected after it", "result")
     for r in results:
         verdict = f"[green]blocked[/green] ({r.how})" if r.blocked else f"[bold red]ESCAPED[/bold red] ({r.how})"
-        battery.add_row(r.name, r.layer or "-", ", ".join(BY_NAME[r.name].stops[1:]) or "none", verdict)
+        observed = r.layer or ("[yellow]unattributed[/yellow]" if r.blocked else "-")
+        stops = BY_NAME[r.name].stops
+        after = stops[stops.index(r.layer) + 1:] if r.layer in stops else stops
+        battery.add_row(r.name, observed, ", ".join(after) or "none", verdict)
     show(battery)
     show(f"[bold red]{len(escaped)} escaped: {', '.join(escaped)}[/bold red]" if escaped
          else f"[green]all {len(results)} attempts blocked[/green]")

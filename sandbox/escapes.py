@@ -1,12 +1,14 @@
 """The escape battery as data: each attempt is a function run *inside* a confined worker
-that tries one escape and reports whether the kernel refused it, plus the layers
-expected to stop it, in order (the first active one is credited). Used by
-tests/security/test_escapes.py and `rtctl doctor`.
+that tries one escape and reports whether the kernel refused it, plus the layers expected
+to stop it, in order. Used by tests/security/test_escapes.py and `rtctl doctor`.
 
-An attempt returns {"blocked": bool, "how": str} and "layer" where what it saw can only come
-from one layer; a worker killed by a layer (SIGSYS, OOM, SIGXFSZ) is blocked by that layer; a
-worker that vanished without a kill escaped. Other refusals are still credited to the first
-expected layer (an errno alone does not say which layer gave it)."""
+The layer credited is the one observed, never the one expected: a worker killed by a layer
+is credited from the kill (SIGSYS: seccomp, SIGXFSZ: rlimits, the cgroup's OOM count:
+memory); a refusal from the errno of the call that got it (OBSERVED; seccomp's own errno
+rules answer EPERM to open and executable memory, which the kernel does not, so they can be
+told apart). A refusal OBSERVED does not explain is credited to no layer, and the tests
+then fail on it. An attempt returns {"blocked": bool, "how": str, "layer": str | None}; a
+worker that vanished without a kill escaped."""
 import contextlib
 import ctypes
 import dataclasses
@@ -18,47 +20,87 @@ import tempfile
 import time
 
 import numpy
+import pyseccomp as sc
 
 from rtd.errors import Code, RtdError
+from rtd.sandbox import seccomp
 from rtd.sandbox.confined import ConfinedError, SandboxKilled, run_confined
 from rtd.sandbox.syscalls import libc
 
-NR = {"clone": 56, "add_key": 248, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-      "io_uring_setup": 425, "open_by_handle_at": 304, "reboot": 169, "init_module": 175}
 CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
 
 
-def _sys(nr: int, *args) -> int:
+class Refused(OSError):
+    """An errno from one named call of an attempt."""
+
+    def __init__(self, call: str, err: int):
+        super().__init__(err, os.strerror(err))
+        self.call = call
+
+
+def _call(call: str, fn, *args):
+    """fn(*args), its OSError named after `call` (what the errno is read against)."""
+    try:
+        return fn(*args)
+    except Refused:
+        raise
+    except OSError as e:
+        raise Refused(call, e.errno) from None
+
+
+def _sys(name: str, *args) -> int:
+    """A raw system call by name, numbered for this machine's architecture by libseccomp."""
+    nr = sc.resolve_syscall(sc.Arch.NATIVE, name)
     result = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
     if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+        raise Refused(name, ctypes.get_errno())
     return result
 
 
+# The layer an errno comes from, for the call that got it in a worker: what `rtctl doctor`
+# credits. A kill is read from its signal (SIGSYS: seccomp, SIGXFSZ: rlimits) or the cgroup's
+# OOM count instead. Pairs not listed say nothing certain and are credited to no layer.
+_CAPABILITY_CALLS = ("setns", "mount", "chroot", "bpf", "socket", "open_by_handle_at", "reboot", "setuid")
+OBSERVED = {
+    **{(call, seccomp.REFUSED): "seccomp" for call in ("open", "mmap", "mprotect")},   # the filter's errno rules
+    **{(call, errno.EPERM): "privileges" for call in _CAPABILITY_CALLS},   # no capability (never seccomp: it kills these)
+    ("open", errno.EACCES): "privileges",                # file modes against the worker's own uid
+    ("open", errno.ENOENT): "mounts", ("open", errno.EROFS): "mounts", ("open", errno.ENOTDIR): "mounts",
+    ("execve", errno.ENOENT): "mounts", ("execve", errno.EACCES): "mounts",   # read-only, noexec root
+    ("connect", errno.ENOENT): "mounts",                 # the socket's path is not in the worker's root
+    ("connect", errno.ENETUNREACH): "namespaces", ("connect", errno.EADDRNOTAVAIL): "namespaces",
+    ("connect", errno.ECONNREFUSED): "namespaces",       # no interfaces; abstract sockets are per network namespace
+    ("kill", errno.ESRCH): "namespaces", ("ptrace", errno.ESRCH): "namespaces",   # the supervisor is not in its pid namespace
+    ("setuid", errno.EINVAL): "namespaces",              # uid 0 has no mapping in its user namespace
+    ("fork", errno.EAGAIN): "pids",                      # pids.max (RLIMIT_NPROC, at the same count, answers alike)
+    ("write", errno.EFBIG): "rlimits", ("write", errno.ENOSPC): "mounts",
+}
+
+
 def _refused(action) -> dict:
-    """Run `action`; blocked if the kernel refused it with an errno."""
+    """Run `action`; blocked if a call of it was refused with an errno, credited as OBSERVED says."""
     try:
         action()
-    except OSError as e:
-        return {"blocked": True, "how": errno.errorcode.get(e.errno, str(e.errno))}
+    except Refused as e:
+        name = errno.errorcode.get(e.errno, str(e.errno))
+        return {"blocked": True, "how": f"{name} from {e.call}", "layer": OBSERVED.get((e.call, e.errno))}
     return {"blocked": False, "how": "the call succeeded"}
 
 
 def _open(path: str, flags=os.O_RDONLY):
-    return lambda: os.close(os.open(path, flags, 0o600))
+    return lambda: os.close(_call("open", os.open, path, flags, 0o600))
 
 
 def _connect(family: int, address) -> dict:
     def go():
-        with socket.socket(family, socket.SOCK_STREAM) as s:
+        with _call("socket", socket.socket, family, socket.SOCK_STREAM) as s:
             s.settimeout(2)
-            s.connect(address)
+            _call("connect", s.connect, address)
     return _refused(go)
 
 
 def _clone_newuser():
-    pid = _sys(NR["clone"], CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
+    pid = _sys("clone", CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
     if pid == 0:
         os._exit(0)
 
@@ -72,7 +114,8 @@ def _fork_bomb(ctx) -> dict:
                 os._exit(0)
             children += 1
     except OSError as e:
-        return {"blocked": children < ctx["pids"], "how": f"{errno.errorcode[e.errno]} after {children} forks"}
+        return {"blocked": children < ctx["pids"], "how": f"{errno.errorcode[e.errno]} from fork after {children} forks",
+                "layer": OBSERVED.get(("fork", e.errno))}
     return {"blocked": False, "how": f"{children} forks succeeded"}
 
 
@@ -91,8 +134,8 @@ def _fill_file(ctx) -> dict:
         while written <= 4 * ctx["fsize_bytes"]:
             written += os.write(fd, chunk)
     except OSError as e:
-        observed = {"layer": "rlimits"} if e.errno == errno.EFBIG else {}   # only RLIMIT_FSIZE answers EFBIG
-        return {"blocked": written <= ctx["fsize_bytes"], "how": f"{errno.errorcode[e.errno]} after {written} bytes", **observed}
+        return {"blocked": written <= ctx["fsize_bytes"], "layer": OBSERVED.get(("write", e.errno)),
+                "how": f"{errno.errorcode[e.errno]} from write after {written} bytes"}
     finally:
         os.close(fd)
     return {"blocked": False, "how": f"wrote {written} bytes"}
@@ -109,13 +152,13 @@ def _mprotect_exec() -> None:
     page = mmap.mmap(-1, mmap.PAGESIZE)
     address = ctypes.addressof(ctypes.c_char.from_buffer(page))
     if libc.mprotect(ctypes.c_void_p(address), mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
-        raise OSError(ctypes.get_errno(), "mprotect")
+        raise Refused("mprotect", ctypes.get_errno())
 
 
 def _open_by_handle():
     handle = ctypes.create_string_buffer(8 + 128)
     ctypes.c_uint32.from_buffer(handle).value = 128
-    os.close(_sys(NR["open_by_handle_at"], -100, handle, os.O_RDONLY))
+    os.close(_sys("open_by_handle_at", -100, handle, os.O_RDONLY))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,32 +169,32 @@ class Attempt:
 
 
 ATTEMPTS = [Attempt(*a) for a in [
-    ("ptrace_supervisor", ("seccomp", "namespaces"), lambda c: _refused(lambda: _sys(101, 16, c["supervisor_pid"], 0, 0))),
-    ("kill_supervisor", ("seccomp", "namespaces"), lambda c: _refused(lambda: os.kill(c["supervisor_pid"], 0))),
-    ("unshare_userns", ("seccomp",), lambda c: _refused(lambda: _sys(272, CLONE_NEWUSER))),
+    ("ptrace_supervisor", ("seccomp", "namespaces"), lambda c: _refused(lambda: _sys("ptrace", 16, c["supervisor_pid"], 0, 0))),
+    ("kill_supervisor", ("seccomp", "namespaces"), lambda c: _refused(lambda: _call("kill", os.kill, c["supervisor_pid"], 0))),
+    ("unshare_userns", ("seccomp",), lambda c: _refused(lambda: _sys("unshare", CLONE_NEWUSER))),
     ("clone_newuser", ("seccomp",), lambda c: _refused(_clone_newuser)),
     ("setns_mount", ("seccomp", "privileges"), lambda c: _refused(
-        lambda: _sys(308, os.open("/proc/self/ns/mnt", os.O_RDONLY), 0))),
+        lambda: _sys("setns", _call("open", os.open, "/proc/self/ns/mnt", os.O_RDONLY), 0))),
     ("mount_tmpfs", ("seccomp", "privileges"), lambda c: _refused(
-        lambda: _sys(165, b"none", b"/scratch", b"tmpfs", 0, 0))),
-    ("chroot", ("seccomp", "privileges"), lambda c: _refused(lambda: os.chroot("/scratch"))),
-    ("setuid_root", ("seccomp", "privileges"), lambda c: _refused(lambda: os.setuid(0))),
+        lambda: _sys("mount", b"none", b"/scratch", b"tmpfs", 0, 0))),
+    ("chroot", ("seccomp", "privileges"), lambda c: _refused(lambda: _call("chroot", os.chroot, "/scratch"))),
+    ("setuid_root", ("seccomp", "namespaces"), lambda c: _refused(lambda: _call("setuid", os.setuid, 0))),
     ("keyctl_add_key", ("seccomp",), lambda c: _refused(
-        lambda: _sys(NR["add_key"], b"user", b"rtd-escape", b"x", 1, -2))),
+        lambda: _sys("add_key", b"user", b"rtd-escape", b"x", 1, -2))),
     ("bpf_map_create", ("seccomp", "privileges"), lambda c: _refused(
-        lambda: _sys(NR["bpf"], 0, (ctypes.c_uint32 * 5)(2, 4, 8, 1, 0), 20))),
+        lambda: _sys("bpf", 0, (ctypes.c_uint32 * 5)(2, 4, 8, 1, 0), 20))),
     ("perf_event_open", ("seccomp",), lambda c: _refused(
-        lambda: _sys(NR["perf_event_open"], (ctypes.c_uint32 * 32)(1, 128), 0, -1, -1, 0))),
-    ("userfaultfd", ("seccomp",), lambda c: _refused(lambda: os.close(_sys(NR["userfaultfd"], 1)))),
+        lambda: _sys("perf_event_open", (ctypes.c_uint32 * 32)(1, 128), 0, -1, -1, 0))),
+    ("userfaultfd", ("seccomp",), lambda c: _refused(lambda: os.close(_sys("userfaultfd", 1)))),
     ("io_uring_setup", ("seccomp",), lambda c: _refused(
-        lambda: os.close(_sys(NR["io_uring_setup"], 4, (ctypes.c_uint32 * 30)())))),
-    ("personality_exec", ("seccomp",), lambda c: _refused(lambda: _sys(135, 0x0400000))),
+        lambda: os.close(_sys("io_uring_setup", 4, (ctypes.c_uint32 * 30)())))),
+    ("personality_exec", ("seccomp",), lambda c: _refused(lambda: _sys("personality", 0x0400000))),
     ("socket_inet", ("seccomp", "namespaces"), lambda c: _connect(socket.AF_INET, ("1.1.1.1", 53))),
     ("socket_inet6", ("seccomp", "namespaces"), lambda c: _connect(socket.AF_INET6, ("2606:4700:4700::1111", 53))),
     ("socket_netlink", ("seccomp",), lambda c: _refused(
-        lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close())),
+        lambda: _call("socket", socket.socket, socket.AF_NETLINK, socket.SOCK_RAW, 0).close())),
     ("socket_packet", ("seccomp", "privileges"), lambda c: _refused(
-        lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0).close())),
+        lambda: _call("socket", socket.socket, socket.AF_PACKET, socket.SOCK_RAW, 0).close())),
     ("connect_abstract_socket", ("seccomp", "namespaces"), lambda c: _connect(socket.AF_UNIX, "\0" + c["abstract_name"])),
     ("connect_fs_socket", ("seccomp", "mounts"), lambda c: _connect(socket.AF_UNIX, c["socket_path"])),
     ("read_etc_shadow", ("seccomp", "mounts"), lambda c: _refused(_open("/etc/shadow"))),
@@ -163,17 +206,18 @@ ATTEMPTS = [Attempt(*a) for a in [
         _open("/sys/fs/cgroup/cgroup.procs", os.O_WRONLY))),
     ("open_dev_mem", ("seccomp", "mounts"), lambda c: _refused(_open("/dev/mem"))),
     ("fill_file", ("rlimits",), _fill_file),   # tmpfs size= of /scratch is tested apart
-    ("execve_shell", ("seccomp", "mounts"), lambda c: _refused(lambda: os.execv("/usr/bin/sh", ["sh", "-c", "exit 0"]))),
+    ("execve_shell", ("seccomp", "mounts"), lambda c: _refused(
+        lambda: _call("execve", os.execv, "/usr/bin/sh", ["sh", "-c", "exit 0"]))),
     ("mmap_prot_exec", ("seccomp",), lambda c: _refused(
-        lambda: mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_EXEC).close())),
+        lambda: _call("mmap", lambda: mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_EXEC)).close())),
     ("mprotect_exec", ("seccomp",), lambda c: _refused(_mprotect_exec)),
     ("fork_bomb", ("seccomp", "pids"), _fork_bomb),
     ("memory_bomb", ("memory",), _memory_bomb),
-    ("tiocsti", ("seccomp", "privileges"), _tiocsti),
+    ("tiocsti", ("seccomp", "mounts"), _tiocsti),
     ("open_by_handle_at", ("seccomp", "privileges"), lambda c: _refused(_open_by_handle)),
     ("reboot", ("seccomp", "privileges"), lambda c: _refused(
-        lambda: _sys(NR["reboot"], 0xFEE1DEAD, 672274793, 0, 0))),   # CAD_OFF: harmless even if allowed
-    ("init_module", ("seccomp",), lambda c: _refused(lambda: _sys(NR["init_module"], b"\0" * 64, 64, b""))),
+        lambda: _sys("reboot", 0xFEE1DEAD, 672274793, 0, 0))),   # CAD_OFF: harmless even if allowed
+    ("init_module", ("seccomp",), lambda c: _refused(lambda: _sys("init_module", b"\0" * 64, 64, b""))),
 ]]
 BY_NAME = {a.name: a for a in ATTEMPTS}
 
@@ -214,7 +258,6 @@ def targets(policy):
 
 def run_attempt(attempt: Attempt, context: dict, policy) -> Result:
     """Run one attempt in a fresh confined worker under `policy` and say who stopped it."""
-    active = [s for s in attempt.stops if not (s == "seccomp" and policy.unsafe_disable_seccomp)]
     try:
         out = run_confined(_attempt_in_worker, attempt.name, context, policy=policy, timeout=60)
     except SandboxKilled as e:
@@ -225,9 +268,7 @@ def run_attempt(attempt: Attempt, context: dict, policy) -> Result:
         if e.code in (Code.E_CONTAINMENT, Code.E_LAYER_UNAVAILABLE):
             raise
         return Result(attempt.name, False, None, str(e))
-    # the layer the attempt observed itself (an errno only one layer gives), else the first expected
-    credited = out.get("layer") or (active[0] if active else None)
-    return Result(attempt.name, out["blocked"], credited if out["blocked"] else None, out["how"])
+    return Result(attempt.name, out["blocked"], out.get("layer") if out["blocked"] else None, out["how"])
 
 
 def run_battery(policy, names=None) -> list[Result]:

@@ -29,8 +29,12 @@ ALLOW = (
     "geteuid getgid getegid getresuid getresgid getrusage getrlimit prlimit64 uname getcwd"
 ).split()
 
+# Calls answered with an errno instead of a kill. Paths and executable memory get EPERM, which
+# the kernel itself does not give for the calls a worker makes (it says EACCES, ENOENT, EROFS):
+# an EPERM from open or mmap is this filter's, so rtctl doctor can tell who refused.
+REFUSED = errno.EPERM
 ERRNO_RULES = {"clone3": errno.ENOSYS,   # glibc then falls back to clone, which we can filter
-               "open": errno.EACCES, "openat": errno.EACCES, "mbind": errno.EPERM}
+               "open": REFUSED, "openat": REFUSED, "mbind": errno.EPERM}
 
 CLONE_THREAD, CLONE_NS_FLAGS = 0x00010000, 0x7E020000
 PROT_EXEC = 0x4
@@ -54,7 +58,7 @@ def build() -> sc.SyscallFilter:
     f.add_rule(sc.ALLOW, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD | CLONE_NS_FLAGS, CLONE_THREAD))
     for name in ("mmap", "mprotect"):
         f.add_rule(sc.ALLOW, name, sc.Arg(2, sc.MASKED_EQ, PROT_EXEC, 0))
-        f.add_rule(sc.ERRNO(errno.EACCES), name, sc.Arg(2, sc.MASKED_EQ, PROT_EXEC, PROT_EXEC))
+        f.add_rule(sc.ERRNO(REFUSED), name, sc.Arg(2, sc.MASKED_EQ, PROT_EXEC, PROT_EXEC))
     for cmd in IOCTLS:
         f.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.EQ, cmd))
     f.add_rule(sc.ERRNO(errno.ENOTTY), "ioctl", sc.Arg(1, sc.EQ, TCGETS))
