@@ -40,14 +40,17 @@ def _read(path: str | None) -> bytes | None:
 
 def _pack(args) -> int:
     private_key = keys.load_private(args.key)
-    files = pack.package_files(_read(args.model), name=args.name, version=args.version, private_key=private_key,
+    model = _read(args.model)
+    siblings = pack.external_files(model, os.path.dirname(os.path.abspath(args.model)))
+    files = pack.package_files(model, name=args.name, version=args.version, private_key=private_key,
                                counter=args.counter, expires=args.expires, config_bytes=_read(args.config),
-                               min_rtd_version=args.min_rtd_version)
+                               min_rtd_version=args.min_rtd_version, siblings=siblings)
     pack.write_package(files, args.out, args.name)
     trust = TrustStore(None)
     trust.keys[keys.fingerprint(private_key.public_key())] = private_key.public_key()
     with verify_package(args.out, trust=trust, tenant="", rollback=None) as pkg:
-        print(f"packed {pkg.name} {pkg.version} (counter {pkg.counter}) -> {args.out}")
+        data = f", external data {', '.join(siblings)}" if siblings else ""
+        print(f"packed {pkg.name} {pkg.version} (counter {pkg.counter}{data}) -> {args.out}")
     return 0
 
 

@@ -51,9 +51,11 @@ class Instance:
     def in_flight(self) -> int:
         return self.channel.in_flight if self.channel is not None else 0
 
-    async def start(self, spawn, model_fd: int, load_timeout: float) -> dict:
-        """Spawn the worker (blocking zygote call, run off the loop), send the model, wait for
-        its signature; raises RtdError and leaves nothing running on failure."""
+    async def start(self, spawn, model_fd: int, load_timeout: float, external: dict[str, int] | None = None) -> dict:
+        """Spawn the worker (blocking zygote call, run off the loop), send the model and the
+        signed files its tensors' external data may name ({name: sealed memfd}), wait for its
+        signature; raises RtdError and leaves nothing running on failure."""
+        external = external or {}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             self.handle = await asyncio.get_running_loop().run_in_executor(None, spawn, theirs)
@@ -64,7 +66,8 @@ class Instance:
             theirs.close()
         self.channel = WorkerChannel(ours, self._lost)
         try:
-            reply = await asyncio.wait_for(self.channel.request(wire.Kind.LOAD, {}, fds=[model_fd]), load_timeout)
+            reply = await asyncio.wait_for(self.channel.request(wire.Kind.LOAD, {"external": list(external)},
+                                                                fds=[model_fd, *external.values()]), load_timeout)
         except asyncio.TimeoutError:
             self.stop(Ending.HUNG, f"no answer to LOAD within {load_timeout:g} s")
             raise RtdError(Code.E_DEADLINE, f"the worker did not load the model within {load_timeout:g} s") from None

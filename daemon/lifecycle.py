@@ -103,7 +103,8 @@ class ModelVersion:
         instance = Instance(index, self._ended)
         self.instances.append(instance)
         try:
-            signature = await instance.start(tenancy.spawn, self.package.model.fd, tenancy.limits.load_timeout_s)
+            signature = await instance.start(tenancy.spawn, self.package.model.fd, tenancy.limits.load_timeout_s,
+                                             {name: f.fd for name, f in self.package.siblings.items()})
         except BaseException:
             if instance in self.instances:
                 self.instances.remove(instance)

@@ -53,10 +53,15 @@ class Worker:
         self.allowed_ops = set(rtd.kernels.ops.supported())
 
     def load(self, frame: wire.Frame) -> tuple[dict, dict]:
-        if self.model is not None or len(frame.fds) != 1:
-            raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD needs one model memfd, once")
-        size = os.fstat(frame.fds[0]).st_size
-        proto = onnx_guard.check_model(wire.map_fd(frame.fds[0], size), allowed_ops=self.allowed_ops)
+        names = frame.head.get("external", [])
+        if (self.model is not None or not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+                or len(frame.fds) != 1 + len(names)):
+            raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD needs the model memfd and one memfd per external file, once")
+        model_fd, *sibling_fds = frame.fds
+        # the package's signed sibling files, which the guard lets external data name (and copies in)
+        external = {name: wire.map_fd(fd, os.fstat(fd).st_size) for name, fd in zip(names, sibling_fds)}
+        proto = onnx_guard.check_model(wire.map_fd(model_fd, os.fstat(model_fd).st_size), allowed_ops=self.allowed_ops,
+                                       external=external or None)
         model = rtd.kernels.compile_model(proto)
         if frame.head.get("warm_up", True):
             _warm_up(model)

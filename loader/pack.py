@@ -59,6 +59,38 @@ def graph_signature(model_bytes: bytes) -> tuple[list[dict], list[dict], dict[st
             _tensor_signature(graph.output, labels), labels)
 
 
+def _tensors(graph):
+    """Every tensor a graph holds: initializers and tensor attributes, subgraphs included."""
+    graphs = [graph]
+    while graphs:
+        g = graphs.pop()
+        yield from g.initializer
+        for node in g.node:
+            for attr in node.attribute:
+                yield from ([attr.t] if attr.HasField("t") else []) + list(attr.tensors)
+                graphs += ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
+
+
+def external_files(model_bytes: bytes, model_dir: str) -> dict[str, bytes]:
+    """The files the model's tensors keep their data in (onnx's external data), read from
+    `model_dir` to travel signed beside the model: each must be a plain name in that directory."""
+    try:
+        model = onnx.load_from_string(model_bytes)
+    except Exception as e:   # onnx raises DecodeError, RuntimeError or ValueError by backend
+        raise RtdError(Code.E_ONNX_PARSE, f"{type(e).__name__}: {e}") from None
+    names = sorted({entry.value for tensor in _tensors(model.graph) for entry in tensor.external_data
+                    if entry.key == "location"})
+    found = {}
+    for name in names:
+        layout.check_component(name)   # no path: the file sits beside the model, and beside it in the package
+        try:
+            with open(os.path.join(model_dir, name), "rb") as f:
+                found[name] = f.read()
+        except FileNotFoundError:
+            raise RtdError(Code.E_FILE_MISSING, f"external data file {name!r} is not beside the model in {model_dir}") from None
+    return found
+
+
 def build_metadata(model_bytes: bytes, *, name: str, version: str, counter: int,
                    expires: str | None = None, config_bytes: bytes | None = None,
                    created: datetime.datetime | None = None, signature: tuple | None = None,
