@@ -12,6 +12,8 @@ import os
 import socket
 
 import numpy as np
+import onnx
+from onnx import TensorProto
 
 import rtd.kernels
 import rtd.kernels.ops
@@ -45,6 +47,30 @@ def _warm_up(model) -> None:
         # otherwise shapes guessed for symbolic dims may not fit the graph; real requests will say
 
 
+# ONNX element types NumPy can view in place (little-endian, whole bytes per element)
+_VIEWABLE = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("<") for t in (
+    TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BOOL, TensorProto.INT8, TensorProto.UINT8,
+    TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64, TensorProto.UINT64)}
+
+
+def _weights(proto, views: dict) -> dict:
+    """The main graph's external initializers as read-only arrays over their sealed memfd,
+    shared with every instance of the model and never copied; one of a type NumPy cannot
+    view in place is copied into the model instead."""
+    arrays = {}
+    for tensor in proto.graph.initializer:
+        view = views.get(tensor.name)
+        if view is None:
+            continue
+        if tensor.data_type in _VIEWABLE:
+            arrays[tensor.name] = np.frombuffer(view, _VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
+        else:
+            tensor.raw_data = bytes(view)
+            del tensor.external_data[:]
+            tensor.data_location = TensorProto.DEFAULT
+    return arrays
+
+
 class Worker:
     """Holds the one compiled model of this instance."""
 
@@ -60,11 +86,14 @@ class Worker:
         model_fd, *sibling_fds = frame.fds
         # the package's signed sibling files, which the guard lets external data name (and copies in)
         external = {name: wire.map_fd(fd, os.fstat(fd).st_size) for name, fd in zip(names, sibling_fds)}
+        views = {} if external else None
         proto = onnx_guard.check_model(wire.map_fd(model_fd, os.fstat(model_fd).st_size), allowed_ops=self.allowed_ops,
-                                       external=external or None)
-        model = rtd.kernels.compile_model(proto)
+                                       external=external or None, views=views)
+        model = rtd.kernels.compile_model(proto, weights=_weights(proto, views or {}))
+        del proto, external, views
         if frame.head.get("warm_up", True):
             _warm_up(model)
+        wire.release_freed_heap()   # the parsed protobuf is gone; its heap need not stay with the worker
         self.model = model
         return {"inputs": [_spec_json(s) for s in model.inputs],
                 "outputs": [_spec_json(s) for s in model.outputs]}, {}

@@ -148,8 +148,11 @@ def _expand(nodes, functions: dict, depth: int = 0) -> list:
     return out
 
 
-def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict) -> Graph:
-    constants = {t.name: tensor_value(t) for t in graph.initializer}
+def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict, weights: dict | None = None) -> Graph:
+    """The IR of a graph; `weights` ({initializer name: ndarray}) stands in for initializers
+    whose data the caller holds (external data mapped read-only), never copied."""
+    weights = weights or {}
+    constants = {t.name: weights[t.name] if t.name in weights else tensor_value(t) for t in graph.initializer}
     nodes = []
     for proto in _expand(graph.node, functions):
         domain = _domain(proto.domain)
@@ -168,13 +171,13 @@ def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict) -> Graph:
     return Graph(nodes, inputs, [v.name for v in graph.output], constants, opsets, dtypes)
 
 
-def from_onnx(proto: onnx.ModelProto) -> Graph:
+def from_onnx(proto: onnx.ModelProto, weights: dict | None = None) -> Graph:
     opsets = {_domain(o.domain): o.version for o in proto.opset_import}
     functions = {(_domain(f.domain), f.name): f for f in proto.functions}
     for fn in proto.functions:
         for o in fn.opset_import:
             opsets.setdefault(_domain(o.domain), o.version)
-    graph = from_graph(proto.graph, opsets, functions)
+    graph = from_graph(proto.graph, opsets, functions, weights)
     check(graph, outer=set())
     return graph
 

@@ -77,14 +77,14 @@ class CompiledModel:
 
     def __init__(self, proto: onnx.ModelProto, device: str = "cpu", optimize: bool = True,
                  disable_passes=(), profile: bool = False, max_plans: int = 32, gpu_memory_limit: int | None = None,
-                 arena_limit: int | None = None):
+                 arena_limit: int | None = None, weights: dict | None = None):
         self.device, self.xp = device, _xp(device, gpu_memory_limit)
         self.arena_limit = arena_limit  # bytes one thread's planned buffers may take, per signature
         if not proto.graph.node and not proto.graph.output:
             raise RtdError(Code.E_MODEL_INVALID, "the graph is empty")
         initializers = {t.name for t in proto.graph.initializer}
         self.inputs = [_spec(v) for v in proto.graph.input if v.name not in initializers]
-        graph = from_onnx(proto)
+        graph = from_onnx(proto, weights)   # weights: initializers' arrays held by the caller (read-only views)
         producers = graph.producers()
         self.outputs = [_served(_spec(v), producers) for v in proto.graph.output]
         self.optimize, self.profile, self.max_plans = optimize, profile, max_plans

@@ -96,7 +96,7 @@ def _external_slice(tensor, external: Mapping | None, nbytes: int):
     return blob[offset:offset + length]
 
 
-def _check_tensor(tensor, external: Mapping | None) -> None:
+def _check_tensor(tensor, external: Mapping | None, views: dict | None = None) -> None:
     count = _dims_product(tensor)
     dtype = tensor.data_type
     if dtype == TensorProto.STRING:
@@ -110,6 +110,11 @@ def _check_tensor(tensor, external: Mapping | None) -> None:
         if bits is None:
             raise RtdError(Code.E_ONNX_EXTERNAL_DATA, f"string tensor {tensor.name!r} cannot be external")
         data = _external_slice(tensor, external, nbytes)
+        if views is not None:   # left where it is: the caller serves it from its own mapping
+            if tensor.name in views:
+                raise RtdError(Code.E_ONNX_INVALID, f"two initializers are named {tensor.name!r}")
+            views[tensor.name] = data
+            return
         tensor.raw_data = bytes(data)
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
@@ -207,16 +212,17 @@ class _Walk:
                     raise RtdError(Code.E_ONNX_LIMIT, f"ConstantOfShape {node.name!r} makes {size} bytes")
         return subgraphs
 
-    def body(self, nodes, initializers=(), sparse_initializers=(), caller=None) -> None:
-        """A graph or function body and, iteratively, every subgraph inside it."""
-        stack = [(nodes, initializers, sparse_initializers)]
+    def body(self, nodes, initializers=(), sparse_initializers=(), caller=None, views: dict | None = None) -> None:
+        """A graph or function body and, iteratively, every subgraph inside it; `views` takes
+        the external data of this body's own initializers (not its subgraphs')."""
+        stack = [(nodes, initializers, sparse_initializers, views)]
         while stack:
-            nodes, initializers, sparse_initializers = stack.pop()
+            nodes, initializers, sparse_initializers, views = stack.pop()
             for tensor in initializers:
-                _check_tensor(tensor, self.external)
+                _check_tensor(tensor, self.external, views)
             for sparse in sparse_initializers:
                 _check_sparse(sparse, self.external)
-            stack.extend((g.node, g.initializer, g.sparse_initializer)
+            stack.extend((g.node, g.initializer, g.sparse_initializer, None)
                          for g in self.nodes(nodes, initializers, caller))
 
     def no_recursion(self) -> None:
@@ -235,14 +241,17 @@ class _Walk:
             raise RtdError(Code.E_ONNX_LIMIT, f"recursive model functions: {cyclic[:3]}")
 
 
-def check_model(data, *, allowed_ops: set[tuple[str, str]] | None = None,
-                external: Mapping | None = None, limits: GuardLimits = GuardLimits()) -> onnx.ModelProto:
-    """Parse and check an ONNX model from bytes; return it with any external data inlined."""
+def check_model(data, *, allowed_ops: set[tuple[str, str]] | None = None, external: Mapping | None = None,
+                views: dict | None = None, limits: GuardLimits = GuardLimits()) -> onnx.ModelProto:
+    """Parse and check an ONNX model from bytes; return it with any external data inlined,
+    except, given a `views` dict, the main graph's initializers': their validated bytes
+    (slices of `external`'s buffers, no copy) go into views[name] and the model still names
+    them. That keeps a big model's weights out of the protobuf (and under its 2 GiB)."""
     with memoryview(data) as view:   # released on any exit, so the caller can close its memfd
-        return _check(view, allowed_ops, external, limits)
+        return _check(view, allowed_ops, external, views, limits)
 
 
-def _check(view: memoryview, allowed_ops, external, limits: GuardLimits) -> onnx.ModelProto:
+def _check(view: memoryview, allowed_ops, external, views, limits: GuardLimits) -> onnx.ModelProto:
     formats.refuse_unsafe(view, "model")
     if len(view) > limits.max_model_bytes:
         raise RtdError(Code.E_ONNX_LIMIT, f"model is {len(view)} bytes, over {limits.max_model_bytes}")
@@ -258,7 +267,7 @@ def _check(view: memoryview, allowed_ops, external, limits: GuardLimits) -> onnx
     walk = _Walk(model, allowed, external, limits)
     _check_signature(model.graph)
     for graph in [model.graph] + [g for t in model.training_info for g in (t.initialization, t.algorithm)]:
-        walk.body(graph.node, graph.initializer, graph.sparse_initializer)
+        walk.body(graph.node, graph.initializer, graph.sparse_initializer, views=views if graph is model.graph else None)
     for key, function in walk.functions.items():
         walk.body(function.node, caller=key)
     walk.no_recursion()

@@ -89,6 +89,12 @@ def keep_large_buffers_warm() -> None:
     libc.mallopt(-1, 1 << 30)      # M_TRIM_THRESHOLD: keep up to 1 GiB of freed heap
 
 
+def release_freed_heap() -> None:
+    """Give back what keep_large_buffers_warm keeps: once, after a worker's load, whose parse
+    frees a model-sized protobuf that no request will reuse (malloc_trim: brk and madvise)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).malloc_trim(0)
+
+
 def _as_bytes(view: memoryview):
     """The bytes of a contiguous buffer as a flat byte view (a copy only for 0-d and empty ones)."""
     return view.cast("B") if view.ndim and view.nbytes else view.tobytes()
