@@ -2,12 +2,14 @@
 guard's protobuf, then the executor's arrays) against the same weights as signed external
 data (read-only views of the sealed memfd the supervisor holds, never copied in the worker).
 
-    sudo .venv/bin/python bench/weights_memory.py [--mb 300] [--tenant-memory-mb 1024]
+    sudo .venv/bin/python bench/weights_memory.py [--mb 300] [--tenant-memory-mb 1024] [--via repository]
 
 For each layout: load time, the supervisor's RSS before and after, and the worker's VmRSS
 split into anonymous and shared (memfd) pages, its peak (VmHWM) and its memory cgroup's
 usage and peak (what the tenant's limit counts), as multiples of the weights; then one
-request, checked against onnxruntime.
+request, checked against onnxruntime. `--via repository` loads the package by name from the
+tenant's model repository (read from disk into sealed memfds) instead of uploading it in one
+gRPC message: the path for models too big to upload.
 """
 import argparse
 import json
@@ -31,22 +33,36 @@ from rtd.loader import keys, pack
 K = 8192
 
 
-def build(directory: str, megabytes: int) -> tuple[str, int]:
-    """Y = X·W + b, W of about `megabytes`; saved twice: inline and with external data."""
+def _external(name: str, array: np.ndarray, f, offset: int) -> onnx.TensorProto:
+    """A TensorProto whose data is `array`, written to `f` at `offset` (weights.bin)."""
+    f.write(array.tobytes())
+    tensor = onnx.TensorProto(name=name, dims=array.shape, data_type=TensorProto.FLOAT,
+                              data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "weights.bin"), ("offset", str(offset)), ("length", str(array.nbytes))):
+        tensor.external_data.add(key=key, value=value)
+    return tensor
+
+
+def build(directory: str, megabytes: int, layouts: list) -> tuple[str, int]:
+    """Y = X·W + b, W of about `megabytes`, with its data in weights.bin beside model.onnx
+    (written directly: one protobuf cannot hold 2 GiB); and inline too, where asked."""
     n = max(1, (megabytes << 20) // (4 * K))
     rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((K, n), dtype=np.float32), "W")
-    b = numpy_helper.from_array(rng.standard_normal(n, dtype=np.float32), "b")
-    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["Y"])],
-                              "big", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", K])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", n])], [w, b])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    os.makedirs(os.path.join(directory, "inline"))
-    os.makedirs(os.path.join(directory, "external"))
-    onnx.save_model(model, os.path.join(directory, "inline", "model.onnx"))
-    onnx.save_model(model, os.path.join(directory, "external", "model.onnx"), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
-    return os.path.join(directory, "external", "model.onnx"), (K * n + n) * 4
+    w, b = rng.standard_normal((K, n), dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    nodes = [helper.make_node("MatMul", ["X", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["Y"])]
+    io = ([helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", K])],
+          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", n])])
+    for layout in ("inline", "external"):
+        os.makedirs(os.path.join(directory, layout))
+    with open(os.path.join(directory, "external", "weights.bin"), "wb") as f:
+        initializers = [_external("W", w, f, 0), _external("b", b, f, w.nbytes)]
+    model = helper.make_model(helper.make_graph(nodes, "big", *io, initializers), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save_model(model, os.path.join(directory, "external", "model.onnx"))
+    if "inline" in layouts:
+        inline = helper.make_graph(nodes, "big", *io, [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+        onnx.save_model(helper.make_model(inline, opset_imports=[helper.make_opsetid("", 17)]),
+                        os.path.join(directory, "inline", "model.onnx"))
+    return os.path.join(directory, "external", "model.onnx"), w.nbytes + b.nbytes
 
 
 def status_kib(pid: int) -> dict:
@@ -55,7 +71,7 @@ def status_kib(pid: int) -> dict:
                 ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")}
 
 
-def run(root: str, layout: str, model_path: str, weights: int, tenant_memory: int) -> dict:
+def run(root: str, layout: str, model_path: str, weights: int, tenant_memory: int, via: str) -> dict:
     state = os.path.join(root, layout)
     os.makedirs(os.path.join(state, "trust"))
     private, public = keys.write_keypair(os.path.join(state, "keys"))
@@ -68,6 +84,7 @@ def run(root: str, layout: str, model_path: str, weights: int, tenant_memory: in
                 f"[limits]\nmax_message_bytes = {2 << 30}\ntenant_request_bytes = {big}\ntotal_request_bytes = {big}\n"
                 f"tenant_package_bytes = {big}\ntotal_package_bytes = {big}\ntenant_disk_bytes = {big}\n"
                 f'[[tenant]]\nid = "big"\ntoken_sha256 = ["{token_hash(token)}"]\ntrusted_keys = "trust"\n'
+                f'model_repository = "repository"\n'
                 f"uid = 61800\ngid = 61800\npolicy = {{ limits = {{ memory_bytes = {tenant_memory} }} }}\n")
     log = open(os.path.join(state, "rtd.log"), "w+")
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "rtd"), "serve", "--config", config],
@@ -83,6 +100,13 @@ def run(root: str, layout: str, model_path: str, weights: int, tenant_memory: in
         files = pack.package_files(model_bytes, name="big", version="1.0.0", private_key=keys.load_private(private),
                                    siblings=siblings)
         del model_bytes, siblings
+        if via == "repository":   # written where the operator's repository lives, then loaded by name
+            for path, data in files.items():
+                target = os.path.join(state, "repository", "big", path)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "wb") as f:
+                    f.write(data)
+            files = {}
         client = Client(f"unix:{os.path.join(state, 'state', 'rtd.sock')}", token)
         before = status_kib(proc.pid)["VmRSS"]
         start = time.perf_counter()
@@ -112,15 +136,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=int, default=300, help="weights, MiB")
     parser.add_argument("--tenant-memory-mb", type=int, default=1024, help="the tenant's memory limit, MiB")
+    parser.add_argument("--via", choices=("upload", "repository"), default="upload", help="how the package reaches rtd")
+    parser.add_argument("--layouts", default="external,inline", help="which of external,inline to run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rtd-weights-") as root:
         os.chmod(root, 0o755)
-        external, weights = build(root, args.mb)
+        external, weights = build(root, args.mb, args.layouts.split(","))
         inline = os.path.join(root, "inline", "model.onnx")
-        print(f"weights {weights / 2**20:.0f} MiB; tenant memory limit {args.tenant_memory_mb} MiB")
+        print(f"weights {weights / 2**20:.0f} MiB; tenant memory limit {args.tenant_memory_mb} MiB; via {args.via}")
         for layout, path in (("external data", external), ("inline", inline)):
+            if layout.split()[0] not in args.layouts.split(","):
+                continue
             try:
-                r = run(root, layout.split()[0], path, weights, args.tenant_memory_mb << 20)
+                r = run(root, layout.split()[0], path, weights, args.tenant_memory_mb << 20, args.via)
             except Exception as e:   # a refusal (OOM kill at load, a budget) is a result too
                 print(f"{layout:14s} not served: {type(e).__name__}: {str(e)[:200]}")
                 continue

@@ -29,7 +29,7 @@ from rtd.daemon.tenancy import Tenancy
 from rtd.daemon.tenants import Tenants
 from rtd.dtypes import BY_CONFIG, BY_KSERVE, kserve_name
 from rtd.errors import Code, RtdError
-from rtd.loader import RollbackStore, TrustStore, verify_package
+from rtd.loader import IntakeLimits, RollbackStore, TrustStore, verify_package
 from rtd.proto import model_config_pb2 as mc
 
 PLATFORM = "rtd_onnx"
@@ -228,7 +228,8 @@ class Supervisor:
             raise self._refused(tid, name, e) from None
         try:
             pkg = await self._io(verify_package, source, trust=self.trust[tid], tenant=tid,
-                                 rollback=self.rollback if record else None, expected_name=name)
+                                 rollback=self.rollback if record else None, expected_name=name,
+                                 limits=self._intake_limits)
         except BaseException as e:   # whatever failed, the bytes are no longer held
             held.release()
             if isinstance(e, RtdError):
@@ -259,6 +260,13 @@ class Supervisor:
         model.commit(version)
         self.events.emit("load", tid, model=name, version=pkg.version_dir, semver=pkg.version,
                          instances=version.count, ms=round((time.monotonic() - started) * 1000))
+
+    @property
+    def _intake_limits(self) -> IntakeLimits:
+        """What one package may hold: the tenant's package budget, also for one file (a big
+        model's external data); model.onnx itself stays under the worker guard's cap."""
+        budget = self.config.limits.tenant_package_bytes
+        return IntakeLimits(max_file_bytes=budget, max_total_bytes=budget)
 
     def _persist(self, tenant: str, name: str, pkg) -> None:
         self.registry.record(tenant, name, pkg, self.config.limits.tenant_disk_bytes)
