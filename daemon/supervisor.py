@@ -242,7 +242,7 @@ class Supervisor:
         try:
             self._check_config_param(pkg, config_json)
             if isinstance(source, str):
-                check_version_policy(pkg.config)
+                await self._io(check_version_policy, pkg.config, source)
             version = await model.prepare(pkg, held)
             if record:
                 await asyncio.shield(self._io(self._persist, tid, name, pkg))

@@ -102,15 +102,25 @@ def test_a_bad_version_on_disk_is_refused_and_the_served_one_keeps_answering(rep
     assert [(m.name, m.version, m.state) for m in client.get_model_repository_index(headers=acme).models] == [("mlp", "1", "READY")]
 
 
-def test_only_the_latest_version_policy_is_served(repo_daemon):
+def test_the_version_policy_picks_the_version_and_one_naming_several_is_refused(repo_daemon):
     d, repo = repo_daemon
     client, acme = tc.InferenceServerClient(d.url()), {"authorization": f"Bearer {d.tokens['acme']}"}
-    _, files = package_files(d, "acme", 1, 1, config=b'name: "mlp"\nversion_policy: { all: {} }\n')
+    specific = b'name: "mlp"\nversion_policy: { specific: { versions: [1] } }\n'
+    first, files = package_files(d, "acme", 1, 1, config=specific)
     put(repo, "acme", files)
-    with pytest.raises(InferenceServerException) as e:
-        client.load_model("mlp", headers=acme)
-    assert "E_CONFIG_INVALID" in str(e.value) and "version_policy all" in str(e.value)
-    assert not client.is_model_ready("mlp", headers=acme)
+    _, files = package_files(d, "acme", 2, 2, config=specific)
+    put(repo, "acme", files)
+    client.load_model("mlp", headers=acme)     # versions 1 and 2 on disk; the policy names 1
+    y, version = infer(client, acme)
+    assert version == "1"
+    np.testing.assert_allclose(y, expected(first), rtol=1e-5, atol=1e-6)
+    for policy in (b"all: {}", b"latest: { num_versions: 2 }", b"specific: { versions: [1, 2] }"):
+        _, files = package_files(d, "acme", 3, 3, config=b'name: "mlp"\nversion_policy: { ' + policy + b" }\n")
+        put(repo, "acme", files)
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model("mlp", headers=acme)
+        assert "E_CONFIG_INVALID" in str(e.value) and "more than one version" in str(e.value), policy
+        assert infer(client, acme)[1] == "1"     # still serving what it served
 
 
 def _serve(state: str, *args: str) -> subprocess.Popen:
