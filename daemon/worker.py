@@ -54,16 +54,18 @@ _VIEWABLE = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("
 
 
 def _weights(proto, views: dict) -> dict:
-    """The main graph's external initializers as read-only arrays over their sealed memfd,
-    shared with every instance of the model and never copied; one of a type NumPy cannot
-    view in place is copied into the model instead."""
+    """The main graph's initializers as read-only arrays over their sealed memfd, shared with
+    every instance of the model and never copied. An array that does not start on its
+    element size is copied once (NumPy would otherwise copy it on every BLAS call), and one
+    of a type NumPy cannot view in place is copied into the model."""
     arrays = {}
     for tensor in proto.graph.initializer:
         view = views.get(tensor.name)
         if view is None:
             continue
         if tensor.data_type in _VIEWABLE:
-            arrays[tensor.name] = np.frombuffer(view, _VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
+            array = np.frombuffer(view, _VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
+            arrays[tensor.name] = array if array.flags.aligned else array.copy()
         else:
             tensor.raw_data = bytes(view)
             del tensor.external_data[:]
@@ -84,12 +86,12 @@ class Worker:
                 or len(frame.fds) != 1 + len(names)):
             raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD needs the model memfd and one memfd per external file, once")
         model_fd, *sibling_fds = frame.fds
-        # the package's signed sibling files, which the guard lets external data name (and copies in)
+        # the package's signed sibling files, which the guard lets external data name
         external = {name: wire.map_fd(fd, os.fstat(fd).st_size) for name, fd in zip(names, sibling_fds)}
-        views = {} if external else None
+        views = {}   # the main graph's weights, left in the sealed memfds (shared by every instance)
         proto = onnx_guard.check_model(wire.map_fd(model_fd, os.fstat(model_fd).st_size), allowed_ops=self.allowed_ops,
                                        external=external or None, views=views)
-        model = rtd.kernels.compile_model(proto, weights=_weights(proto, views or {}))
+        model = rtd.kernels.compile_model(proto, weights=_weights(proto, views))
         del proto, external, views
         if frame.head.get("warm_up", True):
             _warm_up(model)

@@ -244,11 +244,23 @@ class _Walk:
 def check_model(data, *, allowed_ops: set[tuple[str, str]] | None = None, external: Mapping | None = None,
                 views: dict | None = None, limits: GuardLimits = GuardLimits()) -> onnx.ModelProto:
     """Parse and check an ONNX model from bytes; return it with any external data inlined,
-    except, given a `views` dict, the main graph's initializers': their validated bytes
-    (slices of `external`'s buffers, no copy) go into views[name] and the model still names
-    them. That keeps a big model's weights out of the protobuf (and under its 2 GiB)."""
+    except, given a `views` dict, the main graph's initializers': their validated bytes go
+    into views[name], no copy made -- slices of `external`'s buffers for external data (the
+    model still names them), slices of `data` itself for raw_data (found by their wire
+    offsets; the parsed copy is cleared). The caller keeps `data` and `external` mapped for
+    as long as it uses the views."""
     with memoryview(data) as view:   # released on any exit, so the caller can close its memfd
-        return _check(view, allowed_ops, external, views, limits)
+        model = _check(view, allowed_ops, external, views, limits)
+        spans = onnx_wire.raw_data_spans(view) if views is not None else {}
+    for tensor in model.graph.initializer if spans else ():
+        span = spans.get(tensor.name)
+        if span is None or tensor.name in views or not tensor.HasField("raw_data") or tensor.data_type not in _BITS:
+            continue
+        if span[1] != (_dims_product(tensor) * _BITS[tensor.data_type] + 7) // 8:   # checked length, read again
+            raise RtdError(Code.E_ONNX_INVALID, f"tensor {tensor.name!r}: raw_data is not where the model says")
+        views[tensor.name] = memoryview(data)[span[0]:span[0] + span[1]]
+        tensor.ClearField("raw_data")
+    return model
 
 
 def _check(view: memoryview, allowed_ops, external, views, limits: GuardLimits) -> onnx.ModelProto:

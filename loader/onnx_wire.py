@@ -72,3 +72,51 @@ def scan(data: memoryview, *, max_depth: int, max_nodes: int) -> tuple[int, int]
             if pos > end:
                 raise RtdError(Code.E_ONNX_PARSE, f"field {field} runs past its message")
     return nodes, deepest
+
+
+def _fields(buf, pos: int, end: int):
+    """(field, wire type, value) of one message: a varint's value, or (start, length) of a
+    length-delimited field; fixed-width fields are skipped past."""
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos, end)
+        elif wire in _FIXED:
+            value, pos = None, pos + _FIXED[wire]
+        elif wire == 2:
+            length, pos = _varint(buf, pos, end)
+            value, pos = (pos, length), pos + length
+        else:
+            raise RtdError(Code.E_ONNX_PARSE, f"wire type {wire} at byte {pos}")
+        if pos > end:
+            raise RtdError(Code.E_ONNX_PARSE, f"field {field} runs past its message")
+        yield field, wire, value
+
+
+def raw_data_spans(data: memoryview) -> dict[str, tuple[int, int]]:
+    """{initializer name: (offset, length) of its raw_data in `data`} for the main graph's
+    initializers (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.name = 8,
+    raw_data = 9; the last occurrence of a field wins, as protobuf parses it). A name given
+    to two initializers is left out: which bytes it means is not this scan's to decide."""
+    spans: dict[str, tuple[int, int]] = {}
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for field, wire, graph in _fields(data, 0, len(data)):
+        if field != 7 or wire != 2:
+            continue
+        for field, wire, tensor in _fields(data, graph[0], graph[0] + graph[1]):
+            if field != 5 or wire != 2:
+                continue
+            name, raw = None, None
+            for field, wire, value in _fields(data, tensor[0], tensor[0] + tensor[1]):
+                if wire == 2 and field == 8:
+                    name = bytes(data[value[0]:value[0] + value[1]]).decode("utf-8", "replace")
+                elif wire == 2 and field == 9:
+                    raw = value
+            if name is None:
+                continue
+            (repeated if name in seen else seen).add(name)
+            if raw is not None:
+                spans[name] = raw
+    return {name: span for name, span in spans.items() if name not in repeated}

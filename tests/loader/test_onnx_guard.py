@@ -160,3 +160,26 @@ def test_a_declared_but_unused_domain_is_accepted_and_a_used_one_named_with_its_
     with pytest.raises(RtdError) as e:
         check_model(model.SerializeToString())
     assert e.value.code is Code.E_ONNX_OP_FORBIDDEN and e.value.detail == "com.other Exec (opset 3)"
+
+
+def test_views_hand_over_the_main_graphs_weights_without_a_copy():
+    """raw_data found by its wire offsets is a slice of the caller's bytes (the parsed copy is
+    cleared); a name two initializers share is left to the parser; subgraph weights stay."""
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["Y"])],
+                              "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 5])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 7])],
+                              [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+    data = bytearray(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    views = {}
+    model = check_model(data, views=views)
+    assert set(views) == {"W", "b"}
+    assert bytes(views["W"]) == w.tobytes() and bytes(views["b"]) == b.tobytes()
+    assert views["W"].obj is data                       # a slice of the caller's buffer: no copy
+    assert all(not t.HasField("raw_data") for t in model.graph.initializer)
+    graph.initializer.append(numpy_helper.from_array(w * 2, "W"))   # two initializers named W
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    views = {}
+    model = check_model(data, views=views)
+    assert set(views) == {"b"} and sum(t.HasField("raw_data") for t in model.graph.initializer) == 2
