@@ -3,10 +3,11 @@ over one socket.
 
 Preloaded into the zygote, so everything it needs is imported here at module import (a
 confined child may no longer be able to open files). It receives the verified model bytes
-as a memfd, parses them only here — behind the sandbox — with the ONNX guard and the
-executor's op allow-list, compiles and warms the model up, then answers INFER frames in
-the order they arrive (the supervisor pipelines them). It never opens a path and never
-sends anything but wire frames; its socket's EOF is its end.
+as a memfd (and the package's signed files its external data may name, as memfds), parses
+them only here — behind the sandbox — with the ONNX guard and the executor's op allow-list,
+serves the weights as read-only views of those memfds, compiles and warms the model up, then
+answers INFER frames in the order they arrive (the supervisor pipelines them). It never opens
+a path and never sends anything but wire frames; its socket's EOF is its end.
 """
 import os
 import socket
