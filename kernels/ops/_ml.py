@@ -56,7 +56,7 @@ class MlKernel(Kernel):
     def features(self, x) -> np.ndarray:
         """The input as float32 rows [N, F] (a 1-D input is one row), as onnxruntime computes."""
         if x.dtype.kind not in "fiu":
-            self.refuse(f"input dtype {x.dtype} is not numeric", Code.E_INPUT_INVALID)
+            self.refuse(f"input dtype {x.dtype} is not numeric", Code.E_OP_UNSUPPORTED)
         x = x.reshape(1, -1) if x.ndim == 1 else x
         if x.ndim != 2:
             self.refuse(f"input must be [N, F], got shape {list(x.shape)}", Code.E_INPUT_INVALID)

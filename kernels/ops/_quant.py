@@ -161,21 +161,23 @@ EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
 def scalar_param(op, name, value, dtype=None):
     """A per-tensor scale or zero point (a host array or None) as a NumPy scalar (None stays None);
-    E_INPUT_INVALID when it holds more than one value or (for a zero point) its type is not `dtype`."""
+    E_OP_UNSUPPORTED when it holds more than one value or (for a zero point) its type is not `dtype`: the
+    model's own parameters, so the worker's warm-up refuses the load on them."""
     if value is None:
         return None
     if value.size != 1:
-        raise RtdError(Code.E_INPUT_INVALID, f"{op}: {name} must be a scalar (per-tensor), got shape {value.shape}")
+        raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: {name} must be a scalar (per-tensor), got shape {value.shape}")
     if dtype is not None and value.dtype != dtype:
-        raise RtdError(Code.E_INPUT_INVALID, f"{op}: {name} is {value.dtype}, the data is {np.dtype(dtype)}")
+        raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: {name} is {value.dtype}, the data is {np.dtype(dtype)}")
     return value.reshape(())[()]
 
 
 def eight_bit(op, *arrays):
-    """The common 8-bit integer type of `arrays`; E_INPUT_INVALID for any other or a mix."""
+    """The common 8-bit integer type of `arrays`; E_OP_UNSUPPORTED for any other or a mix (types the
+    model declares or makes: the request's types are checked against the declared ones first)."""
     dtypes = {a.dtype for a in arrays}
     if len(dtypes) != 1 or next(iter(dtypes)) not in EIGHT_BIT:
-        raise RtdError(Code.E_INPUT_INVALID, f"{op}: inputs must all be uint8 or all int8, got {sorted(map(str, dtypes))}")
+        raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: inputs must all be uint8 or all int8, got {sorted(map(str, dtypes))}")
     return next(iter(dtypes))
 
 

@@ -16,7 +16,7 @@ class Imputer_1(MlKernel):
 
     def compute(self, x):
         if (x.dtype.kind == "f") != (self.imputed_value_floats is not None):
-            self.refuse(f"input dtype {x.dtype} does not match the imputed values' type", Code.E_INPUT_INVALID)
+            self.refuse(f"input dtype {x.dtype} does not match the imputed values' type", Code.E_OP_UNSUPPORTED)
         if self.imputed.size not in (1, x.shape[-1]):
             self.refuse(f"{self.imputed.size} imputed values for {x.shape[-1]} columns", Code.E_INPUT_INVALID)
         if x.dtype.kind == "f":

@@ -53,7 +53,7 @@ class LabelEncoder_2(MlKernel):
 
     def compute(self, x):
         if (x.dtype == object) != (self.key_dtype == object):
-            self.refuse(f"input dtype {x.dtype} does not match the keys' type", Code.E_INPUT_INVALID)
+            self.refuse(f"input dtype {x.dtype} does not match the keys' type", Code.E_OP_UNSUPPORTED)
         if x.dtype != object:
             x = x.astype(self.key_dtype)
         return (map_values(x, self.table, self.default, self.value_dtype),)

@@ -18,7 +18,7 @@ class OneHotEncoder_1(MlKernel):
 
     def compute(self, x):
         if (x.dtype == object) != self.strings:
-            self.refuse(f"input dtype {x.dtype} does not match the categories' type", Code.E_INPUT_INVALID)
+            self.refuse(f"input dtype {x.dtype} does not match the categories' type", Code.E_OP_UNSUPPORTED)
         index = map_values(x if self.strings else x.astype(np.int64), self.index, -1, np.int64)
         if not self.zeros and (index < 0).any():
             self.refuse("an input value is not among the categories (zeros=0)", Code.E_INPUT_INVALID)

@@ -294,3 +294,21 @@ def test_a_model_the_executor_cannot_run_is_refused_at_load_not_at_first_inferen
         client.load("volume", daemon.package("acme", model, "volume"))
     assert e.value.code == Code.E_OP_UNSUPPORTED and "ai.onnx DeformConv (opset 19): " in str(e.value)
     assert "volume" not in [m.name for m in client.index()]
+
+
+def test_a_type_the_op_cannot_take_is_refused_at_load_naming_op_and_dtype(daemon):
+    """A LabelEncoder keyed by strings fed a declared float input: onnxruntime refuses the
+    session; rtd refuses the load (the worker's warm-up runs the declared types), never the
+    first request, and nothing stays loaded."""
+    from onnx import TensorProto, helper
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_strings=["a", "b"],
+                            values_int64s=[1, 2], default_int64=-1)
+    graph = helper.make_graph([node], "enc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)])
+    client = daemon.client("acme")
+    with pytest.raises(RtdError) as e:
+        client.load("enc", daemon.package("acme", model.SerializeToString(), "enc"))
+    assert e.value.code == Code.E_OP_UNSUPPORTED, e.value
+    assert "ai.onnx.ml LabelEncoder" in str(e.value) and "float32" in str(e.value)
+    assert "enc" not in [m.name for m in client.index()]
