@@ -90,3 +90,22 @@ def test_symbolic_model_refuses_wrong_rank():
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
               "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
+
+
+@pytest.mark.parametrize("name", [p for p in _params() if not ZOO[p.values[0]].big])
+def test_weights_as_read_only_views_give_the_same_outputs(name, compiled):
+    """The worker serves initializers as read-only views of the sealed model memfd (its
+    `_weights`): every zoo model gives bit-identical outputs that way, run twice, so no
+    kernel or lowering pass writes into a weight or depends on owning it."""
+    from rtd.daemon.worker import _weights
+    from rtd.kernels.ops import supported
+    from rtd.loader import onnx_guard
+    data = bytearray(open(ZOO[name].path(), "rb").read())
+    views = {}
+    proto = onnx_guard.check_model(data, allowed_ops=set(supported()), views=views)
+    viewed = compile_model(proto, weights=_weights(proto, views))
+    feeds = ZOO[name].feeds(np.random.default_rng(_seed()), ZOO[name].dims[0])
+    want = compiled(name).run(feeds)
+    for _ in range(2):
+        got = viewed.run(feeds)
+        assert all(np.array_equal(np.asarray(got[k]), np.asarray(want[k]), equal_nan=True) for k in want), name
