@@ -1,0 +1,29 @@
+"""The cffi build script for rtd's compiled CPU kernels (out-of-line API mode).
+
+setuptools runs it at install time through `cffi_modules` (setup.py); the service never
+compiles anything: it runs under MemoryDenyWriteExecute, and the workers' root has no compiler.
+The flags target x86-64-v2 (SSE4.2, any x86-64 host of the last decade) rather than the build
+host, which may differ from the run host; no -ffast-math, so NaN and rounding match NumPy.
+"""
+import pathlib
+import platform
+
+import cffi
+
+HERE = pathlib.Path(__file__).parent
+SOURCES = ["depthwise.c"]  # scripts/setup.sh hashes kernels/native/*.[ch] to know when to rebuild
+MODULE = "rtd.kernels.native._compiled"
+
+
+def _flags() -> list[str]:
+    flags = ["-O3", "-std=c11", "-fno-strict-aliasing"]
+    if platform.machine() in ("x86_64", "AMD64"):
+        flags.append("-march=x86-64-v2")
+    return flags
+
+
+ffibuilder = cffi.FFI()
+ffibuilder.cdef("\n".join(line for line in (HERE / "depthwise.h").read_text().splitlines() if not line.startswith("/*")))
+# paths relative to the project root, where setuptools runs the build
+ffibuilder.set_source(MODULE, '#include "depthwise.h"', sources=[f"kernels/native/{name}" for name in SOURCES],
+                      include_dirs=["kernels/native"], extra_compile_args=_flags())
