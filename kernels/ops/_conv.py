@@ -177,7 +177,7 @@ def _depthwise_wide(xp, x, tap_weights, k, dilations, begin, end, out_shape):
     (kh, kw), (dh, dw), (oh, ow) = k, dilations, out_shape
     padded = pad_into(x, begin, [end[0] + 1, end[1]], 0, "conv-wide", xp)  # a spare row keeps taps in bounds
     wp = padded.shape[3]
-    flat = padded.reshape(n, m, -1)
+    flat = padded.reshape(n, m, padded.shape[2] * wp)   # not -1: a batch of 0 leaves -1 undefined
     length = oh * wp
     y = xp.empty((n, m, length), x.dtype)
     tmp = scratch("conv-wide-tap", y.shape, x.dtype, xp)
