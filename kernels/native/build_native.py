@@ -2,8 +2,10 @@
 
 setuptools runs it at install time through `cffi_modules` (setup.py); the service never
 compiles anything: it runs under MemoryDenyWriteExecute, and the workers' root has no compiler.
-The flags target x86-64-v2 (SSE4.2, any x86-64 host of the last decade) rather than the build
-host, which may differ from the run host; no -ffast-math, so NaN and rounding match NumPy.
+The baseline is x86-64-v2 (SSE4.2, any x86-64 host of the last decade), not the build host,
+which may differ from the run host; hot functions also carry v3/v4 clones (target_clones in
+the C) that the dynamic loader picks when the library loads. No -ffast-math: NaN and rounding
+match NumPy.
 """
 import pathlib
 import platform
@@ -24,6 +26,9 @@ def _flags() -> list[str]:
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef("\n".join(line for line in (HERE / "depthwise.h").read_text().splitlines() if not line.startswith("/*")))
-# paths relative to the project root, where setuptools runs the build
+# Paths are relative to the project root, where setuptools runs the build. `depends` rebuilds on
+# a changed header; `optional` lets an install without a compiler finish (the executor then
+# runs NumPy and says so), while scripts/setup.sh installs gcc and insists on the library.
 ffibuilder.set_source(MODULE, '#include "depthwise.h"', sources=[f"kernels/native/{name}" for name in SOURCES],
-                      include_dirs=["kernels/native"], extra_compile_args=_flags())
+                      depends=["kernels/native/depthwise.h"], include_dirs=["kernels/native"],
+                      extra_compile_args=_flags(), optional=True)

@@ -17,8 +17,14 @@ static int64_t ceil_div_nonneg(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* The output columns [lo, hi) whose input column ox*sw + base lies in [0, width). */
 static void tap_columns(int64_t base, int64_t sw, int64_t width, int64_t ow, int64_t *lo, int64_t *hi)
 {
-    int64_t first = base >= 0 ? 0 : ceil_div_nonneg(-base, sw);
-    int64_t last = width - 1 - base < 0 ? 0 : (width - 1 - base) / sw + 1;
+    int64_t first, last;
+    if (sw == 1) {   /* no division: this runs once per output row and tap */
+        first = base >= 0 ? 0 : -base;
+        last = width - base < 0 ? 0 : width - base;
+    } else {
+        first = base >= 0 ? 0 : ceil_div_nonneg(-base, sw);
+        last = width - 1 - base < 0 ? 0 : (width - 1 - base) / sw + 1;
+    }
     if (last > ow) last = ow;
     if (first > last) first = last;
     *lo = first;
@@ -49,14 +55,14 @@ int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int6
         const float *wp = w + ch * kh * kw;
         float b = bias != NULL ? bias[ch] : 0.0f;
         for (int64_t oy = 0; oy < oh; oy++) {
-            float *row = y + (plane * oh + oy) * ow;
+            float *restrict row = y + (plane * oh + oy) * ow;   /* restrict: y never overlaps x (the wrapper allocates it) */
             for (int64_t ox = 0; ox < ow; ox++)
                 row[ox] = b;
             for (int64_t i = 0; i < kh; i++) {
                 int64_t iy = oy * sh - pad_top + i * dh;
                 if (iy < 0 || iy >= h)
                     continue;
-                const float *in = xp + iy * wd;
+                const float *restrict in = xp + iy * wd;
                 for (int64_t j = 0; j < kw; j++) {
                     float tap = wp[i * kw + j];
                     int64_t base = j * dw - pad_left, lo, hi;
