@@ -217,3 +217,15 @@ def test_the_worker_module_the_zygote_preloads_loads_the_library():
     code = "import sys, rtd.daemon.worker; print('rtd.kernels.native._compiled' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "True", done.stderr
+
+
+def test_numpy_padding_buffers_do_not_leak_between_interiors():
+    """Found by the property test: two inputs with the same padded shape and begin pads but
+    different end pads shared one padding buffer, so the second saw the first's values where its
+    padding should be zero. The NumPy path now keys the buffer by both pads."""
+    w = np.ones((1, 1, 3, 3), np.float32)
+    taller = np.full((1, 1, 2, 4), 5.0, np.float32)     # padded to (1, 1, 4, 5) (a spare row, no bottom pad): fills row 2
+    _depthwise(np, taller, w, [3, 3], [1, 1], [1, 1], [1, 1], [0, 0], [1, 3])
+    x = np.ones((1, 1, 1, 4), np.float32)               # padded to (1, 1, 4, 5) too, where row 2 is padding
+    y = _depthwise(np, x, w, [3, 3], [1, 1], [1, 1], [1, 1], [1, 0], [1, 3])
+    np.testing.assert_array_equal(y, depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1], [1, 0], [1, 3]))
