@@ -26,7 +26,7 @@ def _flags() -> list[str]:
 
 
 ffibuilder = cffi.FFI()
-ffibuilder.cdef("\n".join(line for line in (HERE / "depthwise.h").read_text().splitlines() if not line.startswith("/*")))
+ffibuilder.cdef((HERE / "depthwise.h").read_text())   # cffi drops the comments
 # Paths are relative to the project root, where setuptools runs the build. `depends` rebuilds on
 # a changed header; `optional` lets an install without a compiler finish (the executor then
 # runs NumPy and says so), while scripts/setup.sh installs gcc and insists on the library.

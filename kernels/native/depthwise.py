@@ -60,12 +60,15 @@ def depthwise_conv2d(x, w, bias, strides, dilations, begin, end, out_shape, relu
     bias = None if bias is None else np.require(bias, requirements=("C", "A"))
     (n, c, h, wd), (kh, kw), (oh, ow) = x.shape, w.shape[2:], out_shape
     y = np.empty((n, c, oh, ow), np.float32)
+    padded = np.zeros((h + begin[0] + end[0]) * (wd + begin[1] + end[1]), np.float32)   # the kernel's zero-bordered plane
     ffi, lib = compiled.ffi, compiled.lib
     status = lib.rtd_depthwise_conv2d_f32(
         ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", w), w.size,
         ffi.NULL if bias is None else ffi.from_buffer("float[]", bias), 0 if bias is None else bias.size,
         ffi.from_buffer("float[]", y, require_writable=True), y.size,
-        n, c, h, wd, kh, kw, oh, ow, strides[0], strides[1], dilations[0], dilations[1], begin[0], begin[1], int(relu))
+        ffi.from_buffer("float[]", padded, require_writable=True), padded.size,
+        n, c, h, wd, kh, kw, oh, ow, strides[0], strides[1], dilations[0], dilations[1],
+        begin[0], begin[1], end[0], end[1], int(relu))
     if status != 0:   # the checks above make this unreachable; the C side checks again all the same
         raise RtdError(Code.E_INTERNAL, f"depthwise kernel refused its arguments (status {status})")
     return y

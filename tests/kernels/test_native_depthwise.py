@@ -136,16 +136,20 @@ def test_the_c_boundary_checks_lengths_itself():
     """A wrapper bug handing wrong lengths gets an error status, not an out-of-bounds read."""
     ffi, lib = native.compiled.ffi, native.compiled.lib
     x, w, y = np.ones(4 * 81, np.float32), np.ones(4 * 9, np.float32), np.empty(4 * 81, np.float32)
+    padded = np.zeros(11 * 11, np.float32)
     buf = ffi.from_buffer
 
-    def call(x_len=x.size, w_len=w.size, y_len=y.size, h=9, sh=1):
+    def call(x_len=x.size, w_len=w.size, y_len=y.size, padded_len=padded.size, h=9, oh=9, sh=1, pad_bottom=1):
         return lib.rtd_depthwise_conv2d_f32(buf("float[]", x), x_len, buf("float[]", w), w_len, ffi.NULL, 0,
                                             buf("float[]", y, require_writable=True), y_len,
-                                            1, 4, h, 9, 3, 3, 9, 9, sh, 1, 1, 1, 1, 1, 0)
+                                            buf("float[]", padded, require_writable=True), padded_len,
+                                            1, 4, h, 9, 3, 3, oh, 9, sh, 1, 1, 1, 1, 1, pad_bottom, 1, 0)
     assert call() == 0
-    assert call(h=10) == lib.RTD_NATIVE_E_LENGTH       # claims a bigger input than it passes
+    assert call(h=10, pad_bottom=0) == lib.RTD_NATIVE_E_LENGTH   # claims a bigger input than it passes
     assert call(y_len=y.size - 1) == lib.RTD_NATIVE_E_LENGTH
     assert call(w_len=w.size + 9) == lib.RTD_NATIVE_E_LENGTH
+    assert call(padded_len=padded.size - 1) == lib.RTD_NATIVE_E_LENGTH
+    assert call(oh=10) == lib.RTD_NATIVE_E_ARGUMENT              # a last window past the padded input
     assert call(sh=0) == lib.RTD_NATIVE_E_ARGUMENT
 
 
