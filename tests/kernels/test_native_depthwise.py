@@ -233,3 +233,25 @@ def test_numpy_padding_buffers_do_not_leak_between_interiors():
     x = np.ones((1, 1, 1, 4), np.float32)               # padded to (1, 1, 4, 5) too, where row 2 is padding
     y = _depthwise(np, x, w, [3, 3], [1, 1], [1, 1], [1, 1], [1, 0], [1, 3])
     np.testing.assert_array_equal(y, depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1], [1, 0], [1, 3]))
+
+
+FALLBACK = """
+import sys
+sys.modules["rtd.kernels.native._compiled"] = None   # as if rtd was built without a compiler: the import fails
+import numpy as np
+from rtd.kernels import compile_model, native
+from rtd.kernels.native.depthwise import Refusal, refusal
+x = np.random.default_rng(0).standard_normal((1, 8, 12, 12), dtype=np.float32)
+model = compile_model(bytes.fromhex(sys.argv[1]))
+y = model.run({"X": x})["Y"]
+model.run({"X": x})
+print(native.path_in_force(), refusal(x, np.ones((8, 1, 3, 3), np.float32), None, [1, 1], [1, 1], [1, 1], [1, 1], [12, 12]).name,
+      float(y.min()) >= 0)
+"""
+
+
+def test_without_the_library_the_executor_runs_numpy_and_says_so_once():
+    model = depthwise_model(8, 12, 12, 3, [1, 1], [1, 1, 1, 1], [1, 1], relu=True)
+    done = subprocess.run([sys.executable, "-c", FALLBACK, model.hex()], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["numpy", Refusal.NOT_BUILT.name, "True"], done.stderr
+    assert done.stderr.count("compiled CPU kernels unavailable") == 1
