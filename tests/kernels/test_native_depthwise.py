@@ -255,3 +255,27 @@ def test_without_the_library_the_executor_runs_numpy_and_says_so_once():
     done = subprocess.run([sys.executable, "-c", FALLBACK, model.hex()], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["numpy", Refusal.NOT_BUILT.name, "True"], done.stderr
     assert done.stderr.count("compiled CPU kernels unavailable") == 1
+
+
+UNDER_MDWE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(65, 1, 0, 0, 0) != 0:   # PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN: what MemoryDenyWriteExecute=yes sets
+    print("unsupported", ctypes.get_errno())
+    sys.exit(0)
+import numpy as np
+from rtd.kernels import native
+from rtd.kernels.native.depthwise import depthwise_conv2d
+x = np.ones((1, 4, 8, 8), np.float32)
+y = depthwise_conv2d(x, np.ones((4, 1, 3, 3), np.float32), None, [1, 1], [1, 1], [1, 1], [1, 1], [8, 8])
+print(native.path_in_force(), float(y[0, 0, 4, 4]))
+"""
+
+
+def test_the_library_loads_and_runs_under_memory_deny_write_execute():
+    """The service's systemd unit sets MemoryDenyWriteExecute=yes: the library is file-backed
+    code built at install time, so loading it (and its ifunc clones) needs no writable+executable page."""
+    done = subprocess.run([sys.executable, "-c", UNDER_MDWE], capture_output=True, text=True, timeout=120)
+    if done.stdout.startswith("unsupported"):
+        pytest.skip(f"this kernel has no PR_SET_MDWE (errno {done.stdout.split()[1]})")
+    assert done.stdout.split() == ["compiled", "9.0"], done.stderr
