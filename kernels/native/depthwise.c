@@ -17,7 +17,7 @@
 
 /* One convolution's geometry, shared by the row loops. */
 struct geometry {
-    int64_t h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left;
+    int64_t h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom;
     int relu;
 };
 
@@ -89,8 +89,11 @@ static inline __attribute__((always_inline)) void window_row(const int K, const 
     }
 }
 
+#define NARROW 32   /* output rows shorter than this run as one flat row (a few vectors at most) */
+
 /* One (image, channel) plane, for a K x K filter at stride SW without column dilation: the plane
- * is copied into the interior of `padded` (hp x wp, borders zero), then every row is a window row. */
+ * is copied into the interior of `padded` (hp x wp, borders zero), then every row is a window row.
+ * After the hp x wp plane, `padded` holds oh x wp floats for the narrow-row path. */
 static inline __attribute__((always_inline)) void window_plane(const int K, const int SW, const struct geometry *g,
                                                                const float *restrict plane, float *restrict padded, int64_t wp,
                                                                const float *restrict taps, float b, float *restrict out, int64_t oh)
@@ -98,6 +101,17 @@ static inline __attribute__((always_inline)) void window_plane(const int K, cons
     for (int64_t iy = 0; iy < g->h; iy++)
         for (int64_t ix = 0; ix < g->wd; ix++)
             padded[(iy + g->pad_top) * wp + g->pad_left + ix] = plane[iy * g->wd + ix];
+    if (SW == 1 && g->sh == 1 && g->ow < NARROW) {
+        /* Narrow rows (7x7 maps) are too short to vectorise one by one: run the window over the
+         * plane as one flat row of the padded width (output (oy, ox) is flat position oy*wp + ox;
+         * the wp - ow positions between rows are computed and dropped), then copy the rows out. */
+        float *wide = padded + (g->h + g->pad_top + g->pad_bottom) * wp;
+        window_row(K, 1, padded, g->dh * wp, taps, b, g->relu, wide, (oh - 1) * wp + g->ow);
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < g->ow; ox++)
+                out[oy * g->ow + ox] = wide[oy * wp + ox];
+        return;
+    }
     for (int64_t oy = 0; oy < oh; oy++)
         window_row(K, SW, padded + oy * g->sh * wp, g->dh * wp, taps, b, g->relu, out + oy * g->ow, g->ow);
 }
@@ -124,9 +138,9 @@ int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int6
     /* the products cannot overflow: the caller bounds every factor below 2**30, and an empty
        tensor is refused before the call */
     if (x_len != n * c * h * wd || w_len != c * kh * kw || y_len != n * c * oh * ow
-        || (bias != NULL && bias_len != c) || padded_len != hp * wp)
+        || (bias != NULL && bias_len != c) || padded_len != (hp + oh) * wp)
         return RTD_NATIVE_E_LENGTH;
-    struct geometry g = {h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, relu};
+    struct geometry g = {h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, relu};
     int square = kh == kw && (kh == 3 || kh == 5) && dw == 1 && (sw == 1 || sw == 2);
     for (int64_t p = 0; p < n * c; p++) {
         int64_t ch = p % c;

@@ -60,7 +60,7 @@ def depthwise_conv2d(x, w, bias, strides, dilations, begin, end, out_shape, relu
     bias = None if bias is None else np.require(bias, requirements=("C", "A"))
     (n, c, h, wd), (kh, kw), (oh, ow) = x.shape, w.shape[2:], out_shape
     y = np.empty((n, c, oh, ow), np.float32)
-    padded = np.zeros((h + begin[0] + end[0]) * (wd + begin[1] + end[1]), np.float32)   # the kernel's zero-bordered plane
+    padded = np.zeros((h + begin[0] + end[0] + oh) * (wd + begin[1] + end[1]), np.float32)   # the kernel's scratch (depthwise.h)
     ffi, lib = compiled.ffi, compiled.lib
     status = lib.rtd_depthwise_conv2d_f32(
         ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", w), w.size,

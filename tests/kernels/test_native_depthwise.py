@@ -38,7 +38,8 @@ def depthwise_cases(draw):
     n, c = draw(st.integers(1, 3)), draw(st.integers(1, 9))
     # at least one window fits the padded input
     h = draw(st.integers(max(1, (kh - 1) * dh + 1 - pads[0] - pads[2]), 23))
-    w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 23))
+    # widths past 32 output columns reach the row-by-row path, narrower ones the flat one
+    w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 70))
     seed = draw(st.integers(0, 2**31 - 1))
     return dict(shape=(n, c, h, w), k=(kh, kw), strides=[sh, sw], dilations=[dh, dw], pads=pads,
                 bias=draw(st.booleans()), relu=draw(st.booleans()), seed=seed)
@@ -136,7 +137,7 @@ def test_the_c_boundary_checks_lengths_itself():
     """A wrapper bug handing wrong lengths gets an error status, not an out-of-bounds read."""
     ffi, lib = native.compiled.ffi, native.compiled.lib
     x, w, y = np.ones(4 * 81, np.float32), np.ones(4 * 9, np.float32), np.empty(4 * 81, np.float32)
-    padded = np.zeros(11 * 11, np.float32)
+    padded = np.zeros((11 + 9) * 11, np.float32)   # (hp + oh) * wp
     buf = ffi.from_buffer
 
     def call(x_len=x.size, w_len=w.size, y_len=y.size, padded_len=padded.size, h=9, oh=9, sh=1, pad_bottom=1):
