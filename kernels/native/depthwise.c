@@ -4,7 +4,8 @@
  * dilation (MobileNet's layers) copy each input plane into a zero-bordered scratch plane once,
  * so every output pixel's window lies inside it: `window_row` then accumulates the K*K taps of
  * a pixel in a register (bias first, ReLU last) and the compiler vectorises across pixels, with
- * no edge cases. Every other geometry runs `generic_row`: the row starts as the bias, each tap
+ * no edge cases (at stride 1, output rows under NARROW pixels run as one flat row over the
+ * padded width, so small maps vectorise too). Every other geometry runs `generic_row`: the row starts as the bias, each tap
  * adds a weighted input row into it while it sits in L1, then the ReLU; each tap's column range
  * is clamped to the unpadded input, so padding is never materialised there.
  *
