@@ -1,4 +1,5 @@
-"""Maps the top-level folders onto the rtd.* namespace; every folder with an __init__.py is a package."""
+"""Maps the top-level folders onto the rtd.* namespace; every folder with an __init__.py is a package.
+Builds the compiled CPU kernels (kernels/native, cffi) at install time: the service compiles nothing."""
 import pathlib
 
 from setuptools import setup
@@ -13,4 +14,4 @@ def packages():
             yield ".".join((package, *init.parent.relative_to(folder).parts))
 
 
-setup(packages=list(packages()), package_dir=FOLDERS)
+setup(packages=list(packages()), package_dir=FOLDERS, cffi_modules=["kernels/native/build_native.py:ffibuilder"])

@@ -59,4 +59,6 @@ def _host_table(report: dict):
         host.add_row(f"cgroup {hierarchy}", f"[{style}]{base['base']} "
                      f"{'writable' if base['writable'] else 'NOT writable: workers cannot start'}[/{style}]")
     host.add_row("dmem", str(report["dmem"]))
+    host.add_row("CPU kernels", "[green]compiled (kernels/native, built at install)[/green]" if report["cpu_kernels"] == "compiled"
+                 else "[yellow]numpy (the compiled kernels are not installed: slower, same results)[/yellow]")
     return host

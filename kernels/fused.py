@@ -146,12 +146,13 @@ class ConvActivation(Fused):
         self.kernel = make_kernel(Node("Conv", "", [], [], self.conv))
 
     def run(self, x, w, b=None, other=None):
+        if other is None:   # Conv+Relu: the Conv applies the ReLU (the compiled depthwise kernel in its one pass)
+            return self.kernel.run_with_relu(x, w, b, self.relu)
         (y,) = self.kernel.run(x, w, b)
-        if other is not None:
-            if np.broadcast_shapes(y.shape, other.shape) == y.shape and y.flags.writeable:
-                self.xp.add(y, other, out=y)
-            else:  # `other` broadcasts y up: not in place
-                y = self.xp.add(y, other)
+        if np.broadcast_shapes(y.shape, other.shape) == y.shape and y.flags.writeable:
+            self.xp.add(y, other, out=y)
+        else:  # `other` broadcasts y up: not in place
+            y = self.xp.add(y, other)
         if self.relu:
             self.xp.maximum(y, y.dtype.type(0), out=y)
         return (y,)

@@ -1,6 +1,6 @@
 """What this host actually enforces: kernel, cgroup layout and controllers, which cgroup
-hierarchies rtd may write, user namespaces, seccomp, dmem and GPU, and per policy which
-layers a worker would get."""
+hierarchies rtd may write, user namespaces, seccomp, dmem and GPU, per policy which
+layers a worker would get, and whether the executor runs its compiled CPU kernels."""
 import os
 
 from rtd.sandbox import cgroup, gpu, namespaces, seccomp, syscalls
@@ -56,4 +56,11 @@ def host_report() -> dict:
         "gpu": gpu.devices() or gpu.NO_GPU,
         "nvml": gpu.nvml() or "unavailable: no libnvidia-ml",
         "layers": plan_layers(policy, layout),
+        "cpu_kernels": _cpu_kernels(),
     }
+
+
+def _cpu_kernels() -> str:
+    """Which executor kernels the workers run: "compiled" (kernels/native, built at install) or "numpy"."""
+    from rtd.kernels import native   # here, not at the top: the executor is heavy and only this line needs it
+    return native.path_in_force()

@@ -2,7 +2,9 @@
 
 The plan is chosen per call from the shapes (cheap integer arithmetic):
 - 1x1, stride 1, no pad: one matmul W(M, C) @ X(N, C, H*W) straight over NCHW, no copy;
-- depthwise (C == group == M): one multiply-add per kernel tap over the whole tensor;
+- depthwise (C == group == M): 2-D float32 runs the compiled kernel (native/depthwise.py: bias
+  and ReLU in the same pass); otherwise, or without the compiled kernels, one NumPy multiply-add
+  per kernel tap over the whole tensor;
 - few output channels, many pixels (e.g. ResNet's 64-channel 56x56 stage): "pixel-major" im2col
   from a channels-last copy of the input, cols (pixels, k*k*C) @ W^T (k*k*C, M) — OpenBLAS runs
   this shape faster than W @ cols when M is small — then one transposing copy to NCHW;
@@ -15,6 +17,7 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 
+from ..native.depthwise import depthwise_conv2d
 from ._quant import FLOAT32_EXACT, CentredWeight, centred, span
 from ._window import geometry, pad_into, per_thread, scratch, taps, windows
 
@@ -73,8 +76,9 @@ class _Layout:
         return self.cols
 
 
-def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None):
-    """ONNX Conv of x (N, C, *S) with w (M, C/group, *k); the result is in `acc_dtype` (default x's)."""
+def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None, relu=False):
+    """ONNX Conv of x (N, C, *S) with w (M, C/group, *k), then ReLU when `relu`; the result is in
+    `acc_dtype` (default x's)."""
     n, c = x.shape[:2]
     m = w.shape[0]
     k = list(kernel_shape or w.shape[2:])
@@ -88,6 +92,12 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
            tuple(pads or ()), auto_pad, xp.__name__)
     layout = per_thread(key, lambda: _Layout(xp, x.shape, acc_dtype, w.shape, group, k, strides, dilations, pads, auto_pad))
     out_shape, pixels = layout.out_shape, layout.pixels
+    if bias is not None:
+        bias = bias.astype(acc_dtype, copy=False)
+    if layout.plan == "depthwise" and xp is np and nd == 2:
+        y = depthwise_conv2d(x, w, bias, strides, dilations, layout.begin, layout.end, out_shape, relu)
+        if y is not None:
+            return y
     if layout.plan == "pointwise":
         y = _weights_times(xp, w.reshape(group, m // group, c // group), x.reshape(n, group, c // group, pixels))
     elif layout.plan == "depthwise":
@@ -100,7 +110,9 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
                            layout.im2col(xp, x).reshape(n, group, (c // group) * kk, pixels))
     y = y.reshape((n, m, pixels))
     if bias is not None:
-        y += bias.astype(acc_dtype, copy=False).reshape(1, m, 1)
+        y += bias.reshape(1, m, 1)
+    if relu:
+        xp.maximum(y, y.dtype.type(0), out=y)
     return y.reshape((n, m) + tuple(out_shape))
 
 
@@ -165,7 +177,7 @@ def _depthwise_wide(xp, x, tap_weights, k, dilations, begin, end, out_shape):
     (kh, kw), (dh, dw), (oh, ow) = k, dilations, out_shape
     padded = pad_into(x, begin, [end[0] + 1, end[1]], 0, "conv-wide", xp)  # a spare row keeps taps in bounds
     wp = padded.shape[3]
-    flat = padded.reshape(n, m, -1)
+    flat = padded.reshape(n, m, padded.shape[2] * wp)   # not -1: a batch of 0 leaves -1 undefined
     length = oh * wp
     y = xp.empty((n, m, length), x.dtype)
     tmp = scratch("conv-wide-tap", y.shape, x.dtype, xp)

@@ -143,8 +143,9 @@ def pad_into(x, begin, end, fill, tag, xp=np):
     if not any(begin) and not any(end):
         return x
     shape = x.shape[:2] + tuple(i + b + e for i, b, e in zip(x.shape[2:], begin, end))
-    # the fill and where the interior sits decide which cells stay border across calls
-    buf = scratch((tag, float(fill), tuple(begin)), shape, x.dtype, xp, fill=fill)
+    # the fill and where the interior sits (begin and end: the same padded shape can hold a
+    # wider interior with a smaller end pad) decide which cells stay border across calls
+    buf = scratch((tag, float(fill), tuple(begin), tuple(end)), shape, x.dtype, xp, fill=fill)
     inner = (slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(begin, x.shape[2:]))
     buf[inner] = x
     return buf

@@ -10,8 +10,12 @@ class Conv_1(Kernel):
                   "pads": None, "strides": None}
 
     def run(self, x, w, b=None):
+        return self.run_with_relu(x, w, b, relu=False)
+
+    def run_with_relu(self, x, w, b, relu: bool):
+        """Conv, then ReLU when `relu`: ConvActivation's Conv+Relu, in the same pass where the plan allows."""
         # half precision accumulates in float32 (NumPy has no half GEMM; sums in half drift)
         acc = np.float32 if x.dtype.itemsize < 4 else x.dtype
         y = conv(self.xp, x, w, b, self.group, self.kernel_shape, self.strides, self.dilations,
-                 self.pads, self.auto_pad, acc_dtype=acc)
+                 self.pads, self.auto_pad, acc_dtype=acc, relu=relu)
         return (y.astype(x.dtype, copy=False),)

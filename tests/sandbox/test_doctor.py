@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from rtd.kernels import native
 from rtd.sandbox import host_report
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="doctor launches confined workers (root)")
@@ -38,6 +39,7 @@ def test_host_report_never_claims_what_the_host_lacks():
     cg = report["cgroup"]
     v1_used = {r for r in ("memory", "pids", "cpu") if r in cg["v1_controllers"] and r not in cg["v2_controllers"]}
     assert set(cg["writable"]) == ({"v2"} if cg["v2_root"] else set()) | v1_used
+    assert report["cpu_kernels"] == ("numpy" if native.compiled is None else "compiled")
     for hierarchy, where in cg["writable"].items():
         assert where["base"].endswith("/rtd") and type(where["writable"]) is bool, hierarchy
     if not cg["writable"].get("v2", {}).get("writable"):

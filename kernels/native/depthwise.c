@@ -1,0 +1,165 @@
+/* Depthwise 2-D convolution (NCHW float32, one filter per channel) with bias and optional ReLU.
+ *
+ * Each output row is written once. Square 3x3 and 5x5 filters at stride 1 or 2 without column
+ * dilation (MobileNet's layers) copy each input plane into a zero-bordered scratch plane once,
+ * so every output pixel's window lies inside it: `window_row` then accumulates the K*K taps of
+ * a pixel in a register (bias first, ReLU last) and the compiler vectorises across pixels, with
+ * no edge cases (at stride 1, output rows under NARROW pixels run as one flat row over the
+ * padded width, so small maps vectorise too). Every other geometry runs `generic_row`: the row starts as the bias, each tap
+ * adds a weighted input row into it while it sits in L1, then the ReLU; each tap's column range
+ * is clamped to the unpadded input, so padding is never materialised there.
+ *
+ * The caller (depthwise.py) validates shapes and buffer lengths; the element counts are passed
+ * again and checked here so a wrong call fails with a status instead of reading out of bounds.
+ */
+#include <stdint.h>
+#include <stddef.h>
+#include "depthwise.h"
+
+/* One convolution's geometry, shared by the row loops. */
+struct geometry {
+    int64_t h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom;
+    int relu;
+};
+
+static int64_t ceil_div_nonneg(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The output columns [lo, hi) whose input column ox*sw + base lies in [0, width). */
+static void tap_columns(int64_t base, int64_t sw, int64_t width, int64_t ow, int64_t *lo, int64_t *hi)
+{
+    int64_t first, last;
+    if (sw == 1) {   /* no division: this runs once per output row and tap */
+        first = base >= 0 ? 0 : -base;
+        last = width - base < 0 ? 0 : width - base;
+    } else {
+        first = base >= 0 ? 0 : ceil_div_nonneg(-base, sw);
+        last = width - 1 - base < 0 ? 0 : (width - 1 - base) / sw + 1;
+    }
+    if (last > ow) last = ow;
+    if (first > last) first = last;
+    *lo = first;
+    *hi = last;
+}
+
+static float relu_if(float v, int relu) { return relu && v < 0.0f ? 0.0f : v; }   /* NaN stays NaN, as np.maximum */
+
+/* Output row oy, any geometry: tap by tap over the row, clamped to the input. */
+static inline void generic_row(const struct geometry *g, const float *restrict plane, const float *restrict taps,
+                               float b, int64_t oy, float *restrict row)
+{
+    for (int64_t ox = 0; ox < g->ow; ox++)
+        row[ox] = b;
+    for (int64_t i = 0; i < g->kh; i++) {
+        int64_t iy = oy * g->sh - g->pad_top + i * g->dh;
+        if (iy < 0 || iy >= g->h)
+            continue;
+        const float *restrict in = plane + iy * g->wd;
+        for (int64_t j = 0; j < g->kw; j++) {
+            float tap = taps[i * g->kw + j];
+            int64_t base = j * g->dw - g->pad_left, lo, hi;
+            tap_columns(base, g->sw, g->wd, g->ow, &lo, &hi);
+            if (g->sw == 1) {   /* the common case: a contiguous run the compiler vectorises */
+                for (int64_t ox = lo; ox < hi; ox++)
+                    row[ox] += tap * in[ox + base];
+            } else {
+                for (int64_t ox = lo; ox < hi; ox++)
+                    row[ox] += tap * in[ox * g->sw + base];
+            }
+        }
+    }
+    for (int64_t ox = 0; ox < g->ow; ox++)
+        row[ox] = relu_if(row[ox], g->relu);
+}
+
+/* One output row from a K x K window whose rows are `rows` apart in the scratch plane: the taps
+ * are compile-time constants here, so they stay in registers across the row. */
+static inline __attribute__((always_inline)) void window_row(const int K, const int SW, const float *restrict first_row,
+                                                             int64_t rows, const float *restrict taps, float b, int relu,
+                                                             float *restrict row, int64_t ow)
+{
+    float t[25];
+    for (int k = 0; k < K * K; k++)
+        t[k] = taps[k];
+    for (int64_t ox = 0; ox < ow; ox++) {
+        const float *p = first_row + ox * SW;
+        float acc = b;
+        for (int i = 0; i < K; i++)
+            for (int j = 0; j < K; j++)
+                acc += t[i * K + j] * p[i * rows + j];
+        row[ox] = relu_if(acc, relu);
+    }
+}
+
+#define NARROW 32   /* output rows shorter than this run as one flat row (a few vectors at most) */
+
+/* One (image, channel) plane, for a K x K filter at stride SW without column dilation: the plane
+ * is copied into the interior of `padded` (hp x wp, borders zero), then every row is a window row.
+ * After the hp x wp plane, `padded` holds oh x wp floats for the narrow-row path. */
+static inline __attribute__((always_inline)) void window_plane(const int K, const int SW, const struct geometry *g,
+                                                               const float *restrict plane, float *restrict padded, int64_t wp,
+                                                               const float *restrict taps, float b, float *restrict out, int64_t oh)
+{
+    for (int64_t iy = 0; iy < g->h; iy++)
+        for (int64_t ix = 0; ix < g->wd; ix++)
+            padded[(iy + g->pad_top) * wp + g->pad_left + ix] = plane[iy * g->wd + ix];
+    if (SW == 1 && g->sh == 1 && g->ow < NARROW) {
+        /* Narrow rows (7x7 maps) are too short to vectorise one by one: run the window over the
+         * plane as one flat row of the padded width (output (oy, ox) is flat position oy*wp + ox;
+         * the wp - ow positions between rows are computed and dropped), then copy the rows out. */
+        float *wide = padded + (g->h + g->pad_top + g->pad_bottom) * wp;
+        window_row(K, 1, padded, g->dh * wp, taps, b, g->relu, wide, (oh - 1) * wp + g->ow);
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < g->ow; ox++)
+                out[oy * g->ow + ox] = wide[oy * wp + ox];
+        return;
+    }
+    for (int64_t oy = 0; oy < oh; oy++)
+        window_row(K, SW, padded + oy * g->sh * wp, g->dh * wp, taps, b, g->relu, out + oy * g->ow, g->ow);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* one clone per instruction-set level, picked by the dynamic loader (ifunc) when the library loads:
+   the build host need not be the run host, and nothing is generated at run time */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int64_t w_len,
+                             const float *bias, int64_t bias_len, float *y, int64_t y_len,
+                             float *padded, int64_t padded_len,
+                             int64_t n, int64_t c, int64_t h, int64_t wd, int64_t kh, int64_t kw,
+                             int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                             int64_t pad_top, int64_t pad_left, int64_t pad_bottom, int64_t pad_right, int relu)
+{
+    if (n < 0 || c < 0 || h < 0 || wd < 0 || oh < 0 || ow < 0 || kh < 1 || kw < 1
+        || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0 || pad_bottom < 0 || pad_right < 0)
+        return RTD_NATIVE_E_ARGUMENT;
+    /* the last window must end inside the padded input: the scratch plane's reads depend on it */
+    int64_t hp = h + pad_top + pad_bottom, wp = wd + pad_left + pad_right;
+    if (oh > 0 && ow > 0 && ((oh - 1) * sh + (kh - 1) * dh >= hp || (ow - 1) * sw + (kw - 1) * dw >= wp))
+        return RTD_NATIVE_E_ARGUMENT;
+    /* the products cannot overflow: the caller bounds every factor below 2**30, and an empty
+       tensor is refused before the call */
+    if (x_len != n * c * h * wd || w_len != c * kh * kw || y_len != n * c * oh * ow
+        || (bias != NULL && bias_len != c) || padded_len != (hp + oh) * wp)
+        return RTD_NATIVE_E_LENGTH;
+    struct geometry g = {h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, relu};
+    int square = kh == kw && (kh == 3 || kh == 5) && dw == 1 && (sw == 1 || sw == 2);
+    for (int64_t p = 0; p < n * c; p++) {
+        int64_t ch = p % c;
+        const float *plane = x + p * h * wd;
+        const float *taps = w + ch * kh * kw;
+        float b = bias != NULL ? bias[ch] : 0.0f;
+        float *out = y + p * oh * ow;
+        if (square && kh == 3 && sw == 1)
+            window_plane(3, 1, &g, plane, padded, wp, taps, b, out, oh);
+        else if (square && kh == 3)
+            window_plane(3, 2, &g, plane, padded, wp, taps, b, out, oh);
+        else if (square && kh == 5 && sw == 1)
+            window_plane(5, 1, &g, plane, padded, wp, taps, b, out, oh);
+        else if (square && kh == 5)
+            window_plane(5, 2, &g, plane, padded, wp, taps, b, out, oh);
+        else
+            for (int64_t oy = 0; oy < oh; oy++)
+                generic_row(&g, plane, taps, b, oy, out + oy * ow);
+    }
+    return 0;
+}
