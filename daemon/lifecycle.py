@@ -104,7 +104,8 @@ class ModelVersion:
         self.instances.append(instance)
         try:
             signature = await instance.start(tenancy.spawn, self.package.model.fd, tenancy.limits.load_timeout_s,
-                                             {name: f.fd for name, f in self.package.siblings.items()})
+                                             {name: f.fd for name, f in self.package.siblings.items()},
+                                             threads=max(1, int(tenancy.policy.limits.cpu_cores)))
         except BaseException:
             if instance in self.instances:
                 self.instances.remove(instance)

@@ -14,6 +14,7 @@ import socket
 
 import numpy as np
 import onnx
+import threadpoolctl
 from onnx import TensorProto
 
 import rtd.kernels
@@ -24,6 +25,9 @@ from rtd.kernels.profile import Profile
 from rtd.loader import onnx_guard
 
 MAX_TRACE_EVENTS = 4000   # a profiled run's trace stays well inside the reply head's 1 MiB
+# The BLAS libraries' thread controls, found now, in the zygote: finding them reads
+# /proc/self/maps, which a confined worker cannot; setting them later is a plain call.
+BLAS = threadpoolctl.ThreadpoolController()
 
 
 def _spec_json(spec) -> dict:
@@ -86,6 +90,10 @@ class Worker:
         if (self.model is not None or not isinstance(names, list) or not all(isinstance(n, str) for n in names)
                 or len(frame.fds) != 1 + len(names)):
             raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD needs the model memfd and one memfd per external file, once")
+        threads = frame.head.get("threads", 1)
+        if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096:
+            raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: threads {threads!r}")
+        BLAS.limit(limits=threads)   # never more kernel threads than the cores the tenant was granted
         model_fd, *sibling_fds = frame.fds
         # the package's signed sibling files, which the guard lets external data name
         external = {name: wire.map_fd(fd, os.fstat(fd).st_size) for name, fd in zip(names, sibling_fds)}
@@ -120,7 +128,8 @@ class Worker:
         if frame.kind == wire.Kind.ECHO:
             return {}, frame.tensors
         if frame.kind == wire.Kind.PING:
-            return {"loaded": self.model is not None}, {}
+            return {"loaded": self.model is not None,
+                    "blas_threads": max((c.get_num_threads() for c in BLAS.lib_controllers), default=None)}, {}
         raise RtdError(Code.E_WORKER_PROTOCOL, f"unexpected frame kind {frame.kind.name}")
 
 

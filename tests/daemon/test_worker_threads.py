@@ -1,0 +1,61 @@
+"""A worker runs no more BLAS threads than the cores its tenant was granted: the supervisor
+sends the count with LOAD (the policy's whole cpu_cores, at least 1) and the worker limits its
+BLAS pools through controls found in the zygote (finding them reads /proc/self/maps, which a
+confined worker cannot). The worker reports its BLAS pool size in its PING reply."""
+import asyncio
+import os
+import socket
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rtd import wire
+from rtd.daemon.channel import WorkerChannel
+from rtd.daemon.instances import WORKER_ENTRY
+from rtd.sandbox import TenantIdentity, Zygote, load_policy
+from tests.daemon.conftest import NEEDS_ROOT
+
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT),
+              pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU: no second BLAS thread to withhold")]
+K = 1024
+
+
+def gemm_model_fd() -> int:
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((K, K)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", K])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", K])], [w])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    fd = os.memfd_create("model", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    return fd
+
+
+def blas_threads(zygote, threads: int) -> int:
+    async def main():
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        handle = zygote.spawn(WORKER_ENTRY, policy=load_policy({"limits": {"cpu_cores": float(threads)}}),
+                              identity=TenantIdentity("threads", 61992, 61992), sock=theirs)
+        theirs.close()
+        channel = WorkerChannel(ours, lambda error: None)
+        fd = gemm_model_fd()
+        try:
+            await channel.request(wire.Kind.LOAD, {"external": [], "threads": threads}, fds=[fd])
+            y = (await channel.request(wire.Kind.INFER, {}, {"X": np.ones((4, K), np.float32)})).tensors["Y"]
+            assert y.shape == (4, K)
+            return (await channel.request(wire.Kind.PING, {}, {})).head["blas_threads"]
+        finally:
+            os.close(fd)
+            channel.close()
+            handle.kill()
+    return asyncio.run(main())
+
+
+def test_blas_threads_follow_the_tenants_cores():
+    zygote = Zygote.start(preload=("rtd.daemon.worker",), instance="ithreads")
+    try:
+        granted = {cores: blas_threads(zygote, cores) for cores in (1, 2)}
+    finally:
+        zygote.close()
+    assert granted == {1: 1, 2: 2}, granted
