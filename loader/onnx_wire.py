@@ -34,52 +34,14 @@ def _varint(buf, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def scan(data: memoryview, *, max_depth: int, max_nodes: int) -> tuple[int, int]:
-    """(node count, deepest subgraph nesting) of serialized ModelProto bytes, within the caps."""
-    stack = [("model", 0, len(data), 0)]
-    nodes = deepest = 0
-    while stack:
-        kind, pos, end, depth = stack.pop()
-        children = _DESCEND.get(kind if kind != "subgraph" else "graph", {})
-        while pos < end:
-            key, pos = _varint(data, pos, end)
-            field, wire = key >> 3, key & 7
-            if field == 0:
-                raise RtdError(Code.E_ONNX_PARSE, f"field number 0 at byte {pos}")
-            if wire == 0:
-                _, pos = _varint(data, pos, end)
-            elif wire in _FIXED:
-                pos += _FIXED[wire]
-            elif wire == 2:
-                length, pos = _varint(data, pos, end)
-                if pos + length > end:
-                    raise RtdError(Code.E_ONNX_PARSE, f"field {field} runs past its message")
-                child = children.get(field)
-                if child == "subgraph":
-                    if depth + 1 > max_depth:
-                        raise RtdError(Code.E_ONNX_LIMIT, f"subgraphs nest deeper than {max_depth}")
-                    deepest = max(deepest, depth + 1)
-                    stack.append(("subgraph", pos, pos + length, depth + 1))
-                elif child is not None:
-                    if child == "node":
-                        nodes += 1
-                        if nodes > max_nodes:
-                            raise RtdError(Code.E_ONNX_LIMIT, f"more than {max_nodes} nodes")
-                    stack.append((child, pos, pos + length, depth))
-                pos += length
-            else:
-                raise RtdError(Code.E_ONNX_PARSE, f"wire type {wire} at byte {pos}")
-            if pos > end:
-                raise RtdError(Code.E_ONNX_PARSE, f"field {field} runs past its message")
-    return nodes, deepest
-
-
 def _fields(buf, pos: int, end: int):
     """(field, wire type, value) of one message: a varint's value, or (start, length) of a
     length-delimited field; fixed-width fields are skipped past."""
     while pos < end:
         key, pos = _varint(buf, pos, end)
         field, wire = key >> 3, key & 7
+        if field == 0:
+            raise RtdError(Code.E_ONNX_PARSE, f"field number 0 at byte {pos}")
         if wire == 0:
             value, pos = _varint(buf, pos, end)
         elif wire in _FIXED:
@@ -92,6 +54,29 @@ def _fields(buf, pos: int, end: int):
         if pos > end:
             raise RtdError(Code.E_ONNX_PARSE, f"field {field} runs past its message")
         yield field, wire, value
+
+
+def scan(data: memoryview, *, max_depth: int, max_nodes: int) -> tuple[int, int]:
+    """(node count, deepest subgraph nesting) of serialized ModelProto bytes, within the caps."""
+    stack = [("model", 0, len(data), 0)]
+    nodes = deepest = 0
+    while stack:
+        kind, pos, end, depth = stack.pop()
+        children = _DESCEND.get(kind if kind != "subgraph" else "graph", {})
+        for field, wire, value in _fields(data, pos, end):
+            child = children.get(field) if wire == 2 else None
+            if child == "subgraph":
+                if depth + 1 > max_depth:
+                    raise RtdError(Code.E_ONNX_LIMIT, f"subgraphs nest deeper than {max_depth}")
+                deepest = max(deepest, depth + 1)
+                stack.append(("subgraph", value[0], value[0] + value[1], depth + 1))
+            elif child is not None:
+                if child == "node":
+                    nodes += 1
+                    if nodes > max_nodes:
+                        raise RtdError(Code.E_ONNX_LIMIT, f"more than {max_nodes} nodes")
+                stack.append((child, value[0], value[0] + value[1], depth))
+    return nodes, deepest
 
 
 def raw_data_spans(data: memoryview) -> dict[str, tuple[int, int]]:
