@@ -121,7 +121,7 @@ class Front:
     async def repository_index(self, call):
         request = _message(pb.RepositoryIndexRequest, call)
         index = pb.RepositoryIndexResponse.ModelIndex
-        models = repository_index(self.supervisor, self._tenant(call), request.ready)
+        models = await repository_index(self.supervisor, self._tenant(call), request.ready)
         return _reply(pb.RepositoryIndexResponse(models=[index(**m) for m in models]))
 
     async def model_statistics(self, call):

@@ -43,9 +43,9 @@ def deadline_of(deadline: float | None, timeout_us: int) -> float | None:
     return min(deadline, until) if deadline else until
 
 
-def repository_index(supervisor, tenant, ready_only: bool) -> list[dict]:
+async def repository_index(supervisor, tenant, ready_only: bool) -> list[dict]:
     """A tenant's models as RepositoryIndex lists them: name, version, state, reason."""
-    return [{key: m[key] for key in ("name", "version", "state", "reason")} for m in supervisor.models(tenant)
+    return [{key: m[key] for key in ("name", "version", "state", "reason")} for m in await supervisor.models(tenant)
             if not ready_only or m["state"] == "READY"]
 
 

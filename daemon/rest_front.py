@@ -193,7 +193,7 @@ class Front:
 
     async def index(self, request):
         ready = _field(_json(request.body, "the request"), "ready", bool, "request", False)
-        return _ok(repository_index(self.supervisor, self._tenant(request), ready))
+        return _ok(await repository_index(self.supervisor, self._tenant(request), ready))
 
     async def unload(self, request):
         _json(request.body, "the request")   # unload_dependents is accepted and ignored: rtd models have none

@@ -307,13 +307,15 @@ class Supervisor:
             self.events.emit("unload", tenant.id, model=name)
         await _to_the_end(run())
 
-    def models(self, tenant: TenantConfig) -> list[dict]:
+    async def models(self, tenant: TenantConfig) -> list[dict]:
         """The tenant's models: those loaded, and those of its model repository not loaded
-        (UNAVAILABLE, as Triton's repository index lists them)."""
+        (UNAVAILABLE, as Triton's repository index lists them; the directory is read off
+        the event loop)."""
+        on_disk = await self._io(repository_models, tenant.model_repository) if tenant.model_repository else []
         loaded = self._tenancy(tenant).models
         views = {name: m.view() for name, m in loaded.items()}
-        if tenant.model_repository:
-            for name, version in repository_models(tenant.model_repository):
+        if on_disk:
+            for name, version in on_disk:
                 if name not in loaded:
                     views[name] = {"name": name, "state": "UNAVAILABLE", "reason": "unloaded", "version": version,
                                    "semver": "", "serving": None, "loading": None}

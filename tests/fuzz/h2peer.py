@@ -70,7 +70,7 @@ class Supervisor:
     def model_ready(self, tenant, name, version="") -> bool:
         return False
 
-    def models(self, tenant) -> list:
+    async def models(self, tenant) -> list:
         return []
 
     def status(self) -> dict:
