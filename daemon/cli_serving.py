@@ -212,19 +212,15 @@ def register(commands) -> None:
     load.add_argument("package", help="package directory or .tar/.tar.gz")
     load.add_argument("--name", help="model name (default: the signed name)")
     run = commands.add_parser("run", help="run one inference request")
-    run.add_argument("model")
-    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", required=True,
-                     help="an input tensor from a .npy file (repeat for each input)")
-    run.add_argument("--output", action="append", default=[], metavar="NAME", help="only these outputs")
     run.add_argument("--output-dir", help="write each output as NAME.npy here")
-    run.add_argument("--timeout", type=float, default=60.0, help="seconds")
     profile = commands.add_parser("profile", help="run one request timed step by step in the worker; write its Chrome trace")
-    profile.add_argument("model")
-    profile.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", required=True,
-                         help="an input tensor from a .npy file (repeat for each input)")
-    profile.add_argument("--output", action="append", default=[], metavar="NAME", help="only these outputs")
     profile.add_argument("--out", default="trace.json", help="where the Chrome trace goes (default trace.json)")
-    profile.add_argument("--timeout", type=float, default=60.0, help="seconds")
+    for parser in (run, profile):   # what makes the request, the same for both
+        parser.add_argument("model")
+        parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", required=True,
+                            help="an input tensor from a .npy file (repeat for each input)")
+        parser.add_argument("--output", action="append", default=[], metavar="NAME", help="only these outputs")
+        parser.add_argument("--timeout", type=float, default=60.0, help="seconds")
     listing = commands.add_parser("list", help="the tenant's models")
     unload = commands.add_parser("unload", help="unload a model")
     unload.add_argument("model")
