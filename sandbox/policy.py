@@ -28,6 +28,7 @@ class Limits:
     pids: int
     cpu_cores: float
     gpu_memory_bytes: int
+    gpu_devices: tuple[int, ...]
     scratch_bytes: int
     nofile: int
     fsize_bytes: int
@@ -82,6 +83,8 @@ def _check_type(where: str, value, kind):
         ok = type(value) is int
     elif kind in ("str", str):
         ok = type(value) is str
+    elif kind == tuple[int, ...]:
+        ok = isinstance(value, (list, tuple)) and all(type(v) is int for v in value)
     else:  # tuple[str, ...]
         ok = isinstance(value, (list, tuple)) and all(type(v) is str for v in value)
     if not ok:
@@ -106,7 +109,8 @@ def _check_keys(where: str, data: dict, cls):
 def _build(data: dict) -> Policy:
     _check_keys("", data, Policy)
     _check_keys("limits.", data["limits"], Limits)
-    lim = Limits(**{k: (float(v) if k == "cpu_cores" else v) for k, v in data["limits"].items()})
+    convert = {"cpu_cores": float, "gpu_devices": tuple}
+    lim = Limits(**{k: convert.get(k, lambda v: v)(v) for k, v in data["limits"].items()})
     bounds = {"memory_bytes": (32 * MIB, 1 << 50), "pids": (4, 1 << 22), "gpu_memory_bytes": (0, 1 << 50),
               "scratch_bytes": (MIB, 1 << 40), "nofile": (8, 1 << 20), "fsize_bytes": (0, 1 << 50),
               "cpu_seconds": (0, 1 << 31)}
@@ -115,6 +119,12 @@ def _build(data: dict) -> Policy:
             raise RtdError(Code.E_POLICY_INVALID, f"limits.{key}={getattr(lim, key)} outside [{low}, {high}]")
     if not 0.01 <= lim.cpu_cores <= (os.cpu_count() or 1):
         raise RtdError(Code.E_POLICY_INVALID, f"limits.cpu_cores={lim.cpu_cores} outside [0.01, {os.cpu_count()}]")
+    if sorted(set(lim.gpu_devices)) != list(lim.gpu_devices) or any(not 0 <= d < 64 for d in lim.gpu_devices):
+        raise RtdError(Code.E_POLICY_INVALID, f"limits.gpu_devices={list(lim.gpu_devices)} must list distinct "
+                                              "GPU indices in [0, 64), in increasing order")
+    if bool(lim.gpu_devices) != bool(lim.gpu_memory_bytes):
+        raise RtdError(Code.E_POLICY_INVALID, "limits.gpu_devices and limits.gpu_memory_bytes go together: "
+                                              "a GPU needs a memory budget, and a budget names its GPUs")
     unknown = [m for m in data["mandatory"] if m not in LAYERS]
     if unknown:
         raise RtdError(Code.E_POLICY_INVALID, f"mandatory names unknown layer {unknown[0]!r}; layers: {LAYERS}")

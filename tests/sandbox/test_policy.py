@@ -18,8 +18,8 @@ def test_overrides_merge_per_key():
 
 
 def test_round_trip_through_json_safe_dict():
-    p = load_policy({"limits": {"cpu_cores": 0.5}})
-    assert Policy.from_dict(p.to_dict()) == p
+    p = load_policy({"limits": {"cpu_cores": 0.5, "gpu_devices": [0, 2], "gpu_memory_bytes": 1 << 30}})
+    assert Policy.from_dict(p.to_dict()) == p and p.limits.gpu_devices == (0, 2)
 
 
 @pytest.mark.parametrize("overrides, needle", [
@@ -28,6 +28,11 @@ def test_round_trip_through_json_safe_dict():
     ({"limits": {"pids": "64"}}, "limits.pids has the wrong type"),
     ({"limits": {"pids": True}}, "limits.pids has the wrong type"),
     ({"strict": 1}, "strict has the wrong type"),
+    ({"limits": {"gpu_memory_bytes": 1 << 30}}, "a GPU needs a memory budget"),
+    ({"limits": {"gpu_devices": [0]}}, "a GPU needs a memory budget"),
+    ({"limits": {"gpu_devices": [1, 0], "gpu_memory_bytes": 1}}, "distinct GPU indices"),
+    ({"limits": {"gpu_devices": [0, 0], "gpu_memory_bytes": 1}}, "distinct GPU indices"),
+    ({"limits": {"gpu_devices": ["0"], "gpu_memory_bytes": 1}}, "limits.gpu_devices has the wrong type"),
     ({"limits": {"memory_bytes": 1024}}, "limits.memory_bytes=1024 outside"),
     ({"limits": {"cpu_cores": 0}}, "limits.cpu_cores=0.0 outside"),
     ({"limits": {"cpu_cores": float("nan")}}, "limits.cpu_cores has the wrong type"),
