@@ -8,11 +8,13 @@ import copy
 from ..ir import Graph, check
 from .chains import fuse_chains
 from .fold import fold_constants, fold_signature
+from .qdq import fuse_qdq
 from .patterns import fold_conv_batchnorm, fuse_attention, fuse_conv_activation, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax
 from .shapes import static_shapes
 from .simplify import eliminate_dead, eliminate_identity
 
 PASSES = (
+    ("fuse_qdq", fuse_qdq),   # before folding turns the weights' DequantizeLinear into float weights
     ("fold_constants", fold_constants),
     ("eliminate_identity", eliminate_identity),
     ("eliminate_dead", eliminate_dead),

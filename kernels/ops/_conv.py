@@ -9,6 +9,9 @@ The plan is chosen per call from the shapes (cheap integer arithmetic):
   from a channels-last copy of the input, cols (pixels, k*k*C) @ W^T (k*k*C, M) — OpenBLAS runs
   this shape faster than W @ cols when M is small — then one transposing copy to NCHW;
 - otherwise channel-major im2col: cols (N, group, C/group*k*k, pixels), one batched W @ cols.
+  For 2-D convolutions the compiled im2col (native/conv.py) fills cols straight from the unpadded
+  input in one pass (8-bit inputs centred and widened on the way), and the bias and ReLU are one
+  compiled pass after the GEMM.
 Each geometry's plan, padded-input and im2col buffers are made once per thread (`_Layout`).
 """
 import math
@@ -17,6 +20,7 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 
+from ..native import conv as native_conv
 from ..native.depthwise import depthwise_conv2d
 from ._quant import FLOAT32_EXACT, CentredWeight, centred, span
 from ._window import geometry, pad_into, per_thread, scratch, taps, windows
@@ -34,7 +38,7 @@ class _Layout:
         self.out_shape, self.begin, self.end = geometry(x_shape[2:], k, strides, dilations, pads, auto_pad)
         self.pixels = math.prod(self.out_shape)
         self.k, self.strides, self.dilations = k, strides, dilations
-        self.padded = self.inner = self.cols = self.source = None
+        self.padded = self.inner = self.cols = self.source = self.compiled_im2col = None
         padding = any(self.begin) or any(self.end)
         if all(v == 1 for v in k) and all(s == 1 for s in (strides or [1])) and not padding:
             self.plan = "pointwise"
@@ -55,6 +59,8 @@ class _Layout:
         else:
             self.plan = "channel_major"
             self.cols = xp.empty((n, c) + tuple(k) + tuple(self.out_shape), dtype)
+            self.compiled_im2col = native_conv.Im2col(x_shape, self.cols, k, strides, dilations, self.begin,
+                                                      self.end, self.out_shape) if xp is np else None
             if padding:
                 self.padded = xp.zeros(x_shape[:2] + tuple(i + b + e for i, b, e in zip(x_shape[2:], self.begin, self.end)), dtype)
                 self.inner = self.padded[(slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(self.begin, x_shape[2:]))]
@@ -76,9 +82,11 @@ class _Layout:
         return self.cols
 
 
-def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None, relu=False):
+def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None, relu=False,
+         x_zero_point=None):
     """ONNX Conv of x (N, C, *S) with w (M, C/group, *k), then ReLU when `relu`; the result is in
-    `acc_dtype` (default x's)."""
+    `acc_dtype` (default x's). With `x_zero_point` (a host array), x is an integer tensor convolved
+    as x - x_zero_point."""
     n, c = x.shape[:2]
     m = w.shape[0]
     k = list(kernel_shape or w.shape[2:])
@@ -86,14 +94,19 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     if x.ndim != nd + 2 or c != w.shape[1] * group or m % group:
         raise RtdError(Code.E_INPUT_INVALID, f"Conv: input {x.shape} does not fit weights {w.shape} with group {group}")
     acc_dtype = np.dtype(acc_dtype or x.dtype)
-    if acc_dtype != x.dtype:
-        x, w = x.astype(acc_dtype), w.astype(acc_dtype)
+    w = w.astype(acc_dtype, copy=False)
     key = ("conv-layout", x.shape, acc_dtype, w.shape, group, tuple(k), tuple(strides or ()), tuple(dilations or ()),
            tuple(pads or ()), auto_pad, xp.__name__)
     layout = per_thread(key, lambda: _Layout(xp, x.shape, acc_dtype, w.shape, group, k, strides, dilations, pads, auto_pad))
     out_shape, pixels = layout.out_shape, layout.pixels
     if bias is not None:
         bias = bias.astype(acc_dtype, copy=False)
+    cols = None
+    if layout.compiled_im2col is not None:   # it also centres 8-bit inputs
+        if layout.compiled_im2col(x, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])):
+            cols = layout.cols
+    if cols is None and x.dtype != acc_dtype:
+        x = centred(x, x_zero_point, dtype=acc_dtype)
     if layout.plan == "depthwise" and xp is np and nd == 2:
         y = depthwise_conv2d(x, w, bias, strides, dilations, layout.begin, layout.end, out_shape, relu)
         if y is not None:
@@ -106,9 +119,12 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
         y = _pixel_major(xp, layout.im2col(xp, x), w)
     else:
         kk = math.prod(k)
+        cols = layout.im2col(xp, x) if cols is None else cols
         y = _weights_times(xp, w.reshape(group, m // group, (c // group) * kk),
-                           layout.im2col(xp, x).reshape(n, group, (c // group) * kk, pixels))
+                           cols.reshape(n, group, (c // group) * kk, pixels))
     y = y.reshape((n, m, pixels))
+    if xp is np and (bias is not None or relu) and native_conv.bias_relu(y, bias, relu):
+        return y.reshape((n, m) + tuple(out_shape))
     if bias is not None:
         y += bias.reshape(1, m, 1)
     if relu:
@@ -129,14 +145,15 @@ class IntegerConv:
         self.weight = CentredWeight()
 
     def accumulate(self, x, x_zero_point, w, w_zero_point):
+        """The exact sums as float32 or float64 (every value an integer)."""
         channel_shape = (-1,) + (1,) * (w.ndim - 1) if w_zero_point is not None and w_zero_point.size > 1 else None
         x_max = span(x.dtype, None if x_zero_point is None else self.host(x_zero_point))
         w_max = span(w.dtype, None if w_zero_point is None else self.host(w_zero_point))
         dtype = np.float32 if math.prod(w.shape[1:]) * x_max * w_max < FLOAT32_EXACT else np.float64
         wc = self.weight.get(self.xp, w, w_zero_point, channel_shape, dtype)
-        acc = conv(self.xp, centred(x, x_zero_point, dtype=dtype), wc, None, self.group,
-                   self.kernel_shape, self.strides, self.dilations, self.pads, self.auto_pad)
-        return acc.astype(np.int32)
+        zero_point = np.zeros((), x.dtype) if x_zero_point is None else self.host(x_zero_point)
+        return conv(self.xp, x, wc, None, self.group, self.kernel_shape, self.strides, self.dilations, self.pads,
+                    self.auto_pad, acc_dtype=dtype, x_zero_point=zero_point)
 
 
 def _weights_times(xp, w, cols):
