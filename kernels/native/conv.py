@@ -13,12 +13,14 @@ from .depthwise import LIMIT
 
 IM2COL = {np.dtype(np.float32): "rtd_im2col_f32", np.dtype(np.uint8): "rtd_im2col_u8", np.dtype(np.int8): "rtd_im2col_s8"}
 REQUANTIZE = {np.dtype(np.uint8): "rtd_requantize_u8", np.dtype(np.int8): "rtd_requantize_s8"}
+FLOAT32 = np.dtype(np.float32)
 CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.int8): "int8_t[]",
           np.dtype(np.int32): "int32_t[]"}
 
 
-def _ready(*arrays) -> bool:
-    return all(a.flags.c_contiguous and a.flags.aligned for a in arrays)
+def _ready(array) -> bool:
+    flags = array.flags
+    return flags.c_contiguous and flags.aligned
 
 
 def _buffer(array, writable=False):
@@ -38,7 +40,7 @@ class Im2col:
     def __init__(self, x_shape, cols, k, strides, dilations, begin, end, out_shape):
         strides, dilations = list(strides or (1, 1)), list(dilations or (1, 1))
         self.x_shape, self.usable = tuple(x_shape), False
-        if compiled is None or cols.dtype != np.float32 or len(x_shape) != 4 or len(k) != 2 or not _ready(cols):
+        if compiled is None or cols.dtype != FLOAT32 or len(x_shape) != 4 or len(k) != 2 or not _ready(cols):
             return
         n, c, h, w = x_shape
         if cols.shape != (n, c, *k, *out_shape) or cols.size == 0:
@@ -56,23 +58,27 @@ class Im2col:
     def __call__(self, x, zero_point: int = 0) -> bool:
         """Fill cols from x (float32, or 8-bit minus `zero_point`); False (cols untouched) when the
         compiled pass does not take this x."""
-        name = IM2COL.get(x.dtype)
-        if not self.usable or name is None or x.shape != self.x_shape or not _ready(x):
+        if not self.usable or x.shape != self.x_shape or not _ready(x):
             return False
-        args = (_buffer(x), self.x_size) + self.rest
-        _check(getattr(compiled.lib, name)(*args, int(zero_point)) if x.dtype != np.float32
-               else getattr(compiled.lib, name)(*args), "im2col")
+        if x.dtype == FLOAT32:
+            _check(compiled.lib.rtd_im2col_f32(_buffer(x), self.x_size, *self.rest), "im2col")
+        elif x.dtype in IM2COL:
+            _check(getattr(compiled.lib, IM2COL[x.dtype])(_buffer(x), self.x_size, *self.rest, zero_point), "im2col")
+        else:
+            return False
         return True
 
 
 def bias_relu(y, bias, relu: bool) -> bool:
     """y (N, M, P) float32 in place: plus bias (M,) when given, then ReLU when asked."""
-    if compiled is None or y.dtype != np.float32 or y.ndim != 3 or not _ready(y):
+    if compiled is None or y.dtype != FLOAT32 or y.ndim != 3 or not _ready(y):
         return False
-    if bias is not None and (bias.dtype != np.float32 or bias.shape != (y.shape[1],) or not _ready(bias)):
+    if bias is None:
+        status = compiled.lib.rtd_bias_relu_f32(_buffer(y, True), y.size, compiled.ffi.NULL, 0, *y.shape, relu)
+    elif bias.dtype != FLOAT32 or bias.shape != (y.shape[1],) or not _ready(bias):
         return False
-    status = compiled.lib.rtd_bias_relu_f32(_buffer(y, True), y.size, compiled.ffi.NULL if bias is None else _buffer(bias),
-                                            0 if bias is None else bias.size, *y.shape, int(relu))
+    else:
+        status = compiled.lib.rtd_bias_relu_f32(_buffer(y, True), y.size, _buffer(bias), bias.size, *y.shape, relu)
     _check(status, "bias")
     return True
 

@@ -123,7 +123,7 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
         y = _weights_times(xp, w.reshape(group, m // group, (c // group) * kk),
                            cols.reshape(n, group, (c // group) * kk, pixels))
     y = y.reshape((n, m, pixels))
-    if xp is np and (bias is not None or relu) and native_conv.bias_relu(y, bias, relu):
+    if xp is np and (bias is not None or relu) and native_conv.bias_relu(y, bias, int(relu)):
         return y.reshape((n, m) + tuple(out_shape))
     if bias is not None:
         y += bias.reshape(1, m, 1)
