@@ -5,9 +5,11 @@ The plan is chosen per call from the shapes (cheap integer arithmetic):
 - depthwise (C == group == M): 2-D float32 runs the compiled kernel (native/depthwise.py: bias
   and ReLU in the same pass); otherwise, or without the compiled kernels, one NumPy multiply-add
   per kernel tap over the whole tensor;
-- few output channels, many pixels (e.g. ResNet's 64-channel 56x56 stage): "pixel-major" im2col
-  from a channels-last copy of the input, cols (pixels, k*k*C) @ W^T (k*k*C, M) — OpenBLAS runs
-  this shape faster than W @ cols when M is small — then one transposing copy to NCHW;
+- without the compiled kernels, few output channels and many pixels (e.g. ResNet's 64-channel
+  56x56 stage): "pixel-major" im2col from a channels-last copy of the input, cols (pixels, k*k*C)
+  @ W^T (k*k*C, M), then one transposing copy to NCHW — NumPy's strided im2col costs more than
+  that copy there; with the compiled im2col, channel-major is faster at every measured shape
+  (bench/RESULTS.md, issue 10);
 - otherwise channel-major im2col: cols (N, group, C/group*k*k, pixels), one batched W @ cols.
   For 2-D convolutions the compiled im2col (native/conv.py) fills cols straight from the unpadded
   input in one pass (8-bit inputs centred and widened on the way), and the bias and ReLU are one
@@ -44,7 +46,7 @@ class _Layout:
             self.plan = "pointwise"
         elif group == c == m and group > 1:
             self.plan = "depthwise"
-        elif group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
+        elif native_conv.compiled is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
             self.plan = "pixel_major"
             (kh, kw), (oh, ow) = k, self.out_shape
             self.padded = xp.zeros((n,) + tuple(i + b + e for i, b, e in zip(x_shape[2:], self.begin, self.end)) + (c,), dtype)
