@@ -78,11 +78,10 @@ class Grant:
     @classmethod
     def from_dict(cls, data) -> "Grant":
         """A grant from the zygote's arm request; E_CONTAINMENT unless it has exactly this shape."""
-        fields = {"ordinals": int, "memory_bytes": int, "nodes": str, "libraries": str, "init": str}
-        if (not isinstance(data, dict) or data.keys() != fields.keys()
-                or not all(type(data[k]) is t for k, t in fields.items() if k in ("memory_bytes", "init"))
-                or not all(isinstance(data[k], list) and all(type(v) is fields[k] for v in data[k])
-                           for k in ("ordinals", "nodes", "libraries"))):
+        scalars, lists = {"memory_bytes": int, "init": str}, {"ordinals": int, "nodes": str, "libraries": str}
+        if not (isinstance(data, dict) and data.keys() == scalars.keys() | lists.keys()
+                and all(type(data[k]) is t for k, t in scalars.items())
+                and all(type(data[k]) is list and all(type(v) is t for v in data[k]) for k, t in lists.items())):
             raise RtdError(Code.E_CONTAINMENT, f"malformed GPU grant: {data!r:.80}")
         return cls(tuple(data["ordinals"]), data["memory_bytes"], tuple(data["nodes"]),
                    tuple(data["libraries"]), data["init"])
