@@ -59,6 +59,11 @@ def _host_table(report: dict):
         host.add_row(f"cgroup {hierarchy}", f"[{style}]{base['base']} "
                      f"{'writable' if base['writable'] else 'NOT writable: workers cannot start'}[/{style}]")
     host.add_row("dmem", str(report["dmem"]))
+    for row, key in (("GPU devices", "gpu"), ("GPU driver libraries", "gpu_libraries")):
+        found = report[key]
+        host.add_row(row, ", ".join(found) if isinstance(found, list) else f"[yellow]{found}[/yellow]")
+    style = "green" if report["gpu_seccomp"].startswith("compiles") else "red"
+    host.add_row("GPU seccomp filter", f"[{style}]{report['gpu_seccomp']}[/{style}]")
     host.add_row("CPU kernels", "[green]compiled (kernels/native, built at install)[/green]" if report["cpu_kernels"] == "compiled"
                  else "[yellow]numpy (the compiled kernels are not installed: slower, same results)[/yellow]")
     return host

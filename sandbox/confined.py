@@ -12,7 +12,7 @@ import time
 
 from rtd import wire
 from rtd.errors import Code, RtdError
-from rtd.sandbox import channel, contain
+from rtd.sandbox import channel, contain, gpu
 from rtd.sandbox.policy import TenantIdentity, load_policy
 from rtd.wire import Kind
 
@@ -69,17 +69,20 @@ def _receive_reply(sock: socket.socket) -> dict | None:
     return reply
 
 
-def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None, timeout: float = 60.0):
+def run_confined(fn, *args, policy=None, identity: TenantIdentity | None = None, timeout: float = 60.0,
+                 driver: gpu.Driver = gpu.DRIVER):
     """fn(*args) in a fresh confined child; its JSON-safe result, SandboxKilled if a signal ended
-    it, ConfinedError/RtdError if fn raised, RtdError(E_CONTAINMENT...) if confinement failed."""
+    it, ConfinedError/RtdError if fn raised, RtdError(E_CONTAINMENT...) if confinement failed.
+    A policy that grants GPUs takes their nodes, libraries and initialiser from `driver`."""
     policy = policy or load_policy()
     identity = identity or DEFAULT_IDENTITY
     instance = f"rc{os.getpid()}"
-    cg, layers, bpf = contain.prepare(policy, identity, instance, f"{instance}-{next(_counter)}")
+    cg, layers, bpf, grant = contain.prepare(policy, identity, instance, f"{instance}-{next(_counter)}", driver=driver)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     helper, reports, killed, status = None, None, False, None
     try:
-        spec = contain.Spec(policy, identity, cg.procs_files, layers, bpf)
+        spec = contain.Spec(policy, identity, cg.procs_files, layers, bpf, grant,
+                            gpu.initializer(grant.init) if grant else None)
         helper, report_sock = contain.launch(spec, contain.Job(_answer(fn), args, theirs.fileno()))
         theirs.close()
         reports = contain.Reports(report_sock)

@@ -5,8 +5,16 @@ mode, create the cgroup, compile seccomp, fork the helper.
 Helper: die with the launcher → join the cgroup → (switch to the tenant uid →) unshare
 → fork the worker (pid 1) → report its pid → wait for it → report its exit.
 Worker: new session, death signal, close fds → hostname → mounts + pivot_root → rlimits →
-GPU pool cap → drop bounding set, uid/gid, capabilities, no_new_privs → seccomp (last)
-→ [armed: wait for the job] → report ready → target(sock, *args).
+GPU (a worker granted GPUs: CUDA initialised for its own devices, see below) → drop
+bounding set, uid/gid, capabilities, no_new_privs → seccomp (last) → [armed: wait for the
+job] → report ready → target(sock, *args).
+
+CUDA does not survive fork, so each GPU worker initialises it itself: after its mounts (it
+sees only its own device nodes and the driver's libraries, which the initialiser maps while
+it may still open files) and before the privilege drop and seccomp (the filter's GPU
+variant then only has to allow what CUDA does once running: see seccomp). The launcher
+works out the grant (gpu.grant: a granted device the host lacks refuses the worker before
+anything is created) and imports the initialiser before it forks.
 
 A worker launched without its job is a spare: every step above runs ahead of time
 (joining a cgroup alone waits for an RCU grace period), then the fully confined worker
@@ -58,6 +66,8 @@ class Spec:
     procs_files: list
     layers: dict
     bpf: bytes | None
+    grant: gpu.Grant | None = None    # what a worker granted GPUs gets (None: no device at all)
+    gpu_init: Callable | None = None  # its initialiser, gpu.initializer(grant.init), imported before the fork
 
 
 @dataclasses.dataclass
@@ -68,12 +78,16 @@ class Job:
     sock_fd: int
 
 
-def prepare(policy, identity, instance: str, worker: str,
-            layout: Layout | None = None) -> tuple[WorkerCgroup, dict, bytes | None]:
-    """Launcher side: decide the layers, refuse or warn, make the worker's leaf (below the
-    tenant's node of this rtd instance), compile seccomp."""
+def prepare(policy, identity, instance: str, worker: str, layout: Layout | None = None,
+            driver: gpu.Driver = gpu.DRIVER) -> tuple[WorkerCgroup, dict, bytes | None, gpu.Grant | None]:
+    """Launcher side: decide the layers, refuse or warn, work out the GPU grant (a GPU
+    policy's nodes, libraries and initialiser must all be there), make the worker's leaf
+    (below the tenant's node of this rtd instance), compile seccomp."""
     if os.geteuid() != 0:
         raise RtdError(Code.E_LAYER_UNAVAILABLE, "the launcher must run as root")
+    grant = gpu.grant(policy.limits, driver)
+    if grant is not None:
+        gpu.initializer(grant.init)
     layout = layout or detect_layout()
     layers = plan_layers(policy, layout)
     missing = {k: v for k, v in layers.items() if not v.startswith(("enforced", "disabled by policy"))}
@@ -84,12 +98,15 @@ def prepare(policy, identity, instance: str, worker: str,
         log.warning("worker %s starts WITHOUT layer %s: %s", worker, name, why)
     cg = WorkerCgroup.create(layout, policy.cgroup_parent, instance, identity.name, worker, policy.limits)
     layers.update(cg.layers)
-    return cg, layers, seccomp_program(layers)
+    return cg, layers, seccomp_program(layers, policy), grant
 
 
-def seccomp_program(layers: dict) -> bytes | None:
-    """The compiled filter when the seccomp layer is in force (off by policy or host: None)."""
-    return seccomp.compiled() if layers["seccomp"].startswith("enforced") else None
+def seccomp_program(layers: dict, policy) -> bytes | None:
+    """The compiled filter when the seccomp layer is in force (off by policy or host: None):
+    the GPU variant for a policy that grants GPUs."""
+    if not layers["seccomp"].startswith("enforced"):
+        return None
+    return seccomp.compiled("gpu" if policy.limits.gpu_devices else "cpu")
 
 
 def launch(spec: Spec, job: Job | None = None, go: socket.socket | None = None,
@@ -151,8 +168,10 @@ def _mark(sock: socket.socket, step: str) -> str:
 
 
 def _failed(sock: socket.socket, step: str, e: BaseException):
+    """Report the failed step; a refusal with a code of its own (the GPU initialiser's) keeps it."""
+    error = RtdError(e.code, f"{step}: {e.detail}") if isinstance(e, RtdError) else RtdError(Code.E_CONTAINMENT, f"{step}: {e}")
     try:
-        _report(sock, error=channel.error_head(RtdError(Code.E_CONTAINMENT, f"{step}: {e}")))
+        _report(sock, error=channel.error_head(error))
     except (OSError, RtdError):
         pass
 
@@ -201,11 +220,12 @@ def _worker(spec: Spec, job: Job | None, go: socket.socket | None, resolve, repo
         namespaces.set_hostname()
         step = _mark(report, "mounts")
         mountns.build_root(spec.policy.ro_binds, spec.policy.limits.scratch_bytes,
-                           spec.identity.uid, spec.identity.gid)
+                           spec.identity.uid, spec.identity.gid, spec.grant)
         step = _mark(report, "rlimits")
         rlimits.apply(spec.policy.limits)
-        step = _mark(report, "gpu")
-        gpu.cap_cupy_pool(spec.policy.limits.gpu_memory_bytes)
+        if spec.grant is not None:
+            step = _mark(report, "gpu")
+            spec.gpu_init(spec.grant.ordinals, spec.grant.memory_bytes)
         step = _mark(report, "privileges")
         privileges.drop(spec.identity.uid, spec.identity.gid, with_userns)
         privileges.die_with_parent()   # re-armed: the uid switch cleared it

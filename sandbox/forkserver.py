@@ -1,7 +1,7 @@
 """The zygote's own side: the fork server. Started before the supervisor has threads, it
-imports NumPy (CuPy when present), scipy.special, onnx and the preload modules, sets
-glibc to keep large buffers warm (for the workers; the supervisor returns what it frees)
-and compiles the seccomp filter, so a worker is one fork away from serving (nothing can be
+imports NumPy (rtd's CuPy backend where CuPy is installed), scipy.special, onnx and the
+preload modules, sets glibc to keep large buffers warm (for the workers; the supervisor
+returns what it frees) and compiles the seccomp filters (CPU and GPU variants), so a worker is one fork away from serving (nothing can be
 imported after confinement).
 
 Supervisor and fork server speak Kind.ZYGOTE frames, head {"op": ...}, on a SOCK_SEQPACKET
@@ -12,6 +12,7 @@ one child: "ready" (preloaded), "armed" (the confined worker waits for its job),
 (the worker got its job over the go socket and runs it), "failed" (a step failed before
 that, or a request was malformed), "exit" (a helper ended)."""
 import importlib
+import importlib.util
 import os
 import select
 import signal
@@ -20,12 +21,12 @@ import sys
 
 from rtd import wire
 from rtd.errors import Code, RtdError
-from rtd.sandbox import channel, contain, seccomp, syscalls
+from rtd.sandbox import channel, contain, gpu, seccomp, syscalls
 from rtd.sandbox.policy import LAYERS, Policy, TenantIdentity
 from rtd.wire import Kind
 
 BASE_PRELOAD = ("numpy", "scipy.special", "onnx", "encodings.idna", "json", "struct", "mmap")
-ARM = {"op": str, "id": str, "policy": dict, "identity": list, "procs": list, "layers": dict}
+ARM = {"op": str, "id": str, "policy": dict, "identity": list, "procs": list, "layers": dict, "gpu": (dict, type(None))}
 
 
 def start(preload: tuple) -> tuple[int, socket.socket]:
@@ -131,8 +132,11 @@ def _arm(ctl, frame: wire.Frame, helpers: dict):
                 or len(msg["identity"]) != 3):
             raise channel.malformed("zygote request", "an arm request with one go socket expected")
         name, uid, gid = msg["identity"]
-        spec = contain.Spec(Policy.from_dict(msg["policy"]), TenantIdentity(name, uid, gid), msg["procs"],
-                            msg["layers"], contain.seccomp_program(msg["layers"]))
+        policy = Policy.from_dict(msg["policy"])
+        grant = None if msg["gpu"] is None else gpu.Grant.from_dict(msg["gpu"])
+        spec = contain.Spec(policy, TenantIdentity(name, uid, gid), msg["procs"], msg["layers"],
+                            contain.seccomp_program(msg["layers"], policy), grant,
+                            gpu.initializer(grant.init) if grant else None)
         with socket.socket(fileno=passed.pop()) as go:
             pid, report_sock = contain.launch(spec, go=go, resolve=_resolve)
     except RtdError as e:
@@ -165,12 +169,11 @@ def _preload(modules: tuple) -> None:
     import numpy
     for name in BASE_PRELOAD + modules:
         importlib.import_module(name)
-    try:
-        importlib.import_module("cupy")
-    except ImportError:
-        pass
+    if importlib.util.find_spec("cupy"):   # CuPy's backend for GPU tenants; CUDA stays uninitialised (no fork survives it)
+        importlib.import_module(gpu.CUDA_INIT.partition(":")[0])
     numpy.ones((64, 64)) @ numpy.ones((64, 64))   # start the BLAS thread pool before forking
-    seccomp.compiled()                              # compile the filter before any fork
+    for variant in seccomp.VARIANTS:                # compile the filters before any fork
+        seccomp.compiled(variant)
 
 
 def _resolve(target: str):

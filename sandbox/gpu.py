@@ -1,22 +1,192 @@
-"""GPU memory budget, honest about what is enforced: the cgroup v2 `dmem` controller
-(`dmem.max`, kernel-enforced) where the kernel and driver register a region; otherwise
-the CuPy pool cap inside the worker is advisory only. The supervisor-side NVML
-poll-and-kill watcher is not built: it cannot be exercised without a GPU and NVML, so
-no layer claims it. With no GPU the worker simply gets no device nodes."""
-import ctypes.util
+"""The GPU as a worker gets it: which NVIDIA device nodes and driver libraries a worker
+whose policy grants GPUs finds in its root (from a configurable device root and library
+directories), the function that initialises CUDA in the worker before its seccomp filter,
+and the memory budget's status (cgroup v2 `dmem` where a region is registered; otherwise
+the CuPy pool cap inside the worker, advisory only).
+
+What a CUDA compute process needs, after NVIDIA's container toolkit (libnvidia-container,
+src/nvc_info.c and nvc_mount.c: the "compute" and "utility" capabilities):
+  /dev/nvidiactl   the resource manager's control node: every RM client, object and memory
+                   call (NV_ESC_RM_*), GPU enumeration (NV_ESC_CARD_INFO); major 195, minor 255
+  /dev/nvidiaN     one per GPU (major 195, minor N): attaching it to the client, mapping its
+                   memory and doorbells (mmap of the node)
+  /dev/nvidia-uvm  the unified-memory driver (its own major, in /proc/devices): CUDA opens it
+                   in every context for the GPU virtual address space; cuInit fails without it
+Not granted: nvidia-uvm-tools (the profiler's event queues, which observe other processes),
+nvidia-modeset and /dev/dri (display, graphics), nvidia-caps/ (MIG instance capabilities:
+rtd grants whole GPUs only), other GPUs' nodes. CUDA enumerates the GPUs through nvidiactl
+and skips those whose node it cannot open, so inside the worker the granted GPUs are
+devices 0..n-1 whatever their host numbers; the nodes, not CUDA_VISIBLE_DEVICES, isolate.
+
+With no GPU granted the worker's root has no device node at all."""
+import dataclasses
+import functools
 import glob
+import importlib
 import os
+import re
+import stat
+import subprocess
+from typing import Callable
+
+from rtd.errors import Code, RtdError
 
 NO_GPU = "unavailable: no NVML/GPU"
+NVIDIA_MAJOR = 195          # "nvidia-frontend" in /proc/devices: nvidiaN (minor N) and nvidiactl
+CTL_MINOR = 255
+CTL, UVM = "nvidiactl", "nvidia-uvm"
+# The driver's user-space libraries a CUDA compute process loads (libnvidia-container's
+# compute_libs and utility_libs, less OpenCL, the debugger, video and PKCS#11):
+LIBRARY_STEMS = (
+    "libcuda.so",                    # the CUDA driver API (what CuPy's runtime calls into)
+    "libnvidia-ptxjitcompiler.so",   # PTX to SASS, loaded by libcuda for NVRTC's PTX
+    "libnvidia-nvvm.so",             # NVVM, loaded by libcuda for LTO-IR and by newer NVRTC paths
+    "libnvidia-gpucomp.so",          # the shared compiler library the PTX JIT links (drivers >= 545)
+    "libnvidia-fatbinaryloader.so",  # fat binaries (drivers before 450; absent on newer ones)
+    "libnvidia-ml.so",               # NVML (nvidia-ml-py, CuPy's device queries)
+)
+CUDA_INIT = "rtd.kernels.backend_cupy:init_device"   # init_device(device_ordinals, memory_limit)
 
 
-def devices() -> list[str]:
-    return sorted(glob.glob("/dev/nvidia[0-9]*") + glob.glob("/dev/dri/renderD*"))
+@dataclasses.dataclass(frozen=True)
+class Driver:
+    """Where this host's GPU pieces are: its device nodes (under `dev_root`), the driver's
+    libraries (in `lib_dirs`; None: wherever the ldconfig cache finds them) and the function,
+    `module:function`, that initialises the GPU inside a worker."""
+    dev_root: str = "/dev"
+    lib_dirs: tuple[str, ...] | None = None
+    init: str = CUDA_INIT
+
+
+DRIVER = Driver()
+
+
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    """What one GPU worker gets: its GPUs' host indices and memory budget, the device nodes
+    (host paths; bound at /dev/<name> in the worker) and the driver libraries (canonical
+    host paths, bound read-only at the same paths), and its GPU initialiser."""
+    ordinals: tuple[int, ...]
+    memory_bytes: int
+    nodes: tuple[str, ...]
+    libraries: tuple[str, ...]
+    init: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data) -> "Grant":
+        """A grant from the zygote's arm request; E_CONTAINMENT unless it has exactly this shape."""
+        scalars, lists = {"memory_bytes": int, "init": str}, {"ordinals": int, "nodes": str, "libraries": str}
+        if not (isinstance(data, dict) and data.keys() == scalars.keys() | lists.keys()
+                and all(type(data[k]) is t for k, t in scalars.items())
+                and all(type(data[k]) is list and all(type(v) is t for v in data[k]) for k, t in lists.items())):
+            raise RtdError(Code.E_CONTAINMENT, f"malformed GPU grant: {data!r:.80}")
+        return cls(tuple(data["ordinals"]), data["memory_bytes"], tuple(data["nodes"]),
+                   tuple(data["libraries"]), data["init"])
+
+
+def uvm_major() -> int | None:
+    """nvidia-uvm's major as the loaded driver registered it (None: not loaded)."""
+    with open("/proc/devices") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 2 and parts[1] == UVM:
+                return int(parts[0])
+    return None
+
+
+def _is_char(path: str, major: int | None, minor: int | None = None) -> bool:
+    """A character device with this major (None: any, where the driver is not loaded) and minor."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (stat.S_ISCHR(st.st_mode) and (major is None or os.major(st.st_rdev) == major)
+            and (minor is None or os.minor(st.st_rdev) == minor))
+
+
+def device_nodes(ordinals: tuple[int, ...], dev_root: str = "/dev") -> tuple[str, ...]:
+    """The host paths of the nodes a worker with these GPUs gets: nvidiactl, nvidia-uvm, each
+    nvidiaN. A node that is missing or not the driver's device refuses the worker
+    (E_LAYER_UNAVAILABLE): a granted GPU the host lacks is never silently dropped."""
+    wanted = [(CTL, NVIDIA_MAJOR, CTL_MINOR, "the NVIDIA control node"),
+              (UVM, uvm_major(), None, "the unified-memory node")]
+    wanted += [(f"nvidia{n}", NVIDIA_MAJOR, n, f"GPU {n}, granted by the policy") for n in ordinals]
+    nodes = []
+    for name, major, minor, what in wanted:
+        path = os.path.join(dev_root, name)
+        if not _is_char(path, major, minor):
+            number = f"{major if major is not None else '*'}:{minor if minor is not None else '*'}"
+            raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: {path} ({what}) is not a character device "
+                                                     f"{number} on this host")
+        nodes.append(path)
+    return tuple(nodes)
+
+
+@functools.lru_cache(maxsize=1)
+def _ldconfig_cache() -> tuple[str, ...]:
+    """The native-architecture library paths in the dynamic loader's cache (`ldconfig -p`)."""
+    try:
+        listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30,
+                                 env={"PATH": "/usr/sbin:/sbin:/usr/bin:/bin", "LC_ALL": "C"}).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    arch = {"x86_64": "x86-64", "aarch64": "AArch64"}.get(os.uname().machine, "")
+    return tuple(m.group(2) for m in re.finditer(r"^\s*\S+ \(([^)]*)\) => (\S+)$", listing, re.M)
+                 if arch in m.group(1).split(","))
+
+
+def driver_libraries(lib_dirs: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The driver's libraries on this host (LIBRARY_STEMS: every version name and link), as
+    canonical paths (directory resolved, the file's own name kept, so a soname link stays a
+    link); from `lib_dirs` when given, else from the ldconfig cache. Empty without a driver."""
+    if lib_dirs is None:
+        found = [p for p in _ldconfig_cache() if os.path.basename(p).startswith(LIBRARY_STEMS)]
+    else:
+        found = [p for d in lib_dirs for stem in LIBRARY_STEMS for p in glob.glob(os.path.join(d, stem + "*"))]
+    canonical = {os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p)) for p in found}
+    return tuple(sorted(p for p in canonical if os.path.isfile(p)))
+
+
+def grant(limits, driver: Driver = DRIVER) -> Grant | None:
+    """The worker's GPU grant under `limits` (None when it names no GPU); E_LAYER_UNAVAILABLE
+    when a node is missing or the host has no libcuda."""
+    if not limits.gpu_devices:
+        return None
+    nodes = device_nodes(limits.gpu_devices, driver.dev_root)
+    libraries = driver_libraries(driver.lib_dirs)
+    if not any(os.path.basename(p).startswith("libcuda.so") for p in libraries):
+        where = ", ".join(driver.lib_dirs) if driver.lib_dirs is not None else "the ldconfig cache"
+        raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: no libcuda.so (the NVIDIA driver's user space) in {where}")
+    return Grant(tuple(limits.gpu_devices), limits.gpu_memory_bytes, nodes, libraries, driver.init)
+
+
+def initializer(name: str) -> Callable:
+    """Launcher side, before the fork: the GPU initialiser `module:function`, imported now
+    (after pivot_root the worker can import nothing). E_LAYER_UNAVAILABLE when it is not there."""
+    module, _, attr = name.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr, None)
+    except ImportError as e:
+        raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: cannot import {module} ({e})") from None
+    if not callable(fn):
+        raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: {module} defines no {attr}() to initialise the GPU")
+    return fn
+
+
+def devices(dev_root: str = "/dev") -> list[str]:
+    """The NVIDIA nodes under `dev_root`: nvidiactl, nvidia-uvm and each GPU's nvidiaN."""
+    if not os.path.isdir(dev_root):
+        return []
+    names = [CTL, UVM] + [n for n in os.listdir(dev_root) if re.fullmatch(r"nvidia\d+", n)]
+    return sorted(os.path.join(dev_root, n) for n in names if os.path.exists(os.path.join(dev_root, n)))
 
 
 def nvml() -> str | None:
     """The NVML library the loader would find (None without the NVIDIA driver's userspace)."""
-    return ctypes.util.find_library("nvidia-ml")
+    return next((p for p in driver_libraries() if os.path.basename(p).startswith("libnvidia-ml.so")), None)
 
 
 def dmem_regions(layout) -> list[str]:
@@ -36,15 +206,5 @@ def status(layout, gpu_memory_bytes: int) -> str:
     if gpu_memory_bytes == 0:
         return "enforced (no GPU access: the worker's root has no device nodes)"
     if dmem_regions(layout):
-        return "unavailable: dmem regions present but rtd does not yet bind devices into the worker"
+        return "unavailable: dmem regions present but rtd does not yet write dmem.max"
     return "advisory (no dmem region: CuPy pool cap only, bypassable; no NVML poll-and-kill watcher)"
-
-
-def cap_cupy_pool(gpu_memory_bytes: int) -> str:
-    """Inside the worker before confinement: cap CuPy's pool when CuPy is loaded (advisory)."""
-    import sys
-    cupy = sys.modules.get("cupy")
-    if cupy is None or gpu_memory_bytes == 0:
-        return "not loaded"
-    cupy.get_default_memory_pool().set_limit(size=gpu_memory_bytes)
-    return "advisory"

@@ -54,6 +54,8 @@ def host_report() -> dict:
         "seccomp": seccomp.status(),
         "dmem": gpu.dmem_regions(layout) or "unavailable: no dmem controller or region",
         "gpu": gpu.devices() or gpu.NO_GPU,
+        "gpu_libraries": list(gpu.driver_libraries()) or "unavailable: no NVIDIA driver library in the ldconfig cache",
+        "gpu_seccomp": seccomp.gpu_status(),
         "nvml": gpu.nvml() or "unavailable: no libnvidia-ml",
         "layers": plan_layers(policy, layout),
         "cpu_kernels": _cpu_kernels(),

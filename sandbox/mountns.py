@@ -1,6 +1,10 @@
 """The worker's filesystem: private propagation, a fresh read-only tmpfs root reached by
 pivot_root, host directories bound read-only/nosuid/nodev/noexec, a size-capped tmpfs
-at /scratch owned by the tenant, and a fresh /proc of the worker's own pid namespace."""
+at /scratch owned by the tenant, and a fresh /proc of the worker's own pid namespace.
+A worker granted GPUs also gets a read-only tmpfs /dev holding exactly its grant's device
+nodes (bound, nosuid/noexec: device nodes are the point) and the driver's libraries bound
+read-only/nosuid/nodev at their host paths but NOT noexec: they are code, mapped by the
+CUDA initialisation before seccomp (see gpu for what and why)."""
 import os
 
 from rtd.sandbox import syscalls as sc
@@ -16,7 +20,34 @@ def _remount_ro(path: str):
     sc.mount(None, path, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | HARDEN | kept)
 
 
-def build_root(ro_binds: tuple[str, ...], scratch_bytes: int, uid: int, gid: int):
+def _bind_file(src: str, target: str, flags: int):
+    """Bind the file `src` at `target` in the new root, remounted read-only with `flags`; the
+    mount point is made in a tmpfs of the new root unless a directory bound earlier holds it."""
+    target = NEW_ROOT + target
+    if not os.path.lexists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444))
+    sc.mount(src, target, None, sc.MS_BIND)
+    kept = os.statvfs(target).f_flag & (1024 | 2048 | 4096 | sc.MS_NODEV)   # locked flags, as in _remount_ro
+    sc.mount(None, target, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | flags | kept)
+
+
+def _bind_gpu(grant):
+    """/dev with the grant's device nodes only; the driver's libraries at their host paths."""
+    sc.mount("rtd-dev", NEW_ROOT + "/dev", "tmpfs", HARDEN, "size=64k,mode=0755")
+    for node in grant.nodes:
+        _bind_file(node, "/dev/" + os.path.basename(node), sc.MS_NOSUID | sc.MS_NOEXEC)
+    _remount_ro(NEW_ROOT + "/dev")
+    for path in grant.libraries:
+        real = os.path.realpath(path)
+        if real != path and not os.path.lexists(NEW_ROOT + path):   # a soname link outside the bound directories
+            os.makedirs(os.path.dirname(NEW_ROOT + path), exist_ok=True)
+            os.symlink(real, NEW_ROOT + path)
+        _bind_file(real, real, sc.MS_NOSUID | sc.MS_NODEV)
+
+
+def build_root(ro_binds: tuple[str, ...], scratch_bytes: int, uid: int, gid: int, gpu=None):
+    """`gpu`: the worker's gpu.Grant, or None for a worker without a GPU (no /dev at all)."""
     sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
     sc.mount("rtd-root", NEW_ROOT, "tmpfs", HARDEN, "size=1m,mode=0755")
     for src in ro_binds:
@@ -26,8 +57,10 @@ def build_root(ro_binds: tuple[str, ...], scratch_bytes: int, uid: int, gid: int
         os.makedirs(target, exist_ok=True)
         sc.mount(src, target, None, sc.MS_BIND | sc.MS_REC)
         _remount_ro(target)
-    for name in ("proc", "scratch", "oldroot"):
+    for name in ("proc", "scratch", "oldroot") + (("dev",) if gpu else ()):
         os.mkdir(os.path.join(NEW_ROOT, name))
+    if gpu:
+        _bind_gpu(gpu)
     sc.mount("rtd-scratch", NEW_ROOT + "/scratch", "tmpfs", HARDEN,
              f"size={scratch_bytes},mode=0700,uid={uid},gid={gid}")
     sc.mount("proc", NEW_ROOT + "/proc", "proc", HARDEN)

@@ -1,8 +1,10 @@
 """The worker's seccomp filter (pyseccomp): default kill-process, the few dozen syscalls a
 warmed-up NumPy worker makes, argument filters where the call is dangerous in general
 (clone for threads only, no PROT_EXEC, short ioctl/fcntl lists, memfds without exec),
-native architecture only, loaded on all threads. The filter is compiled to BPF once in
-the launcher before any fork; the confined child only installs the bytes."""
+native architecture only, loaded on all threads. Two variants: "cpu", and "gpu" for a
+worker whose policy grants GPUs, which adds what CUDA does after its initialisation (the
+NVIDIA and UVM ioctls by number, naming its threads). Each is compiled to BPF once in the
+launcher before any fork; the confined child only installs the bytes."""
 import errno
 import functools
 import os
@@ -44,8 +46,54 @@ FCNTLS = (0, 1, 2, 3, 4, 1030, 1033, 1034)  # DUPFD GETFD SETFD GETFL SETFL DUPF
 MFD_EXEC, MFD_HUGETLB = 0x10, 0x4
 ARG_FILTERED = ("clone", "mmap", "mprotect", "ioctl", "fcntl", "memfd_create")
 
+# The GPU variant. CUDA's calls after cuInit and context creation (which run before the
+# filter, see contain) are ioctls on the fds it opened then, mmap of those fds (MAP_SHARED
+# device and UVM memory: the mmap rule above already allows it, never with PROT_EXEC), futex
+# and poll for its helper threads, and naming those threads. The ioctl lists follow the ones
+# gVisor's nvproxy lets through to the host driver for the compute and utility capabilities
+# (pkg/sentry/devices/nvproxy/seccomp_filters.go), numbered from NVIDIA's
+# open-gpu-kernel-modules headers.
+#
+# nvidiactl and nvidiaN: _IOWR('F', nr, size) with a per-driver struct size, so matched on
+# direction, type and number with the size bits masked (the driver checks the size itself).
+NV_IOCTL_MASK = 0xC000FFFF                 # _IOC direction (bits 30-31), type (8-15), number (0-7)
+NV_IOCTL_BASE = 0xC0000000 | ord("F") << 8  # _IOWR, type 'F' (NV_IOCTL_MAGIC)
+NVIDIA_IOCTLS = {
+    # kernel-open/common/inc/nv-ioctl-numbers.h (NV_IOCTL_BASE 200) and nv-ioctl-numa.h
+    "NV_ESC_CARD_INFO": 200, "NV_ESC_REGISTER_FD": 201, "NV_ESC_ALLOC_OS_EVENT": 206,
+    "NV_ESC_FREE_OS_EVENT": 207, "NV_ESC_CHECK_VERSION_STR": 210, "NV_ESC_ATTACH_GPUS_TO_FD": 212,
+    "NV_ESC_SYS_PARAMS": 214, "NV_ESC_NUMA_INFO": 215, "NV_ESC_WAIT_OPEN_COMPLETE": 218,
+    # src/nvidia/arch/nvalloc/unix/include/nv_escape.h: the resource manager's API
+    "NV_ESC_RM_ALLOC_MEMORY": 0x27, "NV_ESC_RM_FREE": 0x29, "NV_ESC_RM_CONTROL": 0x2A, "NV_ESC_RM_ALLOC": 0x2B,
+    "NV_ESC_RM_DUP_OBJECT": 0x34, "NV_ESC_RM_SHARE": 0x35, "NV_ESC_RM_VID_HEAP_CONTROL": 0x4A,
+    "NV_ESC_RM_MAP_MEMORY": 0x4E, "NV_ESC_RM_UNMAP_MEMORY": 0x4F, "NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO": 0x5E,
+}
+# nvidia-uvm: plain numbers (UVM_IOCTL_BASE(i) is i on Linux), kernel-open/nvidia-uvm/uvm_ioctl.h and
+# uvm_linux_ioctl.h. Left out: the tools interface (UVM_TOOLS_*: reading and writing process memory,
+# event queues), sessions and counters, test calls, the MPS server.
+UVM_IOCTLS = {
+    "UVM_INITIALIZE": 0x30000001, "UVM_DEINITIALIZE": 0x30000002, "UVM_CREATE_RANGE_GROUP": 23,
+    "UVM_DESTROY_RANGE_GROUP": 24, "UVM_REGISTER_GPU_VASPACE": 25, "UVM_UNREGISTER_GPU_VASPACE": 26,
+    "UVM_REGISTER_CHANNEL": 27, "UVM_UNREGISTER_CHANNEL": 28, "UVM_ENABLE_PEER_ACCESS": 29,
+    "UVM_DISABLE_PEER_ACCESS": 30, "UVM_SET_RANGE_GROUP": 31, "UVM_MAP_EXTERNAL_ALLOCATION": 33, "UVM_FREE": 34,
+    "UVM_REGISTER_GPU": 37, "UVM_UNREGISTER_GPU": 38, "UVM_PAGEABLE_MEM_ACCESS": 39,
+    "UVM_SET_PREFERRED_LOCATION": 42, "UVM_UNSET_PREFERRED_LOCATION": 43, "UVM_DISABLE_READ_DUPLICATION": 45,
+    "UVM_UNSET_ACCESSED_BY": 47, "UVM_MIGRATE": 51, "UVM_MIGRATE_RANGE_GROUP": 53,
+    "UVM_MAP_DYNAMIC_PARALLELISM_REGION": 65, "UVM_UNMAP_EXTERNAL": 66, "UVM_ALLOC_SEMAPHORE_POOL": 68,
+    "UVM_VALIDATE_VA_RANGE": 72, "UVM_CREATE_EXTERNAL_RANGE": 73, "UVM_MM_INITIALIZE": 75,
+}
+# CUDA names its helper threads (cuda-EvtHandlR, cuda0000...) with pthread_setname_np, which
+# is prctl(PR_SET_NAME) for the calling thread; no other prctl option.
+PR_SET_NAME = 15
+VARIANTS = ("cpu", "gpu")
 
-def build() -> sc.SyscallFilter:
+
+def nvidia_ioctl(number: int) -> int:
+    """The ioctl command CUDA sends for an NV_ESC_* number (size bits 0: the filter ignores them)."""
+    return NV_IOCTL_BASE | number
+
+
+def build(variant: str = "cpu") -> sc.SyscallFilter:
     f = sc.SyscallFilter(sc.KILL_PROCESS)
     f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)   # native architecture only
     f.set_attr(sc.Attr.CTL_TSYNC, 1)
@@ -65,16 +113,24 @@ def build() -> sc.SyscallFilter:
     for cmd in FCNTLS:
         f.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, cmd))
     f.add_rule(sc.ALLOW, "memfd_create", sc.Arg(1, sc.MASKED_EQ, MFD_EXEC | MFD_HUGETLB, 0))
+    if variant == "gpu":
+        for number in NVIDIA_IOCTLS.values():
+            f.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.MASKED_EQ, NV_IOCTL_MASK, nvidia_ioctl(number)))
+        for cmd in UVM_IOCTLS.values():
+            f.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.EQ, cmd))
+        f.add_rule(sc.ALLOW, "prctl", sc.Arg(0, sc.EQ, PR_SET_NAME))
+    elif variant != "cpu":
+        raise ValueError(f"seccomp variant {variant!r}; variants: {VARIANTS}")
     return f
 
 
-@functools.lru_cache(maxsize=1)
-def compiled() -> bytes:
-    """The filter as classic BPF bytes, ready for `install`."""
+@functools.lru_cache(maxsize=len(VARIANTS))
+def compiled(variant: str = "cpu") -> bytes:
+    """The variant's filter as classic BPF bytes, ready for `install`."""
     read_fd, write_fd = os.pipe()
     try:
         with os.fdopen(write_fd, "wb", closefd=True) as w:
-            build().export_bpf(w)
+            build(variant).export_bpf(w)
         with os.fdopen(read_fd, "rb", closefd=False) as r:
             program = r.read()
     finally:
@@ -99,3 +155,13 @@ def status() -> str:
         return "unavailable: kernel lacks SECCOMP_RET_KILL_PROCESS"
     return (f"enforced (kill-process allow-list of {len(ALLOW) + len(ARG_FILTERED)} syscalls, "
             f"{len(ARG_FILTERED)} with argument filters, TSYNC)")
+
+
+def gpu_status() -> str:
+    """Whether the GPU variant compiles here (libseccomp takes its masked ioctl rules)."""
+    try:
+        program = compiled("gpu")
+    except (OSError, RuntimeError, ValueError) as e:
+        return f"unavailable: the GPU filter does not compile ({e})"
+    return (f"compiles ({len(program) // 8} BPF instructions: {len(NVIDIA_IOCTLS)} NVIDIA ioctls by direction, "
+            f"type and number, {len(UVM_IOCTLS)} UVM ioctls, prctl PR_SET_NAME)")

@@ -30,7 +30,7 @@ import threading
 import time
 
 from rtd.errors import Code, RtdError
-from rtd.sandbox import channel, contain, forkserver
+from rtd.sandbox import channel, contain, forkserver, gpu
 from rtd.sandbox.cgroup import WorkerCgroup, check_instance, detect_layout
 from rtd.sandbox.channel import NUMBER, OPTIONAL_INT
 from rtd.sandbox.policy import Policy, TenantIdentity, load_policy
@@ -136,8 +136,9 @@ class Spare:
 class Zygote:
     """Supervisor-side client of the fork server."""
 
-    def __init__(self, pid: int, ctl: socket.socket, spares: bool = True, instance: str | None = None):
-        self.pid, self._ctl, self._auto_spares = pid, ctl, spares
+    def __init__(self, pid: int, ctl: socket.socket, spares: bool = True, instance: str | None = None,
+                 driver: gpu.Driver = gpu.DRIVER):
+        self.pid, self._ctl, self._auto_spares, self._driver = pid, ctl, spares, driver
         self.instance = check_instance(f"z{os.getpid()}" if instance is None else instance)
         self._layout = detect_layout()   # the host's cgroup hierarchies do not change while we run
         self._handles: dict[str, WorkerHandle] = {}
@@ -151,12 +152,13 @@ class Zygote:
         self._reader.start()
 
     @classmethod
-    def start(cls, preload=(), spares: bool = True, instance: str | None = None) -> "Zygote":
+    def start(cls, preload=(), spares: bool = True, instance: str | None = None,
+              driver: gpu.Driver = gpu.DRIVER) -> "Zygote":
         """Fork the fork server. Call before the caller starts any thread. With `spares`, each
         spawn arms the tenant's next worker ahead of time (see the module docstring).
         `instance` (1-64 of [A-Za-z0-9_-]) names this rtd's cgroup subtree; a daemon passes
         a stable one, so that `cleanup_instance` finds what its predecessor left. Default:
-        z<pid>."""
+        z<pid>. `driver`: where GPU tenants' device nodes, driver libraries and initialiser are."""
         if instance is not None:
             check_instance(instance)   # refused before anything is forked
         pid, ours = forkserver.start(tuple(preload))
@@ -171,7 +173,7 @@ class Zygote:
             os.waitpid(pid, 0)
             ours.close()
             raise channel.error_of(msg["error"], "zygote report")
-        return cls(pid, ours, spares, instance)
+        return cls(pid, ours, spares, instance, driver)
 
     def spawn(self, target: str, policy: Policy | None = None, identity: TenantIdentity | None = None,
               sock: socket.socket | None = None, args=()) -> WorkerHandle:
@@ -250,14 +252,14 @@ class Zygote:
         the worker; with `wait`, return once the worker is confined (else the job may be sent at
         once: it waits in the socket)."""
         wid = f"z{os.getpid()}-{next(_ids)}"
-        cg, layers, _ = contain.prepare(policy, identity, self.instance, wid, self._layout)
+        cg, layers, _, grant = contain.prepare(policy, identity, self.instance, wid, self._layout, self._driver)
         ours, theirs = channel.socketpair()
         spare = Spare(wid, cg, layers, policy, identity, ours)
         try:
             with theirs:
                 forkserver.send(self._ctl, "arm", [theirs.fileno()], id=wid, policy=policy.to_dict(),
                                 identity=[identity.name, identity.uid, identity.gid], procs=cg.procs_files,
-                                layers=layers)
+                                layers=layers, gpu=grant.to_dict() if grant else None)
             reply = self._await(wid, ("armed",)) if wait else {"op": "armed", "pid": None}
         except OSError as e:
             reply = _failed(RtdError(Code.E_CONTAINMENT, f"zygote: {e}"))

@@ -8,6 +8,7 @@
 #   /opt/rtd/                     a virtualenv holding rtd and its runtime dependencies
 #   /usr/local/bin/rtd, rtctl     links into /opt/rtd/bin
 #   /etc/systemd/system/rtd.service
+#   /etc/systemd/system/rtd.service.d/gpu.conf   only where /dev/nvidiactl exists (NVIDIA GPUs for the workers)
 #   /usr/lib/sysusers.d/rtd.conf  the rtd group (socket access)
 #   /usr/lib/tmpfiles.d/rtd.conf  /run/rtd (root:rtd 0750)
 #   /etc/rtd/rtd.toml             the shipped config, only when none is there yet (an edited one is kept)
@@ -38,6 +39,9 @@ install -d -m 0755 "$(at /etc/rtd)"
 ln -sfn /opt/rtd/bin/rtd "$(at /usr/local/bin/rtd)"
 ln -sfn /opt/rtd/bin/rtctl "$(at /usr/local/bin/rtctl)"
 install -m 0644 "$checkout/systemd/rtd.service" "$(at /etc/systemd/system/rtd.service)"
+if [ -e /dev/nvidiactl ]; then
+  install -D -m 0644 "$checkout/systemd/rtd-gpu.conf" "$(at /etc/systemd/system/rtd.service.d/gpu.conf)"
+fi
 install -m 0644 "$checkout/systemd/rtd.sysusers.conf" "$(at /usr/lib/sysusers.d/rtd.conf)"
 install -m 0644 "$checkout/systemd/rtd.tmpfiles.conf" "$(at /usr/lib/tmpfiles.d/rtd.conf)"
 [ -e "$(at /etc/rtd/rtd.toml)" ] || install -m 0644 "$checkout/systemd/rtd.toml" "$(at /etc/rtd/rtd.toml)"

@@ -30,6 +30,8 @@ def test_files_land_where_the_unit_expects_them(staged):
     assert "ConditionPathExists=/etc/rtd/rtd.toml" in unit
     for name in ("rtd", "rtctl"):
         assert os.readlink(staged / "usr/local/bin" / name) == f"/opt/rtd/bin/{name}"
+    # the GPU drop-in only on a host with NVIDIA's driver
+    assert (staged / "etc/systemd/system/rtd.service.d/gpu.conf").exists() == os.path.exists("/dev/nvidiactl")
 
 
 def test_installed_rtd_runs_from_its_own_environment(staged):

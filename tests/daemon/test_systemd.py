@@ -44,6 +44,26 @@ def test_security_score_at_most_3_5(unit):
     assert float(match.group(1)) <= 3.5
 
 
+@needs_analyze
+def test_gpu_drop_in_verifies_and_opens_only_nvidias_devices(unit):
+    """systemd/rtd-gpu.conf as installed beside the unit (rtd.service.d/gpu.conf): the unit still
+    verifies, systemd reads the drop-in (the device ACL names NVIDIA's nodes), and the exposure
+    stays at most 3.5."""
+    drop_ins = os.path.join(os.path.dirname(unit), "rtd.service.d")
+    os.mkdir(drop_ins)
+    shutil.copy(os.path.join(ROOT, "systemd", "rtd-gpu.conf"), os.path.join(drop_ins, "gpu.conf"))
+    result = subprocess.run([ANALYZE, "verify", unit], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "rtd.service" not in result.stderr, result.stderr
+    result = subprocess.run([ANALYZE, "security", "--offline=true", unit], capture_output=True, text=True, timeout=60)
+    acl = re.search(r"DeviceAllow=.*: (.*?)\s+[0-9.]+$", result.stdout, re.M)
+    assert acl and set(acl.group(1).split()) == {"char-rtc:r", "char-nvidia-frontend:rw", "char-nvidia-uvm:rw",
+                                                 "/dev/nvidiactl:rw"}, result.stdout
+    assert re.search(r"✗ PrivateDevices=", result.stdout), result.stdout
+    exposure = float(re.search(r"Overall exposure level for rtd\.service: ([0-9.]+)", result.stdout).group(1))
+    print("exposure with the GPU drop-in", exposure)
+    assert exposure <= 3.5
+
+
 def test_unit_is_hardened_as_documented():
     text = open(UNIT).read()
     for directive in ("Type=notify", "WatchdogSec=", "ProtectSystem=strict", "PrivateTmp=yes", "UMask=0077",

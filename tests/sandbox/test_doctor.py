@@ -44,5 +44,9 @@ def test_host_report_never_claims_what_the_host_lacks():
         assert where["base"].endswith("/rtd") and type(where["writable"]) is bool, hierarchy
     if not cg["writable"].get("v2", {}).get("writable"):
         assert report["layers"]["kill"] == "enforced (SIGKILL to the namespace's pid 1)"
+    assert report["gpu_seccomp"].startswith("compiles (")   # the GPU variant's masked ioctl rules load in libseccomp
+    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    has_driver = any(stem in cache for stem in ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so"))
+    assert isinstance(report["gpu_libraries"], list) == has_driver, report["gpu_libraries"]
     if not os.path.exists(os.path.join(report["cgroup"]["v2_root"] or "/-", "dmem.capacity")):
         assert report["dmem"].startswith("unavailable")

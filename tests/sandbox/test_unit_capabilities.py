@@ -41,7 +41,7 @@ report = host_report()
 out = {"pid": os.getpid(), "writable": {h: w["writable"] for h, w in report["cgroup"]["writable"].items()},
        "planned_kill": report["layers"]["kill"]}
 try:
-    cg, layers, _ = contain.prepare(load_policy(), DEFAULT_IDENTITY, "capped", "capped-0")
+    cg, layers, *_ = contain.prepare(load_policy(), DEFAULT_IDENTITY, "capped", "capped-0")
     cg.remove()
     out["kill"] = layers["kill"]
     out["result"] = run_confined(int, "7")
