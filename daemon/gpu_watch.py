@@ -117,10 +117,11 @@ class GpuWatch:
             pass   # already shut down with the driver gone: nothing left to release
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        wait = self.poll_s
+        while not self._stop.wait(wait):
             started = time.monotonic()
             self.poll(started)
-            self._stop.wait(max(0.0, self.poll_s - (time.monotonic() - started)))
+            wait = max(0.0, self.poll_s - (time.monotonic() - started))
 
     def poll(self, started: float) -> list[GpuKill]:
         """One round: every GPU's per-process memory, then each tenant's sum against its budget."""
@@ -183,3 +184,29 @@ class GpuWatch:
                                        memory.used if memory else 0, memory.total if memory else 0,
                                        power_mw / 1000 if power_mw is not None else 0.0))
         self._readings = tuple(readings)
+
+
+def probe() -> str:
+    """For rtctl doctor: what NVML says of this host's GPUs, MIG mode included (read, never
+    set), or why it cannot say. rtd's policies name whole GPUs, so a GPU in MIG mode is
+    reported, not used as a per-tenant limit."""
+    import pynvml
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        return f"unavailable: NVML: {e} (no watcher: a GPU tenant's memory is not watched)"
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                mig = "MIG on (rtd does not assign MIG instances)" if pynvml.nvmlDeviceGetMigMode(handle)[0] \
+                    == pynvml.NVML_DEVICE_MIG_ENABLE else "MIG off"
+            except pynvml.NVMLError:
+                mig = "no MIG"
+            gpus.append(f"/dev/nvidia{pynvml.nvmlDeviceGetMinorNumber(handle)} {pynvml.nvmlDeviceGetUUID(handle)} {mig}")
+        return f"initialises: {'; '.join(gpus) or 'no GPU'} (the watcher polls every {WATCH_INTERVAL_S * 1000:g} ms)"
+    except pynvml.NVMLError as e:
+        return f"unavailable: NVML: {e}"
+    finally:
+        pynvml.nvmlShutdown()

@@ -21,7 +21,7 @@ import tritonclient.grpc as tc
 
 from rtd import wire
 from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.gpu_watch import GpuWatch
+from rtd.daemon.gpu_watch import GpuWatch, probe
 from rtd.daemon.instances import Ending, Instance
 from rtd.errors import Code, RtdError
 from rtd.sandbox import TenantIdentity, Zygote
@@ -83,7 +83,7 @@ class Child:
 
 
 def start_watch(budgets, kills, health):
-    # an hour between the thread's own polls: the test polls, so it knows which poll saw what
+    # an hour before the thread's first poll: the test polls, so it knows which poll saw what
     return GpuWatch.start(budgets, kills.append, lambda minor, error: health.append((minor, error)), poll_s=3600)
 
 
@@ -131,12 +131,17 @@ def test_gauges_are_read_as_triton_exports_them(in_process):
     write_state(in_process, {4242: 3 << 30}, total=80 << 30)
     watch = start_watch({"acme": 1000}, [], [])
     try:
-        watch.poll(0.0)   # the thread's first poll may have read them already; this one certainly does
+        watch.poll(0.0)   # a poll reads the gauges when they are due: the first one is
         (reading,) = watch.readings()
         assert (reading.uuid, reading.utilization, reading.memory_used_bytes, reading.memory_total_bytes,
                 reading.power_watts) == (UUID, 0.37, 3 << 30, 80 << 30, 71.5)
     finally:
         watch.stop()
+
+
+def test_doctor_probe_lists_the_gpus_nvml_sees_and_their_mig_mode(in_process):
+    write_state(in_process, {})
+    assert probe() == f"initialises: /dev/nvidia0 {UUID} no MIG (the watcher polls every 5 ms)"
 
 
 def test_without_nvml_the_watcher_refuses_to_start(monkeypatch):
@@ -146,6 +151,7 @@ def test_without_nvml_the_watcher_refuses_to_start(monkeypatch):
     with pytest.raises(RtdError) as e:
         GpuWatch.start({"acme": 1}, print, print)
     assert e.value.code == Code.E_LAYER_UNAVAILABLE and e.value.detail.startswith("NVML: ")
+    assert probe().startswith("unavailable: NVML: ")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="confined workers need root")
