@@ -4,17 +4,17 @@ each does not cover:
 1. cgroup v2 `dmem.max` on the tenant's node, where the v2 root's `dmem.capacity` lists a
    region of every GPU the tenant names (the kernel refuses the allocation; NVIDIA's
    driver may register no region at all, so nothing depends on it);
-2. NVIDIA MPS, where its control daemon runs (`CUDA_MPS_PIPE_DIRECTORY`, default
-   /tmp/nvidia-mps): `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` in the worker's environment
-   before it initialises CUDA caps each worker, not the tenant;
-3. otherwise the supervisor's NVML watcher (daemon/gpu_watch.py): per-process used memory
+2. otherwise the supervisor's NVML watcher (daemon/gpu_watch.py): per-process used memory
    polled every few ms, the tenant's worker killed once the sum is over budget —
    detection, not prevention — plus CuPy's pool cap inside the worker, which raw
    cudaMalloc bypasses.
 
-MIG is reported (by the daemon's doctor rows) where NVML says a GPU is in MIG mode; rtd's policy names whole GPUs
-(/dev/nvidiaN), not MIG instances, so MIG is never counted as a tenant's limit here. rtd
-never changes a host's MIG or MPS settings. GPUs are named by their /dev/nvidiaN number
+NVIDIA MPS (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`, a per-client cap) and MIG are detected and
+reported, never counted: an MPS client needs the daemon's pipe directory
+(`CUDA_MPS_PIPE_DIRECTORY`, default /tmp/nvidia-mps) inside its mount namespace, which a
+worker's root does not hold, and rtd's policy names whole GPUs (/dev/nvidiaN), not MIG
+instances (the doctor's NVML row says which GPUs are in MIG mode). rtd never changes a
+host's MIG or MPS settings. GPUs are named by their /dev/nvidiaN number
 (the driver's minor number); /proc/driver/nvidia/gpus/<bus>/information maps it to the PCI
 bus a dmem region is named after ("drm/<bus>/vram0")."""
 import ctypes.util
@@ -34,15 +34,13 @@ WATCHER_GAP = ("detection, not prevention: between two polls a worker can alloca
 
 @dataclasses.dataclass(frozen=True)
 class GpuLimit:
-    """The limit in force for one policy: `layer` is "none" (no GPU), "dmem", "mps",
-    "watcher" or "unavailable"; `state` is the doctor's line for it; `dmem_max` the lines
-    for the tenant node's dmem.max; `environment` what the worker sets before CUDA init.
-    The supervisor's NVML watcher, where NVML loads, polices every GPU tenant's sum
-    whatever the layer (it backs MPS's per-worker cap with a per-tenant one)."""
+    """The limit in force for one policy: `layer` is "none" (no GPU), "dmem", "watcher" or
+    "unavailable"; `state` is the doctor's line for it; `dmem_max` the lines for the tenant
+    node's dmem.max. The supervisor's NVML watcher, where NVML loads, polices every GPU
+    tenant's sum whatever the layer."""
     layer: str
     state: str
     dmem_max: tuple[str, ...] = ()
-    environment: tuple[tuple[str, str], ...] = ()
 
 
 def dmem_capacity(v2_root: str | None) -> dict[str, int]:
@@ -84,7 +82,8 @@ def dmem_regions(devices: tuple[int, ...], capacity: dict[str, int], buses: dict
 
 
 def mps_pipe_directory(environ=os.environ) -> str | None:
-    """The MPS control daemon's pipe directory when one runs (its `control` socket or FIFO is there)."""
+    """The MPS control daemon's pipe directory when one runs (its `control` socket or FIFO is
+    there): reported, not used (see the module docstring)."""
     directory = environ.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_DEFAULT_PIPE_DIRECTORY
     try:
         mode = os.stat(os.path.join(directory, "control")).st_mode
@@ -134,17 +133,12 @@ def plan(devices: tuple[int, ...], budget: int, v2_root: str | None, v2_writable
                                 f"allocation; with several GPUs the tenant may hold the budget on each)",
                         dmem_max=lines)
     pipes = mps_pipe_directory(environ)
-    if pipes:
-        # inside the worker its GPUs are renumbered from 0 (it sees only its own device nodes)
-        pinned = ",".join(f"{i}={budget}" for i in range(len(devices)))
-        return GpuLimit("mps", f"enforced (NVIDIA MPS at {pipes}: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT {amount} "
-                               "per worker, not per tenant: a tenant's N workers may hold N times the budget; "
-                               "the NVML watcher checks the tenant's sum where NVML loads)",
-                        environment=(("CUDA_MPS_PIPE_DIRECTORY", pipes), ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", pinned)))
+    unused = (f"; NVIDIA MPS runs at {pipes} but is not used: a worker's root does not hold its pipe directory, "
+              "so CUDA_MPS_PINNED_DEVICE_MEM_LIMIT would not bind it") if pipes else ""
     if nvml_library():
         return GpuLimit("watcher", f"enforced (NVML watcher: the tenant's workers' GPU memory polled every "
                                    f"{WATCH_INTERVAL_S * 1000:g} ms, a worker killed once the sum passes {amount}; "
-                                   f"{WATCHER_GAP}; CuPy's pool cap gives the clean error first)")
-    return GpuLimit("watcher", "advisory (CuPy's pool cap only: raw cudaMalloc bypasses it; no dmem region, "
-                               "no MPS and no NVML library for the watcher)")
+                                   f"{WATCHER_GAP}; CuPy's pool cap gives the clean error first{unused})")
+    return GpuLimit("watcher", f"advisory (CuPy's pool cap only: raw cudaMalloc bypasses it; no dmem region "
+                               f"and no NVML library for the watcher{unused})")
 

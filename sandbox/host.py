@@ -57,7 +57,8 @@ def host_report() -> dict:
         "dmem": sorted(gpu_memory.dmem_capacity(layout.v2_root)) or "unavailable: no dmem controller or region",
         "gpu": gpu.devices() or gpu.NO_GPU,
         "nvml": gpu_memory.nvml_library() or "unavailable: no libnvidia-ml",
-        "mps": gpu_memory.mps_pipe_directory() or "unavailable: no MPS control daemon",
+        "mps": (f"runs at {gpu_memory.mps_pipe_directory()}: not used as a limit (workers' roots do not hold its pipe "
+                "directory)") if gpu_memory.mps_pipe_directory() else "unavailable: no MPS control daemon",
         "gpu_memory_limit": gpu_memory.host_statement(layout.v2_root, os.geteuid() == 0 and bool(layout.v2_root)
                                                       and layout.writable("v2", policy.cgroup_parent)),
         "layers": plan_layers(policy, layout),

@@ -1,5 +1,5 @@
 """Which GPU memory limit holds a tenant: dmem.max where the kernel lists a region of each of
-its GPUs, else MPS where its control daemon runs, else the NVML watcher. The host's own
+its GPUs, else the NVML watcher (MPS reported, not counted). The host's own
 files are read where it has them (this host: no GPU, no dmem controller, no MPS); the
 choice between layers is checked on directories laid out as the kernel, the NVIDIA driver
 and the MPS daemon lay theirs out."""
@@ -34,7 +34,7 @@ def gpu_host(tmp_path):
 
 def test_a_policy_without_gpus_gets_no_device_and_no_limit():
     limit = gpu_memory.plan((), 0, None, False)
-    assert (limit.layer, limit.state, limit.dmem_max, limit.environment) == ("none", gpu_memory.NO_GPU, (), ())
+    assert (limit.layer, limit.state, limit.dmem_max) == ("none", gpu_memory.NO_GPU, ())
 
 
 def test_a_gpu_the_host_lacks_is_unavailable(gpu_host):
@@ -48,28 +48,27 @@ def test_dmem_is_first_where_every_gpu_of_the_tenant_has_a_region(gpu_host):
     assert gpu_memory.gpu_buses(proc) == {0: BUS, 1: "0000:5e:00.0"}
     limit = gpu_memory.plan((0,), 1 << 30, v2, True, dev_root=dev, proc_root=proc, environ={})
     assert limit.layer == "dmem" and limit.dmem_max == (f"drm/{BUS}/vram0 1073741824",)
-    assert limit.state.startswith("enforced (cgroup v2 dmem.max 1073741824 bytes") and limit.environment == ()
+    assert limit.state.startswith("enforced (cgroup v2 dmem.max 1073741824 bytes")
     # GPU 1 has no region (NVIDIA's driver may register none): not dmem, whatever GPU 0 has
     assert gpu_memory.plan((0, 1), 1 << 30, v2, True, dev_root=dev, proc_root=proc, environ={}).layer != "dmem"
     # a v2 tree rtd may not write cannot carry the limit
     assert gpu_memory.plan((0,), 1 << 30, v2, False, dev_root=dev, proc_root=proc, environ={}).layer != "dmem"
 
 
-def test_mps_is_next_where_its_control_daemon_listens(gpu_host, tmp_path):
+def test_mps_is_reported_not_counted_a_worker_cannot_reach_its_daemon(gpu_host, tmp_path):
     dev, proc, _ = gpu_host
     pipes = tmp_path / "mps"
     pipes.mkdir()
     environ = {"CUDA_MPS_PIPE_DIRECTORY": str(pipes)}
     (pipes / "control").write_text("")   # a plain file is no daemon
-    assert gpu_memory.plan((0, 1), 1 << 30, None, False, dev_root=dev, proc_root=proc, environ=environ).layer != "mps"
+    assert gpu_memory.mps_pipe_directory(environ) is None
+    assert "MPS" not in gpu_memory.plan((0,), 1 << 30, None, False, dev_root=dev, proc_root=proc, environ=environ).state
     (pipes / "control").unlink()
     with socket.socket(socket.AF_UNIX) as control:
         control.bind(str(pipes / "control"))
+        assert gpu_memory.mps_pipe_directory(environ) == str(pipes)
         limit = gpu_memory.plan((0, 1), 1 << 30, None, False, dev_root=dev, proc_root=proc, environ=environ)
-    assert limit.layer == "mps" and "per worker, not per tenant" in limit.state
-    # the worker sees only its own GPUs, renumbered from 0
-    assert dict(limit.environment) == {"CUDA_MPS_PIPE_DIRECTORY": str(pipes),
-                                       "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1073741824,1=1073741824"}
+    assert limit.layer == "watcher" and f"NVIDIA MPS runs at {pipes} but is not used" in limit.state
 
 
 def test_otherwise_the_nvml_watcher_and_doctor_says_what_it_does_not_cover(gpu_host):
@@ -92,7 +91,8 @@ def test_this_host_is_described_as_it_is():
     has_capacity = bool(gpu_memory.dmem_capacity(layout.v2_root))
     assert (report["dmem"] != "unavailable: no dmem controller or region") == has_capacity
     assert report["nvml"] == (gpu_memory.nvml_library() or "unavailable: no libnvidia-ml")
-    assert report["mps"] == (gpu_memory.mps_pipe_directory() or "unavailable: no MPS control daemon")
+    if gpu_memory.mps_pipe_directory() is None:
+        assert report["mps"] == "unavailable: no MPS control daemon"
     if not gpu_memory.host_gpus():
         assert report["gpu_memory_limit"] == "unavailable: no GPU on this host (no /dev/nvidiaN)"
     else:
