@@ -1,11 +1,12 @@
 """rtctl doctor: what this host enforces (kernel, cgroups, user namespaces, seccomp, dmem,
-GPU), then the escape battery, each attempt inside a worker confined by the production
+GPU, and which GPU memory limit a GPU tenant gets and what it does not cover), then the escape battery, each attempt inside a worker confined by the production
 policy: attempt → the layer observed to stop it (from the signal that killed the worker, or
 the errno and the call that got it) → the layers expected after it → result. Exits 1 if
 anything escaped."""
 import json
 import logging
 
+from rtd.daemon import gpu_watch
 from rtd.daemon.cli_output import show, table
 from rtd.sandbox import host_report, load_policy
 from rtd.sandbox.escapes import BY_NAME, run_battery
@@ -22,6 +23,7 @@ def register(commands) -> None:
 def doctor(args) -> int:
     logging.getLogger("rtd.sandbox").setLevel(logging.ERROR)   # the table says what is missing
     report = host_report()
+    report["nvml_gpus"] = gpu_watch.probe()
     if not args.json:
         show(_host_table(report))
     check_architecture()   # no battery where workers cannot be confined: the line says why
@@ -64,6 +66,11 @@ def _host_table(report: dict):
         host.add_row(row, ", ".join(found) if isinstance(found, list) else f"[yellow]{found}[/yellow]")
     style = "green" if report["gpu_seccomp"].startswith("compiles") else "red"
     host.add_row("GPU seccomp filter", f"[{style}]{report['gpu_seccomp']}[/{style}]")
+    limit = report["gpu_memory_limit"]
+    style = "green" if limit.startswith("enforced") else "yellow" if limit.startswith("advisory") else "red"
+    host.add_row("GPU memory limit", f"[{style}]{limit}[/{style}]")
+    host.add_row("NVML", f"{report['nvml']}; {report['nvml_gpus']}")
+    host.add_row("MPS", str(report["mps"]))
     host.add_row("CPU kernels", "[green]compiled (kernels/native, built at install)[/green]" if report["cpu_kernels"] == "compiled"
                  else "[yellow]numpy (the compiled kernels are not installed: slower, same results)[/yellow]")
     return host

@@ -7,7 +7,7 @@ gets no answer within the operator's `request_timeout_s` marks the instance hung
 kills it; a client's deadline never does (the owner keeps the request's slot until the
 worker answers and drops the result). How an instance ended is classified once, from the
 zygote's exit report, for the owner to count: a crash, a request-caused resource kill
-(the memory layer), a hang, or a stop of ours.
+(the memory layer, or the GPU memory layer's watcher), a hang, or a stop of ours.
 """
 import asyncio
 import collections
@@ -20,12 +20,13 @@ from rtd.daemon.channel import WorkerChannel
 from rtd.errors import Code, RtdError
 
 WORKER_ENTRY = "rtd.daemon.worker:serve"
+RESOURCE_LAYERS = ("memory", "gpu")   # limits a request can run into: its doing, not the model's
 
 
 class Ending(enum.Enum):
     STOPPED = "stopped"        # by us: unload, eviction, replacement, shutdown
     CRASHED = "crashed"        # the worker died on its own, or by seccomp or another layer
-    RESOURCE = "resource"      # killed by its memory limit while serving: the request's doing
+    RESOURCE = "resource"      # killed by its memory or GPU memory limit while serving: the request's doing
     HUNG = "hung"              # no answer within request_timeout_s
 
 
@@ -144,7 +145,7 @@ class Instance:
         status = await asyncio.get_running_loop().run_in_executor(None, self.handle.wait, 2.0)
         if status is not None:
             self.reason, self.layer = f"{status.layer or 'crash'}: {status.reason}", status.layer
-            if status.layer == "memory":
+            if status.layer in RESOURCE_LAYERS:
                 self.ending = Ending.RESOURCE
         self.ended.set()
         self.on_end(self)

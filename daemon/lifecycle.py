@@ -9,7 +9,7 @@ How an instance ended decides what the version does next:
   - a crash or a hang counts toward `crash_limit`; that many in a row mark the model FAILED
     (an answered request resets the count). FAILED is left by a reload (load by name) or
     by unload + load; the identical signed package may be sent again.
-  - a kill by the memory layer is a resource error caused by a request: counted apart,
+  - a kill by the memory layer (or the GPU memory layer) is a resource error caused by a request: counted apart,
     forgotten after `resource_error_window_s`, never a reason for FAILED by itself;
   - our own stop (eviction, unload, replacement, shutdown) counts for nothing.
 A dead instance is restarted after an exponential back-off; an evicted one when a request

@@ -1,7 +1,8 @@
 """Prometheus metrics, written by hand in the text exposition format so that names match
 Triton's exactly (its prometheus-cpp serializer adds no `_total`): Triton's per-model
 inference counters and pending gauge, labelled model and version as Triton does plus
-tenant; Triton's CPU gauges; and rtd's own under `rtd_*` — verification refusals by code,
+tenant; Triton's CPU gauges, and its GPU gauges (labelled gpu_uuid) where the NVML watcher
+runs; and rtd's own under `rtd_*` — verification refusals by code,
 budget refusals by resource, instance ends by kind, evictions, and, read from the
 supervisor's status when scraped, memory and live instances per tenant and model and
 what each budget holds.
@@ -37,6 +38,11 @@ REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")   # Triton's failure reas
 CPU = (("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]"),
        ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes"),
        ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes"))
+# Triton's GPU gauges (TRITON_ENABLE_METRICS_GPU), labelled gpu_uuid; read from NVML by daemon/gpu_watch.py
+GPU = (("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "utilization"),
+       ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "memory_total_bytes"),
+       ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "memory_used_bytes"),
+       ("nv_gpu_power_usage", "GPU power usage in watts", "power_watts"))
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -149,6 +155,7 @@ class Metrics:
         self.ends: collections.Counter = collections.Counter()       # (tenant, model, ending) -> n
         self.evictions: collections.Counter = collections.Counter()  # (tenant, model) -> n
         self.status_source = None
+        self.gpu_source = None   # the NVML watcher's cached readings, when it runs: GPU gauges absent otherwise
         self.cpu_last = _cpu_times()
 
     # -- series (on the event loop) ------------------------------------------------------------
@@ -228,6 +235,10 @@ class Metrics:
         total, used = _memory()
         for (name, help_text), value in zip(CPU, (max(busy - last_busy, 0) / spent if spent else 0.0, total, used)):
             out.family(name, "gauge", help_text, [({}, value)])
+        if self.gpu_source is not None:
+            readings = self.gpu_source()
+            for name, help_text, field in GPU:
+                out.family(name, "gauge", help_text, [({"gpu_uuid": r.uuid}, getattr(r, field)) for r in readings])
         self._own(out)
         return out.text()
 
@@ -239,7 +250,7 @@ class Metrics:
         out.family("rtd_budget_refusals_total", "counter", "Requests refused by a budget",
                    counted(self.budgets, ("tenant", "resource")))
         out.family("rtd_instance_ends_total", "counter",
-                   "Model instances that ended unasked: crashed, resource (memory layer) or hung",
+                   "Model instances that ended unasked: crashed, resource (memory or GPU memory layer) or hung",
                    counted(self.ends, ("tenant", "model", "ending")))
         out.family("rtd_evictions_total", "counter", "Idle instances evicted to make room",
                    counted(self.evictions, ("tenant", "model")))

@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from rtd.daemon.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.config import ALL_MODELS, Config, TenantConfig
 from rtd.daemon.events import EventLog
+from rtd.daemon.gpu_watch import GpuKill, GpuWatch
 from rtd.daemon.kserve import TRACE_OUTPUT
 from rtd.daemon.lifecycle import ManagedModel, ModelState
 from rtd.daemon.metrics import Metrics, Timing
@@ -77,6 +78,7 @@ class Supervisor:
         self.tenancies: dict[str, Tenancy] = {}
         self.io = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="rtd-io")   # hashing, fsync
         self.started, self.draining = False, False
+        self.gpu_watch: GpuWatch | None = None   # started when a tenant names GPUs and NVML initialises
         self.metrics.status_source = self.status
 
     def _budget_refused(self, who: str, resource: str) -> None:
@@ -91,6 +93,7 @@ class Supervisor:
         """Restore every recorded model, verified again against today's trust stores; a
         model that cannot be restored costs that model only."""
         self.tenancies = {t.id: Tenancy(self, t) for t in self.config.tenants}
+        await self._start_gpu_watch()
         for tenancy in self.tenancies.values():
             # a confined spare per tenant, armed now, makes its first worker start as fast as a
             # restart; one that cannot be armed is no refusal: the first spawn reports the same
@@ -130,6 +133,32 @@ class Supervisor:
             self.events.emit("registry_damaged", level="error", detail=line)
         self.started = True
 
+    async def _start_gpu_watch(self) -> None:
+        """The NVML watcher, when some tenant names GPUs (off the loop: NVML calls block);
+        without NVML the daemon serves without it and says so."""
+        budgets = {tid: t.policy.limits.gpu_memory_bytes for tid, t in self.tenancies.items() if t.policy.limits.gpu_devices}
+        if not budgets:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            self.gpu_watch = await loop.run_in_executor(None, GpuWatch.start, budgets, self._gpu_killed, self._gpu_health)
+        except RtdError as e:
+            self.events.emit("gpu_watch_unavailable", level="error", reason=e.detail,
+                             detail="GPU tenants' memory is not watched; rtctl doctor says which limit holds")
+            return
+        self.metrics.gpu_source = self.gpu_watch.readings
+        self.events.emit("gpu_watch", gpus=",".join(f"{g.minor}:{g.uuid}" for g in self.gpu_watch.gpus),
+                         tenants=",".join(sorted(budgets)), poll_ms=self.gpu_watch.poll_s * 1000)
+
+    def _gpu_killed(self, kill: GpuKill) -> None:
+        """The watcher's thread killed a worker over its tenant's GPU budget (EventLog is thread-safe)."""
+        self.events.emit("gpu_kill", kill.tenant, level="warning", pid=kill.pid, tenant_bytes=kill.tenant_bytes,
+                         worker_bytes=kill.worker_bytes, budget_bytes=kill.budget_bytes, latency_ms=kill.latency_ms)
+
+    def _gpu_health(self, minor: int, error: str | None) -> None:
+        self.events.emit("gpu_health", level="error" if error else "info", gpu=minor,
+                         state=f"unhealthy: {error}" if error else "healthy")
+
     async def _load_at_start(self, tenancy: Tenancy, name: str) -> None:
         """Load a model the tenant lists in `load` from its repository, unless the registry
         already restored that very version; a failure costs that model only."""
@@ -159,6 +188,8 @@ class Supervisor:
             for version in tenancy.versions():
                 version.stop("daemon stopping")
                 version.package.close()
+        if self.gpu_watch is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.gpu_watch.stop)
         self.io.shutdown(wait=False, cancel_futures=True)
 
     def reload_config(self, config: Config) -> None:
@@ -322,9 +353,13 @@ class Supervisor:
         return [views[name] for name in sorted(views)]
 
     def model_ready(self, tenant: TenantConfig, name: str, version: str = "") -> bool:
-        model = self._tenancy(tenant).models.get(name)
+        """READY, and for a tenant that names GPUs, NVML answering for each of them (where the watcher runs)."""
+        tenancy = self._tenancy(tenant)
+        model = tenancy.models.get(name)
+        gpus = tenancy.policy.limits.gpu_devices
         return (model is not None and model.state == ModelState.READY and model.serving is not None
-                and (not version or version == model.serving.version_dir))
+                and (not version or version == model.serving.version_dir)
+                and (not gpus or self.gpu_watch is None or self.gpu_watch.healthy(gpus)))
 
     def metadata(self, tenant: TenantConfig, name: str, version: str = "") -> dict:
         serving = self._model(tenant, name).version_for(version)

@@ -56,8 +56,12 @@ class Tenancy:
         self.load_lock = asyncio.Lock()
 
     def spawn(self, sock):
-        """Blocking: a confined worker for this tenant (called off the event loop)."""
-        return self.supervisor.zygote.spawn(WORKER_ENTRY, policy=self.policy, identity=self.identity, sock=sock, args=())
+        """Blocking: a confined worker for this tenant (called off the event loop); the NVML
+        watcher polices it from here on when the tenant names GPUs."""
+        handle = self.supervisor.zygote.spawn(WORKER_ENTRY, policy=self.policy, identity=self.identity, sock=sock, args=())
+        if self.policy.limits.gpu_devices and self.supervisor.gpu_watch is not None:
+            self.supervisor.gpu_watch.watch(self.tenant.id, handle)
+        return handle
 
     def versions(self) -> list[ModelVersion]:
         return [v for m in self.models.values() for v in (m.serving, m.loading) if v is not None]

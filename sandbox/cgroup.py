@@ -1,5 +1,6 @@
 """Worker cgroups on whatever hierarchies the host has (pure v2, hybrid or v1), never
-assumed: on v2 memory.max/pids.max/cpu.max and memory.events; on v1 memory and CPU
+assumed: on v2 memory.max/pids.max/cpu.max and memory.events, and dmem.max where the
+kernel's dmem controller lists a region of the tenant's GPUs (sandbox/gpu_memory.py); on v1 memory and CPU
 through cgroupspy and pids through cgroupfs. A v2 mount without controllers (hybrid hosts)
 only adds the hard kill (cgroup.kill) and `populated`: where rtd may not create directories
 there (no CAP_DAC_OVERRIDE on a 0555 mount), workers start without a v2 leaf and the hard
@@ -24,9 +25,11 @@ import time
 from cgroupspy.nodes import Node
 
 from rtd.errors import Code, RtdError
+from rtd.sandbox import gpu_memory
 from rtd.sandbox.policy import is_name
 
 RESOURCES = ("memory", "pids", "cpu")
+V2_ONLY = ("dmem",)   # GPU memory regions: a v2 controller only, written when a tenant names GPUs
 CPU_PERIOD_US = 100_000
 REMOVE_TIMEOUT_S = 2.0
 UNLIMITED_V1 = 1 << 62   # v1 reports "no limit" as a page-rounded LONG_MAX
@@ -102,7 +105,7 @@ def detect_layout() -> Layout:
     controllers = frozenset()
     if v2_root:
         with open(os.path.join(v2_root, "cgroup.controllers")) as f:
-            controllers = frozenset(f.read().split()) & set(RESOURCES)
+            controllers = frozenset(f.read().split()) & {*RESOURCES, *V2_ONLY}
     own = {}
     with open("/proc/self/cgroup") as f:
         for line in f:
@@ -258,7 +261,7 @@ class WorkerCgroup:
                     raise
                 continue
             except PermissionError as e:
-                if hierarchy != "v2" or self.layout.v2_controllers:
+                if hierarchy != "v2" or self.layout.v2_controllers & set(RESOURCES) or self._dmem_lines(limits):
                     raise   # this hierarchy drives a controller: no leaf, no worker
                 if self.layout.v2_root not in _warned_unwritable:
                     _warned_unwritable.add(self.layout.v2_root)
@@ -295,6 +298,8 @@ class WorkerCgroup:
                 _write(os.path.join(node, "pids.max"), str(limits.pids))
             if "cpu" in self.layout.v2_controllers:
                 _write(os.path.join(node, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+            for line in self._dmem_lines(limits):   # one region per write, as the kernel parses it
+                _write(os.path.join(node, "dmem.max"), line)
         elif hierarchy == "memory":
             ctl = _v1_node(self.layout.v1_roots["memory"], node).controller
             memsw = os.path.exists(os.path.join(node, "memory.memsw.limit_in_bytes"))
@@ -311,6 +316,12 @@ class WorkerCgroup:
             ctl.cfs_quota_us = quota
         elif hierarchy == "pids":   # cgroupspy has no pids controller
             _write(os.path.join(node, "pids.max"), str(limits.pids))
+
+    def _dmem_lines(self, limits) -> tuple[str, ...]:
+        """"<region> <bytes>" for each dmem region of the tenant's GPUs, where the controller is on."""
+        if "dmem" not in self.layout.v2_controllers or not limits.gpu_devices:
+            return ()
+        return gpu_memory.plan(limits.gpu_devices, limits.gpu_memory_bytes, self.layout.v2_root, v2_writable=True).dmem_max
 
     @property
     def procs_files(self) -> list[str]:

@@ -1,8 +1,7 @@
 """The GPU as a worker gets it: which NVIDIA device nodes and driver libraries a worker
 whose policy grants GPUs finds in its root (from a configurable device root and library
-directories), the function that initialises CUDA in the worker before its seccomp filter,
-and the memory budget's status (cgroup v2 `dmem` where a region is registered; otherwise
-the CuPy pool cap inside the worker, advisory only).
+directories), and the function that initialises CUDA in the worker before its seccomp
+filter. Which layer limits a tenant's GPU memory is sandbox/gpu_memory.py's.
 
 What a CUDA compute process needs, after NVIDIA's container toolkit (libnvidia-container,
 src/nvc_info.c and nvc_mount.c: the "compute" and "utility" capabilities):
@@ -31,7 +30,6 @@ from typing import Callable
 
 from rtd.errors import Code, RtdError
 
-NO_GPU = "unavailable: no NVML/GPU"
 NVIDIA_MAJOR = 195          # "nvidia-frontend" in /proc/devices: nvidiaN (minor N) and nvidiactl
 CTL_MINOR = 255
 CTL, UVM = "nvidiactl", "nvidia-uvm"
@@ -182,29 +180,3 @@ def devices(dev_root: str = "/dev") -> list[str]:
         return []
     names = [CTL, UVM] + [n for n in os.listdir(dev_root) if re.fullmatch(r"nvidia\d+", n)]
     return sorted(os.path.join(dev_root, n) for n in names if os.path.exists(os.path.join(dev_root, n)))
-
-
-def nvml() -> str | None:
-    """The NVML library the loader would find (None without the NVIDIA driver's userspace)."""
-    return next((p for p in driver_libraries() if os.path.basename(p).startswith("libnvidia-ml.so")), None)
-
-
-def dmem_regions(layout) -> list[str]:
-    """Regions listed in dmem.capacity of the v2 root (empty without the controller)."""
-    if not layout.v2_root:
-        return []
-    try:
-        with open(os.path.join(layout.v2_root, "dmem.capacity")) as f:
-            return [line.split()[0] for line in f if line.strip()]
-    except OSError:
-        return []
-
-
-def status(layout, gpu_memory_bytes: int) -> str:
-    if not devices():
-        return NO_GPU
-    if gpu_memory_bytes == 0:
-        return "enforced (no GPU access: the worker's root has no device nodes)"
-    if dmem_regions(layout):
-        return "unavailable: dmem regions present but rtd does not yet write dmem.max"
-    return "advisory (no dmem region: CuPy pool cap only, bypassable; no NVML poll-and-kill watcher)"

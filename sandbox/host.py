@@ -3,7 +3,7 @@ hierarchies rtd may write, user namespaces, seccomp, dmem and GPU, per policy wh
 layers a worker would get, and whether the executor runs its compiled CPU kernels."""
 import os
 
-from rtd.sandbox import cgroup, gpu, namespaces, seccomp, syscalls
+from rtd.sandbox import cgroup, gpu, gpu_memory, namespaces, seccomp, syscalls
 from rtd.sandbox.policy import load_policy
 
 
@@ -22,7 +22,9 @@ def plan_layers(policy, layout=None) -> dict[str, str]:
         layers[r] = layout.describe(r) if root else need_root
     v2_kill = layout.v2_root and layout.writable("v2", policy.cgroup_parent) and _kernel_at_least(5, 14)
     layers["kill"] = cgroup.KILL_BY_CGROUP if v2_kill else cgroup.KILL_BY_PID1
-    layers["gpu"] = gpu.status(layout, policy.limits.gpu_memory_bytes)
+    v2_writable = bool(layout.v2_root) and root and layout.writable("v2", policy.cgroup_parent)
+    layers["gpu"] = gpu_memory.plan(policy.limits.gpu_devices, policy.limits.gpu_memory_bytes, layout.v2_root,
+                                    v2_writable).state
     layers["rlimits"] = "enforced (core 0, nofile, fsize, nproc" + (", cpu)" if policy.limits.cpu_seconds else ")")
     layers["privileges"] = ("enforced (own uid/gid, no capabilities, no_new_privs, new session, fds closed)"
                             if root else need_root)
@@ -52,11 +54,15 @@ def host_report() -> dict:
                    "favordynmods": cgroup.favordynmods_status()},
         "userns": namespaces.userns_status(),
         "seccomp": seccomp.status(),
-        "dmem": gpu.dmem_regions(layout) or "unavailable: no dmem controller or region",
-        "gpu": gpu.devices() or gpu.NO_GPU,
+        "dmem": sorted(gpu_memory.dmem_capacity(layout.v2_root)) or "unavailable: no dmem controller or region",
+        "gpu": gpu.devices() or "unavailable: no NVIDIA device nodes in /dev",
         "gpu_libraries": list(gpu.driver_libraries()) or "unavailable: no NVIDIA driver library in the ldconfig cache",
         "gpu_seccomp": seccomp.gpu_status(),
-        "nvml": gpu.nvml() or "unavailable: no libnvidia-ml",
+        "nvml": gpu_memory.nvml_library() or "unavailable: no libnvidia-ml",
+        "mps": (f"runs at {gpu_memory.mps_pipe_directory()}: not used as a limit (workers' roots do not hold its pipe "
+                "directory)") if gpu_memory.mps_pipe_directory() else "unavailable: no MPS control daemon",
+        "gpu_memory_limit": gpu_memory.host_statement(layout.v2_root, os.geteuid() == 0 and bool(layout.v2_root)
+                                                      and layout.writable("v2", policy.cgroup_parent)),
         "layers": plan_layers(policy, layout),
         "cpu_kernels": _cpu_kernels(),
     }

@@ -74,6 +74,7 @@ class WorkerHandle:
         self._done = threading.Event()
         self._status = None
         self._killed = False
+        self._killed_by: tuple[str, str] | None = None   # (layer, reason) of a supervisor-side limit's kill
 
     @property
     def startup_ms(self) -> dict[str, float]:
@@ -88,6 +89,8 @@ class WorkerHandle:
 
     def _finish(self, code, sig, cpu_s):
         self._status = contain.exit_status(code, sig, cpu_s, self.cgroup.oom_kills(), self._killed, self._cpu_seconds)
+        if self._killed_by is not None and sig == signal.SIGKILL and self._status.layer is None:
+            self._status = contain.ExitStatus(None, sig, *self._killed_by)
         try:
             self.cgroup.remove()
         except RtdError as e:   # keep serving the other workers; the leak is reported, not hidden
@@ -101,10 +104,14 @@ class WorkerHandle:
     def alive(self) -> bool:
         return not self._done.is_set()
 
-    def kill(self):
-        """Hard kill of the worker's whole cgroup (or its pid namespace)."""
+    def kill(self, layer: str | None = None, reason: str = ""):
+        """Hard kill of the worker's whole cgroup (or its pid namespace); `layer` names a
+        limit enforced from the supervisor's side (the NVML watcher: "gpu"), so that the
+        exit status says which layer ended it and why. Safe from any thread."""
         if self._done.is_set():
             return
+        if layer is not None and self._killed_by is None:
+            self._killed_by = (layer, reason)
         self._killed = True
         self.cgroup.kill()
         if self.pid:

@@ -156,15 +156,18 @@ def test_cpu_quota_throttles(monkeypatch):
     assert int(seen["stat"]["nr_throttled"]) > 0
 
 
+ABSENT_GPU = {"gpu_devices": [63], "gpu_memory_bytes": 1 << 20}   # no host has /dev/nvidia63: no GPU limit
+
+
 def test_strict_refuses_a_missing_mandatory_layer():
-    policy = load_policy({"mandatory": ["seccomp", "gpu"]})
+    policy = load_policy({"mandatory": ["seccomp", "gpu"], "limits": ABSENT_GPU})
     with pytest.raises(RtdError) as e:
         run_confined(int, policy=policy)
     assert e.value.code is Code.E_LAYER_UNAVAILABLE and e.value.detail.startswith("gpu: unavailable")
 
 
 def test_non_strict_starts_and_says_what_is_missing(caplog):
-    policy = load_policy({"mandatory": ["seccomp", "gpu"], "strict": False})
+    policy = load_policy({"mandatory": ["seccomp", "gpu"], "strict": False, "limits": ABSENT_GPU})
     assert run_confined(int, "7", policy=policy) == 7
     assert "WITHOUT layer gpu" in caplog.text
 

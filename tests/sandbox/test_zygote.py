@@ -73,7 +73,8 @@ def test_kill_is_a_hard_kill_of_the_tree(zygote):
 def test_strict_refusal_changes_nothing(zygote):
     ours, theirs = socket.socketpair()
     with pytest.raises(RtdError) as e:
-        zygote.spawn("rtd.sandbox.echo:serve", policy=load_policy({"mandatory": ["gpu"]}), identity=ACME, sock=theirs)
+        zygote.spawn("rtd.sandbox.echo:serve", policy=load_policy({"mandatory": ["gpu"], "limits": {"gpu_devices": [63], "gpu_memory_bytes": 1 << 20}}),
+                     identity=ACME, sock=theirs)
     assert e.value.code is Code.E_LAYER_UNAVAILABLE
     handle, sock = start_echo(zygote)   # the zygote still serves
     sock.close()
