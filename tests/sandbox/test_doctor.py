@@ -26,7 +26,7 @@ def test_doctor_json_reports_host_and_battery():
 def test_host_report_never_claims_what_the_host_lacks():
     report = host_report()
     if not os.path.exists("/dev/nvidiactl") and not os.path.isdir("/dev/dri"):
-        assert report["gpu"] == "unavailable: no NVML/GPU"
+        assert report["gpu"] == "unavailable: no NVIDIA device nodes in /dev"
         assert report["gpu_memory_limit"] == "unavailable: no GPU on this host (no /dev/nvidiaN)"
     with open("/proc/self/mounts") as f:
         favoured = any("favordynmods" in line.split()[3].split(",") for line in f if line.split()[2].startswith("cgroup"))

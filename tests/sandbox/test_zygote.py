@@ -54,7 +54,7 @@ def test_worker_confinement_seen_from_the_host(zygote):
     assert len(os.listdir(f"/proc/{handle.pid}/fd")) == 1   # only the RPC socket
     for ns in ("mnt", "pid", "net", "ipc", "uts", "cgroup", "user"):
         assert os.readlink(f"/proc/{handle.pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"), ns
-    assert all(v.startswith(("enforced", "unavailable: no NVML/GPU")) for v in handle.layers.values()), handle.layers
+    assert all(v.startswith("enforced") for v in handle.layers.values()), handle.layers
     usage = handle.usage()
     assert usage["pids"] == 2 and usage["memory_bytes"] > 0 and usage["oom_kills"] == 0
     sock.close()
