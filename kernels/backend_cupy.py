@@ -95,10 +95,8 @@ def budget() -> DeviceBudget:
 
 
 def _set_up(memory_limit: int) -> None:
-    """Device 0 of those this process sees, its context, the budgeted zeroing pool, and what
-    needs files loaded now: NVRTC and its builtins (a kernel compiled and run), cuBLAS (a
-    handle and one GEMM), CuPy's reduction and element-wise headers (one of each compiled)."""
-    global _budget
+    """The process's device, once (a later call only moves the cap); E_OP_UNSUPPORTED when it
+    cannot start."""
     if _budget is not None:
         if memory_limit:
             _budget.limit = memory_limit
@@ -106,15 +104,26 @@ def _set_up(memory_limit: int) -> None:
     reason = unavailable_reason()
     if reason is not None:
         raise RtdError(Code.E_OP_UNSUPPORTED, f"device cuda unavailable: {reason}")
+    try:
+        _start(memory_limit)
+    except Exception as e:  # a driver or CUDA library that fails to start: one line, no traceback
+        raise RtdError(Code.E_OP_UNSUPPORTED, f"device cuda unavailable: {type(e).__name__}: {str(e)[:160]}") from None
+
+
+def _start(memory_limit: int) -> None:
+    """Device 0 of those this process sees, its context, the budgeted zeroing pool, and what
+    needs files loaded now: NVRTC and its builtins (a kernel compiled and run), cuBLAS (a
+    handle and one GEMM), a CuPy reduction and element-wise kernel (CuPy's headers)."""
+    global _budget
     cupy.cuda.Device(0).use()
-    budget_ = DeviceBudget(memory_limit)
-    cupy.cuda.set_allocator(budget_.new_pool().malloc)
-    _budget = budget_
+    starting = DeviceBudget(memory_limit)
+    cupy.cuda.set_allocator(starting.new_pool().malloc)
     a = cupy.ones((4, 4), np.float32)
     (a @ a).sum().get()                                  # cuBLAS, a CuPy reduction
     softmax_rows(a, 1.0, a)                              # NVRTC on a header-free raw kernel
     cupy.add(a, a).get()                                 # a CuPy element-wise kernel: its headers through NVRTC
     cupy.cuda.get_current_stream().synchronize()
+    _budget = starting   # set up: later calls find it
 
 
 def init_device(device_ordinals: tuple[int, ...], memory_limit: int) -> None:
@@ -132,8 +141,6 @@ def init_device(device_ordinals: tuple[int, ...], memory_limit: int) -> None:
         _set_up(memory_limit)
     except RtdError as e:
         raise RtdError(Code.E_LAYER_UNAVAILABLE, f"GPU {list(device_ordinals)}: {e.detail}") from None
-    except Exception as e:  # a driver or CUDA library that fails to start (no traceback crosses the report)
-        raise RtdError(Code.E_LAYER_UNAVAILABLE, f"GPU {list(device_ordinals)}: {type(e).__name__}: {str(e)[:160]}") from None
 
 
 def array_module(memory_limit: int | None = None):

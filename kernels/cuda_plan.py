@@ -14,8 +14,9 @@ to anything else; blocks freed during capture are reused in the same order on ev
 Inputs are copied into the graph's input buffers before a replay and the outputs read from
 its output buffers, so one replay runs at a time per plan (a lock).
 
-Fallback, documented: a plan with a value whose shape depends on data (NonZero, Unique, ...)
-or a random op (a replay would repeat its numbers), a plan whose capture fails because a
+Fallback, documented: a plan with a value whose shape is not fixed by the signature
+(NonZero, Unique, ..., and random ops, which lower.shapes never counts as fixed: a replay
+would repeat their numbers), a plan whose capture fails because a
 step reads a device value on the host (`Kernel.host()`: shapes, axes, counts given as
 tensors; a synchronous copy is not capturable), and a profiled run all run the steps
 eagerly on the stream: the same results, without the launch overhead the graph saves.
@@ -26,8 +27,6 @@ import threading
 from . import backend_cupy
 from .backend_cupy import cupy, pinned_empty
 
-# ops whose every run must differ: a replayed graph would repeat the captured run's numbers
-RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Dropout"}
 _streams = threading.local()
 
 
@@ -45,9 +44,7 @@ class CudaPlan:
 
     def __init__(self, plan, static: set):
         self.plan, self.peak_bytes = plan, plan.peak_bytes
-        nodes = plan.graph.nodes
-        self.graphable = (all(o in static for node in nodes for o in node.outputs if o)
-                          and not any(node.op_type in RANDOM_OPS for node in nodes))
+        self.graphable = all(o in static for node in plan.graph.nodes for o in node.outputs if o)
         self.graph = self.pool = None
         self.device_inputs, self.device_outputs, self.pinned_inputs, self.pinned_outputs = [], [], [], []
         self._lock = threading.Lock()
