@@ -21,7 +21,7 @@ from rtd.kernels.cuda_source import ROW_TYPES, chain_body, chain_source, layerno
 from rtd.kernels.ops import REQUIRED, Elementwise, lookup, supported
 from rtd.kernels.ops.op_gelu import Gelu_20
 
-from kernel_graphs import const, model, node
+from kernel_graphs import model, node, transformer_block
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 INTEGER_OPS = {"BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift"}
@@ -89,32 +89,8 @@ def test_row_kernels_compile_as_cupy_receives_them(dtype, tmp_path):
     nvcc_compiles(softmax_source(dtype), tmp_path)
 
 
-def _transformer_block():
-    """LayerNorm (ONNX op), attention, a MatMul+bias with its GELU (Erf form), a Softmax and a
-    GELU of their own, and an element-wise tail: every kind of fused step a GPU plan builds
-    kernels for."""
-    rng = np.random.default_rng(0)
-    h = 8
-    nodes = [node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1, epsilon=1e-5),
-             node("Transpose", ["n"], ["nt"], perm=[0, 2, 1]),
-             node("MatMul", ["n", "nt"], ["s"]), node("Mul", ["s", "scale"], ["ss"]),
-             node("Softmax", ["ss"], ["p"], axis=-1), node("MatMul", ["p", "n"], ["a"]),
-             node("MatMul", ["a", "w"], ["m"]), node("Add", ["m", "bias"], ["mb"]),
-             node("Div", ["mb", "sqrt2"], ["d"]), node("Erf", ["d"], ["e"]), node("Add", ["e", "one"], ["e1"]),
-             node("Mul", ["mb", "e1"], ["ge"]), node("Mul", ["ge", "half"], ["gelu"]),
-             node("Softmax", ["x"], ["sx"], axis=-1), node("Div", ["sx", "sqrt2"], ["d2"]), node("Erf", ["d2"], ["e2"]),
-             node("Add", ["e2", "one"], ["e21"]), node("Mul", ["sx", "e21"], ["ge2"]), node("Mul", ["ge2", "half"], ["gelu2"]),
-             node("Sigmoid", ["gelu"], ["sg"]), node("Mul", ["sg", "gelu2"], ["out"])]
-    f32 = np.float32
-    initializers = [const("g", rng.standard_normal(h).astype(f32)), const("b", rng.standard_normal(h).astype(f32)),
-                    const("scale", np.array(0.35, f32)), const("w", rng.standard_normal((h, h)).astype(f32)),
-                    const("bias", rng.standard_normal(h).astype(f32)), const("sqrt2", np.array(np.sqrt(2), f32)),
-                    const("one", np.array(1, f32)), const("half", np.array(0.5, f32))]
-    return model(nodes, [("x", [2, 4, h])], [("out", None)], initializers)
-
-
 def test_every_fused_step_of_a_transformer_plan_has_compiling_cuda(tmp_path):
-    m = compile_model(_transformer_block())
+    m = compile_model(transformer_block())
     m.run({"x": np.ones((2, 4, 8), np.float32)})
     (plan,) = m._plans.values()
     fused = [fn.__self__ for fn, *_ in plan.steps if type(fn.__self__).__module__.endswith("fused")]
