@@ -39,6 +39,9 @@ else:
 
 
 def unavailable_reason() -> str | None:
+    """Why device cuda cannot run here (None: it can). Counting devices initialises CUDA in the
+    calling process, which its forks cannot inherit: a process that forks workers (the
+    supervisor, the zygote) must not call this; a worker calls it after its fork."""
     if cupy is None:
         return _IMPORT_ERROR
     try:
@@ -54,7 +57,8 @@ class DeviceBudget:
     (0: no cap). Every memory pool of the process (the default one and each CUDA graph's
     private one) takes its blocks through `malloc`, so the cap covers them all; CUDA's context,
     cuBLAS's workspace and loaded modules are outside it (the supervisor's GPU limit layer
-    sees the whole process)."""
+    sees the whole process). A CUDA graph's pool keeps its blocks for its plan's life: past the
+    cap, only the asking pool's cached blocks are freed before the refusal."""
 
     def __init__(self, limit: int):
         self.limit, self.held = limit, 0

@@ -69,7 +69,8 @@ class CudaPlan:
 
     @staticmethod
     def _download(outputs: list, stream) -> list:
-        host = [o.get(stream=stream, blocking=False) for o in outputs]
+        # an output a kernel computed on the host (a shape, say) is already there
+        host = [o.get(stream=stream, blocking=False) if isinstance(o, cupy.ndarray) else o for o in outputs]
         stream.synchronize()
         return host
 
@@ -90,10 +91,11 @@ class CudaPlan:
                 graph = stream.end_capture()
             except cupy.cuda.runtime.CUDARuntimeError:   # the capture was invalidated
                 graph = None
-        if outputs is None or graph is None:
-            self.graphable = False
+        self.pool = pool   # kept either way: the plan's arena for this thread may live in it
+        if outputs is None or graph is None or not all(isinstance(o, cupy.ndarray) for o in outputs):
+            self.graphable = False   # not capturable, or an output the host computed (a replay would not renew it)
             return
-        self.graph, self.pool, self.device_inputs, self.device_outputs = graph, pool, inputs, outputs
+        self.graph, self.device_inputs, self.device_outputs = graph, inputs, outputs
         self.pinned_inputs = [pinned_empty(v.shape, v.dtype) for v in inputs]
         self.pinned_outputs = [pinned_empty(v.shape, v.dtype) for v in outputs]
 
