@@ -53,10 +53,11 @@ class Instance:
         return self.channel.in_flight if self.channel is not None else 0
 
     async def start(self, spawn, model_fd: int, load_timeout: float, external: dict[str, int] | None = None,
-                    threads: int = 1) -> dict:
+                    threads: int = 1, device: str = "cpu") -> dict:
         """Spawn the worker (blocking zygote call, run off the loop), send the model, the
         signed files its tensors' external data may name ({name: sealed memfd}) and how many
-        kernel threads it may run (the tenant's whole CPU cores), wait for its signature;
+        kernel threads it may run (the tenant's whole CPU cores) and the device it compiles for
+        ("cuda" when the tenant's policy names GPUs), wait for its signature;
         raises RtdError and leaves nothing running on failure."""
         external = external or {}
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -69,7 +70,7 @@ class Instance:
             theirs.close()
         self.channel = WorkerChannel(ours, self._lost)
         try:
-            reply = await asyncio.wait_for(self.channel.request(wire.Kind.LOAD, {"external": list(external), "threads": threads},
+            reply = await asyncio.wait_for(self.channel.request(wire.Kind.LOAD, {"external": list(external), "threads": threads, "device": device},
                                                                 fds=[model_fd, *external.values()]), load_timeout)
         except asyncio.TimeoutError:
             self.stop(Ending.HUNG, f"no answer to LOAD within {load_timeout:g} s")

@@ -105,7 +105,8 @@ class ModelVersion:
         try:
             signature = await instance.start(tenancy.spawn, self.package.model.fd, tenancy.limits.load_timeout_s,
                                              {name: f.fd for name, f in self.package.siblings.items()},
-                                             threads=max(1, int(tenancy.policy.limits.cpu_cores)))
+                                             threads=max(1, int(tenancy.policy.limits.cpu_cores)),
+                                             device="cuda" if tenancy.policy.limits.gpu_devices else "cpu")
         except BaseException:
             if instance in self.instances:
                 self.instances.remove(instance)

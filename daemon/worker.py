@@ -38,14 +38,17 @@ def _spec_json(spec) -> dict:
 
 def _warm_up(model) -> None:
     """One run on zeros so the first tenant request doesn't pay for lazy set-up, and an op
-    the executor cannot run on the declared types refuses the load, not the first request."""
+    the executor cannot run on the declared types refuses the load, not the first request.
+    On a GPU a second run: the first traces the graph, the second runs the shape's plan,
+    which compiles its fused kernels and captures its CUDA graph now, at load."""
     feeds = {}
     for spec in model.inputs:
         if spec.dtype is None or spec.shape is None:
             return
         feeds[spec.name] = np.zeros([d if isinstance(d, int) else 1 for d in spec.shape], spec.dtype)
     try:
-        model.run(feeds)
+        for _ in range(2 if model.device == "cuda" else 1):
+            model.run(feeds)
     except RtdError as e:
         if e.code is Code.E_OP_UNSUPPORTED:
             raise
@@ -94,13 +97,18 @@ class Worker:
         if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096:
             raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: threads {threads!r}")
         BLAS.limit(limits=threads)   # never more kernel threads than the cores the tenant was granted
+        device = frame.head.get("device", "cpu")   # "cuda" when the tenant's policy names GPUs
+        if device not in ("cpu", "cuda"):
+            raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: device {device!r}")
         model_fd, *sibling_fds = frame.fds
         # the package's signed sibling files, which the guard lets external data name
         external = {name: wire.map_fd(fd, os.fstat(fd).st_size) for name, fd in zip(names, sibling_fds)}
         views = {}   # the main graph's weights, left in the sealed memfds (shared by every instance)
         proto = onnx_guard.check_model(wire.map_fd(model_fd, os.fstat(model_fd).st_size), allowed_ops=self.allowed_ops,
                                        external=external or None, views=views)
-        model = rtd.kernels.compile_model(proto, weights=_weights(proto, views))
+        # on "cuda" the device was set up before confinement (backend_cupy.init_device); where
+        # CuPy or a GPU is missing this refuses with E_OP_UNSUPPORTED, one line
+        model = rtd.kernels.compile_model(proto, device=device, weights=_weights(proto, views))
         del proto, external, views
         if frame.head.get("warm_up", True):
             _warm_up(model)

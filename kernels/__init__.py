@@ -8,7 +8,9 @@
 
 Pipeline: `ir.from_onnx` (functions inlined) → `lower.lower` (compile-time passes) → per input
 shape signature: one traced run of `graph.GraphRunner`, `lower.lower_signature` (Shape-chain
-folding, element-wise chains) → `plan.Plan` (slot-indexed steps, arena from `memory.place`).
+folding, element-wise chains) → `plan.Plan` (slot-indexed steps, arena from `memory.place`),
+on a GPU wrapped by `cuda_plan.CudaPlan` (its stream, a CUDA graph where shapes are static;
+device set-up and generated kernels in `backend_cupy`, their CUDA C in `cuda_source`).
 `backend` is the onnx.backend.base.Backend the node tests run against.
 """
 from . import backend

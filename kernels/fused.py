@@ -3,12 +3,18 @@
 A fused kernel writes into buffers the memory planner hands it (`out`, and `scratch` for
 chains) so the plan allocates nothing per call; given None it allocates its own. They are
 not registered ops: models cannot name them, only the passes can.
+
+On a GPU (xp is CuPy) each has one device form: GELU and element-wise chains are one
+generated element-wise kernel, LayerNorm and Softmax (Attention's too) one row kernel
+(backend_cupy), matrix products cuBLAS through xp.matmul. Where a row kernel does not fit
+(half precision, a non-contiguous view, per-element gamma, Softmax off the last axis, an
+attention mask) the same steps run as CuPy array ops, still on the device.
 """
 import numpy as np
 
 from rtd.errors import Code, RtdError
 
-from .backend_cupy import chain_kernel
+from .backend_cupy import chain_kernel, layernorm_rows, rows_kernel_fits, softmax_rows
 from .ir import Node
 from .ops._norm import standardize
 from .ops._softmax import softmax
@@ -37,6 +43,20 @@ class Fused:
         return out
 
 
+class OnDevice:
+    """An Elementwise op kernel as one generated CuPy kernel per dtype (its `cuda` expression),
+    falling back to the op's own compute where there is none (half precision)."""
+
+    def __init__(self, op):
+        self.op, self.kernels = op, {}
+
+    def __call__(self, x, out):  # `out` may be x
+        kernel = self.kernels.get(x.dtype, False)
+        if kernel is False:
+            kernel = self.kernels[x.dtype] = chain_kernel([(self.op, [0])], 1, x.dtype)
+        return self.op.compute(x, out=out) if kernel is None else kernel(x, out)
+
+
 def _activation(name, xp):
     """The element-wise op kernel a MatMulBias applies in place to its output (None: none)."""
     if name == "Relu":
@@ -53,8 +73,11 @@ class Gelu(Fused):
 
     def setup(self, make_kernel):
         self.gelu = Gelu_20({"approximate": self.approximate}, self.xp)
+        self.on_device = OnDevice(self.gelu) if self.xp is not np else None
 
     def run(self, x, out=None):
+        if self.on_device is not None:
+            return (self.on_device(x, out if out is not None else self.xp.empty_like(x)),)
         return (self.gelu.compute(x, out=out),)
 
 
@@ -65,19 +88,26 @@ class MatMulBias(Fused):
     activation = None
 
     def setup(self, make_kernel):
-        self.activate = _activation(self.activation, self.xp)
+        activate = _activation(self.activation, self.xp)
+        if activate is None:
+            self.activate = None
+        elif self.xp is np:
+            self.activate = activate.compute
+        else:
+            self.activate = OnDevice(activate)   # one generated pass over the product, in place
 
     def run(self, a, w, bias=None, out=None):
+        xp = self.xp
         if a.ndim > 2 and a.flags.c_contiguous:  # one GEMM over all rows, not one per batch entry
             rows = a.reshape(-1, a.shape[-1])
-            flat = np.matmul(rows, w, out=None if out is None else out.reshape(rows.shape[0], w.shape[1]))
+            flat = xp.matmul(rows, w, out=None if out is None else out.reshape(rows.shape[0], w.shape[1]))
             out = flat.reshape(*a.shape[:-1], w.shape[1]) if out is None else out
         else:
-            out = np.matmul(a, w, out=out)
+            out = xp.matmul(a, w, out=out)
         if bias is not None:
-            np.add(out, bias, out=out)
+            xp.add(out, bias, out=out)
         if self.activate is not None:
-            self.activate.compute(out, out=out)
+            self.activate(out, out=out)
         return (out,)
 
 
@@ -87,7 +117,27 @@ class LayerNorm(Fused):
     epsilon = 1e-5
     arity = 3
 
+    def setup(self, make_kernel):
+        self.identity: dict = {}  # (cols, dtype) -> (ones, zeros): the row kernel's gamma and beta when absent
+
+    def _per_column(self, x, gamma, beta):
+        """(gamma, beta) as one value per column for the row kernel, or None where they are not."""
+        cols = x.shape[-1]
+        if any(p is not None and (p.size != cols or p.shape[-1] != cols or p.dtype != x.dtype) for p in (gamma, beta)):
+            return None
+        if gamma is None or beta is None:
+            key = (cols, x.dtype)
+            if key not in self.identity:
+                self.identity[key] = (self.xp.ones(cols, x.dtype), self.xp.zeros(cols, x.dtype))
+            ones, zeros = self.identity[key]
+            gamma, beta = ones if gamma is None else gamma, zeros if beta is None else beta
+        return self.xp.ascontiguousarray(gamma).reshape(cols), self.xp.ascontiguousarray(beta).reshape(cols)
+
     def run(self, x, gamma=None, beta=None, out=None):
+        if self.xp is not np and rows_kernel_fits(x) and (out is None or out.flags.c_contiguous and out.dtype == x.dtype):
+            per_column = self._per_column(x, gamma, beta)
+            if per_column is not None:
+                return (layernorm_rows(x, *per_column, self.epsilon, out if out is not None else self.xp.empty_like(x)),)
         y, _, _ = standardize(self.xp, x, (x.ndim - 1,), self.epsilon, x.dtype, out=out)
         if gamma is not None:
             y *= gamma
@@ -100,7 +150,10 @@ class Softmax(Fused):
     axis = -1
 
     def run(self, x, out=None):
-        return (softmax(self.xp, x, self.axis % x.ndim, out),)
+        axis = self.axis % x.ndim
+        if self.xp is not np and axis == x.ndim - 1 and rows_kernel_fits(x) and (out is None or out.flags.c_contiguous):
+            return (softmax_rows(x, 1.0, out if out is not None else self.xp.empty_like(x)),)
+        return (softmax(self.xp, x, axis, out),)
 
 
 class Attention(Fused):
@@ -122,7 +175,10 @@ class Attention(Fused):
             packed = scratch("attention-q", q.shape, q.dtype, self.xp)
             self.xp.copyto(packed, q)
             q = packed
-        s = np.matmul(q, kt, out=scores)
+        s = self.xp.matmul(q, kt, out=scores)
+        if self.xp is not np and mask is None and rows_kernel_fits(s):  # scale and softmax in one row pass
+            softmax_rows(s, 1 / self.scale if self.scale_op == "Div" else self.scale, s)
+            return (self.xp.matmul(s, v, out=out),)
         # scaled after the product, like the unfused graph: bit-equal scores keep quantized
         # models that requantize downstream on the interpreter's values
         if self.scale_op == "Div":
@@ -132,7 +188,7 @@ class Attention(Fused):
         if mask is not None:
             s += mask
         softmax(self.xp, s, s.ndim - 1, out=s)
-        return (np.matmul(s, v, out=out),)
+        return (self.xp.matmul(s, v, out=out),)
 
 
 class ConvActivation(Fused):

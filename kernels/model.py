@@ -17,9 +17,10 @@ from rtd import dtypes
 from rtd.errors import Code, RtdError
 
 from . import backend_cupy
+from .cuda_plan import CudaPlan
 from .graph import GraphRunner
 from .ir import from_onnx
-from .lower import CPU_ONLY, PASSES, lower, lower_signature
+from .lower import PASSES, lower, lower_signature
 from .ops._ml import ML_DOMAIN
 from .plan import Plan
 from .profile import Profile
@@ -88,7 +89,7 @@ class CompiledModel:
         producers = graph.producers()
         self.outputs = [_served(_spec(v), producers) for v in proto.graph.output]
         self.optimize, self.profile, self.max_plans = optimize, profile, max_plans
-        self.disable = set(disable_passes) | (CPU_ONLY if device != "cpu" else set())
+        self.disable = set(disable_passes)
         if not optimize:
             self.disable |= {name for name, _ in PASSES} | {"fold_signature", "fuse_chains"}
         self.graph = lower(graph, self.disable)
@@ -124,7 +125,7 @@ class CompiledModel:
                                                                  f"elsewhere for the same symbolic dim {want!r}")
                     elif isinstance(want, int) and want != got:
                         raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: got shape {list(value.shape)}, expected shape {list(spec.shape)}")
-            values.append(self.xp.asarray(value) if self.xp is not np else value)
+            values.append(value)   # a GPU plan uploads on its own stream (cuda_plan)
         return values
 
     @staticmethod
@@ -140,12 +141,15 @@ class CompiledModel:
             if plan is not None:
                 self._plans.move_to_end(key)
                 return plan, None
-        env = self.runner.trace(dict(zip(self.runner.input_names, values)))
+        on_device = [self.xp.asarray(v) if isinstance(v, np.ndarray) else v for v in values] if self.xp is not np else values
+        env = self.runner.trace(dict(zip(self.runner.input_names, on_device)))
         outputs = [env[name] for name in self.runner.output_names]
         if any(isinstance(v, list) or v is None for v in values):
             return None, outputs  # sequence/optional feeds: interpret, no shape plan
-        graph, shapes, static = lower_signature(self.graph, dict(env.maps[0], **dict(zip(self.graph.inputs, values))), self.disable)
+        graph, shapes, static = lower_signature(self.graph, dict(env.maps[0], **dict(zip(self.graph.inputs, on_device))), self.disable)
         plan = Plan(graph, shapes, static, self.xp)
+        if self.xp is not np:
+            plan = CudaPlan(plan, static)   # its stream, staged copies, a CUDA graph where shapes are static
         if self.arena_limit is not None and plan.peak_bytes > self.arena_limit:
             raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"input shapes {[list(v.shape) for v in values]} need a "
                            f"{plan.peak_bytes}-byte arena, over the {self.arena_limit}-byte limit")

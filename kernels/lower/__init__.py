@@ -26,7 +26,6 @@ PASSES = (
     ("fuse_matmul_bias", fuse_matmul_bias),
     ("fuse_conv_activation", fuse_conv_activation),
 )
-CPU_ONLY = {"fuse_layernorm", "fuse_softmax", "fuse_gelu", "fuse_attention", "fuse_matmul_bias", "fuse_conv_activation"}
 
 
 def lower(graph: Graph, disable=()) -> Graph:

@@ -55,7 +55,9 @@ def softmax(xp, x, axis, out=None):
     """exp(x) / sum(exp(x)) along `axis` into `out` (new if None; may be x): the Softmax op's
     kernel and the fused Softmax/Attention steps' one implementation."""
     half = x.dtype.itemsize < 4  # half precision: shift always, and divide (a reciprocal's extra rounding shows)
-    try_unshifted = not half and exp_cannot_overflow(xp, x, axis)
+    # the unshifted try reads a max and a min back to the host: a sync on a GPU, where the
+    # shifted form is memory-bound either way, so only the CPU tries it
+    try_unshifted = xp is np and not half and exp_cannot_overflow(xp, x, axis)
     in_place = out is x
 
     def rows(part, out_part, axis):

@@ -23,3 +23,27 @@ def model(nodes, inputs, outputs, initializers=(), opset=17, functions=()) -> on
 
 def node(op, inputs, outputs, **attrs) -> onnx.NodeProto:
     return helper.make_node(op, inputs, outputs, **attrs)
+
+
+def transformer_block():
+    """LayerNorm (ONNX op), attention, a MatMul+bias with its GELU (Erf form), a Softmax and a
+    GELU of their own, and an element-wise tail: every kind of fused step a GPU plan builds
+    kernels for."""
+    rng = np.random.default_rng(0)
+    h = 8
+    nodes = [node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1, epsilon=1e-5),
+             node("Transpose", ["n"], ["nt"], perm=[0, 2, 1]),
+             node("MatMul", ["n", "nt"], ["s"]), node("Mul", ["s", "scale"], ["ss"]),
+             node("Softmax", ["ss"], ["p"], axis=-1), node("MatMul", ["p", "n"], ["a"]),
+             node("MatMul", ["a", "w"], ["m"]), node("Add", ["m", "bias"], ["mb"]),
+             node("Div", ["mb", "sqrt2"], ["d"]), node("Erf", ["d"], ["e"]), node("Add", ["e", "one"], ["e1"]),
+             node("Mul", ["mb", "e1"], ["ge"]), node("Mul", ["ge", "half"], ["gelu"]),
+             node("Softmax", ["x"], ["sx"], axis=-1), node("Div", ["sx", "sqrt2"], ["d2"]), node("Erf", ["d2"], ["e2"]),
+             node("Add", ["e2", "one"], ["e21"]), node("Mul", ["sx", "e21"], ["ge2"]), node("Mul", ["ge2", "half"], ["gelu2"]),
+             node("Sigmoid", ["gelu"], ["sg"]), node("Mul", ["sg", "gelu2"], ["out"])]
+    f32 = np.float32
+    initializers = [const("g", rng.standard_normal(h).astype(f32)), const("b", rng.standard_normal(h).astype(f32)),
+                    const("scale", np.array(0.35, f32)), const("w", rng.standard_normal((h, h)).astype(f32)),
+                    const("bias", rng.standard_normal(h).astype(f32)), const("sqrt2", np.array(np.sqrt(2), f32)),
+                    const("one", np.array(1, f32)), const("half", np.array(0.5, f32))]
+    return model(nodes, [("x", [2, 4, h])], [("out", None)], initializers)
