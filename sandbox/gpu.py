@@ -17,13 +17,23 @@ rtd grants whole GPUs only), other GPUs' nodes. CUDA enumerates the GPUs through
 and skips those whose node it cannot open, so inside the worker the granted GPUs are
 devices 0..n-1 whatever their host numbers; the nodes, not CUDA_VISIBLE_DEVICES, isolate.
 
-With no GPU granted the worker's root has no device node at all."""
+With no GPU granted the worker's root has no device node at all.
+
+Headers. CuPy compiles a model's kernels with NVRTC when the model loads, which in a spare
+worker is after its seccomp filter, and NVRTC opens the headers they #include at every
+compile. Where CuPy points it (cupy/_core/core.pyx, assemble_cupy_compiler_options, CuPy 14):
+-I<cupy>/_core/include (and its cupy/_cccl/{cub,thrust,libcudacxx}), and -I the directory
+cuda-pathfinder's find_nvidia_header_directory("cudart") names (a pip wheel's nvidia/cu13/include
+or nvidia/cuda_runtime/include, conda's, $CUDA_PATH's or $CUDA_HOME's include, a system
+toolkit's). The grant binds those directories read-only at their host paths, so the absolute
+-I options CuPy builds inside the worker name the same files."""
 import dataclasses
 import functools
 import glob
-import importlib
+import importlib.util
 import os
 import re
+import site
 import stat
 import subprocess
 from typing import Callable
@@ -44,16 +54,24 @@ LIBRARY_STEMS = (
     "libnvidia-ml.so",               # NVML (nvidia-ml-py, CuPy's device queries)
 )
 CUDA_INIT = "rtd.kernels.backend_cupy:init_device"   # init_device(device_ordinals, memory_limit)
+CUDA_HEADER = "cuda_runtime.h"   # what cuda-pathfinder looks for to name CUDA's include directory ("cudart")
+# Without cuda-pathfinder (CuPy before 14): the places its "cudart" search and CuPy 13's
+# get_cuda_path() cover, every one that holds CUDA_HEADER.
+CUDA_HEADER_ENV = ("CUDA_PATH", "CUDA_HOME")
+CUDA_HEADER_WHEELS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include")
+CUDA_HEADER_SYSTEM = "/usr/local/cuda/include"
 
 
 @dataclasses.dataclass(frozen=True)
 class Driver:
     """Where this host's GPU pieces are: its device nodes (under `dev_root`), the driver's
-    libraries (in `lib_dirs`; None: wherever the ldconfig cache finds them) and the function,
-    `module:function`, that initialises the GPU inside a worker."""
+    libraries (in `lib_dirs`; None: wherever the ldconfig cache finds them), the function,
+    `module:function`, that initialises the GPU inside a worker, and the header directories
+    its kernels compile against (`include_dirs`; None: CuPy's and CUDA's, see header_dirs)."""
     dev_root: str = "/dev"
     lib_dirs: tuple[str, ...] | None = None
     init: str = CUDA_INIT
+    include_dirs: tuple[str, ...] | None = None
 
 
 DRIVER = Driver()
@@ -62,13 +80,15 @@ DRIVER = Driver()
 @dataclasses.dataclass(frozen=True)
 class Grant:
     """What one GPU worker gets: its GPUs' host indices and memory budget, the device nodes
-    (host paths; bound at /dev/<name> in the worker) and the driver libraries (canonical
-    host paths, bound read-only at the same paths), and its GPU initialiser."""
+    (host paths; bound at /dev/<name> in the worker), the driver libraries (canonical host
+    paths, bound read-only at the same paths), its GPU initialiser, and the header
+    directories NVRTC reads (absolute host paths, bound read-only and noexec at the same paths)."""
     ordinals: tuple[int, ...]
     memory_bytes: int
     nodes: tuple[str, ...]
     libraries: tuple[str, ...]
     init: str
+    headers: tuple[str, ...]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -76,13 +96,14 @@ class Grant:
     @classmethod
     def from_dict(cls, data) -> "Grant":
         """A grant from the zygote's arm request; E_CONTAINMENT unless it has exactly this shape."""
-        scalars, lists = {"memory_bytes": int, "init": str}, {"ordinals": int, "nodes": str, "libraries": str}
+        scalars = {"memory_bytes": int, "init": str}
+        lists = {"ordinals": int, "nodes": str, "libraries": str, "headers": str}
         if not (isinstance(data, dict) and data.keys() == scalars.keys() | lists.keys()
                 and all(type(data[k]) is t for k, t in scalars.items())
                 and all(type(data[k]) is list and all(type(v) is t for v in data[k]) for k, t in lists.items())):
             raise RtdError(Code.E_CONTAINMENT, f"malformed GPU grant: {data!r:.80}")
         return cls(tuple(data["ordinals"]), data["memory_bytes"], tuple(data["nodes"]),
-                   tuple(data["libraries"]), data["init"])
+                   tuple(data["libraries"]), data["init"], tuple(data["headers"]))
 
 
 def uvm_major() -> int | None:
@@ -148,9 +169,63 @@ def driver_libraries(lib_dirs: tuple[str, ...] | None = None) -> tuple[str, ...]
     return tuple(sorted(p for p in canonical if os.path.isfile(p)))
 
 
+def cupy_header_dir() -> str | None:
+    """CuPy's own include directory (<cupy>/_core/include: CuPy's core module's
+    _get_header_dir_path), found from where the package lies: CuPy is not imported (that
+    would load CUDA's libraries in a process that forks workers). None without CuPy."""
+    try:
+        spec = importlib.util.find_spec("cupy")
+    except (ImportError, ValueError):
+        return None
+    for where in (spec.submodule_search_locations or ()) if spec else ():
+        path = os.path.join(os.path.abspath(where), "_core", "include")
+        if os.path.isdir(path):
+            return path
+    return None
+
+
+def cuda_header_dirs() -> tuple[str, ...]:
+    """CUDA's include directories CuPy's compile names: cuda-pathfinder's answer where it is
+    installed (what CuPy 14 asks; importing it loads no CUDA library), else every directory of
+    the older search (CUDA_HEADER_ENV's include, the wheels', CUDA_HEADER_SYSTEM) holding CUDA_HEADER."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+    except ImportError:
+        pass
+    else:
+        found = find_nvidia_header_directory("cudart")
+        return (found,) if found else ()
+    roots = [os.path.join(os.environ[v], "include") for v in CUDA_HEADER_ENV if os.environ.get(v)]
+    roots += [os.path.join(sp, w) for sp in site.getsitepackages() for w in CUDA_HEADER_WHEELS] + [CUDA_HEADER_SYSTEM]
+    return tuple(dict.fromkeys(os.path.abspath(r) for r in roots if os.path.isfile(os.path.join(r, CUDA_HEADER))))
+
+
+@functools.lru_cache(maxsize=1)
+def _found_header_dirs() -> tuple[str, ...]:
+    """CuPy's and CUDA's header directories on this host; E_LAYER_UNAVAILABLE when either is missing."""
+    cupy_dir = cupy_header_dir()
+    if cupy_dir is None:
+        raise RtdError(Code.E_LAYER_UNAVAILABLE, "gpu: no CuPy include directory (is the cupy package installed?)")
+    cuda_dirs = cuda_header_dirs()
+    if not cuda_dirs:
+        raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: no CUDA headers ({CUDA_HEADER}) where CuPy looks: install "
+                                                 "CUDA's headers (cupy-cuda13x[ctk]) or set CUDA_PATH")
+    return (cupy_dir,) + cuda_dirs
+
+
+def header_dirs(include_dirs: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The header directories a GPU worker gets: `include_dirs` when given, else CuPy's and
+    CUDA's (E_LAYER_UNAVAILABLE when either is missing). Each must be an absolute directory."""
+    dirs = _found_header_dirs() if include_dirs is None else tuple(include_dirs)
+    for d in dirs:
+        if not (os.path.isabs(d) and os.path.isdir(d)):
+            raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: header directory {d} is not an absolute directory")
+    return tuple(os.path.normpath(d) for d in dirs)
+
+
 def grant(limits, driver: Driver = DRIVER) -> Grant | None:
     """The worker's GPU grant under `limits` (None when it names no GPU); E_LAYER_UNAVAILABLE
-    when a node is missing or the host has no libcuda."""
+    when a node is missing, the host has no libcuda or a header directory is missing."""
     if not limits.gpu_devices:
         return None
     nodes = device_nodes(limits.gpu_devices, driver.dev_root)
@@ -158,7 +233,8 @@ def grant(limits, driver: Driver = DRIVER) -> Grant | None:
     if not any(os.path.basename(p).startswith("libcuda.so") for p in libraries):
         where = ", ".join(driver.lib_dirs) if driver.lib_dirs is not None else "the ldconfig cache"
         raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: no libcuda.so (the NVIDIA driver's user space) in {where}")
-    return Grant(tuple(limits.gpu_devices), limits.gpu_memory_bytes, nodes, libraries, driver.init)
+    return Grant(tuple(limits.gpu_devices), limits.gpu_memory_bytes, nodes, libraries, driver.init,
+                 header_dirs(driver.include_dirs))
 
 
 def initializer(name: str) -> Callable:

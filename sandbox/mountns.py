@@ -4,7 +4,9 @@ at /scratch owned by the tenant, and a fresh /proc of the worker's own pid names
 A worker granted GPUs also gets a read-only tmpfs /dev holding exactly its grant's device
 nodes (bound, nosuid/noexec: device nodes are the point) and the driver's libraries bound
 read-only/nosuid/nodev at their host paths but NOT noexec: they are code, mapped by the
-CUDA initialisation before seccomp (see gpu for what and why)."""
+CUDA initialisation before seccomp (see gpu for what and why), and the header directories
+NVRTC reads when CuPy compiles a kernel, bound read-only/nosuid/nodev/noexec at their host
+paths (a path reached through a symlink gets the link too)."""
 import os
 
 from rtd.sandbox import syscalls as sc
@@ -32,18 +34,36 @@ def _bind_file(src: str, target: str, flags: int):
     sc.mount(None, target, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | flags | kept)
 
 
+def _bind_dir(src: str):
+    """Bind the host directory `src` at the same path in the new root, read-only and hardened."""
+    target = NEW_ROOT + src
+    os.makedirs(target, exist_ok=True)
+    sc.mount(src, target, None, sc.MS_BIND | sc.MS_REC)
+    _remount_ro(target)
+
+
+def _link(path: str, real: str):
+    """A symlink at `path` in the new root to `real` (bound there), unless `path` is there already."""
+    if real != path and not os.path.lexists(NEW_ROOT + path):
+        os.makedirs(os.path.dirname(NEW_ROOT + path), exist_ok=True)
+        os.symlink(real, NEW_ROOT + path)
+
+
 def _bind_gpu(grant):
-    """/dev with the grant's device nodes only; the driver's libraries at their host paths."""
+    """/dev with the grant's device nodes only; the driver's libraries and the header
+    directories at their host paths."""
     sc.mount("rtd-dev", NEW_ROOT + "/dev", "tmpfs", HARDEN, "size=64k,mode=0755")
     for node in grant.nodes:
         _bind_file(node, "/dev/" + os.path.basename(node), sc.MS_NOSUID | sc.MS_NOEXEC)
     _remount_ro(NEW_ROOT + "/dev")
     for path in grant.libraries:
         real = os.path.realpath(path)
-        if real != path and not os.path.lexists(NEW_ROOT + path):   # a soname link outside the bound directories
-            os.makedirs(os.path.dirname(NEW_ROOT + path), exist_ok=True)
-            os.symlink(real, NEW_ROOT + path)
+        _link(path, real)   # a soname link outside the bound directories
         _bind_file(real, real, sc.MS_NOSUID | sc.MS_NODEV)
+    for path in grant.headers:
+        real = os.path.realpath(path)
+        _bind_dir(real)
+        _link(path, real)
 
 
 def build_root(ro_binds: tuple[str, ...], scratch_bytes: int, uid: int, gid: int, gpu=None):
@@ -53,10 +73,7 @@ def build_root(ro_binds: tuple[str, ...], scratch_bytes: int, uid: int, gid: int
     for src in ro_binds:
         if not os.path.isdir(src):
             raise OSError(2, f"ro_binds source {src} is not a directory")
-        target = NEW_ROOT + src
-        os.makedirs(target, exist_ok=True)
-        sc.mount(src, target, None, sc.MS_BIND | sc.MS_REC)
-        _remount_ro(target)
+        _bind_dir(src)
     for name in ("proc", "scratch", "oldroot") + (("dev",) if gpu else ()):
         os.mkdir(os.path.join(NEW_ROOT, name))
     if gpu:

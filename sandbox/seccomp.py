@@ -3,8 +3,9 @@ warmed-up NumPy worker makes, argument filters where the call is dangerous in ge
 (clone for threads only, no PROT_EXEC, short ioctl/fcntl lists, memfds without exec),
 native architecture only, loaded on all threads. Two variants: "cpu", and "gpu" for a
 worker whose policy grants GPUs, which adds what CUDA does after its initialisation (the
-NVIDIA and UVM ioctls by number, naming its threads). Each is compiled to BPF once in the
-launcher before any fork; the confined child only installs the bytes."""
+NVIDIA and UVM ioctls by number, naming its threads) and what NVRTC does to read the
+headers of a kernel compiled when a model loads (opening files read-only, stat). Each is
+compiled to BPF once in the launcher before any fork; the confined child only installs the bytes."""
 import errno
 import functools
 import os
@@ -85,6 +86,22 @@ UVM_IOCTLS = {
 # CUDA names its helper threads (cuda-EvtHandlR, cuda0000...) with pthread_setname_np, which
 # is prctl(PR_SET_NAME) for the calling thread; no other prctl option.
 PR_SET_NAME = 15
+# NVRTC opens the headers a kernel #includes at every compile (CuPy's and CUDA's, bound
+# read-only in a GPU worker's root: gpu.header_dirs), and CuPy compiles a model's kernels when
+# it loads, which in a spare worker is after this filter. So the GPU variant lets open and
+# openat through when their flags ask for no write: none of WRITE_FLAGS (O_TMPFILE less its
+# O_DIRECTORY bit, which a read-only directory open carries); one that does still gets REFUSED.
+# The flags are open's argument 1 and openat's argument 2.
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | (os.O_TMPFILE & ~os.O_DIRECTORY)
+OPEN_FLAGS_ARG = {"open": 1, "openat": 2}
+# What else NVRTC calls to read a header, seen with strace on a second compile (the first,
+# run by the initialiser before the filter, also loads libnvrtc-builtins) of a CuPy
+# element-wise source (its four prepended headers and cuda_fp16.h, CuPy's -I options) with
+# libnvrtc 13: openat(O_RDONLY), read, lseek, close, fstat/newfstatat, getcwd, gettid, brk,
+# prlimit64, clock_gettime, all allowed above, and stat(2) on every candidate path of every -I
+# directory. stat is x86_64's legacy call (aarch64 has only newfstatat). No access,
+# faccessat or readlink: those stay out.
+GPU_FILE_CALLS = ("stat",)
 VARIANTS = ("cpu", "gpu")
 
 
@@ -93,7 +110,14 @@ def nvidia_ioctl(number: int) -> int:
     return NV_IOCTL_BASE | number
 
 
+def _native(name: str) -> bool:
+    """Whether this architecture has the call (aarch64 has no open or stat)."""
+    return sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0
+
+
 def build(variant: str = "cpu") -> sc.SyscallFilter:
+    if variant not in VARIANTS:
+        raise ValueError(f"seccomp variant {variant!r}; variants: {VARIANTS}")
     f = sc.SyscallFilter(sc.KILL_PROCESS)
     f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)   # native architecture only
     f.set_attr(sc.Attr.CTL_TSYNC, 1)
@@ -101,7 +125,8 @@ def build(variant: str = "cpu") -> sc.SyscallFilter:
     for name in ALLOW:
         f.add_rule(sc.ALLOW, name)
     for name, err in ERRNO_RULES.items():
-        f.add_rule(sc.ERRNO(err), name)
+        if not (variant == "gpu" and name in OPEN_FLAGS_ARG):   # the GPU variant's open rules take flags
+            f.add_rule(sc.ERRNO(err), name)
     # clone: threads only, never a namespace flag (fork, vfork and unshare-by-clone die).
     f.add_rule(sc.ALLOW, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD | CLONE_NS_FLAGS, CLONE_THREAD))
     for name in ("mmap", "mprotect"):
@@ -119,9 +144,18 @@ def build(variant: str = "cpu") -> sc.SyscallFilter:
         for cmd in UVM_IOCTLS.values():
             f.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.EQ, cmd))
         f.add_rule(sc.ALLOW, "prctl", sc.Arg(0, sc.EQ, PR_SET_NAME))
-    elif variant != "cpu":
-        raise ValueError(f"seccomp variant {variant!r}; variants: {VARIANTS}")
+        for name, arg in OPEN_FLAGS_ARG.items():
+            if _native(name):
+                f.add_rule(sc.ALLOW, name, sc.Arg(arg, sc.MASKED_EQ, WRITE_FLAGS, 0))
+                for bit in _bits(WRITE_FLAGS):   # any write flag: the filter's errno, one rule per bit
+                    f.add_rule(sc.ERRNO(REFUSED), name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
+        for name in filter(_native, GPU_FILE_CALLS):
+            f.add_rule(sc.ALLOW, name)
     return f
+
+
+def _bits(mask: int) -> list[int]:
+    return [1 << i for i in range(mask.bit_length()) if mask >> i & 1]
 
 
 @functools.lru_cache(maxsize=len(VARIANTS))
@@ -164,4 +198,6 @@ def gpu_status() -> str:
     except (OSError, RuntimeError, ValueError) as e:
         return f"unavailable: the GPU filter does not compile ({e})"
     return (f"compiles ({len(program) // 8} BPF instructions: {len(NVIDIA_IOCTLS)} NVIDIA ioctls by direction, "
-            f"type and number, {len(UVM_IOCTLS)} UVM ioctls, prctl PR_SET_NAME)")
+            f"type and number, {len(UVM_IOCTLS)} UVM ioctls, prctl PR_SET_NAME, "
+            f"{'/'.join(filter(_native, OPEN_FLAGS_ARG))} read-only by flags and "
+            f"{', '.join(filter(_native, GPU_FILE_CALLS)) or 'nothing else'} for NVRTC's headers)")

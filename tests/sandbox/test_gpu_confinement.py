@@ -10,17 +10,22 @@ in its mount namespace, which would hide a source there."""
 import ctypes
 import errno
 import importlib.util
+import json
 import mmap
 import os
 import shutil
 import signal
 import tempfile
 
+import platform
+
+import pyseccomp
 import pytest
 from sandbox_workers import proc_status, start_echo, stop
 
 from rtd.errors import Code, RtdError
 from rtd.sandbox import SandboxKilled, TenantIdentity, gpu, load_policy, run_confined, seccomp
+from rtd.sandbox.escapes import OBSERVED
 from rtd.sandbox.syscalls import libc
 from rtd.sandbox.zygote import Zygote
 
@@ -91,8 +96,11 @@ def name_thread() -> int:
 @pytest.fixture(scope="module")
 def driver():
     """/var/tmp/rtd-gpu-*/dev with nvidiactl, nvidia0, nvidia1, nvidia-uvm, nvidia-uvm-tools and
-    nvidia-modeset as real character devices, and lib/ with a libcuda and a libnvidia-ml, each a
-    versioned file and its soname link."""
+    nvidia-modeset as real character devices, lib/ with a libcuda and a libnvidia-ml, each a
+    versioned file and its soname link, and two header directories: cupy/include (with
+    cupy/complex.cuh) and cuda-13.0/include (cuda_fp16.h), the latter granted through the
+    link cuda -> cuda-13.0 as a toolkit's often is; every header writable by anyone (only the
+    filter and the read-only bind refuse). secret.h beside them is not granted."""
     top = tempfile.mkdtemp(prefix="rtd-gpu-", dir="/var/tmp")
     os.chmod(top, 0o755)   # a user-namespace worker binds from here as the tenant's uid
     dev, lib = os.path.join(top, "dev"), os.path.join(top, "lib")
@@ -109,7 +117,14 @@ def driver():
         os.chmod(os.path.join(lib, stem + ".999.1"), 0o666)   # writable by anyone: only the read-only bind refuses
         os.symlink(stem + ".999.1", os.path.join(lib, stem + ".1"))
     SEEN["links"] = [os.path.join(lib, "libcuda.so.1")]
-    yield gpu.Driver(dev_root=dev, lib_dirs=(lib,), init=f"{__name__}:stand_in_init")
+    for header in ("cupy/include/cupy/complex.cuh", "cuda-13.0/include/cuda_fp16.h", "secret.h"):
+        os.makedirs(os.path.dirname(os.path.join(top, header)), 0o755, exist_ok=True)
+        with open(os.path.join(top, header), "w") as f:
+            f.write(f"// {header}\n")
+        os.chmod(os.path.join(top, header), 0o666)
+    os.symlink("cuda-13.0", os.path.join(top, "cuda"))
+    includes = (os.path.join(top, "cupy/include"), os.path.join(top, "cuda/include"))
+    yield gpu.Driver(dev_root=dev, lib_dirs=(lib,), init=f"{__name__}:stand_in_init", include_dirs=includes)
     shutil.rmtree(top)
 
 
@@ -245,3 +260,125 @@ def test_a_gpu_tenants_spare_initialises_before_its_job(driver):
         stop(handle, sock)
     finally:
         zygote.close()
+
+
+# NVRTC reading headers after the filter (a spare compiles a model's kernels at load): read-only
+# opens of the bound header directories work, any write flag is the GPU filter's EPERM (the
+# kernel would say EROFS, or let O_APPEND by), what is not bound is absent.
+WRITE_FLAGS = {"O_WRONLY": os.O_WRONLY, "O_RDWR": os.O_RDWR, "O_CREAT": os.O_CREAT, "O_TRUNC": os.O_TRUNC,
+               "O_APPEND": os.O_APPEND, "O_TMPFILE": os.O_TMPFILE | os.O_RDWR}
+NO_UNSHARE = load_policy({"unsafe_disable_seccomp": True, "limits": {"gpu_devices": [1], "gpu_memory_bytes": BUDGET}})
+
+
+def headers_seen(includes: list, secret: str) -> dict:
+    """In the worker: read the headers, open them with each write flag, look for what is not granted."""
+    cupy_inc, cuda_inc = includes
+    with open("/proc/self/mountinfo") as f:
+        mounts = {line.split()[4]: sorted(line.split()[5].split(",")) for line in f}
+    with open(os.path.join(cuda_inc, "cuda_fp16.h")) as f, open(os.path.join(cupy_inc, "cupy/complex.cuh")) as g:
+        read = [f.read(), g.read()]
+    return {"read": read, "directory": _errno_of(_open_close, cupy_inc, os.O_RDONLY | os.O_DIRECTORY),   # not O_TMPFILE
+            "mounts": {m: flags for m, flags in mounts.items() if "include" in m},
+            "write": {name: _errno_of(_open_close, os.path.join(cupy_inc if name == "O_TMPFILE" else cuda_inc,
+                                                                "" if name == "O_TMPFILE" else "cuda_fp16.h"), flags)
+                      for name, flags in WRITE_FLAGS.items()},
+            "create": _errno_of(_open_close, os.path.join(cuda_inc, "new.h"), os.O_WRONLY | os.O_CREAT),
+            "secret": _errno_of(_open_close, secret, os.O_RDONLY)}
+
+
+def raw_errno(name: str, *args) -> str:
+    """The call by number (libseccomp's for this machine): "ok" or the errno's name."""
+    ctypes.set_errno(0)
+    result = libc.syscall(ctypes.c_long(pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)),
+                          *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return "ok" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+
+
+def stat_errno(path: str) -> str:
+    """stat(2) itself, the call NVRTC makes on each candidate header path (os.stat makes statx)."""
+    return raw_errno("stat", path.encode(), ctypes.create_string_buffer(256))
+
+
+def _includes(driver) -> list:
+    return list(driver.include_dirs)
+
+
+def test_the_grant_names_the_header_directories(driver):
+    top = os.path.dirname(driver.dev_root)
+    got = gpu.grant(GPU1.limits, driver)
+    assert got.headers == (os.path.join(top, "cupy/include"), os.path.join(top, "cuda/include"))
+    assert gpu.Grant.from_dict(json.loads(json.dumps(got.to_dict()))) == got   # as the arm request carries it
+    with pytest.raises(RtdError) as e:
+        gpu.Grant.from_dict({**json.loads(json.dumps(got.to_dict())), "headers": [1]})
+    assert e.value.code is Code.E_CONTAINMENT
+
+
+@pytest.mark.parametrize("missing", ["relative/include", "/var/tmp/rtd-no-such-include"])
+def test_a_header_directory_that_is_not_there_refuses_the_worker(driver, missing):
+    bad = gpu.Driver(driver.dev_root, driver.lib_dirs, driver.init, include_dirs=(missing,))
+    with pytest.raises(RtdError) as e:
+        run_confined(seen, policy=GPU1, driver=bad)
+    assert e.value.code is Code.E_LAYER_UNAVAILABLE and missing in e.value.detail
+
+
+def test_without_include_dirs_the_grant_finds_cupys_and_cudas(driver, tmp_path, monkeypatch):
+    """The default search, on a CuPy package and a CUDA_PATH made here: CuPy is found, not imported."""
+    try:
+        import cuda.pathfinder  # noqa: F401
+        pytest.skip("cuda-pathfinder is installed: it names CUDA's headers and keeps its first answer")
+    except ImportError:
+        pass
+    (tmp_path / "site/cupy/_core/include/cupy").mkdir(parents=True)
+    (tmp_path / "site/cupy/__init__.py").write_text("raise ImportError('the supervisor must not import CuPy')\n")
+    (tmp_path / "cuda/include").mkdir(parents=True)
+    (tmp_path / "cuda/include/cuda_runtime.h").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path / "cuda"))
+    gpu._found_header_dirs.cache_clear()
+    try:
+        found = gpu.grant(GPU1.limits, gpu.Driver(driver.dev_root, driver.lib_dirs, driver.init)).headers
+    finally:
+        gpu._found_header_dirs.cache_clear()
+    assert found[:2] == (str(tmp_path / "site/cupy/_core/include"), str(tmp_path / "cuda/include"))
+
+
+@pytest.mark.parametrize("userns", [True, False], ids=["userns", "no_userns"])
+def test_a_gpu_worker_reads_its_headers_after_seccomp_and_writes_none(driver, userns):
+    policy = load_policy({"disable_userns": not userns, "limits": {"gpu_devices": [1], "gpu_memory_bytes": BUDGET}})
+    top = os.path.dirname(driver.dev_root)
+    got = run_confined(headers_seen, _includes(driver), os.path.join(top, "secret.h"), policy=policy, driver=driver)
+    assert got["read"] == ["// cuda-13.0/include/cuda_fp16.h\n", "// cupy/include/cupy/complex.cuh\n"]
+    assert got["directory"] == "ok"
+    assert set(got["mounts"]) == {os.path.join(top, "cupy/include"), os.path.join(top, "cuda-13.0/include")}
+    for m, flags in got["mounts"].items():
+        assert {"ro", "nosuid", "nodev", "noexec"} <= set(flags), m
+    assert got["write"] == dict.fromkeys(WRITE_FLAGS, "EPERM")
+    assert OBSERVED[("open", errno.EPERM)] == "seccomp"   # what doctor credits that refusal to
+    assert got["create"] == "EPERM"
+    assert got["secret"] == "ENOENT" and OBSERVED[("open", errno.ENOENT)] == "mounts"
+
+
+def test_without_seccomp_the_read_only_bind_refuses_the_write(driver):
+    top = os.path.dirname(driver.dev_root)
+    got = run_confined(headers_seen, _includes(driver), os.path.join(top, "secret.h"), policy=NO_UNSHARE, driver=driver)
+    assert got["read"][0] == "// cuda-13.0/include/cuda_fp16.h\n"
+    assert got["write"]["O_WRONLY"] == got["write"]["O_TRUNC"] == got["create"] == "EROFS"
+    assert got["write"]["O_APPEND"] == "ok"   # read-only with O_APPEND: only the filter refuses it
+    assert OBSERVED[("open", errno.EROFS)] == "mounts"
+
+
+def test_a_cpu_worker_still_opens_nothing():
+    assert run_confined(_errno_of, _open_close, "/usr/bin/env", os.O_RDONLY) == "EPERM"
+    assert run_confined(os.path.exists, "/usr/bin/env") is True   # there, yet not to be opened
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="open(2) and stat(2) are x86_64's legacy calls")
+def test_legacy_open_is_filtered_on_its_own_flags_argument_and_stat_is_gpu_only(driver):
+    header = os.path.join(driver.include_dirs[1], "cuda_fp16.h")
+    path = header.encode()
+    assert run_confined(raw_errno, "open", path, os.O_RDONLY, policy=GPU1, driver=driver) == "ok"   # fd left open: the worker ends
+    assert run_confined(raw_errno, "open", path, os.O_WRONLY, policy=GPU1, driver=driver) == "EPERM"
+    assert run_confined(stat_errno, header, policy=GPU1, driver=driver) == "ok"
+    with pytest.raises(SandboxKilled) as e:
+        run_confined(stat_errno, "/usr/bin/env")
+    assert e.value.signal == signal.SIGSYS and e.value.layer == "seccomp"
