@@ -42,10 +42,12 @@ from rtd.kernels import compile_model  # noqa: E402
 from tests.zoo.compare import FLOAT_TOLERANCE, mismatches, reference_session, run_reference  # noqa: E402
 
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "rtd-real-models")
-# A DB text detector's probability map (PP-OCR det) goes through ~20 conv blocks, 3 upsampling Resizes
-# and 2 ConvTransposes. On the synthetic pages below onnxruntime's own optimized graph differs from its
-# literal one by up to 3.3e-4 (scaled error, ppocrv5_det); rtd measured 2e-5 (v4, v5) to 8e-4 (v6 tiny).
-DETECTION_MAP_TOLERANCE = 1e-3
+# A DB text detector (PP-OCR det) ends in logits up to ~50 in magnitude and then a Sigmoid: a scaled error of
+# 8e-5 on the logits (float32 sums through ~20 conv blocks, 3 Resizes, 2 ConvTransposes; measured on
+# ppocrv6_tiny_det) is ~4e-3 absolute, which the Sigmoid's slope (≤ 1/4) turns into ~1e-3 on a map whose
+# maximum is 1. Measured over 4 synthetic pages, rtd vs onnxruntime's literal graph: 2e-5–8e-4 (v4, v5),
+# 8e-4–1.3e-3 (v6 tiny); onnxruntime's own optimized graph: 4e-5–1.2e-3. A wrong kernel is off by 0.1–1.
+DETECTION_MAP_TOLERANCE = 3e-3
 PROFILED_RUNS = 5
 
 
