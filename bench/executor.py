@@ -185,6 +185,19 @@ def environment_line(runs: int, seed: int) -> str:
             f"unset {UNSET_ENV or 'nothing'}; {os.cpu_count()} CPUs; {runs} runs; input seed {seed}")
 
 
+def start_run(parser: argparse.ArgumentParser, args, known, quick: list[str]) -> tuple[list[str], int, float, list[int], int]:
+    """From the parsed options: the models (--models, else `quick` with --quick, else all `known`), runs, min
+    seconds, thread counts and a fresh input seed; prints the environment line."""
+    names = args.models.split(",") if args.models else list(quick if args.quick else known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {sorted(known)}")
+    runs, min_seconds = (5, 0.0) if args.quick else (args.runs, args.min_seconds)
+    seed = int(np.random.SeedSequence().entropy)
+    print(environment_line(runs, seed), flush=True)
+    return names, runs, min_seconds, [int(t) for t in args.threads.split(",")], seed
+
+
 def print_progress(name: str, rows: list[dict], started: float) -> None:
     progress = "; ".join(f"{r['dims']} {r['threads']}t {r['ratio']:.2f}×" if "ratio" in r else r["error"] for r in rows)
     print(f"# {name} ({time.perf_counter() - started:.0f} s): {progress}", file=sys.stderr, flush=True)
@@ -205,14 +218,7 @@ def main(argv=None) -> int:
 
     from tests.zoo.models import ZOO  # here, not at the top: it imports torch, which the probes must not carry
 
-    names = args.models.split(",") if args.models else [n for n in ZOO if not (args.quick and n in QUICK_SKIP)]
-    unknown = [n for n in names if n not in ZOO]
-    if unknown:
-        parser.error(f"unknown models {unknown}; the zoo has {sorted(ZOO)}")
-    runs, min_seconds = (5, 0.0) if args.quick else (args.runs, args.min_seconds)
-    thread_counts = [int(t) for t in args.threads.split(",")]
-    seed = int(np.random.SeedSequence().entropy)
-    print(environment_line(runs, seed), flush=True)
+    names, runs, min_seconds, thread_counts, seed = start_run(parser, args, ZOO, [n for n in ZOO if n not in QUICK_SKIP])
     rows = []
     for name in names:
         started = time.perf_counter()

@@ -23,7 +23,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # First: it cleans the OpenBLAS environment before NumPy loads (the probes inherit it).
-from bench.executor import add_timing_arguments, environment_line, print_progress, report, time_sides
+from bench.executor import add_timing_arguments, print_progress, report, start_run, time_sides
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
@@ -289,14 +289,7 @@ def main(argv=None) -> int:
                         help="wheels and extracted models (default $RTD_REAL_MODELS_CACHE or ~/.cache/rtd-real-models)")
     add_timing_arguments(parser)
     args = parser.parse_args(argv)
-    names = args.models.split(",") if args.models else [m.name for m in CATALOGUE if m.quick or not args.quick]
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        parser.error(f"unknown models {unknown}; the catalogue has {list(MODELS)}")
-    runs, min_seconds = (5, 0.0) if args.quick else (args.runs, args.min_seconds)
-    thread_counts = [int(t) for t in args.threads.split(",")]
-    seed = int(np.random.SeedSequence().entropy)
-    print(environment_line(runs, seed), flush=True)
+    names, runs, min_seconds, thread_counts, seed = start_run(parser, args, MODELS, [m.name for m in CATALOGUE if m.quick])
     rows, producers, ops = [], {}, {}
     for name in names:
         started = time.perf_counter()
