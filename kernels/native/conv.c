@@ -1,14 +1,22 @@
-/* The GEMM convolution's passes around BLAS, each one pass over memory (conv.h).
+/* The 2-D convolution in one call (conv.h): per image, group and tile of output pixels, im2col
+ * into a tile small enough to stay in the core's L2 cache, one BLAS sgemm, then the epilogue on
+ * the tile while it is still in cache.
  *
- * im2col writes each column row (one channel and tap, all output pixels) once, straight from
- * the unpadded input: the output columns whose input column falls outside [0, W) are zeroed,
- * the rest copied (contiguous at stride 1, so it vectorises), with the 8-bit forms converting
- * x - zero_point to float on the way. NumPy needed a zeroed padded copy, a six-dimensional
- * strided copy and, for 8 bits, a conversion pass. The epilogues replace NumPy's one pass per
- * step (bias, ReLU; int32 cast, bias, scale, round, zero point, clip, cast) with one.
+ * im2col writes each column row (one input channel and tap, the tile's pixels) straight from the
+ * unpadded input: columns whose input falls outside the image are zeroed (the zero point, once
+ * centred), the rest copied, with 8-bit inputs converted to x - zero_point on the way. A 1x1,
+ * stride-1, unpadded float convolution skips im2col: the input already is the GEMM's operand.
+ * The epilogue adds the bias and applies ReLU in place (float), or requantizes (8-bit) exactly
+ * as onnxruntime's MlasRequantizeOutput: the int32 sum (exact in float32: the caller checks the
+ * bound) plus the int32 bias, made a float32, times the float32 multiplier, rounded half to even,
+ * plus the zero point, saturated.
  *
- * The caller (conv.py) validates shapes and lengths; the element counts are checked again here
- * so a wrong call fails with a status instead of touching memory out of bounds.
+ * The GEMM is OpenBLAS's, whose address the caller passes (numpy's own copy, so its thread pool
+ * follows the tenant's limit set through threadpoolctl). NumPy used to make a padded copy, a
+ * six-dimensional strided copy, the GEMM, then one pass per epilogue step, each from Python.
+ *
+ * The caller (conv.py) validates shapes and lengths once per geometry; the lengths are checked
+ * again here so a wrong call fails with a status instead of touching memory out of bounds.
  */
 #include <math.h>
 #include <stdint.h>
@@ -17,18 +25,18 @@
 #include "conv.h"
 
 #define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#define ROW_MAJOR 101
+#define NO_TRANS 111
 
-static int geometry_ok(int64_t x_len, int64_t cols_len, int64_t n, int64_t c, int64_t h, int64_t w,
-                       int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw,
-                       int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left)
-{
-    if (n < 0 || c < 0 || h < 0 || w < 0 || kh < 1 || kw < 1 || oh < 0 || ow < 0 || sh < 1 || sw < 1
-        || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0)
-        return 0;
-    return x_len == n * c * h * w && cols_len == n * c * kh * kw * oh * ow;
-}
+typedef void (*sgemm_fn)(int order, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
-/* The output columns [lo, hi) whose input column ox*sw + base lies in [0, width). */
+struct conv {
+    int64_t c_per_group, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left;
+    float zero_point;
+};
+
+/* The output columns [lo, hi) of a row whose input column ox*sw + base lies in [0, width). */
 static void inside(int64_t base, int64_t sw, int64_t width, int64_t ow, int64_t *lo, int64_t *hi)
 {
     int64_t first = base >= 0 ? 0 : (-base + sw - 1) / sw;
@@ -39,96 +47,134 @@ static void inside(int64_t base, int64_t sw, int64_t width, int64_t ow, int64_t 
     *hi = last;
 }
 
-#define IM2COL(NAME, T, CONVERT)                                                                        \
-CLONES int NAME(const T *x, int64_t x_len, float *cols, int64_t cols_len,                              \
-         int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t oh, int64_t ow,   \
-         int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left, int32_t zp) \
+/* cols (K, count): the tile of output pixels [p0, p0 + count) of one group's channels `src`. */
+#define IM2COL_TILE(NAME, T, CONVERT)                                                                   \
+CLONES static void NAME(const T *src, const struct conv *g, int64_t p0, int64_t count, float *cols)   \
 {                                                                                                       \
-    if (!geometry_ok(x_len, cols_len, n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left))   \
-        return RTD_NATIVE_E_LENGTH;                                                                     \
-    const float zero_point = (float)zp;                                                                 \
+    const float zero_point = g->zero_point;                                                             \
     (void)zero_point;                                                                                   \
-    for (int64_t plane = 0; plane < n * c; plane++) {                                                   \
-        const T *src = x + plane * h * w;                                                               \
-        float *dst = cols + plane * kh * kw * oh * ow;                                                  \
-        for (int64_t i = 0; i < kh; i++)                                                                \
-            for (int64_t j = 0; j < kw; j++) {                                                          \
-                int64_t col_base = j * dw - pad_left, lo, hi;                                           \
-                inside(col_base, sw, w, ow, &lo, &hi);                                                  \
-                for (int64_t oy = 0; oy < oh; oy++, dst += ow) {                                        \
-                    int64_t iy = oy * sh + i * dh - pad_top;                                            \
-                    if (iy < 0 || iy >= h || lo == hi) {                                                \
-                        memset(dst, 0, (size_t)ow * sizeof(float));                                     \
-                        continue;                                                                       \
+    float *dst = cols;                                                                                  \
+    for (int64_t ci = 0; ci < g->c_per_group; ci++) {                                                   \
+        const T *plane = src + ci * g->h * g->wd;                                                       \
+        for (int64_t i = 0; i < g->kh; i++)                                                             \
+            for (int64_t j = 0; j < g->kw; j++, dst += count) {                                         \
+                int64_t base = j * g->dw - g->pad_left, lo, hi;                                         \
+                inside(base, g->sw, g->wd, g->ow, &lo, &hi);                                            \
+                for (int64_t p = p0; p < p0 + count;) {                                                 \
+                    int64_t oy = p / g->ow, ox0 = p - oy * g->ow;                                       \
+                    int64_t ox1 = g->ow < ox0 + (p0 + count - p) ? g->ow : ox0 + (p0 + count - p);      \
+                    float *restrict out = dst + (p - p0) - ox0;   /* indexed by ox */                   \
+                    int64_t iy = oy * g->sh + i * g->dh - g->pad_top;                                   \
+                    int64_t a = lo > ox0 ? lo : ox0, b = hi < ox1 ? hi : ox1;                           \
+                    if (iy < 0 || iy >= g->h || a >= b) {                                               \
+                        for (int64_t ox = ox0; ox < ox1; ox++) out[ox] = 0.0f;                          \
+                    } else {                                                                            \
+                        const T *restrict row = plane + iy * g->wd + base;                              \
+                        for (int64_t ox = ox0; ox < a; ox++) out[ox] = 0.0f;                            \
+                        if (g->sw == 1)                                                                 \
+                            for (int64_t ox = a; ox < b; ox++) out[ox] = CONVERT(row[ox]);              \
+                        else                                                                            \
+                            for (int64_t ox = a; ox < b; ox++) out[ox] = CONVERT(row[ox * g->sw]);      \
+                        for (int64_t ox = b; ox < ox1; ox++) out[ox] = 0.0f;                            \
                     }                                                                                   \
-                    const T *restrict row = src + iy * w + col_base;                                    \
-                    float *restrict out = dst;                                                          \
-                    for (int64_t ox = 0; ox < lo; ox++) out[ox] = 0.0f;                                 \
-                    if (sw == 1)                                                                        \
-                        for (int64_t ox = lo; ox < hi; ox++) out[ox] = CONVERT(row[ox]);                \
-                    else                                                                                \
-                        for (int64_t ox = lo; ox < hi; ox++) out[ox] = CONVERT(row[ox * sw]);           \
-                    for (int64_t ox = hi; ox < ow; ox++) out[ox] = 0.0f;                                \
+                    p += ox1 - ox0;                                                                     \
                 }                                                                                       \
             }                                                                                           \
     }                                                                                                   \
-    return 0;                                                                                           \
 }
 
 #define AS_FLOAT(v) (v)
 #define CENTRED(v) ((float)(v) - zero_point)
-static IM2COL(im2col_f32, float, AS_FLOAT)
-IM2COL(rtd_im2col_u8, uint8_t, CENTRED)
-IM2COL(rtd_im2col_s8, int8_t, CENTRED)
+IM2COL_TILE(im2col_f32, float, AS_FLOAT)
+IM2COL_TILE(im2col_u8, uint8_t, CENTRED)
+IM2COL_TILE(im2col_s8, int8_t, CENTRED)
 
-int rtd_im2col_f32(const float *x, int64_t x_len, float *cols, int64_t cols_len,
-                   int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                   int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left)
+CLONES static void bias_relu(float *restrict row, int64_t count, float bias, int relu)
 {
-    return im2col_f32(x, x_len, cols, cols_len, n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left, 0);
+    if (relu)
+        for (int64_t i = 0; i < count; i++) { float v = row[i] + bias; row[i] = v > 0.0f ? v : 0.0f; }
+    else
+        for (int64_t i = 0; i < count; i++) row[i] += bias;
 }
 
-CLONES int rtd_bias_relu_f32(float *y, int64_t y_len, const float *bias, int64_t bias_len,
-                             int64_t n, int64_t m, int64_t p, int relu)
+#define REQUANTIZE_ROW(NAME, T, LOW, HIGH)                                                              \
+CLONES static void NAME(const float *restrict in, T *restrict out, int64_t count, int32_t bias,        \
+                        float scale, float zero_point)                                                  \
+{                                                                                                       \
+    for (int64_t i = 0; i < count; i++) {                                                               \
+        float v = nearbyintf((float)((int32_t)in[i] + bias) * scale) + zero_point;                      \
+        v = v > (float)(HIGH) ? (float)(HIGH) : v;                                                      \
+        out[i] = (T)(v >= (float)(LOW) ? v : (float)(LOW));   /* a NaN scale saturates low */           \
+    }                                                                                                   \
+}
+REQUANTIZE_ROW(requantize_u8, uint8_t, 0, 255)
+REQUANTIZE_ROW(requantize_s8, int8_t, -128, 127)
+
+int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
+               const float *w, int64_t w_len, const float *bias_f, const int32_t *bias_q, int64_t bias_len,
+               const float *multiplier, int64_t multiplier_len, int32_t y_zero_point,
+               void *y, int y_type, int64_t y_len, float *scratch, int64_t scratch_len,
+               int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
+               int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+               int64_t pad_top, int64_t pad_left, int relu, int64_t tile, void *sgemm)
 {
-    if (n < 0 || m < 0 || p < 0 || y_len != n * m * p || (bias != NULL && bias_len != m))
+    if (n < 0 || c < 1 || h < 1 || wd < 1 || m < 1 || group < 1 || c % group || m % group || kh < 1 || kw < 1
+        || oh < 1 || ow < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0 || tile < 1
+        || x_type < RTD_CONV_F32 || x_type > RTD_CONV_S8 || y_type < RTD_CONV_F32 || y_type > RTD_CONV_S8
+        || (y_type != RTD_CONV_F32 && x_type == RTD_CONV_F32) || sgemm == NULL)
+        return RTD_NATIVE_E_ARGUMENT;
+    const int64_t cg = c / group, mg = m / group, k = cg * kh * kw, pixels = oh * ow;
+    const int quantized = y_type != RTD_CONV_F32;
+    if (x_len != n * c * h * wd || w_len != m * k || y_len != n * m * pixels
+        || (bias_len != 0 && bias_len != m) || (bias_len != 0 && (quantized ? bias_q == NULL : bias_f == NULL))
+        || (quantized && multiplier_len != 1 && multiplier_len != m) || (quantized && multiplier == NULL)
+        || scratch_len < tile * k + (quantized ? tile * mg : 0))
         return RTD_NATIVE_E_LENGTH;
-    for (int64_t row = 0; row < n * m; row++) {
-        float *restrict out = y + row * p;
-        const float b = bias != NULL ? bias[row % m] : 0.0f;
-        if (relu)
-            for (int64_t i = 0; i < p; i++) { float v = out[i] + b; out[i] = v > 0.0f ? v : 0.0f; }
-        else
-            for (int64_t i = 0; i < p; i++) out[i] += b;
-    }
+    /* no geometry check is needed for memory safety: im2col clamps every read to the image */
+    const int pointwise = x_type == RTD_CONV_F32 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && pad_top == 0
+                          && pad_left == 0 && oh == h && ow == wd;
+    const struct conv g = {cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left, (float)x_zero_point};
+    const size_t x_item = x_type == RTD_CONV_F32 ? sizeof(float) : 1, y_item = quantized ? 1 : sizeof(float);
+    float *cols = scratch, *sums = scratch + tile * k;
+    for (int64_t image = 0; image < n; image++)
+        for (int64_t gi = 0; gi < group; gi++) {
+            const char *src = (const char *)x + (size_t)((image * c + gi * cg) * h * wd) * x_item;
+            char *dst = (char *)y + (size_t)((image * m + gi * mg) * pixels) * y_item;
+            const float *weights = w + gi * mg * k;
+            for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
+                const int64_t count = pixels - p0 < tile ? pixels - p0 : tile;
+                const float *b = cols;
+                int64_t ldb = count;
+                if (pointwise) {
+                    b = (const float *)src + p0;
+                    ldb = pixels;
+                } else if (x_type == RTD_CONV_F32) {
+                    im2col_f32((const float *)src, &g, p0, count, cols);
+                } else if (x_type == RTD_CONV_U8) {
+                    im2col_u8((const uint8_t *)src, &g, p0, count, cols);
+                } else {
+                    im2col_s8((const int8_t *)src, &g, p0, count, cols);
+                }
+                float *out = quantized ? sums : (float *)dst + p0;
+                int64_t ldc = quantized ? count : pixels;
+                ((sgemm_fn)sgemm)(ROW_MAJOR, NO_TRANS, NO_TRANS, mg, count, k, 1.0f, weights, k, b, ldb, 0.0f, out, ldc);
+                for (int64_t r = 0; r < mg; r++) {
+                    const int64_t channel = gi * mg + r;
+                    if (!quantized) {
+                        if (bias_len || relu)
+                            bias_relu(out + r * ldc, count, bias_len ? bias_f[channel] : 0.0f, relu);
+                        continue;
+                    }
+                    const float scale = multiplier[multiplier_len == 1 ? 0 : channel];
+                    const int32_t bias = bias_len ? bias_q[channel] : 0;
+                    if (y_type == RTD_CONV_U8)
+                        requantize_u8(out + r * count, (uint8_t *)dst + r * pixels + p0, count, bias, scale,
+                                      (float)y_zero_point);
+                    else
+                        requantize_s8(out + r * count, (int8_t *)dst + r * pixels + p0, count, bias, scale,
+                                      (float)y_zero_point);
+                }
+            }
+        }
     return 0;
 }
-
-/* onnxruntime's MlasRequantizeOutput: the int32 sum (exact in the float32 acc) plus the int32 bias,
- * made a float32, times the float32 multiplier, rounded half to even, plus the zero point, saturated.
- * A NaN multiplier (a model's garbage scale) would make the cast undefined: it saturates low instead. */
-#define REQUANTIZE(NAME, T, LOW, HIGH)                                                                  \
-CLONES int NAME(const float *acc, int64_t acc_len, const int32_t *bias, int64_t bias_len,               \
-                const float *multiplier, int64_t multiplier_len, T *y, int64_t y_len,                   \
-                int64_t n, int64_t m, int64_t p, int32_t zero_point)                                    \
-{                                                                                                       \
-    if (n < 0 || m < 0 || p < 0 || acc_len != n * m * p || y_len != acc_len                             \
-        || (bias != NULL && bias_len != m) || (multiplier_len != 1 && multiplier_len != m))             \
-        return RTD_NATIVE_E_LENGTH;                                                                     \
-    const float zp = (float)zero_point;                                                                 \
-    for (int64_t row = 0; row < n * m; row++) {                                                         \
-        const float *restrict in = acc + row * p;                                                       \
-        T *restrict out = y + row * p;                                                                  \
-        const int32_t b = bias != NULL ? bias[row % m] : 0;                                             \
-        const float scale = multiplier[multiplier_len == 1 ? 0 : row % m];                              \
-        for (int64_t i = 0; i < p; i++) {                                                               \
-            float v = nearbyintf((float)((int32_t)in[i] + b) * scale) + zp;                             \
-            v = v > (float)(HIGH) ? (float)(HIGH) : v;                                                  \
-            out[i] = (T)(v >= (float)(LOW) ? v : (float)(LOW));                                         \
-        }                                                                                               \
-    }                                                                                                   \
-    return 0;                                                                                           \
-}
-
-REQUANTIZE(rtd_requantize_u8, uint8_t, 0, 255)
-REQUANTIZE(rtd_requantize_s8, int8_t, -128, 127)

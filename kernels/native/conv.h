@@ -1,21 +1,18 @@
-/* The GEMM convolution's C helpers; cffi reads the declarations below as they are.
-   im2col: cols (N, C, KH, KW, OH, OW) from x (N, C, H, W), zero where the window leaves the input;
-   the 8-bit forms subtract the zero point and widen to float (exact below 2^24).
-   Epilogues run over y (N, M, P) in place: bias and ReLU; or requantization to 8 bits. */
-int rtd_im2col_f32(const float *x, int64_t x_len, float *cols, int64_t cols_len,
-                   int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                   int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left);
-int rtd_im2col_u8(const uint8_t *x, int64_t x_len, float *cols, int64_t cols_len,
-                  int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                  int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left, int32_t zero_point);
-int rtd_im2col_s8(const int8_t *x, int64_t x_len, float *cols, int64_t cols_len,
-                  int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                  int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left, int32_t zero_point);
-int rtd_bias_relu_f32(float *y, int64_t y_len, const float *bias, int64_t bias_len,
-                      int64_t n, int64_t m, int64_t p, int relu);
-int rtd_requantize_u8(const float *acc, int64_t acc_len, const int32_t *bias, int64_t bias_len,
-                      const float *multiplier, int64_t multiplier_len, uint8_t *y, int64_t y_len,
-                      int64_t n, int64_t m, int64_t p, int32_t zero_point);
-int rtd_requantize_s8(const float *acc, int64_t acc_len, const int32_t *bias, int64_t bias_len,
-                      const float *multiplier, int64_t multiplier_len, int8_t *y, int64_t y_len,
-                      int64_t n, int64_t m, int64_t p, int32_t zero_point);
+/* The 2-D convolution (NCHW, groups, strides, dilations, pads) as im2col + BLAS sgemm + epilogue
+   in one call; cffi reads the declarations below as they are.
+   x: float32, or 8-bit (x_type 1 uint8, 2 int8) convolved as x - x_zero_point.
+   w: (M, C/group * KH * KW) float32 (for 8-bit inputs: the weights already centred).
+   y: float32 (y_type 0: + bias_f, then ReLU when relu), or 8-bit (y_type 1 uint8, 2 int8):
+      onnxruntime's requantization of the exact sums plus bias_q, times multiplier (1 or M), plus y_zero_point.
+   scratch: tile * K floats for the im2col tile, plus tile * M/group floats for 8-bit outputs.
+   sgemm: the address of OpenBLAS's 64-bit-integer cblas_sgemm, which numpy's wheels ship. */
+#define RTD_CONV_F32 0
+#define RTD_CONV_U8 1
+#define RTD_CONV_S8 2
+int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
+               const float *w, int64_t w_len, const float *bias_f, const int32_t *bias_q, int64_t bias_len,
+               const float *multiplier, int64_t multiplier_len, int32_t y_zero_point,
+               void *y, int y_type, int64_t y_len, float *scratch, int64_t scratch_len,
+               int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
+               int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+               int64_t pad_top, int64_t pad_left, int relu, int64_t tile, void *sgemm);

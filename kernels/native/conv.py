@@ -1,21 +1,46 @@
-"""Guarded calls into the GEMM convolution's compiled passes (conv.c): im2col and the epilogues.
+"""The guarded call into the compiled 2-D convolution (conv.c): im2col, BLAS sgemm and the
+epilogue (bias and ReLU, or 8-bit requantization) in one call per convolution.
 
-Like depthwise.py: the C trusts the lengths it is given, so each call is checked here first
-(dtypes, ranks, C-contiguous aligned buffers, the geometry, bounds that keep index products in
-int64). A call these wrappers do not handle returns False/None and the caller runs NumPy.
+Like depthwise.py, the C trusts the lengths it is given, so the geometry is checked here once
+per layout (`Conv2d`, made once per thread for each input shape) and each call checks only its
+arrays' dtypes, shapes and layout. The GEMM is the OpenBLAS that NumPy itself uses (its 64-bit
+integer cblas_sgemm, found when this module is imported: in the zygote, before any worker
+forks), so its threads follow the tenant's limit exactly as NumPy's matmul did. A call these
+wrappers do not take returns None and the caller runs its NumPy path.
 """
+import ctypes
+
 import numpy as np
+import threadpoolctl
 
 from rtd.errors import Code, RtdError
 
 from . import compiled
 from .depthwise import LIMIT
 
-IM2COL = {np.dtype(np.float32): "rtd_im2col_f32", np.dtype(np.uint8): "rtd_im2col_u8", np.dtype(np.int8): "rtd_im2col_s8"}
-REQUANTIZE = {np.dtype(np.uint8): "rtd_requantize_u8", np.dtype(np.int8): "rtd_requantize_s8"}
 FLOAT32 = np.dtype(np.float32)
-CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.int8): "int8_t[]",
+TYPES = {FLOAT32: 0, np.dtype(np.uint8): 1, np.dtype(np.int8): 2}   # RTD_CONV_F32, _U8, _S8 (conv.h)
+CTYPES = {FLOAT32: "float[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.int8): "int8_t[]",
           np.dtype(np.int32): "int32_t[]"}
+# Pixels per tile: the im2col tile (K rows of `tile` floats) stays within about 512 KiB, under a
+# core's L2 on current x86 server parts, but never below a GEMM width BLAS runs well.
+TILE_FLOATS, MIN_TILE = 128 << 10, 64
+
+
+def _sgemm():
+    """The address of NumPy's OpenBLAS cblas_sgemm with 64-bit integers, or None."""
+    for library in threadpoolctl.threadpool_info():
+        if library.get("internal_api") != "openblas" or "numpy" not in library.get("filepath", ""):
+            continue
+        blas = ctypes.CDLL(library["filepath"])   # already mapped: dlopen finds it, opens nothing
+        for symbol in ("scipy_cblas_sgemm64_", "cblas_sgemm64_"):
+            function = getattr(blas, symbol, None)
+            if function is not None:
+                return ctypes.cast(function, ctypes.c_void_p).value
+    return None
+
+
+SGEMM = _sgemm() if compiled is not None else None
 
 
 def _ready(array) -> bool:
@@ -27,76 +52,63 @@ def _buffer(array, writable=False):
     return compiled.ffi.from_buffer(CTYPES[array.dtype], array, require_writable=writable)
 
 
-def _check(status: int, what: str) -> None:
-    if status != 0:   # the checks before the call make this unreachable; the C checks again all the same
-        raise RtdError(Code.E_INTERNAL, f"{what} kernel refused its arguments (status {status})")
+class Conv2d:
+    """One 2-D convolution geometry, checked once; a call computes y from x, w and the epilogue's
+    parameters in one compiled pass, or returns None when it does not take the call."""
 
-
-class Im2col:
-    """One geometry's compiled im2col into its cols buffer (N, C, kh, kw, oh, ow) float32, checked
-    once here (a conv layout makes it once per thread), so a call checks only x's dtype, shape and
-    layout: the wrapper's own cost stays near a microsecond."""
-
-    def __init__(self, x_shape, cols, k, strides, dilations, begin, end, out_shape):
+    def __init__(self, x_shape, w_shape, group, k, strides, dilations, begin, end, out_shape):
         strides, dilations = list(strides or (1, 1)), list(dilations or (1, 1))
-        self.x_shape, self.usable = tuple(x_shape), False
-        if compiled is None or cols.dtype != FLOAT32 or len(x_shape) != 4 or len(k) != 2 or not _ready(cols):
+        self.usable = False
+        if SGEMM is None or len(x_shape) != 4 or len(w_shape) != 4 or len(k) != 2 or tuple(w_shape[2:]) != tuple(k):
             return
         n, c, h, w = x_shape
-        if cols.shape != (n, c, *k, *out_shape) or cols.size == 0:
+        m, oh, ow = w_shape[0], *out_shape
+        numbers = (*x_shape, *w_shape, *out_shape, *strides, *dilations, *begin, *end, group)
+        if any(not 0 <= v < LIMIT for v in numbers) or min(c, h, w, m, oh, ow, group, *strides, *dilations) < 1:
             return
-        numbers = (*x_shape, *k, *out_shape, *strides, *dilations, *begin, *end)
-        if any(not 0 <= v < LIMIT for v in numbers) or min(*strides, *dilations, *k) < 1:
+        if c % group or m % group or w_shape[1] != c // group:
             return
         for size, kk, s, d, b, e, o in zip((h, w), k, strides, dilations, begin, end, out_shape):
             if size + b + e < (kk - 1) * d + 1 or o != (size + b + e - (kk - 1) * d - 1) // s + 1:
                 return
-        self.x_size = n * c * h * w
-        self.rest = (_buffer(cols, True), cols.size, n, c, h, w, *k, *out_shape, *strides, *dilations, begin[0], begin[1])
+        depth = (c // group) * k[0] * k[1]
+        pixels = oh * ow
+        tile = min(pixels, max(MIN_TILE, TILE_FLOATS // depth // 16 * 16))
+        self.scratch = np.empty(tile * (depth + m // group), np.float32)   # im2col tile, then 8-bit outputs' sums
+        self.x_shape, self.w_shape, self.y_shape = tuple(x_shape), tuple(w_shape), (n, m, oh, ow)
+        self.geometry = (n, c, h, w, m, group, *k, oh, ow, *strides, *dilations, begin[0], begin[1])
+        self.tile = tile
         self.usable = True
 
-    def __call__(self, x, zero_point: int = 0) -> bool:
-        """Fill cols from x (float32, or 8-bit minus `zero_point`); False (cols untouched) when the
-        compiled pass does not take this x."""
-        if not self.usable or x.shape != self.x_shape or not _ready(x):
-            return False
-        if x.dtype == FLOAT32:
-            _check(compiled.lib.rtd_im2col_f32(_buffer(x), self.x_size, *self.rest), "im2col")
-        elif x.dtype in IM2COL:
-            _check(getattr(compiled.lib, IM2COL[x.dtype])(_buffer(x), self.x_size, *self.rest, zero_point), "im2col")
+    def __call__(self, x, w, bias=None, relu: bool = False, x_zero_point: int = 0, requantize=None):
+        """y (N, M, oh, ow): float32 plus bias (M,) float32 then ReLU; or, with `requantize` =
+        (multiplier (1 or M) float32, zero point, dtype) and an int32 bias, the 8-bit output."""
+        x_type = TYPES.get(x.dtype)
+        if not self.usable or x_type is None or x.shape != self.x_shape or w.dtype != FLOAT32 \
+                or w.shape != self.w_shape or not _ready(x) or not _ready(w):
+            return None
+        ffi, null = compiled.ffi, compiled.ffi.NULL
+        if requantize is None:
+            y_type, multiplier, y_zero_point = 0, None, 0
+            if bias is not None and (bias.dtype != FLOAT32 or bias.shape != (self.w_shape[0],) or not _ready(bias)):
+                return None
+            y = np.empty(self.y_shape, np.float32)
         else:
-            return False
-        return True
-
-
-def bias_relu(y, bias, relu: bool) -> bool:
-    """y (N, M, P) float32 in place: plus bias (M,) when given, then ReLU when asked."""
-    if compiled is None or y.dtype != FLOAT32 or y.ndim != 3 or not _ready(y):
-        return False
-    if bias is None:
-        status = compiled.lib.rtd_bias_relu_f32(_buffer(y, True), y.size, compiled.ffi.NULL, 0, *y.shape, relu)
-    elif bias.dtype != FLOAT32 or bias.shape != (y.shape[1],) or not _ready(bias):
-        return False
-    else:
-        status = compiled.lib.rtd_bias_relu_f32(_buffer(y, True), y.size, _buffer(bias), bias.size, *y.shape, relu)
-    _check(status, "bias")
-    return True
-
-
-def requantize(acc, bias, multiplier, zero_point, dtype):
-    """(N, M, P) 8-bit: onnxruntime's requantization of the exact float32 sums acc (N, M, P) plus the
-    int32 bias (M,), times multiplier (1 or M float32), plus the zero point; None when not taken."""
-    dtype = np.dtype(dtype)
-    if compiled is None or dtype not in REQUANTIZE or acc.dtype != np.float32 or acc.ndim != 3 or not _ready(acc):
-        return None
-    m = acc.shape[1]
-    multiplier = np.ascontiguousarray(multiplier, np.float32).reshape(-1)
-    if multiplier.size not in (1, m) or (bias is not None and (bias.dtype != np.int32 or bias.size != m)):
-        return None
-    bias = None if bias is None else np.ascontiguousarray(bias).reshape(-1)
-    y = np.empty(acc.shape, dtype)
-    status = getattr(compiled.lib, REQUANTIZE[dtype])(
-        _buffer(acc), acc.size, compiled.ffi.NULL if bias is None else _buffer(bias), 0 if bias is None else bias.size,
-        _buffer(multiplier), multiplier.size, _buffer(y, True), y.size, *acc.shape, int(zero_point))
-    _check(status, "requantize")
-    return y
+            multiplier, y_zero_point, y_dtype = requantize
+            y_type = TYPES.get(np.dtype(y_dtype), 0)
+            if not y_type or multiplier.dtype != FLOAT32 or multiplier.size not in (1, self.w_shape[0]) \
+                    or not _ready(multiplier) or (bias is not None and (bias.dtype != np.int32
+                                                                       or bias.size != self.w_shape[0] or not _ready(bias))):
+                return None
+            y = np.empty(self.y_shape, y_dtype)
+        bias_buffer = null if bias is None else _buffer(bias)
+        status = compiled.lib.rtd_conv2d(
+            _buffer(x), x_type, x.size, int(x_zero_point), _buffer(w), w.size,
+            bias_buffer if requantize is None else null, null if requantize is None else bias_buffer,
+            0 if bias is None else bias.size,
+            null if multiplier is None else _buffer(multiplier), 0 if multiplier is None else multiplier.size,
+            int(y_zero_point), ffi.from_buffer("char[]", y, require_writable=True), y_type, y.size,
+            _buffer(self.scratch, True), self.scratch.size, *self.geometry, int(relu), self.tile, ffi.cast("void *", SGEMM))
+        if status != 0:   # the checks above make this unreachable; the C checks again all the same
+            raise RtdError(Code.E_INTERNAL, f"conv kernel refused its arguments (status {status})")
+        return y

@@ -11,10 +11,11 @@ The plan is chosen per call from the shapes (cheap integer arithmetic):
   that copy there; with the compiled im2col, channel-major is faster at every measured shape
   (bench/RESULTS.md, issue 10);
 - otherwise channel-major im2col: cols (N, group, C/group*k*k, pixels), one batched W @ cols.
-  For 2-D convolutions the compiled im2col (native/conv.py) fills cols straight from the unpadded
-  input in one pass (8-bit inputs centred and widened on the way), and the bias and ReLU are one
-  compiled pass after the GEMM.
-Each geometry's plan, padded-input and im2col buffers are made once per thread (`_Layout`).
+Every 2-D convolution but the depthwise one first goes to the compiled convolution
+(native/conv.py: im2col in cache-sized tiles, NumPy's own BLAS sgemm, bias and ReLU or the 8-bit
+requantization, in one call); the NumPy plans run what it does not take, or without it.
+Each geometry's plan and compiled call are made once per thread (`_Layout`), the NumPy padded-input
+and im2col buffers on first use.
 """
 import math
 
@@ -35,19 +36,32 @@ class _Layout:
     GEMM instead of re-deriving geometry and views (tens of microseconds per small conv)."""
 
     def __init__(self, xp, x_shape, dtype, w_shape, group, k, strides, dilations, pads, auto_pad):
-        n, c = x_shape[:2]
-        m, nd = w_shape[0], len(k)
+        c, m, nd = x_shape[1], w_shape[0], len(k)
         self.out_shape, self.begin, self.end = geometry(x_shape[2:], k, strides, dilations, pads, auto_pad)
         self.pixels = math.prod(self.out_shape)
         self.k, self.strides, self.dilations = k, strides, dilations
-        self.padded = self.inner = self.cols = self.source = self.compiled_im2col = None
-        padding = any(self.begin) or any(self.end)
-        if all(v == 1 for v in k) and all(s == 1 for s in (strides or [1])) and not padding:
+        self.x_shape, self.dtype = x_shape, dtype
+        self.padded = self.inner = self.cols = self.source = self.compiled = None
+        self.padding = any(self.begin) or any(self.end)
+        if all(v == 1 for v in k) and all(s == 1 for s in (strides or [1])) and not self.padding:
             self.plan = "pointwise"
         elif group == c == m and group > 1:
             self.plan = "depthwise"
-        elif native_conv.compiled is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
-            self.plan = "pixel_major"
+        elif native_conv.SGEMM is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
+            self.plan = "pixel_major"   # NumPy's im2col costs more than a transposing copy here
+        else:
+            self.plan = "channel_major"
+        if xp is np and nd == 2 and self.plan != "depthwise":
+            compiled = native_conv.Conv2d(x_shape, w_shape, group, k, strides, dilations, self.begin, self.end,
+                                          self.out_shape)
+            self.compiled = compiled if compiled.usable else None
+
+    def _numpy_buffers(self, xp):
+        """The NumPy plans' padded-input and im2col buffers and the window view between them."""
+        x_shape, dtype, k = self.x_shape, self.dtype, self.k
+        n, c = x_shape[:2]
+        strides, dilations = self.strides, self.dilations
+        if self.plan == "pixel_major":
             (kh, kw), (oh, ow) = k, self.out_shape
             self.padded = xp.zeros((n,) + tuple(i + b + e for i, b, e in zip(x_shape[2:], self.begin, self.end)) + (c,), dtype)
             self.inner = self.padded[(slice(None),) + tuple(slice(b, b + i) for b, i in zip(self.begin, x_shape[2:]))]
@@ -59,11 +73,8 @@ class _Layout:
             self.cols = xp.empty((n, oh, ow, kh, kw, c), dtype)
             self.source = view.transpose(0, 1, 2, 4, 5, 3)
         else:
-            self.plan = "channel_major"
             self.cols = xp.empty((n, c) + tuple(k) + tuple(self.out_shape), dtype)
-            self.compiled_im2col = native_conv.Im2col(x_shape, self.cols, k, strides, dilations, self.begin,
-                                                      self.end, self.out_shape) if xp is np else None
-            if padding:
+            if self.padding:
                 self.padded = xp.zeros(x_shape[:2] + tuple(i + b + e for i, b, e in zip(x_shape[2:], self.begin, self.end)), dtype)
                 self.inner = self.padded[(slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(self.begin, x_shape[2:]))]
                 self.source = self._windows(xp, self.padded)
@@ -76,6 +87,8 @@ class _Layout:
 
     def im2col(self, xp, x):
         """The im2col buffer filled from x (NHWC columns for the pixel-major plan)."""
+        if self.cols is None:
+            self._numpy_buffers(xp)
         if self.plan == "pixel_major":
             self.inner[...] = x.transpose(0, 2, 3, 1)
         elif self.padded is not None:
@@ -85,10 +98,12 @@ class _Layout:
 
 
 def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None, relu=False,
-         x_zero_point=None):
+         x_zero_point=None, requantize=None):
     """ONNX Conv of x (N, C, *S) with w (M, C/group, *k), then ReLU when `relu`; the result is in
     `acc_dtype` (default x's). With `x_zero_point` (a host array), x is an integer tensor convolved
-    as x - x_zero_point."""
+    as x - x_zero_point. With `requantize` (multiplier, zero point, 8-bit dtype) and an int32 bias,
+    the compiled convolution may return the requantized 8-bit output instead of the float sums
+    (the caller tells them apart by dtype)."""
     n, c = x.shape[:2]
     m = w.shape[0]
     k = list(kernel_shape or w.shape[2:])
@@ -101,13 +116,16 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
            tuple(pads or ()), auto_pad, xp.__name__)
     layout = per_thread(key, lambda: _Layout(xp, x.shape, acc_dtype, w.shape, group, k, strides, dilations, pads, auto_pad))
     out_shape, pixels = layout.out_shape, layout.pixels
+    if layout.compiled is not None:   # it also centres 8-bit inputs and may requantize
+        y = layout.compiled(x, w, bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
+                            relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize)
+        if y is not None:
+            return y
+    if requantize is not None:
+        bias = None   # the caller adds the int32 bias to the float sums itself
     if bias is not None:
         bias = bias.astype(acc_dtype, copy=False)
-    cols = None
-    if layout.compiled_im2col is not None:   # it also centres 8-bit inputs
-        if layout.compiled_im2col(x, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])):
-            cols = layout.cols
-    if cols is None and x.dtype != acc_dtype:
+    if x.dtype != acc_dtype:
         x = centred(x, x_zero_point, dtype=acc_dtype)
     if layout.plan == "depthwise" and xp is np and nd == 2:
         y = depthwise_conv2d(x, w, bias, strides, dilations, layout.begin, layout.end, out_shape, relu)
@@ -121,12 +139,9 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
         y = _pixel_major(xp, layout.im2col(xp, x), w)
     else:
         kk = math.prod(k)
-        cols = layout.im2col(xp, x) if cols is None else cols
         y = _weights_times(xp, w.reshape(group, m // group, (c // group) * kk),
-                           cols.reshape(n, group, (c // group) * kk, pixels))
+                           layout.im2col(xp, x).reshape(n, group, (c // group) * kk, pixels))
     y = y.reshape((n, m, pixels))
-    if xp is np and (bias is not None or relu) and native_conv.bias_relu(y, bias, int(relu)):
-        return y.reshape((n, m) + tuple(out_shape))
     if bias is not None:
         y += bias.reshape(1, m, 1)
     if relu:
@@ -146,16 +161,17 @@ class IntegerConv:
     def setup(self):
         self.weight = CentredWeight()
 
-    def accumulate(self, x, x_zero_point, w, w_zero_point):
-        """The exact sums as float32 or float64 (every value an integer)."""
+    def accumulate(self, x, x_zero_point, w, w_zero_point, bias=None, requantize=None):
+        """The exact sums as float32 or float64 (every value an integer); or, with `requantize`
+        (multiplier, zero point, 8-bit dtype), possibly the requantized output of sums + bias."""
         channel_shape = (-1,) + (1,) * (w.ndim - 1) if w_zero_point is not None and w_zero_point.size > 1 else None
         x_max = span(x.dtype, None if x_zero_point is None else self.host(x_zero_point))
         w_max = span(w.dtype, None if w_zero_point is None else self.host(w_zero_point))
         dtype = np.float32 if math.prod(w.shape[1:]) * x_max * w_max < FLOAT32_EXACT else np.float64
         wc = self.weight.get(self.xp, w, w_zero_point, channel_shape, dtype)
         zero_point = np.zeros((), x.dtype) if x_zero_point is None else self.host(x_zero_point)
-        return conv(self.xp, x, wc, None, self.group, self.kernel_shape, self.strides, self.dilations, self.pads,
-                    self.auto_pad, acc_dtype=dtype, x_zero_point=zero_point)
+        return conv(self.xp, x, wc, bias, self.group, self.kernel_shape, self.strides, self.dilations, self.pads,
+                    self.auto_pad, acc_dtype=dtype, x_zero_point=zero_point, requantize=requantize)
 
 
 def _weights_times(xp, w, cols):

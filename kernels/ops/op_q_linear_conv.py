@@ -5,7 +5,6 @@ multiplier x_scale * w_scale / y_scale in float32, then `requantize` in float32.
 """
 import numpy as np
 
-from ..native import conv as native_conv
 from ._conv import IntegerConv
 from ._quant import requantize
 from .base import Kernel
@@ -15,14 +14,16 @@ class QLinearConv_10(IntegerConv, Kernel):
     attributes = IntegerConv.CONV_ATTRIBUTES
 
     def run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point=None, bias=None):
-        acc = self.accumulate(x, x_zero_point, w, w_zero_point)
         multiplier = x_scale.astype(np.float32) * w_scale.astype(np.float32) / y_scale.astype(np.float32)
         dtype = y_zero_point.dtype if y_zero_point is not None else x.dtype
-        if self.xp is np:   # one compiled pass from the float sums when they are float32
+        requantization = None
+        if self.xp is np:   # the compiled convolution requantizes in the same call
             zero_point = 0 if y_zero_point is None else int(self.host(y_zero_point).reshape(-1)[0])
-            y = native_conv.requantize(acc.reshape(acc.shape[0], acc.shape[1], -1), bias, multiplier, zero_point, dtype)
-            if y is not None:
-                return (y.reshape(acc.shape),)
+            requantization = (np.ascontiguousarray(multiplier.reshape(-1)), zero_point, dtype)
+            bias = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.int32)
+        acc = self.accumulate(x, x_zero_point, w, w_zero_point, bias, requantization)
+        if acc.dtype == dtype:
+            return (acc,)
         acc = acc.astype(np.int32)
         channel = (1, -1) + (1,) * (x.ndim - 2)
         if bias is not None:
