@@ -60,10 +60,11 @@ CLONES static void NAME(const T *src, const struct conv *g, int64_t p0, int64_t 
             for (int64_t j = 0; j < g->kw; j++, dst += count) {                                         \
                 int64_t base = j * g->dw - g->pad_left, lo, hi;                                         \
                 inside(base, g->sw, g->wd, g->ow, &lo, &hi);                                            \
-                for (int64_t p = p0; p < p0 + count;) {                                                 \
-                    int64_t oy = p / g->ow, ox0 = p - oy * g->ow;                                       \
-                    int64_t ox1 = g->ow < ox0 + (p0 + count - p) ? g->ow : ox0 + (p0 + count - p);      \
-                    float *restrict out = dst + (p - p0) - ox0;   /* indexed by ox */                   \
+                /* one output row segment at a time; the division happens once per column row */        \
+                int64_t oy = p0 / g->ow, ox0 = p0 - oy * g->ow;                                         \
+                for (int64_t written = 0; written < count; oy++, ox0 = 0) {                             \
+                    int64_t ox1 = g->ow < ox0 + (count - written) ? g->ow : ox0 + (count - written);    \
+                    float *restrict out = dst + written - ox0;   /* indexed by ox */                    \
                     int64_t iy = oy * g->sh + i * g->dh - g->pad_top;                                   \
                     int64_t a = lo > ox0 ? lo : ox0, b = hi < ox1 ? hi : ox1;                           \
                     if (iy < 0 || iy >= g->h || a >= b) {                                               \
@@ -77,7 +78,7 @@ CLONES static void NAME(const T *src, const struct conv *g, int64_t p0, int64_t 
                             for (int64_t ox = a; ox < b; ox++) out[ox] = CONVERT(row[ox * g->sw]);      \
                         for (int64_t ox = b; ox < ox1; ox++) out[ox] = 0.0f;                            \
                     }                                                                                   \
-                    p += ox1 - ox0;                                                                     \
+                    written += ox1 - ox0;                                                               \
                 }                                                                                       \
             }                                                                                           \
     }                                                                                                   \
