@@ -5,6 +5,7 @@ time); `GraphRunner(feeds, scope)` walks the nodes in order over a name → valu
 Subgraph attributes (If/Loop/Scan bodies) become nested GraphRunners that read the enclosing
 environment through `scope`.
 """
+import typing
 from collections import ChainMap
 
 import numpy as np
@@ -14,6 +15,15 @@ from rtd.errors import Code, RtdError
 from .fused import fused_kernel
 from .ir import RTD_DOMAIN, Graph, Node
 from .ops import lookup
+
+TRACE_VALUE_BYTES = 1 << 16   # larger computed values are kept as shapes once nothing reads them
+
+
+class TracedShape(typing.NamedTuple):
+    """What a trace keeps of a large value nothing reads any more: not an array, so no pass can
+    fold it into a constant, only read its shape and dtype."""
+    shape: tuple
+    dtype: np.dtype
 
 
 def op_refusal(e: RtdError, node: Node, opsets: dict) -> RtdError:
@@ -57,15 +67,29 @@ class GraphRunner:
         self.output_names = list(graph.outputs)
         self.output_dtypes = list(graph.output_dtypes)
         self.nodes = [(node, make_kernel(node, graph.opsets, xp)) for node in graph.nodes]
+        # per node, the values it reads or writes for the last time (graph outputs are kept)
+        last = {}
+        for step, (node, _) in enumerate(self.nodes):
+            for name in node.inputs + node.implicit + node.outputs:
+                last[name] = step
+        self.last_reads = [[] for _ in self.nodes]
+        for name, step in last.items():
+            if name and name not in self.output_names:
+                self.last_reads[step].append(name)
 
     def __call__(self, feeds: dict, scope=None) -> list:
         env = self.trace(feeds, scope)
         return [env[name] for name in self.output_names]
 
     def trace(self, feeds: dict, scope=None) -> ChainMap:
-        """Run the graph; the environment of every value it computed (a shape/value record)."""
+        """Run the graph; the environment of every value it computed (a shape/value record).
+
+        A computed value over TRACE_VALUE_BYTES that no later node reads is replaced by its
+        `TracedShape`, so a traced run holds about what a planned run holds rather than every
+        activation at once (the signature passes then leave such a value computed at run time)."""
         env = ChainMap({}, feeds, self.constants, *([scope] if scope is not None else []))
-        for node, kernel in self.nodes:
+        computed = env.maps[0]
+        for (node, kernel), done in zip(self.nodes, self.last_reads):
             args = [env[name] if name else None for name in node.inputs]
             try:
                 results = kernel.run(*args, scope=env) if kernel.needs_scope else kernel.run(*args)
@@ -74,4 +98,8 @@ class GraphRunner:
             for name, value in zip(node.outputs, results):
                 if name:
                     env[name] = value
+            for name in done:
+                value = computed.get(name)
+                if isinstance(value, np.ndarray) and value.nbytes > TRACE_VALUE_BYTES:
+                    computed[name] = TracedShape(value.shape, value.dtype)
         return env
