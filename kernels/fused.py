@@ -16,6 +16,7 @@ from rtd.errors import Code, RtdError
 
 from .backend_cupy import chain_kernel, layernorm_rows, rows_kernel_fits, softmax_rows
 from .ir import Node
+from .native.chain import Program
 from .ops._norm import standardize
 from .ops._softmax import softmax
 from .ops._window import scratch
@@ -229,6 +230,8 @@ class ElementwiseChain(Fused):
         self.arity = 1 + max((i for _, spec in self.links for i in spec if i is not None), default=-1)
         # on a GPU the whole chain is one generated kernel (None on the CPU or without CUDA forms)
         self.gpu = chain_kernel(self.kernels, self.arity, self.dtype) if self.xp is not np else None
+        # on the CPU a chain of the interpreter's ops runs compiled, block by block (None otherwise)
+        self.compiled = Program.build(self.links, self.arity, self.dtype) if self.xp is np and len(self.links) > 1 else None
         if self.gpu is None and len(self.kernels) == 1 and self.kernels[0][1] == list(range(self.arity)):
             self.run = self._run_one  # the common single op: no operand shuffling
 
@@ -249,6 +252,8 @@ class ElementwiseChain(Fused):
             out = self.xp.empty(self.shape, self.dtype)
         if self.gpu is not None:
             return (self.gpu(*inputs, out),)
+        if self.compiled is not None and self.compiled(inputs, out) is not None:
+            return (out,)
         if scratch is None and n > 1:
             scratch = self.xp.empty(self.shape, self.dtype)
         prev = None

@@ -1,0 +1,20 @@
+/* The element-wise chain interpreter's C interface; cffi reads the declarations below as they are.
+   A chain is `n_links` links of four int32 (opcode, then three operand sources: -1 the previous
+   link's result, k >= 0 chain input k, -2 absent) and two float parameters each. Input k is
+   in_len[k] floats read as in[(i / in_inner[k]) % in_len[k]] for output element i (a full-size
+   input has in_len = out_len and in_inner = 1; a scalar in_len = 1). */
+#define RTD_CHAIN_ADD 0
+#define RTD_CHAIN_SUB 1
+#define RTD_CHAIN_MUL 2
+#define RTD_CHAIN_DIV 3
+#define RTD_CHAIN_MAX 4
+#define RTD_CHAIN_MIN 5
+#define RTD_CHAIN_CLIP 6
+#define RTD_CHAIN_RELU 7
+#define RTD_CHAIN_LEAKY_RELU 8
+#define RTD_CHAIN_HARD_SIGMOID 9
+#define RTD_CHAIN_HARD_SWISH 10
+#define RTD_CHAIN_NEG 11
+#define RTD_CHAIN_ABS 12
+int rtd_chain_f32(const float **inputs, const int64_t *in_len, const int64_t *in_inner, int64_t n_inputs,
+                  const int32_t *links, const float *params, int64_t n_links, float *out, int64_t out_len);

@@ -1,0 +1,104 @@
+"""The guarded call into the compiled element-wise chain interpreter (chain.c).
+
+`Program.build(links)` turns a fused chain's links into the interpreter's opcode list, once, at
+load; a chain with an op the interpreter has no loop for (transcendental ones: their NumPy loops
+are already vectorised) or a dtype other than float32 gets None and runs link by link in NumPy.
+A call checks each input's dtype, layout and how it broadcasts to the output (full size, or
+repeating along one block of axes, a scalar included) and returns None for anything else.
+"""
+import math
+
+import numpy as np
+
+from rtd.errors import Code, RtdError
+
+from . import compiled
+
+FLOAT32 = np.dtype(np.float32)
+PREVIOUS, ABSENT = -1, -2
+MAX_INPUTS = 16   # chain.c's
+FLT_MAX = float(np.finfo(np.float32).max)
+# op type -> (opcode, operand count, (alpha attribute, default), (beta attribute, default)); chain.h's numbers
+OPCODES = {
+    "Add": (0, 2, None, None), "Sub": (1, 2, None, None), "Mul": (2, 2, None, None), "Div": (3, 2, None, None),
+    "Max": (4, 2, None, None), "Min": (5, 2, None, None), "Clip": (6, 3, None, None), "Relu": (7, 1, None, None),
+    "LeakyRelu": (8, 1, ("alpha", 0.01), None), "HardSigmoid": (9, 1, ("alpha", 0.2), ("beta", 0.5)),
+    "HardSwish": (10, 1, None, None), "Neg": (11, 1, None, None), "Abs": (12, 1, None, None),
+}
+
+
+def _layout(shape, out_shape) -> tuple | None:
+    """(len, inner) reading an input of `shape` broadcast to `out_shape` as in[(i // inner) % len], or None."""
+    shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    if len(shape) != len(out_shape):
+        return None
+    varying = [axis for axis, (s, o) in enumerate(zip(shape, out_shape)) if s != 1 or o == 1]
+    axes = [axis for axis in varying if shape[axis] != 1]
+    if not axes:
+        return 1, 1
+    first, last = axes[0], axes[-1]
+    if any(shape[axis] != out_shape[axis] for axis in range(first, last + 1)):
+        return None   # a broadcast axis inside the varying block: not one repeating run
+    return math.prod(out_shape[first:last + 1]), math.prod(out_shape[last + 1:])
+
+
+class Program:
+    """A chain's opcode list and parameters, made once per fused kernel."""
+
+    def __init__(self, links, params, arity):
+        self.links, self.params, self.arity = links, params, arity
+        self.layouts: dict = {}
+
+    @classmethod
+    def build(cls, links, arity: int, dtype):
+        """The program for [(node, spec)] links (ElementwiseChain's), or None when it has no C form."""
+        if compiled is None or np.dtype(dtype) != FLOAT32 or not 0 < arity <= MAX_INPUTS:
+            return None
+        codes, params = [], []
+        for node, spec in links:
+            entry = OPCODES.get(node.op_type) if node.domain == "" else None
+            if entry is None:
+                return None
+            opcode, count, alpha, beta = entry
+            if node.op_type == "Clip" and ("min" in node.attrs or "max" in node.attrs):
+                return None   # Clip-6's attribute limits: left to NumPy (rare)
+            if node.op_type in ("Max", "Min") and len(spec) != 2 or len(spec) > count or len(spec) < 1:
+                return None
+            sources = [ABSENT if s is None else s for s in spec] + [ABSENT] * (3 - len(spec))
+            if count < 3 and ABSENT in sources[:count]:
+                return None
+            codes += [opcode, *sources]
+            params += [float(node.attrs.get(alpha[0], alpha[1])) if alpha else 0.0,
+                       float(node.attrs.get(beta[0], beta[1])) if beta else 0.0]
+        return cls(np.array(codes, np.int32), np.array(params, np.float32), arity)
+
+    def __call__(self, inputs, out):
+        """Run the chain into out (C-contiguous float32); None when an input does not fit."""
+        if out.dtype != FLOAT32 or not out.flags.c_contiguous or len(inputs) != self.arity:
+            return None
+        key = tuple(getattr(x, "shape", None) for x in inputs)
+        layouts = self.layouts.get(key)
+        if layouts is None:
+            layouts = self.layouts[key] = [_layout(s, out.shape) if s is not None else None for s in key]
+        ffi = compiled.ffi
+        buffers, lengths, inners = [], [], []
+        for x, layout in zip(inputs, layouts):
+            if layout is None or layout[0] != x.size or x.dtype != FLOAT32:
+                return None
+            if not (x.flags.c_contiguous and x.flags.aligned):
+                if x.size == out.size:
+                    return None   # not worth a copy: NumPy's loops take strided operands
+                x = np.ascontiguousarray(x)   # a small broadcast operand (e.g. a weight view): copied
+            if layout[0] == out.size and x.size == out.size and np.may_share_memory(x, out) \
+                    and x.ctypes.data != out.ctypes.data:
+                return None   # a partial overlap: NumPy's ufuncs buffer it, the block loop would not
+            buffers.append(ffi.from_buffer("float[]", x))
+            lengths.append(layout[0])
+            inners.append(layout[1])
+        status = compiled.lib.rtd_chain_f32(buffers, lengths, inners, len(buffers),
+                                            ffi.from_buffer("int32_t[]", self.links), ffi.from_buffer("float[]", self.params),
+                                            len(self.params) // 2, ffi.from_buffer("float[]", out, require_writable=True),
+                                            out.size)
+        if status != 0:   # build() and the checks above make this unreachable; the C checks again all the same
+            raise RtdError(Code.E_INTERNAL, f"chain interpreter refused its arguments (status {status})")
+        return out

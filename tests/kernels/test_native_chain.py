@@ -1,0 +1,103 @@
+"""The compiled element-wise chain interpreter (kernels/native/chain.c): random chains of the
+interpreter's ops over full-size, scalar and broadcast inputs equal the same chain run link by link
+through rtd's own NumPy kernels (NaN and infinities included), chains it has no loop for are left
+to NumPy, and the C checks the program and lengths itself."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rtd.kernels import native
+from rtd.kernels.fused import ElementwiseChain
+from rtd.kernels.ir import Node
+from rtd.kernels.native.chain import OPCODES, Program
+
+pytestmark = pytest.mark.skipif(native.compiled is None, reason="rtd was installed without its compiled kernels")
+
+UNARY = ["Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Neg", "Abs"]
+BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
+OUT_SHAPE = (2, 3, 5, 7)
+BROADCASTS = [OUT_SHAPE, (), (1,), (3, 1, 1), (1, 3, 1, 1), (7,), (5, 7), (2, 3, 1, 1), (3, 5, 1)]
+
+
+@st.composite
+def chains(draw):
+    """(links, input shapes): link 0 reads inputs; later links read the previous result and inputs."""
+    shapes = [OUT_SHAPE]
+    links = []
+    for position in range(draw(st.integers(2, 6))):
+        op = draw(st.sampled_from(UNARY + BINARY + ["Clip"]))
+        attrs = {}
+        if op == "LeakyRelu":
+            attrs["alpha"] = draw(st.sampled_from([0.01, 0.3, 2.0]))
+        if op == "HardSigmoid":
+            attrs = {"alpha": draw(st.sampled_from([0.2, 1 / 6])), "beta": 0.5}
+        first = 0 if position == 0 else -1
+        if op in UNARY:
+            spec = [first]
+        else:
+            others = []
+            for _ in range(2 if op == "Clip" else 1):
+                if op == "Clip" and draw(st.booleans()):
+                    others.append(None)   # an absent limit
+                    continue
+                shapes.append(draw(st.sampled_from(BROADCASTS[1:3] if op == "Clip" else BROADCASTS)))
+                others.append(len(shapes) - 1)
+            spec = [first] + others
+            if op != "Clip" and draw(st.booleans()):
+                spec = spec[::-1]   # the previous result as the second operand
+        links.append((Node(op, "", [], [], attrs), spec))
+    return links, shapes
+
+
+@settings(max_examples=300, deadline=None)
+@given(chains(), st.integers(0, 2**31 - 1), st.booleans())
+def test_compiled_chain_equals_the_numpy_links(chain, seed, special_values):
+    links, shapes = chain
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(s).astype(np.float32) * 4 for s in shapes]
+    if special_values:
+        inputs[0].reshape(-1)[:4] = [np.nan, np.inf, -np.inf, 0.0]
+    kernel = ElementwiseChain({"links": links, "shape": OUT_SHAPE, "dtype": np.dtype(np.float32)}, np,
+                              lambda node: _make(node))
+    assert kernel.compiled is not None
+    got = kernel.run(*inputs, np.empty(OUT_SHAPE, np.float32), np.empty(OUT_SHAPE, np.float32))[0]
+    kernel.compiled = None   # the same kernel, link by link through the NumPy ops
+    want = kernel.run(*inputs, np.empty(OUT_SHAPE, np.float32), np.empty(OUT_SHAPE, np.float32))[0]
+    np.testing.assert_array_equal(got, want)   # bit for bit: a traced run uses the NumPy links
+
+
+def _make(node):
+    from rtd.kernels.graph import make_kernel
+    return make_kernel(node, {"": 21}, np)
+
+
+def test_chains_without_a_compiled_loop_are_left_to_numpy():
+    sigmoid = [(Node("Sigmoid", "", [], [], {}), [0]), (Node("Mul", "", [], [], {}), [0, -1])]
+    assert Program.build(sigmoid, 1, np.float32) is None          # transcendental: NumPy's loops are vectorised
+    relu_add = [(Node("Add", "", [], [], {}), [0, 1]), (Node("Relu", "", [], [], {}), [-1])]
+    assert Program.build(relu_add, 2, np.float64) is None         # float32 only
+    assert Program.build(relu_add, 2, np.float32) is not None
+    program = Program.build(relu_add, 2, np.float32)
+    out = np.empty((4, 6), np.float32)
+    assert program([np.ones((4, 6), np.float32), np.ones((4, 1, 6), np.float32)], out) is None   # not a broadcast of out
+    assert program([np.ones((4, 6), np.float64), np.ones(6, np.float32)], out) is None
+    wide = np.ones((4, 12), np.float32)
+    assert program([wide[:, ::2], np.ones(6, np.float32)], out) is None   # a strided full-size operand
+    assert set(OPCODES) == set(UNARY + BINARY + ["Clip"])
+
+
+def test_the_c_boundary_checks_the_program_and_lengths():
+    ffi, lib = native.compiled.ffi, native.compiled.lib
+    x, out = np.ones(8, np.float32), np.empty(8, np.float32)
+
+    def call(links, lengths=(8,), params=(0.0, 0.0)):
+        return lib.rtd_chain_f32([ffi.from_buffer("float[]", x)], list(lengths), [1], 1,
+                                 ffi.from_buffer("int32_t[]", np.array(links, np.int32)),
+                                 ffi.from_buffer("float[]", np.array(params, np.float32)), len(params) // 2,
+                                 ffi.from_buffer("float[]", out, require_writable=True), out.size)
+    assert call([7, 0, -2, -2]) == 0                  # Relu of input 0
+    assert call([7, -1, -2, -2]) != 0                 # the first link reads a previous result
+    assert call([7, 1, -2, -2]) != 0                  # an input that does not exist
+    assert call([99, 0, -2, -2]) != 0                 # an unknown opcode
+    assert call([7, 0, -2, -2], lengths=(9,)) != 0    # an input longer than the output
