@@ -38,12 +38,13 @@ def make_kernel(node: Node, opsets: dict, xp=np):
     if node.domain == RTD_DOMAIN:
         return fused_kernel(node, xp, lambda inner: make_kernel(inner, opsets, xp))
     cls = lookup(node.domain, node.op_type, opsets[node.domain])
+    from .subgraph import PlannedSubgraph   # here, not at the top: it builds on this module
     attrs = {}
     for key, value in node.attrs.items():
         if isinstance(value, Graph):
-            value = GraphRunner(value, xp)
+            value = PlannedSubgraph(value, xp)
         elif isinstance(value, list) and value and isinstance(value[0], Graph):
-            value = [GraphRunner(g, xp) for g in value]
+            value = [PlannedSubgraph(g, xp) for g in value]
         attrs[key] = value
     n_outputs = len(node.outputs)
     while n_outputs and not node.outputs[n_outputs - 1]:

@@ -32,6 +32,10 @@ class TensorSpec:
     dtype: np.dtype | None  # None for sequence/optional types
     shape: tuple | None  # ints for fixed dims, str for symbolic ones, None per unknown dim; None if rank unknown
 
+# Names exporters write for "any size" rather than for a size shared with other dims: paddle2onnx
+# marks every free dim "?" (PP-OCR's classifier has height and width both "?", fed 48x192 crops).
+UNNAMED_DIMS = frozenset({"?"})
+
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     if not value.type.HasField("tensor_type"):
@@ -119,7 +123,7 @@ class CompiledModel:
                 if value.ndim != len(spec.shape):
                     raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: got shape {list(value.shape)}, expected shape {list(spec.shape)}")
                 for axis, (want, got) in enumerate(zip(spec.shape, value.shape)):
-                    if isinstance(want, str):
+                    if isinstance(want, str) and want not in UNNAMED_DIMS:
                         if symbols.setdefault(want, got) != got:
                             raise RtdError(Code.E_INPUT_INVALID, f"{spec.name}: dim {axis} is {got}, but {symbols[want]} "
                                                                  f"elsewhere for the same symbolic dim {want!r}")

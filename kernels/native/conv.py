@@ -59,7 +59,8 @@ class Conv2d:
     def __init__(self, x_shape, w_shape, group, k, strides, dilations, begin, end, out_shape):
         strides, dilations = list(strides or (1, 1)), list(dilations or (1, 1))
         self.usable = False
-        if SGEMM is None or len(x_shape) != 4 or len(w_shape) != 4 or len(k) != 2 or tuple(w_shape[2:]) != tuple(k):
+        if SGEMM is None or len(x_shape) != 4 or len(w_shape) != 4 or tuple(w_shape[2:]) != tuple(k) \
+                or not len(k) == len(strides) == len(dilations) == len(begin) == len(end) == len(out_shape) == 2:
             return
         n, c, h, w = x_shape
         m, oh, ow = w_shape[0], *out_shape

@@ -51,9 +51,12 @@ class _Layout:
             self.plan = "pixel_major"   # NumPy's im2col costs more than a transposing copy here
         else:
             self.plan = "channel_major"
-        if xp is np and nd == 2 and self.plan != "depthwise":
-            compiled = native_conv.Conv2d(x_shape, w_shape, group, k, strides, dilations, self.begin, self.end,
-                                          self.out_shape)
+        if xp is np and nd in (1, 2) and self.plan != "depthwise":
+            # a 1-D convolution is the 2-D one over a single row
+            row = (lambda dims, one: dims if nd == 2 else [one] + list(dims))
+            compiled = native_conv.Conv2d(x_shape[:2] + tuple(row(x_shape[2:], 1)), tuple(w_shape[:2]) + tuple(row(k, 1)),
+                                          group, row(k, 1), row(strides or [1] * nd, 1), row(dilations or [1] * nd, 1),
+                                          row(self.begin, 0), row(self.end, 0), row(self.out_shape, 1))
             self.compiled = compiled if compiled.usable else None
 
     def _numpy_buffers(self, xp):
@@ -117,10 +120,11 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     layout = per_thread(key, lambda: _Layout(xp, x.shape, acc_dtype, w.shape, group, k, strides, dilations, pads, auto_pad))
     out_shape, pixels = layout.out_shape, layout.pixels
     if layout.compiled is not None:   # it also centres 8-bit inputs and may requantize
-        y = layout.compiled(x, w, bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
+        row = (lambda a: a) if nd == 2 else (lambda a: a.reshape(a.shape[:2] + (1,) + a.shape[2:]))
+        y = layout.compiled(row(x), row(w), bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
                             relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize)
         if y is not None:
-            return y
+            return y if nd == 2 else y.reshape(y.shape[:2] + y.shape[3:])
     if requantize is not None:
         bias = None   # the caller adds the int32 bias to the float sums itself
     if bias is not None:

@@ -94,6 +94,19 @@ def test_a_zero_dim_stays_exact_and_named_dims_must_agree():
         assert e.value.code is Code.E_INPUT_INVALID and words in e.value.detail
 
 
+def test_paddle2onnx_question_marks_are_free_dims_not_one_shared_name():
+    """paddle2onnx writes "?" for every free dim (PP-OCR's classifier: height and width both "?");
+    the crops its package feeds are 48x192, so two "?" dims must not be held equal (onnxruntime
+    does not either), while a real shared name still is."""
+    compiled = compile_model(model([("x", [1, "?", "?"]), ("y", ["n", "n"])], [("z", None), ("w", None)],
+                                   [helper.make_node("Relu", ["x"], ["z"]), helper.make_node("Relu", ["y"], ["w"])]))
+    out = compiled.run({"x": np.ones((1, 48, 192), np.float32), "y": np.ones((3, 3), np.float32)})
+    assert out["z"].shape == (1, 48, 192)
+    with pytest.raises(RtdError) as e:
+        compiled.run({"x": np.ones((1, 48, 192), np.float32), "y": np.ones((3, 4), np.float32)})
+    assert e.value.code is Code.E_INPUT_INVALID and "same symbolic dim 'n'" in e.value.detail
+
+
 def test_a_dim_name_over_4096_characters_is_refused_by_pack_and_by_the_guard(operator):
     too_long = model([("x", [NAME_4096 + "h"])], [("y", None)], [helper.make_node("Relu", ["x"], ["y"])])
     done = rtctl_pack(operator, too_long, "too-long")

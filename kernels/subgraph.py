@@ -1,0 +1,67 @@
+"""Control-flow bodies (If branches, Loop and Scan bodies) run from plans, as the top-level graph
+does: each body is lowered once (fusions included) with the enclosing scope's names as extra
+inputs, and each shape signature of (formal inputs, scope values) gets a slot-indexed `Plan`
+after one interpreted run. A body used to be interpreted node by node on every call, a name
+lookup and a Python dict per value, unfused: most of a small streaming model's time (a
+voice-activity model's whole network sits in an If branch).
+
+A body whose signatures keep changing (a Loop whose carried values grow) stops planning after
+MAX_SIGNATURES and stays interpreted; sequences and optionals are always interpreted; on a GPU
+the body is interpreted (its ops run on the device either way).
+"""
+import copy
+import threading
+
+import numpy as np
+
+from .graph import GraphRunner
+from .ir import Graph
+from .lower import lower, lower_signature
+from .plan import Plan
+
+MAX_SIGNATURES = 4
+
+
+class PlannedSubgraph:
+    """A body: `__call__(feeds, scope) -> [outputs]`, with GraphRunner's names and dtypes."""
+
+    def __init__(self, graph: Graph, xp=np):
+        self.runner = GraphRunner(graph, xp)   # builds every kernel: refusals happen now
+        self.input_names, self.output_names = self.runner.input_names, self.runner.output_names
+        self.output_dtypes = self.runner.output_dtypes
+        self.xp, self.graph = xp, graph
+        self.free = sorted(graph.free_names())
+        self._lowered = None
+        self._plans: dict = {}
+        self._planning = xp is np
+        self._lock = threading.Lock()
+
+    def __call__(self, feeds: dict, scope=None) -> list:
+        if not self._planning:
+            return self.runner(feeds, scope)
+        values = [feeds[name] for name in self.input_names] + [scope[name] for name in self.free]
+        if not all(isinstance(v, np.ndarray) for v in values):
+            return self.runner(feeds, scope)
+        key = tuple((v.shape, v.dtype.str) for v in values)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan.run(values)
+        env = self.runner.trace(feeds, scope)
+        outputs = [env[name] for name in self.output_names]
+        with self._lock:
+            if len(self._plans) >= MAX_SIGNATURES:
+                self._planning = False   # shapes that keep changing: interpreting costs less than planning
+                return outputs
+            trace = dict(env.maps[0], **dict(zip(self.input_names + self.free, values)))
+            graph, shapes, static = lower_signature(self._lowered_graph(), trace)
+            self._plans[key] = Plan(graph, shapes, static, self.xp)
+        return outputs
+
+    def _lowered_graph(self) -> Graph:
+        """The body as a graph of its own (scope names as inputs), lowered once, on first need."""
+        if self._lowered is None:
+            body = copy.copy(self.graph)
+            body.nodes, body.constants = list(body.nodes), dict(body.constants)
+            body.inputs = self.input_names + self.free
+            self._lowered = lower(body)
+        return self._lowered
