@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from rtd.errors import RtdError  # noqa: E402
-from rtd.kernels import compile_model  # noqa: E402
+from rtd.kernels import compile_model, native  # noqa: E402
 from tests.zoo.compare import mismatches, reference_session, run_reference  # noqa: E402
 
 BIG_DIMS = {  # the benchmark sizes where the nominal one is not enough
@@ -58,6 +58,7 @@ def probe(side: str, path: str, feeds_file: str, threads: int, runs: int, min_se
     Both libraries are already imported (the baseline RSS counts both alike); the peak is the whole process's.
     """
     feeds = dict(np.load(feeds_file, allow_pickle=False))
+    native.set_threads(threads)   # the compiled kernels' threads, as a worker sets them at LOAD
     with threadpoolctl.threadpool_limits(threads):
         base = _vm_kib("VmRSS")
         start = time.perf_counter()

@@ -21,6 +21,7 @@ import rtd.kernels
 import rtd.kernels.ops
 from rtd import dtypes, wire
 from rtd.errors import Code, RtdError
+from rtd.kernels import native
 from rtd.kernels.profile import Profile
 from rtd.loader import onnx_guard
 
@@ -97,6 +98,7 @@ class Worker:
         if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096:
             raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: threads {threads!r}")
         BLAS.limit(limits=threads)   # never more kernel threads than the cores the tenant was granted
+        native.set_threads(threads)   # the compiled kernels' own threads, likewise
         device = frame.head.get("device", "cpu")   # "cuda" when the tenant's policy names GPUs
         if device not in ("cpu", "cuda"):
             raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: device {device!r}")
@@ -136,7 +138,7 @@ class Worker:
         if frame.kind == wire.Kind.ECHO:
             return {}, frame.tensors
         if frame.kind == wire.Kind.PING:
-            return {"loaded": self.model is not None,
+            return {"loaded": self.model is not None, "kernel_threads": native.threads(),
                     "blas_threads": max((c.get_num_threads() for c in BLAS.lib_controllers), default=None)}, {}
         raise RtdError(Code.E_WORKER_PROTOCOL, f"unexpected frame kind {frame.kind.name}")
 

@@ -38,13 +38,12 @@ def make_kernel(node: Node, opsets: dict, xp=np):
     if node.domain == RTD_DOMAIN:
         return fused_kernel(node, xp, lambda inner: make_kernel(inner, opsets, xp))
     cls = lookup(node.domain, node.op_type, opsets[node.domain])
-    from .subgraph import PlannedSubgraph   # here, not at the top: it builds on this module
     attrs = {}
     for key, value in node.attrs.items():
         if isinstance(value, Graph):
-            value = PlannedSubgraph(value, xp)
+            value = subgraph.PlannedSubgraph(value, xp)
         elif isinstance(value, list) and value and isinstance(value[0], Graph):
-            value = [PlannedSubgraph(g, xp) for g in value]
+            value = [subgraph.PlannedSubgraph(g, xp) for g in value]
         attrs[key] = value
     n_outputs = len(node.outputs)
     while n_outputs and not node.outputs[n_outputs - 1]:
@@ -104,3 +103,8 @@ class GraphRunner:
                 if isinstance(value, np.ndarray) and value.nbytes > TRACE_VALUE_BYTES:
                     computed[name] = TracedShape(value.shape, value.dtype)
         return env
+
+
+# Last, and at import time (a confined worker cannot import later): control-flow bodies are planned
+# by kernels/subgraph.py, which builds on this module's GraphRunner and make_kernel.
+from . import subgraph  # noqa: E402

@@ -15,6 +15,16 @@ except ImportError as e:
     print(f"rtd: compiled CPU kernels unavailable ({e}); the executor uses its NumPy kernels", file=sys.stderr)
 
 
+def set_threads(threads: int) -> None:
+    """The threads the compiled kernels may use from now on (the tenant's CPU quota; 1 by default)."""
+    if compiled is not None:
+        compiled.lib.rtd_set_threads(int(threads))
+
+
+def threads() -> int:
+    return 1 if compiled is None else int(compiled.lib.rtd_threads())
+
+
 def path_in_force() -> str:
     """"compiled" or "numpy": which kernels the executor runs (rtctl doctor shows it)."""
     return "numpy" if compiled is None else "compiled"

@@ -4,8 +4,8 @@
    w: (M, C/group * KH * KW) float32 (for 8-bit inputs: the weights already centred).
    y: float32 (y_type 0: + bias_f, then ReLU when relu), or 8-bit (y_type 1 uint8, 2 int8):
       onnxruntime's requantization of the exact sums plus bias_q, times multiplier (1 or M), plus y_zero_point.
-   scratch: tile * K floats for the im2col tile, plus tile * M/group floats for 8-bit outputs.
-   sgemm: the address of OpenBLAS's 64-bit-integer cblas_sgemm, which numpy's wheels ship. */
+   scratch: per thread, tile * K floats for the im2col tile plus tile * M/group floats for 8-bit
+   outputs; the call uses as many threads (threads.h) as the scratch holds and the work is worth. */
 #define RTD_CONV_F32 0
 #define RTD_CONV_U8 1
 #define RTD_CONV_S8 2
@@ -15,4 +15,4 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
                void *y, int y_type, int64_t y_len, float *scratch, int64_t scratch_len,
                int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
                int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-               int64_t pad_top, int64_t pad_left, int relu, int64_t tile, void *sgemm);
+               int64_t pad_top, int64_t pad_left, int relu, int64_t tile);

@@ -27,20 +27,27 @@ CTYPES = {FLOAT32: "float[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.int8)
 TILE_FLOATS, MIN_TILE = 128 << 10, 64
 
 
-def _sgemm():
-    """The address of NumPy's OpenBLAS cblas_sgemm with 64-bit integers, or None."""
+# NumPy's OpenBLAS entry points: cblas_sgemm (64-bit integers), openblas_set/get_num_threads
+BLAS_SYMBOLS = ((("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
+                 ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_"),
+                 ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_")))
+
+
+def _blas() -> tuple | None:
+    """The addresses of NumPy's OpenBLAS functions the compiled convolution calls, or None."""
     for library in threadpoolctl.threadpool_info():
         if library.get("internal_api") != "openblas" or "numpy" not in library.get("filepath", ""):
             continue
         blas = ctypes.CDLL(library["filepath"])   # already mapped: dlopen finds it, opens nothing
-        for symbol in ("scipy_cblas_sgemm64_", "cblas_sgemm64_"):
-            function = getattr(blas, symbol, None)
-            if function is not None:
-                return ctypes.cast(function, ctypes.c_void_p).value
+        found = [next((getattr(blas, s) for s in names if hasattr(blas, s)), None) for names in BLAS_SYMBOLS]
+        if all(f is not None for f in found):
+            return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in found)
     return None
 
 
-SGEMM = _sgemm() if compiled is not None else None
+BLAS = _blas() if compiled is not None else None
+if BLAS:
+    compiled.lib.rtd_set_blas(*(compiled.ffi.cast("void *", address) for address in BLAS))
 
 
 def _ready(array) -> bool:
@@ -59,7 +66,7 @@ class Conv2d:
     def __init__(self, x_shape, w_shape, group, k, strides, dilations, begin, end, out_shape):
         strides, dilations = list(strides or (1, 1)), list(dilations or (1, 1))
         self.usable = False
-        if SGEMM is None or len(x_shape) != 4 or len(w_shape) != 4 or tuple(w_shape[2:]) != tuple(k) \
+        if BLAS is None or len(x_shape) != 4 or len(w_shape) != 4 or tuple(w_shape[2:]) != tuple(k) \
                 or not len(k) == len(strides) == len(dilations) == len(begin) == len(end) == len(out_shape) == 2:
             return
         n, c, h, w = x_shape
@@ -75,7 +82,8 @@ class Conv2d:
         depth = (c // group) * k[0] * k[1]
         pixels = oh * ow
         tile = min(pixels, max(MIN_TILE, TILE_FLOATS // depth // 16 * 16))
-        self.scratch = np.empty(tile * (depth + m // group), np.float32)   # im2col tile, then 8-bit outputs' sums
+        self.per_thread = tile * (depth + m // group)   # im2col tile, then 8-bit outputs' sums
+        self.scratch = np.empty(0, np.float32)
         self.x_shape, self.w_shape, self.y_shape = tuple(x_shape), tuple(w_shape), (n, m, oh, ow)
         self.geometry = (n, c, h, w, m, group, *k, oh, ow, *strides, *dilations, begin[0], begin[1])
         self.tile = tile
@@ -102,6 +110,9 @@ class Conv2d:
                                                                        or bias.size != self.w_shape[0] or not _ready(bias))):
                 return None
             y = np.empty(self.y_shape, y_dtype)
+        threads = compiled.lib.rtd_threads()
+        if self.scratch.size < threads * self.per_thread:   # one scratch per thread the tenant may use
+            self.scratch = np.empty(threads * self.per_thread, np.float32)
         bias_buffer = null if bias is None else _buffer(bias)
         status = compiled.lib.rtd_conv2d(
             _buffer(x), x_type, x.size, int(x_zero_point), _buffer(w), w.size,
@@ -109,7 +120,7 @@ class Conv2d:
             0 if bias is None else bias.size,
             null if multiplier is None else _buffer(multiplier), 0 if multiplier is None else multiplier.size,
             int(y_zero_point), ffi.from_buffer("char[]", y, require_writable=True), y_type, y.size,
-            _buffer(self.scratch, True), self.scratch.size, *self.geometry, int(relu), self.tile, ffi.cast("void *", SGEMM))
+            _buffer(self.scratch, True), self.scratch.size, *self.geometry, int(relu), self.tile)
         if status != 0:   # the checks above make this unreachable; the C checks again all the same
             raise RtdError(Code.E_INTERNAL, f"conv kernel refused its arguments (status {status})")
         return y

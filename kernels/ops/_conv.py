@@ -47,7 +47,7 @@ class _Layout:
             self.plan = "pointwise"
         elif group == c == m and group > 1:
             self.plan = "depthwise"
-        elif native_conv.SGEMM is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
+        elif native_conv.BLAS is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
             self.plan = "pixel_major"   # NumPy's im2col costs more than a transposing copy here
         else:
             self.plan = "channel_major"

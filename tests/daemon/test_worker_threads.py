@@ -32,7 +32,7 @@ def gemm_model_fd() -> int:
     return fd
 
 
-def blas_threads(zygote, threads: int) -> int:
+def kernel_threads(zygote, threads: int) -> tuple:
     async def main():
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         handle = zygote.spawn(WORKER_ENTRY, policy=load_policy({"limits": {"cpu_cores": float(threads)}}),
@@ -44,7 +44,8 @@ def blas_threads(zygote, threads: int) -> int:
             await channel.request(wire.Kind.LOAD, {"external": [], "threads": threads}, fds=[fd])
             y = (await channel.request(wire.Kind.INFER, {}, {"X": np.ones((4, K), np.float32)})).tensors["Y"]
             assert y.shape == (4, K)
-            return (await channel.request(wire.Kind.PING, {}, {})).head["blas_threads"]
+            head = (await channel.request(wire.Kind.PING, {}, {})).head
+            return head["blas_threads"], head["kernel_threads"]
         finally:
             os.close(fd)
             channel.close()
@@ -55,7 +56,7 @@ def blas_threads(zygote, threads: int) -> int:
 def test_blas_threads_follow_the_tenants_cores():
     zygote = Zygote.start(preload=("rtd.daemon.worker",), instance="ithreads")
     try:
-        granted = {cores: blas_threads(zygote, cores) for cores in (1, 2)}
+        granted = {cores: kernel_threads(zygote, cores) for cores in (1, 2)}
     finally:
         zygote.close()
-    assert granted == {1: 1, 2: 2}, granted
+    assert granted == {1: (1, 1), 2: (2, 2)}, granted   # BLAS's pool and the compiled kernels' threads

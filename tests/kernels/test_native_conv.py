@@ -12,7 +12,7 @@ from rtd.kernels.native import conv as native_conv
 from rtd.kernels.ops._quant import requantize
 from rtd.kernels.ops._window import geometry
 
-pytestmark = pytest.mark.skipif(native_conv.SGEMM is None, reason="rtd was installed without its compiled kernels")
+pytestmark = pytest.mark.skipif(native_conv.BLAS is None, reason="rtd was installed without its compiled kernels")
 
 
 def numpy_conv(x, w, group, strides, dilations, begin, end, out_shape):
@@ -118,13 +118,12 @@ def test_the_c_boundary_checks_lengths_itself():
     ffi, lib = native.compiled.ffi, native.compiled.lib
     x, w, y = np.ones(2 * 25, np.float32), np.ones(3 * 18, np.float32), np.empty(3 * 25, np.float32)
     scratch = np.empty(25 * 18, np.float32)
-    sgemm = ffi.cast("void *", native_conv.SGEMM)
 
     def call(x_len=x.size, w_len=w.size, y_len=y.size, scratch_len=scratch.size, tile=25, y_type=0):
         return lib.rtd_conv2d(ffi.from_buffer("float[]", x), 0, x_len, 0, ffi.from_buffer("float[]", w), w_len,
                               ffi.NULL, ffi.NULL, 0, ffi.NULL, 0, 0, ffi.from_buffer("char[]", y, require_writable=True),
                               y_type, y_len, ffi.from_buffer("float[]", scratch, require_writable=True), scratch_len,
-                              1, 2, 5, 5, 3, 1, 3, 3, 5, 5, 1, 1, 1, 1, 1, 1, 0, tile, sgemm)
+                              1, 2, 5, 5, 3, 1, 3, 3, 5, 5, 1, 1, 1, 1, 1, 1, 0, tile)
     assert call() == 0
     assert call(x_len=x.size + 1) != 0
     assert call(w_len=w.size - 1) != 0
@@ -132,3 +131,27 @@ def test_the_c_boundary_checks_lengths_itself():
     assert call(scratch_len=scratch.size - 1) != 0
     assert call(tile=26) != 0          # a tile the scratch does not hold
     assert call(y_type=1) != 0         # 8-bit output from a float input
+
+
+def test_threads_split_the_work_and_change_no_result():
+    """With two threads the tiles are shared out (each thread's GEMMs single-threaded); the outputs
+    are those of one thread, float and 8-bit alike, and the tenant's limit is restored after."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 16, 40, 40), dtype=np.float32)
+    xq = rng.integers(0, 256, x.shape).astype(np.uint8)
+    w = rng.standard_normal((32, 16, 3, 3), dtype=np.float32)
+    wq = rng.integers(-127, 128, w.shape).astype(np.float32)
+    bias = rng.standard_normal(32, dtype=np.float32)
+    requantize = (np.full(1, 1 / 512, np.float32), 3, np.dtype(np.uint8))
+    results = {}
+    try:
+        for threads in (1, 2):
+            native.set_threads(threads)
+            conv = native_conv.Conv2d(x.shape, w.shape, 1, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [40, 40])
+            results[threads] = (conv(x, w, bias, True), conv(xq, wq, None, x_zero_point=128, requantize=requantize))
+            assert conv.scratch.size >= threads * conv.per_thread
+            assert native.threads() == threads
+    finally:
+        native.set_threads(1)
+    np.testing.assert_allclose(results[2][0], results[1][0], rtol=1e-6, atol=1e-5)
+    np.testing.assert_array_equal(results[2][1], results[1][1])
