@@ -15,9 +15,13 @@
 #include <stdint.h>
 #include "depthwise.h"
 #include "chain.h"
+#include "parallel.h"
+#include "threads.h"
 
 #define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #define BLOCK 512
+/* Below this many elements per thread, creating a thread costs more than it saves. */
+#define MIN_ELEMENTS_PER_THREAD (1 << 17)
 #define MAX_INPUTS 16
 #define ABSENT (-2)
 #define PREVIOUS (-1)
@@ -94,6 +98,41 @@ __attribute__((optimize("fp-contract=off"))) CLONES static void apply(int op, co
     }
 }
 
+struct chain {
+    const float **inputs; const int64_t *in_len, *in_inner; int64_t n_inputs;
+    const int32_t *links; const float *params; int64_t n_links; float *out; int64_t out_len;
+};
+
+/* Blocks [first, last) of the output, each block's links in L1-sized buffers on this thread's stack. */
+static void run_blocks(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct chain *a = context;
+    (void)worker;
+    static const float lowest = -FLT_MAX, highest = FLT_MAX;
+    float gathered[MAX_INPUTS][BLOCK], results[2][BLOCK], low[BLOCK], high[BLOCK];
+    for (int64_t i = 0; i < BLOCK; i++) { low[i] = lowest; high[i] = highest; }
+    for (int64_t k = 0; k < a->n_inputs; k++)
+        if (a->in_len[k] == 1)
+            for (int64_t i = 0; i < BLOCK; i++) gathered[k][i] = a->inputs[k][0];
+    for (int64_t block = first; block < last; block++) {
+        const int64_t start = block * BLOCK, count = a->out_len - start < BLOCK ? a->out_len - start : BLOCK;
+        const float *view[MAX_INPUTS];
+        for (int64_t k = 0; k < a->n_inputs; k++)
+            view[k] = operand(a->inputs[k], a->in_len[k], a->in_inner[k], start, count, gathered[k], a->out_len);
+        const float *previous = NULL;
+        for (int64_t l = 0; l < a->n_links; l++) {
+            const float *src[3];
+            for (int s = 0; s < 3; s++) {
+                int32_t source = a->links[4 * l + 1 + s];
+                src[s] = source == PREVIOUS ? previous : source == ABSENT ? (s == 2 ? high : low) : view[source];
+            }
+            float *result = l == a->n_links - 1 ? a->out + start : results[l % 2];
+            apply(a->links[4 * l], src[0], src[1], src[2], a->params[2 * l], a->params[2 * l + 1], result, count);
+            previous = result;
+        }
+    }
+}
+
 int rtd_chain_f32(const float **inputs, const int64_t *in_len, const int64_t *in_inner, int64_t n_inputs,
                   const int32_t *links, const float *params, int64_t n_links, float *out, int64_t out_len)
 {
@@ -111,28 +150,10 @@ int rtd_chain_f32(const float **inputs, const int64_t *in_len, const int64_t *in
                 return RTD_NATIVE_E_ARGUMENT;
         }
     }
-    static const float lowest = -FLT_MAX, highest = FLT_MAX;
-    float gathered[MAX_INPUTS][BLOCK], results[2][BLOCK], low[BLOCK], high[BLOCK];
-    for (int64_t i = 0; i < BLOCK; i++) { low[i] = lowest; high[i] = highest; }
-    for (int64_t k = 0; k < n_inputs; k++)
-        if (in_len[k] == 1)
-            for (int64_t i = 0; i < BLOCK; i++) gathered[k][i] = inputs[k][0];
-    for (int64_t start = 0; start < out_len; start += BLOCK) {
-        const int64_t count = out_len - start < BLOCK ? out_len - start : BLOCK;
-        const float *view[MAX_INPUTS];
-        for (int64_t k = 0; k < n_inputs; k++)
-            view[k] = operand(inputs[k], in_len[k], in_inner[k], start, count, gathered[k], out_len);
-        const float *previous = NULL;
-        for (int64_t l = 0; l < n_links; l++) {
-            const float *src[3];
-            for (int s = 0; s < 3; s++) {
-                int32_t source = links[4 * l + 1 + s];
-                src[s] = source == PREVIOUS ? previous : source == ABSENT ? (s == 2 ? high : low) : view[source];
-            }
-            float *result = l == n_links - 1 ? out + start : results[l % 2];
-            apply(links[4 * l], src[0], src[1], src[2], params[2 * l], params[2 * l + 1], result, count);
-            previous = result;
-        }
-    }
+    struct chain a = {inputs, in_len, in_inner, n_inputs, links, params, n_links, out, out_len};
+    const int64_t blocks = (out_len + BLOCK - 1) / BLOCK;
+    int64_t threads = rtd_threads();
+    if (out_len / (threads > 0 ? threads : 1) < MIN_ELEMENTS_PER_THREAD) threads = 1;
+    rtd_parallel_for(threads, blocks, run_blocks, &a);
     return 0;
 }
