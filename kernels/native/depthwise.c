@@ -15,6 +15,11 @@
 #include <stdint.h>
 #include <stddef.h>
 #include "depthwise.h"
+#include "parallel.h"
+#include "threads.h"
+
+/* Below this many multiply-adds per thread, creating a thread costs more than it saves. */
+#define MIN_TAPS_PER_THREAD (1 << 20)
 
 /* One convolution's geometry, shared by the row loops. */
 struct geometry {
@@ -117,11 +122,41 @@ static inline __attribute__((always_inline)) void window_plane(const int K, cons
         window_row(K, SW, padded + oy * g->sh * wp, g->dh * wp, taps, b, g->relu, out + oy * g->ow, g->ow);
 }
 
+struct depthwise {
+    const float *x, *w, *bias; float *y, *padded; int64_t n, c, h, wd, kh, kw, oh, ow, sw, wp, per_worker;
+    struct geometry g; int square;
+};
+
 #if defined(__x86_64__) && defined(__GNUC__)
 /* one clone per instruction-set level, picked by the dynamic loader (ifunc) when the library loads:
    the build host need not be the run host, and nothing is generated at run time */
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
+static void run_planes(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct depthwise *a = context;
+    float *padded = a->padded + worker * a->per_worker;   /* this thread's scratch plane */
+    const int64_t kh = a->kh, sw = a->sw, wp = a->wp, oh = a->oh, ow = a->ow;
+    for (int64_t p = first; p < last; p++) {
+        int64_t ch = p % a->c;
+        const float *plane = a->x + p * a->h * a->wd;
+        const float *taps = a->w + ch * kh * a->kw;
+        float b = a->bias != NULL ? a->bias[ch] : 0.0f;
+        float *out = a->y + p * oh * ow;
+        if (a->square && kh == 3 && sw == 1)
+            window_plane(3, 1, &a->g, plane, padded, wp, taps, b, out, oh);
+        else if (a->square && kh == 3)
+            window_plane(3, 2, &a->g, plane, padded, wp, taps, b, out, oh);
+        else if (a->square && kh == 5 && sw == 1)
+            window_plane(5, 1, &a->g, plane, padded, wp, taps, b, out, oh);
+        else if (a->square && kh == 5)
+            window_plane(5, 2, &a->g, plane, padded, wp, taps, b, out, oh);
+        else
+            for (int64_t oy = 0; oy < oh; oy++)
+                generic_row(&a->g, plane, taps, b, oy, out + oy * ow);
+    }
+}
+
 int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int64_t w_len,
                              const float *bias, int64_t bias_len, float *y, int64_t y_len,
                              float *padded, int64_t padded_len,
@@ -138,28 +173,17 @@ int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int6
         return RTD_NATIVE_E_ARGUMENT;
     /* the products cannot overflow: the caller bounds every factor below 2**30, and an empty
        tensor is refused before the call */
+    const int64_t per_worker = (hp + oh) * wp;
     if (x_len != n * c * h * wd || w_len != c * kh * kw || y_len != n * c * oh * ow
-        || (bias != NULL && bias_len != c) || padded_len != (hp + oh) * wp)
+        || (bias != NULL && bias_len != c) || padded_len < per_worker || padded_len % per_worker)
         return RTD_NATIVE_E_LENGTH;
-    struct geometry g = {h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, relu};
-    int square = kh == kw && (kh == 3 || kh == 5) && dw == 1 && (sw == 1 || sw == 2);
-    for (int64_t p = 0; p < n * c; p++) {
-        int64_t ch = p % c;
-        const float *plane = x + p * h * wd;
-        const float *taps = w + ch * kh * kw;
-        float b = bias != NULL ? bias[ch] : 0.0f;
-        float *out = y + p * oh * ow;
-        if (square && kh == 3 && sw == 1)
-            window_plane(3, 1, &g, plane, padded, wp, taps, b, out, oh);
-        else if (square && kh == 3)
-            window_plane(3, 2, &g, plane, padded, wp, taps, b, out, oh);
-        else if (square && kh == 5 && sw == 1)
-            window_plane(5, 1, &g, plane, padded, wp, taps, b, out, oh);
-        else if (square && kh == 5)
-            window_plane(5, 2, &g, plane, padded, wp, taps, b, out, oh);
-        else
-            for (int64_t oy = 0; oy < oh; oy++)
-                generic_row(&g, plane, taps, b, oy, out + oy * ow);
-    }
+    struct depthwise a = {x, w, bias, y, padded, n, c, h, wd, kh, kw, oh, ow, sw, wp, per_worker,
+                          {h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, relu},
+                          kh == kw && (kh == 3 || kh == 5) && dw == 1 && (sw == 1 || sw == 2)};
+    /* as many threads as the tenant's quota, the scratch planes and the work allow */
+    int64_t threads = rtd_threads();
+    if (threads > padded_len / per_worker) threads = padded_len / per_worker;
+    if (n * c * oh * ow * kh * kw / (threads > 0 ? threads : 1) < MIN_TAPS_PER_THREAD) threads = 1;
+    rtd_parallel_for(threads, n * c, run_planes, &a);
     return 0;
 }

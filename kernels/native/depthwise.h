@@ -1,7 +1,7 @@
 /* The depthwise kernel's C interface; cffi reads the declarations below as they are.
    `padded` is zeroed scratch of (H + pad_top + pad_bottom + OH) * (W + pad_left + pad_right) floats
-   (the square 3x3 and 5x5 filters' scratch plane and narrow-row output; always passed, so the
-   caller needs no rule). */
+   per thread (the square 3x3 and 5x5 filters' scratch plane and narrow-row output; always passed,
+   so the caller needs no rule); the call uses as many threads as it holds planes for, at most. */
 #define RTD_NATIVE_E_ARGUMENT 1
 #define RTD_NATIVE_E_LENGTH 2
 int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int64_t w_len,

@@ -4,8 +4,8 @@ The C kernel trusts the lengths it is given, so everything it will touch is chec
 first: dtypes, ranks, that the filter is one (kh, kw) per channel, the output size the
 geometry implies, C-contiguous aligned buffers (non-contiguous inputs are copied), and bounds
 that keep every index product in int64. A call this wrapper does not handle returns None
-and the caller runs the NumPy kernel; it never guesses. Single-threaded for now: the kernel
-runs on the calling thread, so it never uses more cores than the tenant's quota.
+and the caller runs the NumPy kernel; it never guesses. The planes are shared out among the
+tenant's threads (threads.h) when there is enough work, each thread with its scratch plane.
 """
 import enum
 
@@ -60,7 +60,8 @@ def depthwise_conv2d(x, w, bias, strides, dilations, begin, end, out_shape, relu
     bias = None if bias is None else np.require(bias, requirements=("C", "A"))
     (n, c, h, wd), (kh, kw), (oh, ow) = x.shape, w.shape[2:], out_shape
     y = np.empty((n, c, oh, ow), np.float32)
-    padded = np.zeros((h + begin[0] + end[0] + oh) * (wd + begin[1] + end[1]), np.float32)   # the kernel's scratch (depthwise.h)
+    # the kernel's scratch plane (depthwise.h), one per thread it may use
+    padded = np.zeros(compiled.lib.rtd_threads() * (h + begin[0] + end[0] + oh) * (wd + begin[1] + end[1]), np.float32)
     ffi, lib = compiled.ffi, compiled.lib
     status = lib.rtd_depthwise_conv2d_f32(
         ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", w), w.size,
