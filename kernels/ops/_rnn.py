@@ -103,6 +103,8 @@ class RecurrentKernel(Kernel):
             acts.append(_activation(name, alpha, beta, self.xp))
         per = len(self.default_activations)
         self.acts_per_direction = [acts[i * per:(i + 1) * per] for i in range(dirs)]
+        self.default_acts = all(name == default.lower() for (name, _, _), default in
+                                zip(keys, self.default_activations * dirs))
         self.same_activations = keys[:per] == keys[per:2 * per] or dirs == 1
 
     def activate(self, acts, role, x, out=None):
@@ -153,8 +155,9 @@ class RecurrentKernel(Kernel):
         yt = (xp.zeros if lens is not None else xp.empty)((seq, dirs, hidden, batch), x.dtype)
         alive = None if lens is None else xp.asarray(np.arange(seq).reshape(-1, 1) < lens)  # (seq, batch)
         stacked = self.same_activations and r.nbytes <= _STACK_BYTES
+        compiled = alive is None and peephole is None and step_bias is None and self.compiled_loop(xw, r, states, yt)
         # a slice keeps the direction axis (stacked loop); an index drops it, so each step is a 2-D GEMM
-        for group in [slice(0, dirs)] if stacked else range(dirs):
+        for group in [] if compiled else [slice(0, dirs)] if stacked else range(dirs):
             k = self.buffers(r[group], None if step_bias is None else step_bias[group],
                              None if peephole is None else peephole[group], batch)
             acts = self.acts_per_direction[0 if stacked else group]
@@ -167,6 +170,10 @@ class RecurrentKernel(Kernel):
         if layout:
             outs = [outs[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in outs[1:]]
         return tuple(outs)
+
+    def compiled_loop(self, xw, r, states, yt) -> bool:
+        """Every direction's steps in compiled code, where the op has such a kernel (LSTM); False otherwise."""
+        return False
 
     def loop(self, k, acts, xw, states, yt, alive):
         """Run every step of one direction group; H goes straight into yt[t] (unless lengths are ragged)."""

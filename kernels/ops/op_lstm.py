@@ -1,4 +1,7 @@
 """LSTM: input/output/forget/cell gates (iofc order), optional peepholes and coupled input-forget."""
+import numpy as np
+
+from ..native.lstm import recurrence
 from ._rnn import RNN_ATTRIBUTES, RecurrentKernel
 
 
@@ -16,6 +19,14 @@ class LSTM_1(RecurrentKernel):
         if peephole is not None:  # P is ([D,] 3·hidden) in iof order; as columns against ([D,] hidden, batch)
             k["p"] = [peephole[..., j * n:(j + 1) * n, None] for j in range(3)]
         return k
+
+    def compiled_loop(self, xw, r, states, yt) -> bool:
+        """The default LSTM (sigmoid/tanh/tanh, no clip, no coupled gates) on the CPU: lstm.c, one call per direction."""
+        if self.xp is not np or not self.default_acts or self.clip is not None or self.input_forget:
+            return False
+        r = np.ascontiguousarray(r)
+        gates = np.empty((xw.shape[2], xw.shape[3]), xw.dtype)
+        return all(recurrence(xw, r, states[0], states[1], yt, gates, d) for d in range(xw.shape[1]))
 
     def cell(self, k, acts, xw, states, outs):
         xp = self.xp
