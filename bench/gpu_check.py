@@ -4,10 +4,12 @@ as it goes (a section cut short by its timeout keeps what it wrote) and ends wit
 
     python bench/gpu_check.py zoo OUT.md        (b) the zoo on rtd-cuda vs torch eager vs ORT's CUDA provider
     python bench/gpu_check.py serve OUT.md      (c) confined worker start with a GPU, (d) per-request overhead
-    python bench/gpu_check.py budget OUT.md     (e) a request past the tenant's GPU budget, through the daemon
+    python bench/gpu_check.py budget OUT.md     (e) raw cudaMalloc past the tenant's GPU budget in a confined worker
+                                                (the NVML watcher's poll→kill latency), a request past it through the daemon
 
 Every section exits 0 after printing "no GPU: <reason>" on a host without CuPy and a device.
 """
+import json
 import os
 import secrets
 import shutil
@@ -212,11 +214,39 @@ def section_serve(out: str) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _raw_malloc_row() -> str:
+    """(e)'s kill: tests/daemon/gpu_hog.py in a fresh process (the zygote must fork from one
+    in which CUDA never initialised), a confined worker raw-mallocing past GPU_BUDGET under
+    the supervisor's NVML watcher."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        done = subprocess.run([sys.executable, "-m", "tests.daemon.gpu_hog", str(GPU_BUDGET)], cwd=repo,
+                              capture_output=True, text=True, timeout=25)
+    except subprocess.TimeoutExpired:
+        return "(e) raw cupy.cuda.runtime.malloc past the budget: error: no answer in 25 s"
+    if done.returncode != 0 or not done.stdout.strip():
+        return f"(e) raw cupy.cuda.runtime.malloc past the budget: error (exit {done.returncode}): {done.stderr.strip()[-200:]}"
+    from tests.daemon import gpu_hog
+    result = json.loads(done.stdout.splitlines()[-1])
+    if "not_run" in result:
+        return f"(e) raw cupy.cuda.runtime.malloc past the budget: not run: {result['not_run']}"
+    how, held = gpu_hog.stopped(result), result["held"] >> 20
+    if how == "gpu":
+        kill = result["kill"]
+        return (f"(e) raw cupy.cuda.runtime.malloc past the budget in a confined worker: killed by the NVML watcher "
+                f"(layer gpu), poll→kill {kill['latency_ms']:.3f} ms, kill→exit reported {kill['kill_to_exit_ms']:.1f} ms; "
+                f"it held {held} MiB of raw malloc (NVML counts its CUDA context too): `{kill['event']}`")
+    if how == "dmem":
+        return f"(e) raw cupy.cuda.runtime.malloc past the budget in a confined worker: refused by dmem.max at {held} MiB"
+    return f"(e) raw cupy.cuda.runtime.malloc past the budget: NOT stopped: held {held} MiB, exit {result['status']}"
+
+
 def section_budget(out: str) -> None:
     write(out, "", f"### (e) past the GPU budget ({GPU_BUDGET >> 20} MiB)", "")
+    write(out, _raw_malloc_row())
     reason = _confinement_reason()
     if reason:
-        write(out, f"(e) not run: {reason}")
+        write(out, f"(e) a request past the budget through the daemon: not run: {reason}")
         return
     from rtd.daemon.client import Client
     root = tempfile.mkdtemp(prefix="rtd-gpu-check-")
@@ -239,8 +269,6 @@ def section_budget(out: str) -> None:
                 outcome = f"{type(e).__name__}: {str(e)[:120]}"
             write(out, f"(e) a request needing {elements * 4 >> 20} MiB on the GPU: {outcome} after "
                        f"{time.perf_counter() - start:.3f} s (rtd's allocator cap: a clean refusal, not a kill)")
-        write(out, "(e) raw cupy.cuda.runtime.malloc past the budget (the supervisor's NVML watcher kill): not run: "
-                   "a tenant runs only model graphs, and the watcher (daemon/gpu_watch.py) is measured by its own check")
     except Exception as e:
         write(out, f"(e) error: {type(e).__name__}: {str(e)[:200]}")
     finally:

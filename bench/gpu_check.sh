@@ -8,7 +8,9 @@
 #       (checked against rtd-cpu) beside torch eager and ORT's CUDA provider
 #   (c) confined worker start with a GPU, (d) per-request serving      at most  60 s
 #       overhead on the GPU (tritonclient against a real rtd serve)
-#   (e) a request past the tenant's GPU budget, through the daemon     at most  35 s
+#   (e) raw cudaMalloc past the tenant's GPU budget in a confined     at most  35 s
+#       worker (the NVML watcher's poll→kill latency), then a request
+#       past it through the daemon
 # Under 5 minutes in all. A section the host cannot do says "not run: <why>"; one that runs
 # past its limit is cut and says so. rtd need not be installed: without it the script points
 # Python at this checkout through a throw-away package tree.
