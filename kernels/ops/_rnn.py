@@ -155,7 +155,7 @@ class RecurrentKernel(Kernel):
         yt = (xp.zeros if lens is not None else xp.empty)((seq, dirs, hidden, batch), x.dtype)
         alive = None if lens is None else xp.asarray(np.arange(seq).reshape(-1, 1) < lens)  # (seq, batch)
         stacked = self.same_activations and r.nbytes <= _STACK_BYTES
-        compiled = alive is None and peephole is None and step_bias is None and self.compiled_loop(xw, r, states, yt)
+        compiled = alive is None and peephole is None and self.compiled_loop(xw, r, step_bias, states, yt)
         # a slice keeps the direction axis (stacked loop); an index drops it, so each step is a 2-D GEMM
         for group in [] if compiled else [slice(0, dirs)] if stacked else range(dirs):
             k = self.buffers(r[group], None if step_bias is None else step_bias[group],
@@ -171,7 +171,7 @@ class RecurrentKernel(Kernel):
             outs = [outs[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in outs[1:]]
         return tuple(outs)
 
-    def compiled_loop(self, xw, r, states, yt) -> bool:
+    def compiled_loop(self, xw, r, step_bias, states, yt) -> bool:
         """Every direction's steps in compiled code, where the op has such a kernel (LSTM); False otherwise."""
         return False
 

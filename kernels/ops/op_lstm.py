@@ -1,7 +1,7 @@
 """LSTM: input/output/forget/cell gates (iofc order), optional peepholes and coupled input-forget."""
 import numpy as np
 
-from ..native.lstm import recurrence
+from ..native.recurrent import lstm
 from ._rnn import RNN_ATTRIBUTES, RecurrentKernel
 
 
@@ -20,13 +20,13 @@ class LSTM_1(RecurrentKernel):
             k["p"] = [peephole[..., j * n:(j + 1) * n, None] for j in range(3)]
         return k
 
-    def compiled_loop(self, xw, r, states, yt) -> bool:
-        """The default LSTM (sigmoid/tanh/tanh, no clip, no coupled gates) on the CPU: lstm.c, one call per direction."""
-        if self.xp is not np or not self.default_acts or self.clip is not None or self.input_forget:
+    def compiled_loop(self, xw, r, step_bias, states, yt) -> bool:
+        """The default LSTM (sigmoid/tanh/tanh, no clip, no coupled gates) on the CPU: recurrent.c, one call per direction."""
+        if self.xp is not np or not self.default_acts or self.clip is not None or self.input_forget or step_bias is not None:
             return False
         r = np.ascontiguousarray(r)
         gates = np.empty((xw.shape[2], xw.shape[3]), xw.dtype)
-        return all(recurrence(xw, r, states[0], states[1], yt, gates, d) for d in range(xw.shape[1]))
+        return all(lstm(xw, r, states[0], states[1], yt, gates, d) for d in range(xw.shape[1]))
 
     def cell(self, k, acts, xw, states, outs):
         xp = self.xp

@@ -1,5 +1,5 @@
-/* The LSTM recurrence in one call (lstm.h): per step one BLAS sgemm for the recurrent product and
- * one pass for the gates' activations and the state update. The NumPy loop made about a dozen
+/* The LSTM and GRU recurrences in one call each (recurrent.h): per step BLAS sgemm for the recurrent
+ * product and one pass for the gates' activations and the state update. The NumPy loop made about a dozen
  * calls per step from Python, which for a streaming model's short steps was most of the time.
  * The activations are computed from one branch-free exp (Cody-Waite reduction, Cephes' degree-6
  * polynomial, about 2 ulp) that the compiler vectorises: libm's scalar expf and tanhf cost more
@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "depthwise.h"
-#include "lstm.h"
+#include "recurrent.h"
 #include "parallel.h"
 
 #define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
@@ -58,6 +58,23 @@ CLONES static void update(const float *restrict gates, const float *restrict x_t
     }
 }
 
+/* One GRU step's gates (zrh) into the new state: hr holds R @ h (3H rows) or, without
+ * linear_before_reset, R_zr @ h (2H rows) with the candidate's product done by the caller. */
+CLONES static void gru_gates(const float *restrict hr, const float *restrict x_t, float *restrict zr, int64_t nb2)
+{
+    for (int64_t j = 0; j < nb2; j++)
+        zr[j] = sigmoid(hr[j] + x_t[j]);
+}
+
+CLONES static void gru_update(const float *restrict candidate_sum, const float *restrict x_t, const float *restrict z,
+                              const float *restrict h, float *restrict y_t, int64_t nb)
+{
+    for (int64_t j = 0; j < nb; j++) {
+        const float candidate = tanh_approx(candidate_sum[j] + x_t[j]);
+        y_t[j] = candidate + z[j] * (h[j] - candidate);
+    }
+}
+
 static int span_ok(int64_t len, int64_t offset, int64_t step, int64_t seq, int64_t width)
 {
     return offset >= 0 && step >= width && seq >= 1 && offset + (seq - 1) * step + width <= len;
@@ -80,6 +97,43 @@ int rtd_lstm_f32(const float *xw, int64_t xw_len, int64_t xw_offset, int64_t xw_
         float *y_t = y + y_offset + t * y_step;
         rtd_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, g, batch, hidden, 1.0f, r, hidden, h_prev, batch, 0.0f, gates, batch);
         update(gates, x_t, c, y_t, nb);
+    }
+    for (int64_t j = 0; j < nb; j++)
+        h[j] = y[y_offset + (seq - 1) * y_step + j];
+    return 0;
+}
+
+int rtd_gru_f32(const float *xw, int64_t xw_len, int64_t xw_offset, int64_t xw_step,
+                const float *r, int64_t r_len, const float *rbh, int64_t rbh_len, float *h, int64_t state_len,
+                float *y, int64_t y_len, int64_t y_offset, int64_t y_step, float *scratch, int64_t scratch_len,
+                int64_t seq, int64_t hidden, int64_t batch, int linear_before_reset)
+{
+    if (seq < 1 || hidden < 1 || batch < 1 || rtd_sgemm == NULL || (rbh != NULL && !linear_before_reset))
+        return RTD_NATIVE_E_ARGUMENT;
+    const int64_t nb = hidden * batch, g = 3 * hidden;
+    if (r_len != g * hidden || state_len != nb || (rbh != NULL && rbh_len != hidden) || scratch_len < 5 * nb
+        || !span_ok(xw_len, xw_offset, xw_step, seq, g * batch) || !span_ok(y_len, y_offset, y_step, seq, nb))
+        return RTD_NATIVE_E_LENGTH;
+    float *hr = scratch, *z = scratch + 3 * nb, *reset = z + nb;   /* hr (3H, B), then z and reset (H, B) */
+    for (int64_t t = 0; t < seq; t++) {
+        const float *h_prev = t == 0 ? h : y + y_offset + (t - 1) * y_step;
+        const float *x_t = xw + xw_offset + t * xw_step;
+        float *y_t = y + y_offset + t * y_step;
+        if (linear_before_reset) {   /* candidate: reset * (Rh @ h + Rbh) */
+            rtd_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, g, batch, hidden, 1.0f, r, hidden, h_prev, batch, 0.0f, hr, batch);
+            gru_gates(hr, x_t, z, 2 * nb);
+            for (int64_t j = 0; j < nb; j++)
+                hr[2 * nb + j] = reset[j] * (hr[2 * nb + j] + (rbh != NULL ? rbh[j / batch] : 0.0f));
+        } else {   /* candidate: Rh @ (reset * h) */
+            rtd_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, 2 * hidden, batch, hidden, 1.0f, r, hidden, h_prev, batch, 0.0f,
+                      hr, batch);
+            gru_gates(hr, x_t, z, 2 * nb);
+            for (int64_t j = 0; j < nb; j++)
+                hr[nb + j] = reset[j] * h_prev[j];   /* hr's reset rows are spent: room for reset * h */
+            rtd_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, hidden, batch, hidden, 1.0f, r + 2 * hidden * hidden, hidden,
+                      hr + nb, batch, 0.0f, hr + 2 * nb, batch);
+        }
+        gru_update(hr + 2 * nb, x_t + 2 * nb, z, h_prev, y_t, nb);
     }
     for (int64_t j = 0; j < nb; j++)
         h[j] = y[y_offset + (seq - 1) * y_step + j];
