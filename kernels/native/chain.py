@@ -18,6 +18,7 @@ FLOAT32 = np.dtype(np.float32)
 PREVIOUS, ABSENT = -1, -2
 MAX_INPUTS = 16   # chain.c's
 FLT_MAX = float(np.finfo(np.float32).max)
+MIN_ELEMENTS = 2048   # measured: below this NumPy's per-link calls cost less than the wrapper
 # op type -> (opcode, operand count, (alpha attribute, default), (beta attribute, default)); chain.h's numbers
 OPCODES = {
     "Add": (0, 2, None, None), "Sub": (1, 2, None, None), "Mul": (2, 2, None, None), "Div": (3, 2, None, None),
@@ -47,7 +48,9 @@ class Program:
 
     def __init__(self, links, params, arity):
         self.links, self.params, self.arity = links, params, arity
-        self.layouts: dict = {}
+        self.link_buffer = compiled.ffi.from_buffer("int32_t[]", links)
+        self.param_buffer = compiled.ffi.from_buffer("float[]", params)
+        self.layouts: dict = {}   # input shapes -> (layouts, their lengths and inners as C arrays), or None
 
     @classmethod
     def build(cls, links, arity: int, dtype):
@@ -73,17 +76,23 @@ class Program:
         return cls(np.array(codes, np.int32), np.array(params, np.float32), arity)
 
     def __call__(self, inputs, out):
-        """Run the chain into out (C-contiguous float32); None when an input does not fit."""
-        if out.dtype != FLOAT32 or not out.flags.c_contiguous or len(inputs) != self.arity:
+        """Run the chain into out (C-contiguous float32); None when an input does not fit, or when
+        the output is too small for one pass to beat NumPy's few calls (the wrapper costs microseconds)."""
+        if out.size < MIN_ELEMENTS or out.dtype != FLOAT32 or not out.flags.c_contiguous or len(inputs) != self.arity:
             return None
         key = tuple(getattr(x, "shape", None) for x in inputs)
         layouts = self.layouts.get(key)
         if layouts is None:
-            layouts = self.layouts[key] = [_layout(s, out.shape) if s is not None else None for s in key]
+            found = [_layout(s, out.shape) if s is not None else None for s in key]
+            layouts = self.layouts[key] = None if None in found else (
+                found, compiled.ffi.new("int64_t[]", [f[0] for f in found]), compiled.ffi.new("int64_t[]", [f[1] for f in found]))
+        if layouts is None:
+            return None
+        found, lengths, inners = layouts
         ffi = compiled.ffi
-        buffers, lengths, inners = [], [], []
-        for x, layout in zip(inputs, layouts):
-            if layout is None or layout[0] != x.size or x.dtype != FLOAT32:
+        buffers = []
+        for x, layout in zip(inputs, found):
+            if layout[0] != x.size or x.dtype != FLOAT32:
                 return None
             if not (x.flags.c_contiguous and x.flags.aligned):
                 if x.size == out.size:
@@ -93,10 +102,7 @@ class Program:
                     and x.ctypes.data != out.ctypes.data:
                 return None   # a partial overlap: NumPy's ufuncs buffer it, the block loop would not
             buffers.append(ffi.from_buffer("float[]", x))
-            lengths.append(layout[0])
-            inners.append(layout[1])
-        status = compiled.lib.rtd_chain_f32(buffers, lengths, inners, len(buffers),
-                                            ffi.from_buffer("int32_t[]", self.links), ffi.from_buffer("float[]", self.params),
+        status = compiled.lib.rtd_chain_f32(buffers, lengths, inners, len(buffers), self.link_buffer, self.param_buffer,
                                             len(self.params) // 2, ffi.from_buffer("float[]", out, require_writable=True),
                                             out.size)
         if status != 0:   # build() and the checks above make this unreachable; the C checks again all the same

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.skipif(native.compiled is None, reason="rtd was install
 
 UNARY = ["Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Neg", "Abs"]
 BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
-OUT_SHAPE = (2, 3, 5, 7)
-BROADCASTS = [OUT_SHAPE, (), (1,), (3, 1, 1), (1, 3, 1, 1), (7,), (5, 7), (2, 3, 1, 1), (3, 5, 1)]
+OUT_SHAPE = (2, 3, 20, 21)   # past chain.MIN_ELEMENTS, where the compiled path takes over
+BROADCASTS = [OUT_SHAPE, (), (1,), (3, 1, 1), (1, 3, 1, 1), (21,), (20, 21), (2, 3, 1, 1), (3, 20, 1)]
 
 
 @st.composite
@@ -79,11 +79,14 @@ def test_chains_without_a_compiled_loop_are_left_to_numpy():
     assert Program.build(relu_add, 2, np.float64) is None         # float32 only
     assert Program.build(relu_add, 2, np.float32) is not None
     program = Program.build(relu_add, 2, np.float32)
-    out = np.empty((4, 6), np.float32)
-    assert program([np.ones((4, 6), np.float32), np.ones((4, 1, 6), np.float32)], out) is None   # not a broadcast of out
-    assert program([np.ones((4, 6), np.float64), np.ones(6, np.float32)], out) is None
-    wide = np.ones((4, 12), np.float32)
-    assert program([wide[:, ::2], np.ones(6, np.float32)], out) is None   # a strided full-size operand
+    out = np.empty((64, 48), np.float32)
+    assert program([np.ones((64, 48), np.float32), np.ones(48, np.float32)], out) is out
+    assert program([np.ones((64, 48), np.float32), np.ones((64, 1, 48), np.float32)], out) is None   # not a broadcast of out
+    assert program([np.ones((64, 48), np.float64), np.ones(48, np.float32)], out) is None
+    wide = np.ones((64, 96), np.float32)
+    assert program([wide[:, ::2], np.ones(48, np.float32)], out) is None   # a strided full-size operand
+    small = np.empty((4, 6), np.float32)   # under MIN_ELEMENTS NumPy's few calls cost less than the wrapper
+    assert program([np.ones((4, 6), np.float32), np.ones(6, np.float32)], small) is None
     assert set(OPCODES) == set(UNARY + BINARY + ["Clip"])
 
 
