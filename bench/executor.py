@@ -58,8 +58,8 @@ def probe(side: str, path: str, feeds_file: str, threads: int, runs: int, min_se
     Both libraries are already imported (the baseline RSS counts both alike); the peak is the whole process's.
     """
     feeds = dict(np.load(feeds_file, allow_pickle=False))
-    native.set_threads(threads)   # the compiled kernels' threads, as a worker sets them at LOAD
-    with threadpoolctl.threadpool_limits(threads):
+    native.set_threads(threads)   # as a worker sets them at LOAD: the compiled kernels' threads, BLAS single-threaded
+    with threadpoolctl.threadpool_limits(1 if side == "rtd" else threads):
         base = _vm_kib("VmRSS")
         start = time.perf_counter()
         if side == "rtd":

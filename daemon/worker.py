@@ -97,8 +97,10 @@ class Worker:
         threads = frame.head.get("threads", 1)
         if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096:
             raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: threads {threads!r}")
-        BLAS.limit(limits=threads)   # never more kernel threads than the cores the tenant was granted
-        native.set_threads(threads)   # the compiled kernels' own threads, likewise
+        # One set of threads, the compiled kernels', as many as the cores the tenant was granted; BLAS
+        # runs single-threaded inside them (its pool spins between calls and fought them for the cores).
+        native.set_threads(threads)
+        BLAS.limit(limits=1)
         device = frame.head.get("device", "cpu")   # "cuda" when the tenant's policy names GPUs
         if device not in ("cpu", "cuda"):
             raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: device {device!r}")

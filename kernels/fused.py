@@ -17,6 +17,7 @@ from rtd.errors import Code, RtdError
 from .backend_cupy import chain_kernel, layernorm_rows, rows_kernel_fits, softmax_rows
 from .ir import Node
 from .native.chain import Program
+from .native.gemm import gemm_rows
 from .ops._norm import standardize
 from .ops._softmax import softmax
 from .ops._window import scratch
@@ -99,6 +100,17 @@ class MatMulBias(Fused):
 
     def run(self, a, w, bias=None, out=None):
         xp = self.xp
+        if xp is np and a.ndim >= 2 and w.ndim == 2 and a.flags.c_contiguous:   # rows shared among the threads
+            flat_bias = bias.reshape(-1) if bias is not None and bias.shape[-1:] == (bias.size,) else None
+            rows = gemm_rows(a.reshape(-1, a.shape[-1]), w, flat_bias,
+                             out=None if out is None else out.reshape(-1, w.shape[1]))
+            if rows is not None:
+                out = rows.reshape(*a.shape[:-1], w.shape[1]) if out is None else out
+                if bias is not None and flat_bias is None:
+                    xp.add(out, bias, out=out)
+                if self.activate is not None:
+                    self.activate(out, out=out)
+                return (out,)
         if a.ndim > 2 and a.flags.c_contiguous:  # one GEMM over all rows, not one per batch entry
             rows = a.reshape(-1, a.shape[-1])
             flat = xp.matmul(rows, w, out=None if out is None else out.reshape(rows.shape[0], w.shape[1]))

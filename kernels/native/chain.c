@@ -3,13 +3,15 @@
  * it has (NumPy makes one per link). Nothing is generated at run time: the chain is data, an
  * opcode list the executor builds at load, and each opcode is a precompiled loop over a block.
  *
- * NaN behaves as in the NumPy kernels: comparisons are ordered so a NaN operand passes through
- * max/min/clip/relu/hard-sigmoid, as np.maximum, np.minimum and np.clip propagate it.
+ * NaN and signed zeros behave as in the NumPy kernels: comparisons are ordered so a NaN operand
+ * passes through max/min/clip/relu/hard-sigmoid, as np.maximum, np.minimum and np.clip propagate
+ * it, and a tie gives np.maximum's and np.minimum's second operand (relu(-0) is +0).
  *
  * The caller (chain.py) validates the program and the inputs' lengths; they are checked again
  * here so a wrong call fails with a status instead of reading out of bounds.
  */
 #include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 #include <stdint.h>
@@ -20,8 +22,8 @@
 
 #define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #define BLOCK 512
-/* Below this many elements per thread, creating a thread costs more than it saves. */
-#define MIN_ELEMENTS_PER_THREAD (1 << 17)
+/* Below this many elements per thread, waking a pool thread costs more than it saves. */
+#define MIN_ELEMENTS_PER_THREAD (1 << 15)
 #define MAX_INPUTS 16
 #define ABSENT (-2)
 #define PREVIOUS (-1)
@@ -76,7 +78,9 @@ __attribute__((optimize("fp-contract=off"))) CLONES static void apply(int op, co
             r[i] = v > c[i] ? c[i] : v;
         }
         break;
-    case RTD_CHAIN_RELU: for (int64_t i = 0; i < count; i++) r[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
+    case RTD_CHAIN_RELU:   /* np.maximum(x, 0): NaN stays, -0 becomes +0 (ties give the second operand) */
+        for (int64_t i = 0; i < count; i++) r[i] = (a[i] > 0.0f || a[i] != a[i]) ? a[i] : 0.0f;
+        break;
     case RTD_CHAIN_LEAKY_RELU: for (int64_t i = 0; i < count; i++) r[i] = a[i] < 0.0f ? alpha * a[i] : a[i]; break;
     case RTD_CHAIN_HARD_SIGMOID:
         for (int64_t i = 0; i < count; i++) {
@@ -93,7 +97,7 @@ __attribute__((optimize("fp-contract=off"))) CLONES static void apply(int op, co
         }
         break;
     case RTD_CHAIN_NEG: for (int64_t i = 0; i < count; i++) r[i] = -a[i]; break;
-    case RTD_CHAIN_ABS: for (int64_t i = 0; i < count; i++) r[i] = a[i] < 0.0f ? -a[i] : a[i]; break;
+    case RTD_CHAIN_ABS: for (int64_t i = 0; i < count; i++) r[i] = fabsf(a[i]); break;   /* clears -0's sign too */
     default: break;
     }
 }

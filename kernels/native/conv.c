@@ -29,8 +29,8 @@
 #define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #define ROW_MAJOR 101
 #define NO_TRANS 111
-/* Below this much work per thread, creating a thread (tens of microseconds) costs more than it saves. */
-#define MIN_FLOPS_PER_THREAD (4 << 20)
+/* Below this much work per thread, waking a pool thread (microseconds) costs more than it saves. */
+#define MIN_FLOPS_PER_THREAD (1 << 20)
 
 
 struct conv {

@@ -18,8 +18,8 @@
 #include "parallel.h"
 #include "threads.h"
 
-/* Below this many multiply-adds per thread, creating a thread costs more than it saves. */
-#define MIN_TAPS_PER_THREAD (1 << 20)
+/* Below this many multiply-adds per thread, waking a pool thread costs more than it saves. */
+#define MIN_TAPS_PER_THREAD (1 << 18)
 
 /* One convolution's geometry, shared by the row loops. */
 struct geometry {

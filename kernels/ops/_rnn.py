@@ -19,6 +19,7 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 
+from ..native.gemm import gemm_rows
 from .base import Kernel
 
 _STACK_BYTES = 512 * 1024  # recurrent weights up to this size run both directions in one loop
@@ -201,7 +202,9 @@ class RecurrentKernel(Kernel):
         xp = self.xp
         seq, batch, _ = x.shape
         dirs, gh, _ = w.shape
-        proj = xp.matmul(x.reshape(seq * batch, x.shape[2]), w.reshape(dirs * gh, -1).T).reshape(seq, batch, dirs, gh)
+        rows, weights = x.reshape(seq * batch, x.shape[2]), w.reshape(dirs * gh, -1).T
+        proj = (gemm_rows(rows, weights) if xp is np else None)   # rows shared among the tenant's threads
+        proj = (xp.matmul(rows, weights) if proj is None else proj).reshape(seq, batch, dirs, gh)
         if bias is not None:
             proj += bias
         xw = xp.empty((seq, dirs, gh, batch), proj.dtype)

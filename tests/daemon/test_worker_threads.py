@@ -1,7 +1,8 @@
-"""A worker runs no more BLAS threads than the cores its tenant was granted: the supervisor
-sends the count with LOAD (the policy's whole cpu_cores, at least 1) and the worker limits its
-BLAS pools through controls found in the zygote (finding them reads /proc/self/maps, which a
-confined worker cannot). The worker reports its BLAS pool size in its PING reply."""
+"""A worker runs no more kernel threads than the cores its tenant was granted: the supervisor
+sends the count with LOAD (the policy's whole cpu_cores, at least 1); the compiled kernels take
+that many, and BLAS is held to one thread through controls found in the zygote (finding them
+reads /proc/self/maps, which a confined worker cannot), so two pools never fight over the cores.
+The worker reports both in its PING reply."""
 import asyncio
 import os
 import socket
@@ -53,10 +54,10 @@ def kernel_threads(zygote, threads: int) -> tuple:
     return asyncio.run(main())
 
 
-def test_blas_threads_follow_the_tenants_cores():
+def test_kernel_threads_follow_the_tenants_cores_and_blas_stays_single():
     zygote = Zygote.start(preload=("rtd.daemon.worker",), instance="ithreads")
     try:
         granted = {cores: kernel_threads(zygote, cores) for cores in (1, 2)}
     finally:
         zygote.close()
-    assert granted == {1: (1, 1), 2: (2, 2)}, granted   # BLAS's pool and the compiled kernels' threads
+    assert granted == {1: (1, 1), 2: (1, 2)}, granted   # BLAS single-threaded inside the kernels' own threads

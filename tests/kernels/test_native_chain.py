@@ -57,7 +57,7 @@ def test_compiled_chain_equals_the_numpy_links(chain, seed, special_values):
     rng = np.random.default_rng(seed)
     inputs = [rng.standard_normal(s).astype(np.float32) * 4 for s in shapes]
     if special_values:
-        inputs[0].reshape(-1)[:4] = [np.nan, np.inf, -np.inf, 0.0]
+        inputs[0].reshape(-1)[:5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
     kernel = ElementwiseChain({"links": links, "shape": OUT_SHAPE, "dtype": np.dtype(np.float32)}, np,
                               lambda node: _make(node))
     assert kernel.compiled is not None
