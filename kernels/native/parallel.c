@@ -18,6 +18,7 @@
 
 static int64_t threads_allowed = 1;
 rtd_sgemm_fn rtd_sgemm = NULL;
+rtd_sgemv_fn rtd_sgemv = NULL;
 static void (*blas_set_threads)(int) = NULL;   /* OpenBLAS's openblas_set_num_threads (int argument) */
 static int (*blas_get_threads)(void) = NULL;
 
@@ -40,9 +41,10 @@ void rtd_set_threads(int64_t threads)
 
 int64_t rtd_threads(void) { return threads_allowed; }
 
-void rtd_set_blas(void *sgemm, void *set_num_threads, void *get_num_threads)
+void rtd_set_blas(void *sgemm, void *sgemv, void *set_num_threads, void *get_num_threads)
 {
     rtd_sgemm = (rtd_sgemm_fn)sgemm;
+    rtd_sgemv = (rtd_sgemv_fn)sgemv;
     blas_set_threads = (void (*)(int))set_num_threads;
     blas_get_threads = (int (*)(void))get_num_threads;
 }
