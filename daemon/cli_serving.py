@@ -5,6 +5,7 @@ $RTD_STATE_DIR or ~/.local/state/rtd): its socket, dev.token and admin.token."""
 import collections
 import json
 import os
+import re
 import time
 
 import grpc
@@ -101,6 +102,18 @@ def _read_inputs(specs: list[str]) -> dict:
     return inputs
 
 
+def _file_name(output: str, taken: set, directory: str) -> str:
+    """OUTPUT.npy with every character but letters, digits, '-', '_' and '.' made '_' and no leading
+    dot: exporters name outputs 'save_infer_model/scale_0.tmp_1' (paddle2onnx), and a package's output
+    name must never choose where rtctl writes ('../x'); a clash gets a numeric suffix."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", output).lstrip(".")[:200] or "output"
+    name, n = f"{stem}.npy", 1
+    while os.path.join(directory, name) in taken:
+        n += 1
+        name = f"{stem}_{n}.npy"
+    return name
+
+
 def cmd_run(args) -> int:
     inputs = _read_inputs(args.input)
     with _client(args) as client:
@@ -111,7 +124,7 @@ def cmd_run(args) -> int:
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         for name, value in outputs.items():
-            files[name] = os.path.join(args.output_dir, f"{name}.npy")
+            files[name] = os.path.join(args.output_dir, _file_name(name, set(files.values()), args.output_dir))
             np.save(files[name], value, allow_pickle=False)
     if args.json:   # every value, and where --output-dir wrote it
         print(json.dumps({"ok": True, "latency_ms": round(latency_ms, 3), "outputs": {
@@ -212,7 +225,7 @@ def register(commands) -> None:
     load.add_argument("package", help="package directory or .tar/.tar.gz")
     load.add_argument("--name", help="model name (default: the signed name)")
     run = commands.add_parser("run", help="run one inference request")
-    run.add_argument("--output-dir", help="write each output as NAME.npy here")
+    run.add_argument("--output-dir", help="write each output as NAME.npy here (characters outside [A-Za-z0-9._-] become _)")
     profile = commands.add_parser("profile", help="run one request timed step by step in the worker; write its Chrome trace")
     profile.add_argument("--out", default="trace.json", help="where the Chrome trace goes (default trace.json)")
     for parser in (run, profile):   # what makes the request, the same for both

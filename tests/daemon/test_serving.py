@@ -312,3 +312,31 @@ def test_a_type_the_op_cannot_take_is_refused_at_load_naming_op_and_dtype(daemon
     assert e.value.code == Code.E_OP_UNSUPPORTED, e.value
     assert "ai.onnx.ml LabelEncoder" in str(e.value) and "float32" in str(e.value)
     assert "enc" not in [m.name for m in client.index()]
+
+
+def test_rtctl_run_writes_outputs_under_safe_names_only(daemon, tmp_path):
+    """Output names are the package's choice: a paddle2onnx name with a slash, a '../' that would
+    leave the output directory, a hidden-file name and two names that clash once made safe."""
+    from onnx import TensorProto, helper
+    names = ["save_infer_model/scale_0.tmp_1", "../escape", ".hidden", "a/b", "a_b"]
+    graph = helper.make_graph([helper.make_node("Neg" if i % 2 else "Relu", ["X"], [n]) for i, n in enumerate(names)], "named",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in names])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    pack.write_package(daemon.package("beta", model, "named"), str(tmp_path / "named.tar"), "named")
+    token = tmp_path / "token"
+    token.write_text(daemon.tokens["beta"])
+    conn = ["--socket", daemon.socket, "--token-file", str(token)]
+    assert subprocess.run([RTCTL, "load", str(tmp_path / "named.tar"), *conn], capture_output=True, timeout=120).returncode == 0
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "deep" / "out"
+    done = subprocess.run([RTCTL, "run", "named", "--input", f"X={tmp_path / 'x.npy'}", "--output-dir", str(out), "--json",
+                           *conn], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    files = {n: v["file"] for n, v in json.loads(done.stdout)["outputs"].items()}
+    assert sorted(os.listdir(out)) == sorted(os.path.basename(f) for f in files.values()) and len(set(files.values())) == 5
+    assert all(os.path.dirname(f) == str(out) for f in files.values()) and not (tmp_path / "deep" / "escape.npy").exists()
+    assert os.path.basename(files["save_infer_model/scale_0.tmp_1"]) == "save_infer_model_scale_0.tmp_1.npy"
+    for i, name in enumerate(names):
+        np.testing.assert_array_equal(np.load(files[name]), -x if i % 2 else np.maximum(x, 0))
