@@ -25,7 +25,9 @@ QUANTIZED_TOLERANCE = 2 / 255
 # The bound sits a little above the flip-propagation figure. It fails a wrong scale, zero point or
 # sign (errors the size of the output itself) but cannot tell a systematically different rounding
 # mode from these legitimate flips: the small CNNs, held to QUANTIZED_TOLERANCE, catch that.
-DEEP_QUANTIZED_TOLERANCE = 6e-2
+# RTD_ZOO_SEED=301075861408769282437213266419967430380 draws inputs where flips add up to 6.05e-2
+# (pooled) with the executor of either side of issue 10's compiled kernels alike: 6e-2 was too tight.
+DEEP_QUANTIZED_TOLERANCE = 7e-2
 # QOperator graphs (QLinearConv, QLinearAdd, ... between one QuantizeLinear and one DequantizeLinear):
 # every 8-bit op repeats onnxruntime's own float32 steps, so the outputs must be equal.
 QOPERATOR_TOLERANCE = 0.0
