@@ -30,7 +30,7 @@
 #define ROW_MAJOR 101
 #define NO_TRANS 111
 /* Below this much work per thread, waking a pool thread (microseconds) costs more than it saves. */
-#define MIN_FLOPS_PER_THREAD (1 << 20)
+#define MIN_FLOPS_PER_THREAD (1 << 21)
 
 
 struct conv {

@@ -1,0 +1,65 @@
+"""The row- and column-parallel GEMM (kernels/native/gemm.c) against NumPy: plain and transposed
+weights, bias and ReLU, one and two threads (rows split when there are many, columns when there
+are few), refusals for what it does not take, lengths checked again at the C boundary."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rtd.kernels import native
+from rtd.kernels.native import gemm as native_gemm
+
+pytestmark = pytest.mark.skipif(native_gemm.BLAS is None, reason="rtd was installed without its compiled kernels")
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 70), st.integers(1, 300), st.booleans(), st.booleans(), st.booleans(),
+       st.sampled_from([1, 2]), st.integers(0, 2**31 - 1))
+def test_gemm_rows_equals_numpy(m, k, n, transposed, with_bias, relu, threads, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32).T if transposed else rng.standard_normal((k, n), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32) if with_bias else None
+    try:
+        native.set_threads(threads)
+        got = native_gemm.gemm_rows(a, w, bias, relu)
+    finally:
+        native.set_threads(1)
+    want = a.astype(np.float64) @ w.astype(np.float64) + (bias if with_bias else 0)
+    want = np.maximum(want, 0) if relu else want
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def test_big_products_split_among_threads_give_the_one_thread_result():
+    rng = np.random.default_rng(3)
+    for m, n in ((16, 2048), (2048, 16)):   # few rows: columns split; many rows: rows split
+        a, w = rng.standard_normal((m, 512), dtype=np.float32), rng.standard_normal((512, n), dtype=np.float32)
+        results = []
+        try:
+            for threads in (1, 2):
+                native.set_threads(threads)
+                results.append(native_gemm.gemm_rows(a, w, None))
+        finally:
+            native.set_threads(1)
+        np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-4)
+
+
+def test_what_it_does_not_take_is_refused():
+    a, w = np.ones((4, 3), np.float32), np.ones((3, 5), np.float32)
+    assert native_gemm.gemm_rows(a.astype(np.float64), w) is None
+    assert native_gemm.gemm_rows(a, np.ones((4, 5), np.float32)) is None          # inner sizes differ
+    assert native_gemm.gemm_rows(np.ones((4, 6), np.float32)[:, ::2], w) is None    # a strided a
+    assert native_gemm.gemm_rows(a, np.ones((3, 10), np.float32)[:, ::2]) is None   # neither C nor F order
+    assert native_gemm.gemm_rows(a, w, np.ones(4, np.float32)) is None              # a bias of another length
+    assert native_gemm.gemm_rows(a, w, out=np.empty((4, 4), np.float32)) is None
+    assert native_gemm.gemm_rows(a, w) is not None
+
+
+def test_the_c_boundary_checks_lengths_itself():
+    ffi, lib = native.compiled.ffi, native.compiled.lib
+    a, b, c = np.ones(12, np.float32), np.ones(15, np.float32), np.empty(20, np.float32)
+    buf = lambda x: ffi.from_buffer("float[]", x, require_writable=True)   # noqa: E731
+    assert lib.rtd_gemm_rows(buf(a), 12, buf(b), 15, 0, ffi.NULL, 0, buf(c), 20, 4, 3, 5, 0) == 0
+    assert lib.rtd_gemm_rows(buf(a), 11, buf(b), 15, 0, ffi.NULL, 0, buf(c), 20, 4, 3, 5, 0) != 0
+    assert lib.rtd_gemm_rows(buf(a), 12, buf(b), 15, 0, ffi.NULL, 0, buf(c), 19, 4, 3, 5, 0) != 0
+    assert lib.rtd_gemm_rows(buf(a), 12, buf(b), 15, 0, buf(c), 4, buf(c), 20, 4, 3, 5, 0) != 0   # bias of 4 for 5 columns
