@@ -78,7 +78,8 @@ class Daemon:
 
     def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20,
                  listen: str = "", limits: dict | None = None, tenants=TENANTS, repository: str = "",
-                 metrics: str = ""):
+                 metrics: str = "", policies: dict | None = None):
+        """`policies`: per tenant, [limits] keys of its sandbox policy over memory_bytes (e.g. gpu_devices)."""
         self.root = str(root)
         self.state = os.path.join(self.root, "state")
         self.socket = os.path.join(self.state, "rtd.sock")
@@ -101,7 +102,8 @@ token_sha256 = ["{token_hash(self.tokens[tenant])}"]
 trusted_keys = "{trust}"
 uid = {62000 + i}
 gid = {62000 + i}
-policy = {{ limits = {{ memory_bytes = {memory_bytes} }} }}
+policy = {{ limits = {{ {", ".join(f"{k} = {v!r}" for k, v in
+                        {"memory_bytes": memory_bytes, **(policies or {}).get(tenant, {})}.items())} }} }}
 """)
         self.config = os.path.join(self.root, "rtd.toml")
         with open(self.config, "w") as f:

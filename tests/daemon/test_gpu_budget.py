@@ -52,15 +52,7 @@ def test_raw_malloc_past_the_budget_is_stopped(record_property):
 def gpu_daemon(tmp_path, monkeypatch):
     """rtd serve with tenants acme (GPU 0, a budget of 2 GiB) and beta (no GPU), on the driver's NVML."""
     monkeypatch.delenv("RTD_NVML_STANDIN", raising=False)
-    d = Daemon(tmp_path)
-    with open(d.config) as f:
-        text = f.read()
-    acme = text.index('id = "acme"')
-    policy = text.index("policy = {", acme)
-    end = text.index("\n", policy)
-    with open(d.config, "w") as f:
-        f.write(text[:policy] + "policy = { limits = { memory_bytes = 2147483648, gpu_devices = [0], "
-                f"gpu_memory_bytes = {BUDGET} }} }}" + text[end:])
+    d = Daemon(tmp_path, policies={"acme": {"memory_bytes": 2147483648, "gpu_devices": [0], "gpu_memory_bytes": BUDGET}})
     d.start()
     yield d
     assert d.stop() == 0, d.read_log()[-3000:]

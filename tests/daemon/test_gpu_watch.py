@@ -193,15 +193,7 @@ def gpu_daemon(tmp_path, standin, monkeypatch):
     write_state(state, {})
     monkeypatch.setenv("LD_LIBRARY_PATH", str(root))
     monkeypatch.setenv("RTD_NVML_STANDIN", str(state))
-    d = Daemon(tmp_path)
-    with open(d.config) as f:
-        text = f.read()
-    acme = text.index('id = "acme"')
-    policy = text.index("policy = {", acme)
-    end = text.index("\n", policy)
-    with open(d.config, "w") as f:
-        f.write(text[:policy] + "policy = { limits = { memory_bytes = 536870912, gpu_devices = [0], "
-                "gpu_memory_bytes = 1048576 } }" + text[end:])
+    d = Daemon(tmp_path, policies={"acme": {"gpu_devices": [0], "gpu_memory_bytes": 1048576}})
     d.start()
     yield d, state
     assert d.stop() == 0

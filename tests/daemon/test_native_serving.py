@@ -22,12 +22,18 @@ def depthwise_relu(c: int = 16) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def test_a_depthwise_model_is_served_by_a_confined_worker(daemon):
-    model = depthwise_relu()
+def loaded(daemon, model: bytes, name: str):
+    """tritonclient and tenant acme's headers, `model` loaded as `name` from a signed package."""
     client = tc.InferenceServerClient(daemon.url())
     headers = {"authorization": f"Bearer {daemon.tokens['acme']}"}
-    files = {f"file:{path}": data for path, data in daemon.package("acme", model, "depthwise").items()}
-    client.load_model("depthwise", headers=headers, files=files)
+    files = {f"file:{path}": data for path, data in daemon.package("acme", model, name).items()}
+    client.load_model(name, headers=headers, files=files)
+    return client, headers
+
+
+def test_a_depthwise_model_is_served_by_a_confined_worker(daemon):
+    model = depthwise_relu()
+    client, headers = loaded(daemon, model, "depthwise")
     x = np.random.default_rng(5).standard_normal((1, 16, 20, 20), dtype=np.float32)
     given = tc.InferInput("X", [1, 16, 20, 20], "FP32")
     given.set_data_from_numpy(x)
@@ -67,10 +73,7 @@ def control_flow_model() -> bytes:
 
 def test_control_flow_with_compiled_kernels_is_served_by_a_confined_worker(daemon):
     model = control_flow_model()
-    client = tc.InferenceServerClient(daemon.url())
-    headers = {"authorization": f"Bearer {daemon.tokens['acme']}"}
-    files = {f"file:{path}": data for path, data in daemon.package("acme", model, "controlled").items()}
-    client.load_model("controlled", headers=headers, files=files)
+    client, headers = loaded(daemon, model, "controlled")
     reference = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
     for seed in (1, 2):   # the first run plans the branch, the second runs the plan
         x = np.random.default_rng(seed).standard_normal((1, 4, 16, 16), dtype=np.float32)
