@@ -84,3 +84,89 @@ def test_control_flow_with_compiled_kernels_is_served_by_a_confined_worker(daemo
         expected = reference.run(None, {"X": x, "flag": np.array(True)})[0]
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     client.unload_model("controlled", headers=headers)
+
+
+def wide_conv_chain() -> bytes:
+    """A 3×3 convolution of 16 → 32 channels over 128×128 and a fused chain after it: past the thread
+    thresholds, so a tenant granted two cores runs it on the kernels' thread pool."""
+    rng = np.random.default_rng(9)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["X", "W", "B"], ["C"], pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["C", "three"], ["A"]), helper.make_node("Relu", ["A"], ["R"]),
+         helper.make_node("Mul", ["R", "C"], ["Y"])], "wide",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 16, 128, 128])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 32, 128, 128])],
+        [numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3), dtype=np.float32), "W"),
+         numpy_helper.from_array(rng.standard_normal(32, dtype=np.float32), "B"),
+         numpy_helper.from_array(np.full(1, 3.0, np.float32), "three")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_tenant_storming_its_threaded_kernels_leaves_the_other_tenant_unharmed(tmp_path):
+    """beta, granted two cores (the kernels' pool at two threads), floods its wide convolution from
+    eight callers, half of them with 1 ms deadlines, while a ninth unloads and reloads the model under
+    them; acme's answers stay exact and its worker is never restarted, and beta's model answers
+    correctly afterwards."""
+    import threading
+    import time
+
+    from rtd.errors import RtdError
+    from tests.daemon.conftest import Daemon, mlp
+
+    daemon = Daemon(tmp_path, policies={"beta": {"cpu_cores": 2.0}}).start()
+    try:
+        calm_model, wide = mlp(7), wide_conv_chain()
+        acme, beta = daemon.client("acme"), daemon.client("beta")
+        acme.load("calm", daemon.package("acme", calm_model, "calm"))
+        beta.load("wide", daemon.package("beta", wide, "wide"))
+        x_calm = np.random.default_rng(1).standard_normal((2, 4), dtype=np.float32)
+        want_calm = onnxruntime.InferenceSession(calm_model, providers=["CPUExecutionProvider"]).run(None, {"X": x_calm})[0]
+        x_wide = np.random.default_rng(2).standard_normal((1, 16, 128, 128), dtype=np.float32)
+        want_wide = onnxruntime.InferenceSession(wide, providers=["CPUExecutionProvider"]).run(None, {"X": x_wide})[0]
+        stop, codes, lock = threading.Event(), {}, threading.Lock()
+
+        def flood(deadline):
+            client = daemon.client("beta")
+            while not stop.is_set():
+                try:
+                    client.infer("wide", {"X": x_wide}, timeout=deadline)
+                except RtdError as e:   # deadlines, and the model gone between unload and reload
+                    with lock:
+                        codes[e.code.name] = codes.get(e.code.name, 0) + 1
+
+        def reload():
+            client = daemon.client("beta")
+            counter = 1
+            while not stop.is_set():
+                try:
+                    client.unload("wide")
+                    counter += 1
+                    client.load("wide", daemon.package("beta", wide, "wide", counter=counter))
+                except RtdError as e:
+                    with lock:
+                        codes[e.code.name] = codes.get(e.code.name, 0) + 1
+        workers = [threading.Thread(target=flood, args=(0.001 if i % 2 else None,)) for i in range(8)]
+        workers.append(threading.Thread(target=reload))
+        for w in workers:
+            w.start()
+        calm_answers, started = 0, time.monotonic()
+        try:
+            while time.monotonic() - started < 8:
+                got = acme.infer("calm", {"X": x_calm})["Y"]
+                np.testing.assert_allclose(got, want_calm, rtol=1e-5, atol=1e-6)
+                calm_answers += 1
+        finally:
+            stop.set()
+            for w in workers:
+                w.join(timeout=60)
+        assert calm_answers > 10 and codes, (calm_answers, codes)
+        assert not [line for line in daemon.read_log().splitlines() if "tenant=acme" in line and "crash" in line]
+        for _ in range(30):   # beta's model answers exactly once the storm is over (a reload may still be settling)
+            try:
+                got = daemon.client("beta").infer("wide", {"X": x_wide}, timeout=60)["Y"]
+                break
+            except RtdError:
+                time.sleep(0.5)
+        np.testing.assert_allclose(got, want_wide, rtol=1e-4, atol=1e-3)
+    finally:
+        assert daemon.stop() == 0, daemon.read_log()
