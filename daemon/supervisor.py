@@ -458,7 +458,10 @@ class Supervisor:
     def _failed(self, tenancy: Tenancy, name: str, version: str, timing: Timing, error: BaseException) -> None:
         """Count a failed request in its model version's series, with Triton's reason: CANCELED
         (the caller went away), REJECTED (refused or timed out before it ran), BACKEND (it
-        failed once running) or OTHER; a name the tenant does not serve has no series."""
+        failed once running) or OTHER; a name the tenant does not serve has no series. A call
+        the GPU worker's filter refused is the operator's to see: logged, naming the call."""
+        if isinstance(error, RtdError) and error.code is Code.E_SYSCALL_REFUSED:
+            self.events.emit("syscall_refused", tenancy.tenant.id, level="error", model=name, reason=error.detail)
         series = timing.series
         if series is None:
             model = tenancy.models.get(name)
