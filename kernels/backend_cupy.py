@@ -202,6 +202,36 @@ def pinned_empty(shape, dtype):
     return array if array is not None else np.empty(shape, dtype)
 
 
+class Transfers:
+    """A partitioned plan's copies (kernels/partition.py), on a stream of their own: an upload
+    is queued there and the computing stream waits for it on the device, the host does not; a
+    download is queued once the computing stream has produced the value, into pinned staging,
+    and the host waits for it only where a host step reads it (AwaitHost)."""
+
+    def __init__(self):
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def to_device(self, x):
+        computing = cupy.cuda.get_current_stream()
+        with self.stream:
+            on_device = cupy.empty(x.shape, x.dtype)
+            on_device.set(x, stream=self.stream)
+        computing.wait_event(self.stream.record())
+        return on_device
+
+    def to_host(self, x):
+        self.stream.wait_event(cupy.cuda.get_current_stream().record())
+        host = pinned_empty(x.shape, x.dtype)
+        x.get(stream=self.stream, out=host, blocking=False)
+        return host, self.stream.record()   # pending until AwaitHost
+
+    @staticmethod
+    def await_host(pending):
+        host, copied = pending
+        copied.synchronize()
+        return host
+
+
 def chain_kernel(links: list, n_inputs: int, out_dtype):
     """A CuPy ElementwiseKernel computing the chain with broadcasting (inputs x0.., output out);
     None without CuPy, for a link without a CUDA form, or for half precision (CuPy's float16 is
