@@ -474,3 +474,16 @@ def test_legacy_open_is_filtered_on_its_own_flags_argument_and_stat_is_gpu_only(
     with pytest.raises(SandboxKilled) as e:
         run_confined(stat_errno, "/usr/bin/env")
     assert e.value.signal == signal.SIGSYS and e.value.layer == "seccomp"
+
+
+def test_the_gpu_checks_filter_evaluator_answers_as_the_kernel_did():
+    """bench/filter_eval.py reads the compiled filter's BPF; on the calls the confined workers
+    above made, it answers what the kernel did (allow, trap: EPERM and named, kill)."""
+    from bench.filter_eval import verdict
+    assert {verdict("gpu", "ioctl", (3, cmd))[0] for cmd in NVIDIA_ALLOWED} == {"allow"}
+    assert {verdict("gpu", "ioctl", (3, cmd))[0] for cmd, _ in NVIDIA_LEARNED} == {"trap"}
+    assert {verdict(v, "ioctl", (3, cmd))[0] for cmd in NVIDIA_FORBIDDEN for v in ("gpu", "gpu-audit")} == {"kill"}
+    assert [verdict("gpu", name)[0] for name in ("sysinfo", "get_mempolicy", "readlink", "getpriority", "unshare")] == \
+        ["trap", "trap", "trap", "kill", "kill"]
+    assert [verdict("gpu-audit", name)[0] for name in ("sysinfo", "getpriority", "unshare")] == ["log", "trap", "kill"]
+    assert verdict("cpu", "sysinfo")[0] == "kill" and verdict("cpu", "openat", (0, 0, 0)) == ("errno", 1)
