@@ -75,22 +75,23 @@ def attribution(gpu: Gpu, processes: list, mps_clients: int, watched: set[int],
     of the workers the watcher polices (another process we see is another program's); `ended`:
     those of workers that ended moments ago, which NVML may list until their context is gone."""
     used: dict[int, int] = {}
+    why = None
     if mps_clients:
-        return used, f"NVIDIA MPS serves {mps_clients} client(s) on GPU {gpu.minor}: NVML does not give their memory per process"
+        why = f"NVIDIA MPS serves {mps_clients} client(s) on GPU {gpu.minor}: NVML does not give their memory per process"
     for p in processes:
-        if p.usedGpuMemory is None:
-            return used, (f"NVML gives no memory figure for pid {p.pid} on GPU {gpu.minor} (usedGpuMemory not "
-                          "available: MPS, or per-process accounting this driver or GPU does not offer)")
         pid = in_our_namespace(p.pid)
         if pid is None and p.pid in ended:
             continue
-        if pid is None:
-            return used, (f"NVML lists pid {p.pid} ({p.usedGpuMemory} bytes) on GPU {gpu.minor}, which is no process rtd's "
+        if p.usedGpuMemory is None:
+            why = why or (f"NVML gives no memory figure for pid {p.pid} on GPU {gpu.minor} (usedGpuMemory not "
+                          "available: MPS, or per-process accounting this driver or GPU does not offer)")
+        elif pid is None:
+            why = why or (f"NVML lists pid {p.pid} ({p.usedGpuMemory} bytes) on GPU {gpu.minor}, which is no process rtd's "
                           "pid namespace can see: NVML reports another namespace's pids (a driver that does not translate "
                           "host pids into a container's)")
-        if pid in watched:
+        elif pid in watched:
             used[pid] = used.get(pid, 0) + p.usedGpuMemory
-    return used, None
+    return used, why
 
 
 class GpuWatch:

@@ -177,11 +177,11 @@ def test_a_gpu_that_becomes_blind_is_unhealthy_until_it_clears_and_what_is_attri
     watch = start_watch({"acme": 1 << 20}, kills, health)
     try:
         watch.watch("acme", mine)
-        write_state(in_process, {mine.pid: 1 << 19, 2**22 + 17: 4 << 20})   # ours, and a pid nobody here sees
+        write_state(in_process, {2**22 + 17: 4 << 20, mine.pid: 1 << 19})   # a pid nobody here sees, and ours
         assert watch.poll(time.monotonic()) == []   # 512 KiB is ours and within budget; the rest is nobody's we know
         assert not watch.healthy((0,)) and f"NVML lists pid {2**22 + 17}" in watch.blind()[0]
         assert health == [(0, f"cannot attribute GPU memory: {watch.blind()[0]}")]
-        write_state(in_process, {mine.pid: 2 << 20, 2**22 + 17: 4 << 20})
+        write_state(in_process, {2**22 + 17: 4 << 20, mine.pid: 2 << 20})
         (kill,) = watch.poll(time.monotonic())   # blind, and yet what it can attribute is over budget
         assert kill.pid == mine.pid and mine.proc.wait(10) == -signal.SIGKILL
         write_state(in_process, {})
