@@ -18,7 +18,6 @@ import shutil
 import socket
 import types
 
-import numpy as np
 import pytest
 
 from rtd import wire
@@ -169,6 +168,4 @@ def test_a_containment_ending_counts_no_crash_toward_crash_limit(zygote):
         return [c async for c in count()]
     assert asyncio.run(main()) == [0, 1]   # crash_limit 1: only the CPU worker's kill would fail the model
     log = events.getvalue()
-    assert "event=containment tenant=acme model=m version=1 level=error" not in log   # level is the line's prefix
     assert "event=containment tenant=acme model=m version=1 code=E_CONTAINMENT" in log and "event=crash tenant=acme" in log
-    assert np.all([line.startswith("rtd: event=") for line in log.splitlines()])
