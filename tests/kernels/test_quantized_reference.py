@@ -1,7 +1,9 @@
 """The quantized reference (quantized_reference.py) against NumPy's int64 sums, on this host's onnxruntime:
 exact for uint8 × int8 products over the whole int8 range (re-expressed where this host saturates),
-the model as written, and still exact, for weights within ±PAIR_SAFE_WEIGHT; int8 activations untouched."""
+the model as written, and still exact, for weights within ±PAIR_SAFE_WEIGHT; int8 activations untouched.
+First, the cause itself: this host's u8s8 MatMulInteger is exact, or saturates each pair in int16."""
 import numpy as np
+import onnxruntime
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
@@ -38,6 +40,19 @@ def weights(shape, lo, hi, out_axis):
 
 # int8 weights over the whole range, and within ±PAIR_SAFE_WEIGHT (no two u8·s8 products leave int16)
 RANGES = [pytest.param((-128, 127), id="whole_int8"), pytest.param((-PAIR_SAFE_WEIGHT, PAIR_SAFE_WEIGHT), id="pairs_within_int16")]
+
+
+def test_this_hosts_u8s8_product_is_exact_or_saturates_each_pair_in_int16():
+    """Rows of a constant r and columns of b constant c make every pair of products 2·r·c whatever
+    the pairing: the sum is K·r·c, or (K/2)·clip(2·r·c) to int16 where u8s8_saturates()."""
+    k, r, c = 40, np.arange(0, 256, 15, dtype=np.int64), np.arange(-128, 128, 17, dtype=np.int64)
+    a, b = np.repeat(r[:, None], k, 1).astype(np.uint8), np.repeat(c[None, :], k, 0).astype(np.int8)
+    got = onnxruntime.InferenceSession(one_node("MatMulInteger", a, [b], TensorProto.INT32),
+                                       providers=["CPUExecutionProvider"]).run(None, {"x": a})[0]
+    pair = 2 * r[:, None] * c[None, :]
+    want = k // 2 * (np.clip(pair, -32768, 32767) if u8s8_saturates() else pair)
+    np.testing.assert_array_equal(got, want)
+    assert (np.abs(pair) > 32767).any()   # the grid reaches past int16
 
 
 @pytest.mark.parametrize("span", RANGES)
