@@ -1,104 +1,40 @@
-/* The 2-D convolution in one call (conv.h): per image, group and tile of output pixels, im2col
- * into a tile small enough to stay in the core's L2 cache, one BLAS sgemm, then the epilogue on
- * the tile while it is still in cache.
+/* The 2-D convolution in one call (conv.h) as one GEMM per image and group: weights (M/group, K) times
+ * the column matrix (K, output pixels), K = C/group * kh * kw, with rtd's own GEMM (gemm_core.h) doing
+ * the im2col itself while it packs b, one L2-sized block at a time (RTD_GEMM_B_IMAGE): row k of the
+ * column matrix (channel ci, tap i, j) is a window of the input shifted by the tap, so the GEMM copies
+ * 16 pixels of it at a time from the right place instead of reading a whole im2col matrix written first.
  *
- * im2col writes each column row (one input channel and tap, the tile's pixels) straight from the
- * unpadded input: columns whose input falls outside the image are zeroed (the zero point, once
- * centred), the rest copied, with 8-bit inputs converted to x - zero_point on the way. A 1x1,
- * stride-1, unpadded float convolution skips im2col: the input already is the GEMM's operand.
- * The epilogue adds the bias and applies ReLU in place (float), or requantizes (8-bit) exactly
- * as onnxruntime's MlasRequantizeOutput: the int32 sum (exact in float32: the caller checks the
- * bound) plus the int32 bias, made a float32, times the float32 multiplier, rounded half to even,
- * plus the zero point, saturated.
+ * For that, each image is first copied once into a padded buffer: zero borders (the zero point, once
+ * centred), 8-bit inputs converted to x - zero_point on the way, and, for a column stride s, each row
+ * split into its s phases (columns p, p + s, p + 2s, ... side by side), so a tap's pixels along an
+ * output row are contiguous whatever the stride. A float convolution whose windows stay inside the
+ * image (1x1 unpadded ones among them) at stride 1 reads the input itself.
  *
- * The GEMM is OpenBLAS's, whose address the caller passes (numpy's own copy, so its thread pool
- * follows the tenant's limit set through threadpoolctl). NumPy used to make a padded copy, a
- * six-dimensional strided copy, the GEMM, then one pass per epilogue step, each from Python.
+ * The GEMM writes y directly with the bias and ReLU applied on its last pass; 8-bit outputs take the
+ * exact sums (integers in float32: the caller checks the bound) and requantize them exactly as
+ * onnxruntime's MlasRequantizeOutput: the int32 sum plus the int32 bias, made a float32, times the
+ * float32 multiplier, rounded half to even, plus the zero point, saturated.
+ *
+ * Threads: a GEMM's columns (or rows) are shared out among them; convolutions of many groups hand out
+ * whole groups instead.
  *
  * The caller (conv.py) validates shapes and lengths once per geometry; the lengths are checked
- * again here so a wrong call fails with a status instead of touching memory out of bounds.
+ * again here so a wrong call fails with a status instead of touching memory out of bounds, and every
+ * read of x is clamped to the image (the padded copy), so no geometry can make it read past it.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "depthwise.h"
 #include "conv.h"
+#include "gemm_core.h"
 #include "parallel.h"
 #include "threads.h"
 
 #define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#define ROW_MAJOR 101
-#define NO_TRANS 111
 /* Below this much work per thread, waking a pool thread (microseconds) costs more than it saves. */
 #define MIN_FLOPS_PER_THREAD (1 << 21)
-
-
-struct conv {
-    int64_t c_per_group, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left;
-    float zero_point;
-};
-
-/* The output columns [lo, hi) of a row whose input column ox*sw + base lies in [0, width). */
-static void inside(int64_t base, int64_t sw, int64_t width, int64_t ow, int64_t *lo, int64_t *hi)
-{
-    int64_t first = base >= 0 ? 0 : (-base + sw - 1) / sw;
-    int64_t last = width - 1 - base < 0 ? 0 : (width - 1 - base) / sw + 1;
-    if (last > ow) last = ow;
-    if (first > last) first = last;
-    *lo = first;
-    *hi = last;
-}
-
-/* cols (K, count): the tile of output pixels [p0, p0 + count) of one group's channels `src`. */
-#define IM2COL_TILE(NAME, T, CONVERT)                                                                   \
-CLONES static void NAME(const T *src, const struct conv *g, int64_t p0, int64_t count, float *cols)   \
-{                                                                                                       \
-    const float zero_point = g->zero_point;                                                             \
-    (void)zero_point;                                                                                   \
-    float *dst = cols;                                                                                  \
-    for (int64_t ci = 0; ci < g->c_per_group; ci++) {                                                   \
-        const T *plane = src + ci * g->h * g->wd;                                                       \
-        for (int64_t i = 0; i < g->kh; i++)                                                             \
-            for (int64_t j = 0; j < g->kw; j++, dst += count) {                                         \
-                int64_t base = j * g->dw - g->pad_left, lo, hi;                                         \
-                inside(base, g->sw, g->wd, g->ow, &lo, &hi);                                            \
-                /* one output row segment at a time; the division happens once per column row */        \
-                int64_t oy = p0 / g->ow, ox0 = p0 - oy * g->ow;                                         \
-                for (int64_t written = 0; written < count; oy++, ox0 = 0) {                             \
-                    int64_t ox1 = g->ow < ox0 + (count - written) ? g->ow : ox0 + (count - written);    \
-                    float *restrict out = dst + written - ox0;   /* indexed by ox */                    \
-                    int64_t iy = oy * g->sh + i * g->dh - g->pad_top;                                   \
-                    int64_t a = lo > ox0 ? lo : ox0, b = hi < ox1 ? hi : ox1;                           \
-                    if (iy < 0 || iy >= g->h || a >= b) {                                               \
-                        for (int64_t ox = ox0; ox < ox1; ox++) out[ox] = 0.0f;                          \
-                    } else {                                                                            \
-                        const T *restrict row = plane + iy * g->wd + base;                              \
-                        for (int64_t ox = ox0; ox < a; ox++) out[ox] = 0.0f;                            \
-                        if (g->sw == 1)                                                                 \
-                            for (int64_t ox = a; ox < b; ox++) out[ox] = CONVERT(row[ox]);              \
-                        else                                                                            \
-                            for (int64_t ox = a; ox < b; ox++) out[ox] = CONVERT(row[ox * g->sw]);      \
-                        for (int64_t ox = b; ox < ox1; ox++) out[ox] = 0.0f;                            \
-                    }                                                                                   \
-                    written += ox1 - ox0;                                                               \
-                }                                                                                       \
-            }                                                                                           \
-    }                                                                                                   \
-}
-
-#define AS_FLOAT(v) (v)
-#define CENTRED(v) ((float)(v) - zero_point)
-IM2COL_TILE(im2col_f32, float, AS_FLOAT)
-IM2COL_TILE(im2col_u8, uint8_t, CENTRED)
-IM2COL_TILE(im2col_s8, int8_t, CENTRED)
-
-CLONES static void bias_relu(float *restrict row, int64_t count, float bias, int relu)
-{
-    if (relu)
-        for (int64_t i = 0; i < count; i++) { float v = row[i] + bias; row[i] = v > 0.0f ? v : 0.0f; }
-    else
-        for (int64_t i = 0; i < count; i++) row[i] += bias;
-}
+#define MAX_OFFSETS 16384   /* the column matrix's row offsets live on the caller's stack (128 KiB at most) */
 
 #define REQUANTIZE_ROW(NAME, T, LOW, HIGH)                                                              \
 CLONES static void NAME(const float *restrict in, T *restrict out, int64_t count, int32_t bias,        \
@@ -113,56 +49,142 @@ CLONES static void NAME(const float *restrict in, T *restrict out, int64_t count
 REQUANTIZE_ROW(requantize_u8, uint8_t, 0, 255)
 REQUANTIZE_ROW(requantize_s8, int8_t, -128, 127)
 
-/* Everything one call's units share; a unit is one image, group and tile of output pixels. */
+/* The geometry and buffers of one call. */
 struct call {
-    const void *x; int x_type; const float *w; const float *bias_f; const int32_t *bias_q; int64_t bias_len;
-    const float *multiplier; int64_t multiplier_len; float y_zero_point; void *y; int y_type;
-    float *scratch; int64_t per_worker; struct conv g;
-    int64_t c, m, group, cg, mg, k, pixels, tile, tiles; int relu, pointwise;
+    const void *x; int x_type; float x_zero_point;
+    const float *w; const float *bias_f; const int32_t *bias_q; int64_t bias_len;
+    const float *multiplier; int64_t multiplier_len; float y_zero_point; void *y; int y_type; int relu;
+    int64_t c, h, wd, m, group, cg, mg, k, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left, pixels;
+    /* the padded image: hp rows of sw phases of wq floats (or, direct, the input itself) */
+    int64_t hp, wp, wq, row_len; int direct;
+    float *padded, *sums;
+    const int64_t *offsets;
+    int64_t image;
 };
 
-static void run_units(void *context, int64_t worker, int64_t first, int64_t last)
+/* The padded image's size: the rows and columns the output's windows span, each row as sw phases. */
+static void padded_size(int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                        int64_t *hp, int64_t *wp, int64_t *wq)
+{
+    *hp = (oh - 1) * sh + (kh - 1) * dh + 1;
+    *wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+    *wq = (*wp + sw - 1) / sw;
+}
+
+static int direct_input(int x_type, int64_t h, int64_t wd, int64_t hp, int64_t wp, int64_t sh, int64_t sw,
+                        int64_t pad_top, int64_t pad_left)
+{
+    return x_type == RTD_CONV_F32 && sh == 1 && sw == 1 && pad_top == 0 && pad_left == 0 && hp <= h && wp <= wd;
+}
+
+/* Channels [first, last) of image a->image into the padded copy. */
+#define PAD_CHANNELS(NAME, T, CONVERT)                                                                  \
+CLONES static void NAME(const struct call *a, const T *x, int64_t first, int64_t last)                 \
+{                                                                                                       \
+    const float zero_point = a->x_zero_point;                                                           \
+    (void)zero_point;                                                                                   \
+    for (int64_t ci = first; ci < last; ci++) {                                                         \
+        const T *plane = x + (a->image * a->c + ci) * a->h * a->wd;                                      \
+        float *out = a->padded + ci * a->hp * a->row_len;                                               \
+        for (int64_t r = 0; r < a->hp; r++, out += a->row_len) {                                        \
+            const int64_t iy = r - a->pad_top;                                                          \
+            if (iy < 0 || iy >= a->h) {                                                                 \
+                memset(out, 0, (size_t)a->row_len * sizeof(float));                                     \
+                continue;                                                                               \
+            }                                                                                           \
+            const T *row = plane + iy * a->wd;                                                          \
+            /* padded columns [lo, hi) hold the input's columns; the rest are zero */                   \
+            const int64_t lo = a->pad_left < a->wp ? a->pad_left : a->wp;                               \
+            const int64_t hi = a->pad_left + a->wd < a->wp ? a->pad_left + a->wd : a->wp;               \
+            if (a->sw == 1) {                                                                           \
+                memset(out, 0, (size_t)lo * sizeof(float));                                             \
+                for (int64_t col = lo; col < hi; col++) out[col] = CONVERT(row[col - a->pad_left]);     \
+                memset(out + hi, 0, (size_t)(a->row_len - hi) * sizeof(float));                         \
+                continue;                                                                               \
+            }                                                                                           \
+            for (int64_t phase = 0; phase < a->sw; phase++) {                                           \
+                float *dst = out + phase * a->wq;                                                       \
+                for (int64_t q = 0; q < a->wq; q++) {                                                   \
+                    const int64_t col = q * a->sw + phase;                                              \
+                    dst[q] = col >= lo && col < hi ? CONVERT(row[col - a->pad_left]) : 0.0f;            \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+    }                                                                                                   \
+}
+#define AS_FLOAT(v) (v)
+#define CENTRED(v) ((float)(v) - zero_point)
+PAD_CHANNELS(pad_f32, float, AS_FLOAT)
+PAD_CHANNELS(pad_u8, uint8_t, CENTRED)
+PAD_CHANNELS(pad_s8, int8_t, CENTRED)
+
+static void pad_channels(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct call *a = context;
-    const int quantized = a->y_type != RTD_CONV_F32;
-    const size_t x_item = a->x_type == RTD_CONV_F32 ? sizeof(float) : 1, y_item = quantized ? 1 : sizeof(float);
-    float *cols = a->scratch + worker * a->per_worker, *sums = cols + a->tile * a->k;
-    for (int64_t unit = first; unit < last; unit++) {
-        const int64_t image = unit / (a->group * a->tiles), gi = unit / a->tiles % a->group, p0 = unit % a->tiles * a->tile;
-        const int64_t count = a->pixels - p0 < a->tile ? a->pixels - p0 : a->tile;
-        const char *src = (const char *)a->x + (size_t)((image * a->c + gi * a->cg) * a->g.h * a->g.wd) * x_item;
-        char *dst = (char *)a->y + (size_t)((image * a->m + gi * a->mg) * a->pixels) * y_item;
-        const float *b = cols;
-        int64_t ldb = count;
-        if (a->pointwise) {
-            b = (const float *)src + p0;
-            ldb = a->pixels;
-        } else if (a->x_type == RTD_CONV_F32) {
-            im2col_f32((const float *)src, &a->g, p0, count, cols);
-        } else if (a->x_type == RTD_CONV_U8) {
-            im2col_u8((const uint8_t *)src, &a->g, p0, count, cols);
-        } else {
-            im2col_s8((const int8_t *)src, &a->g, p0, count, cols);
-        }
-        float *out = quantized ? sums : (float *)dst + p0;
-        const int64_t ldc = quantized ? count : a->pixels;
-        rtd_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, a->mg, count, a->k, 1.0f, a->w + gi * a->mg * a->k, a->k, b, ldb,
-                  0.0f, out, ldc);
-        for (int64_t r = 0; r < a->mg; r++) {
-            const int64_t channel = gi * a->mg + r;
-            if (!quantized) {
-                if (a->bias_len || a->relu)
-                    bias_relu(out + r * ldc, count, a->bias_len ? a->bias_f[channel] : 0.0f, a->relu);
-                continue;
-            }
-            const float scale = a->multiplier[a->multiplier_len == 1 ? 0 : channel];
-            const int32_t bias = a->bias_len ? a->bias_q[channel] : 0;
-            if (a->y_type == RTD_CONV_U8)
-                requantize_u8(out + r * count, (uint8_t *)dst + r * a->pixels + p0, count, bias, scale, a->y_zero_point);
-            else
-                requantize_s8(out + r * count, (int8_t *)dst + r * a->pixels + p0, count, bias, scale, a->y_zero_point);
-        }
+    (void)worker;
+    if (a->x_type == RTD_CONV_F32)
+        pad_f32(a, (const float *)a->x, first, last);
+    else if (a->x_type == RTD_CONV_U8)
+        pad_u8(a, (const uint8_t *)a->x, first, last);
+    else
+        pad_s8(a, (const int8_t *)a->x, first, last);
+}
+
+/* Group gi of image a->image: its GEMM on `threads` threads, then (8-bit) the requantization. */
+static void run_group(const struct call *a, int64_t gi, int64_t threads)
+{
+    const int quantized = a->y_type != RTD_CONV_F32, with_bias = !quantized && a->bias_len;
+    const float *image = a->direct ? (const float *)a->x + (a->image * a->c + gi * a->cg) * a->h * a->wd
+                                   : a->padded + gi * a->cg * a->hp * a->row_len;
+    float *out = quantized ? a->sums + gi * a->mg * a->pixels : (float *)a->y + (a->image * a->m + gi * a->mg) * a->pixels;
+    const struct rtd_gemm g = {a->w + gi * a->mg * a->k, a->k, image, 0, RTD_GEMM_B_IMAGE, a->offsets,
+                               (a->direct ? a->wd : a->row_len) * a->sh, a->ow, out, a->pixels,
+                               with_bias ? a->bias_f + gi * a->mg : NULL, with_bias ? RTD_GEMM_BIAS_ROW : RTD_GEMM_BIAS_NONE,
+                               !quantized && a->relu, a->mg, a->pixels, a->k};
+    if (threads > 1)
+        rtd_gemm_parallel(&g, threads);
+    else
+        rtd_gemm_block(&g, 0, g.m, 0, g.n);
+    if (!quantized)
+        return;
+    char *dst = (char *)a->y + (size_t)((a->image * a->m + gi * a->mg) * a->pixels);
+    for (int64_t r = 0; r < a->mg; r++) {
+        const int64_t channel = gi * a->mg + r;
+        const float scale = a->multiplier[a->multiplier_len == 1 ? 0 : channel];
+        const int32_t bias = a->bias_len ? a->bias_q[channel] : 0;
+        if (a->y_type == RTD_CONV_U8)
+            requantize_u8(out + r * a->pixels, (uint8_t *)dst + r * a->pixels, a->pixels, bias, scale, a->y_zero_point);
+        else
+            requantize_s8(out + r * a->pixels, (int8_t *)dst + r * a->pixels, a->pixels, bias, scale, a->y_zero_point);
     }
+}
+
+static void run_groups(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    for (int64_t gi = first; gi < last; gi++)
+        run_group(context, gi, 1);
+}
+
+/* Scratch floats: the padded image (unless direct) and, for 8-bit outputs, one image's sums. */
+static int64_t scratch_floats(int64_t c, int64_t m, int64_t hp, int64_t wq, int64_t sw, int64_t pixels, int direct,
+                              int quantized)
+{
+    return (direct ? 0 : c * hp * sw * wq) + (quantized ? m * pixels : 0);
+}
+
+int64_t rtd_conv2d_scratch(int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
+                           int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                           int64_t pad_top, int64_t pad_left, int x_type, int y_type)
+{
+    (void)n;
+    if (c < 1 || h < 1 || wd < 1 || m < 1 || group < 1 || kh < 1 || kw < 1 || oh < 1 || ow < 1 || sh < 1 || sw < 1
+        || dh < 1 || dw < 1)
+        return -1;
+    int64_t hp, wp, wq;
+    padded_size(kh, kw, oh, ow, sh, sw, dh, dw, &hp, &wp, &wq);
+    return scratch_floats(c, m, hp, wq, sw, oh * ow, direct_input(x_type, h, wd, hp, wp, sh, sw, pad_top, pad_left),
+                          y_type != RTD_CONV_F32);
 }
 
 int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
@@ -171,40 +193,45 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
                void *y, int y_type, int64_t y_len, float *scratch, int64_t scratch_len,
                int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
                int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-               int64_t pad_top, int64_t pad_left, int relu, int64_t tile)
+               int64_t pad_top, int64_t pad_left, int relu)
 {
     if (n < 0 || c < 1 || h < 1 || wd < 1 || m < 1 || group < 1 || c % group || m % group || kh < 1 || kw < 1
-        || oh < 1 || ow < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0 || tile < 1
+        || oh < 1 || ow < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0
         || x_type < RTD_CONV_F32 || x_type > RTD_CONV_S8 || y_type < RTD_CONV_F32 || y_type > RTD_CONV_S8
-        || (y_type != RTD_CONV_F32 && x_type == RTD_CONV_F32) || rtd_sgemm == NULL)
+        || (y_type != RTD_CONV_F32 && x_type == RTD_CONV_F32) || c / group * kh * kw > MAX_OFFSETS)
         return RTD_NATIVE_E_ARGUMENT;
     const int64_t cg = c / group, mg = m / group, k = cg * kh * kw, pixels = oh * ow;
     const int quantized = y_type != RTD_CONV_F32;
-    const int64_t per_worker = tile * k + (quantized ? tile * mg : 0);
+    int64_t hp, wp, wq;
+    padded_size(kh, kw, oh, ow, sh, sw, dh, dw, &hp, &wp, &wq);
+    const int direct = direct_input(x_type, h, wd, hp, wp, sh, sw, pad_top, pad_left);
     if (x_len != n * c * h * wd || w_len != m * k || y_len != n * m * pixels
         || (bias_len != 0 && bias_len != m) || (bias_len != 0 && (quantized ? bias_q == NULL : bias_f == NULL))
         || (quantized && multiplier_len != 1 && multiplier_len != m) || (quantized && multiplier == NULL)
-        || scratch_len < per_worker)
+        || scratch_len < scratch_floats(c, m, hp, wq, sw, pixels, direct, quantized))
         return RTD_NATIVE_E_LENGTH;
-    /* no geometry check is needed for memory safety: im2col clamps every read to the image */
-    const int64_t tiles = (pixels + tile - 1) / tile, units = n * group * tiles;
-    /* as many threads as the tenant's quota, the units, the scratch and the work allow */
+    int64_t offsets[k];   /* row k = (ci, i, j) of the column matrix: where its window starts */
+    for (int64_t ci = 0, r = 0; ci < cg; ci++)
+        for (int64_t i = 0; i < kh; i++)
+            for (int64_t j = 0; j < kw; j++)
+                offsets[r++] = direct ? (ci * h + i * dh) * wd + j * dw
+                                      : (ci * hp + i * dh) * sw * wq + (j * dw) % sw * wq + (j * dw) / sw;
+    float *padded = scratch, *sums = direct ? scratch : scratch + c * hp * sw * wq;
+    struct call a = {x, x_type, (float)x_zero_point, w, bias_f, bias_q, bias_len, multiplier, multiplier_len,
+                     (float)y_zero_point, y, y_type, relu, c, h, wd, m, group, cg, mg, k, kh, kw, oh, ow, sh, sw, dh, dw,
+                     pad_top, pad_left, pixels, hp, wp, wq, sw * wq, direct, padded, sums, offsets, 0};
+    /* as many threads as the tenant's quota and the work allow */
     int64_t threads = rtd_threads();
-    const int64_t flops_per_thread = 2 * m / group * k * pixels * n * group / (threads > 0 ? threads : 1);
-    if (flops_per_thread < MIN_FLOPS_PER_THREAD) threads = 1;
-    if (threads > scratch_len / per_worker) threads = scratch_len / per_worker;
-    struct call a = {x, x_type, w, bias_f, bias_q, bias_len, multiplier, multiplier_len, (float)y_zero_point, y,
-                     y_type, scratch, per_worker,
-                     {cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left, (float)x_zero_point},
-                     c, m, group, cg, mg, k, pixels, tile, tiles, relu,
-                     x_type == RTD_CONV_F32 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && pad_top == 0
-                     && pad_left == 0 && oh == h && ow == wd};
-    if (threads > 1 && units > 1) {   /* each thread's GEMMs on that thread alone */
-        int64_t blas = rtd_blas_single();
-        rtd_parallel_for(threads, units, run_units, &a);
-        rtd_blas_restore(blas);
-    } else {
-        run_units(&a, 0, 0, units);
+    if (2 * m * k * pixels * n / (threads > 0 ? threads : 1) < MIN_FLOPS_PER_THREAD) threads = 1;
+    for (int64_t image = 0; image < n; image++) {
+        a.image = image;
+        if (!direct)
+            rtd_parallel_for(threads > 1 && c * hp * wp >= (1 << 15) ? threads : 1, c, pad_channels, &a);
+        if (threads > 1 && group >= 2 * threads)
+            rtd_parallel_for(threads, group, run_groups, &a);
+        else
+            for (int64_t gi = 0; gi < group; gi++)
+                run_group(&a, gi, threads);
     }
     return 0;
 }

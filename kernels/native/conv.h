@@ -1,11 +1,11 @@
-/* The 2-D convolution (NCHW, groups, strides, dilations, pads) as im2col + BLAS sgemm + epilogue
-   in one call; cffi reads the declarations below as they are.
+/* The 2-D convolution (NCHW, groups, strides, dilations, pads) as rtd's GEMM over an implicit im2col
+   + epilogue in one call; cffi reads the declarations below as they are.
    x: float32, or 8-bit (x_type 1 uint8, 2 int8) convolved as x - x_zero_point.
    w: (M, C/group * KH * KW) float32 (for 8-bit inputs: the weights already centred).
    y: float32 (y_type 0: + bias_f, then ReLU when relu), or 8-bit (y_type 1 uint8, 2 int8):
       onnxruntime's requantization of the exact sums plus bias_q, times multiplier (1 or M), plus y_zero_point.
-   scratch: per thread, tile * K floats for the im2col tile plus tile * M/group floats for 8-bit
-   outputs; the call uses as many threads (threads.h) as the scratch holds and the work is worth. */
+   scratch: rtd_conv2d_scratch's floats (the padded image; one image's sums for 8-bit outputs); the call
+   uses as many threads (threads.h) as the work is worth. */
 #define RTD_CONV_F32 0
 #define RTD_CONV_U8 1
 #define RTD_CONV_S8 2
@@ -15,4 +15,8 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
                void *y, int y_type, int64_t y_len, float *scratch, int64_t scratch_len,
                int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
                int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-               int64_t pad_top, int64_t pad_left, int relu, int64_t tile);
+               int64_t pad_top, int64_t pad_left, int relu);
+/* The floats of scratch rtd_conv2d needs for this geometry (-1: not a geometry). */
+int64_t rtd_conv2d_scratch(int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
+                           int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                           int64_t pad_top, int64_t pad_left, int x_type, int y_type);

@@ -1,5 +1,5 @@
-"""The guarded call into the row-parallel GEMM (gemm.c): a (M, K) @ w (K, N) + bias, then ReLU,
-the rows shared out among the tenant's threads. Only what it takes is handed over (float32,
+"""The guarded call into rtd's own GEMM (gemm.c): a (M, K) @ w (K, N) + bias, then ReLU, the rows
+or columns shared out among the tenant's threads. Only what it takes is handed over (float32,
 C-contiguous a and out, a weight that is C- or Fortran-contiguous); None otherwise, and NumPy runs.
 """
 import numpy as np
@@ -7,20 +7,19 @@ import numpy as np
 from rtd.errors import Code, RtdError
 
 from . import compiled
-from .conv import BLAS
 
 FLOAT32 = np.dtype(np.float32)
 
 
 def gemm_rows(a, w, bias=None, relu: bool = False, out=None):
     """(M, N) float32, or None when the call is not taken."""
-    if compiled is None or BLAS is None or a.dtype != FLOAT32 or w.dtype != FLOAT32 or a.ndim != 2 or w.ndim != 2 \
+    if compiled is None or a.dtype != FLOAT32 or w.dtype != FLOAT32 or a.ndim != 2 or w.ndim != 2 \
             or a.shape[1] != w.shape[0] or not a.flags.c_contiguous or min(*a.shape, w.shape[1]) < 1:
         return None
     if w.flags.c_contiguous:
         b, transposed = w, 0
     elif w.T.flags.c_contiguous:
-        b, transposed = w.T, 1   # (N, K) row-major: BLAS reads it transposed
+        b, transposed = w.T, 1   # (N, K) row-major: packed column by column
     else:
         return None
     m, k = a.shape

@@ -12,7 +12,7 @@ The plan is chosen per call from the shapes (cheap integer arithmetic):
   (bench/RESULTS.md, issue 10);
 - otherwise channel-major im2col: cols (N, group, C/group*k*k, pixels), one batched W @ cols.
 Every 2-D convolution but the depthwise one first goes to the compiled convolution
-(native/conv.py: im2col in cache-sized tiles, NumPy's own BLAS sgemm, bias and ReLU or the 8-bit
+(native/conv.py: im2col in cache-sized tiles, rtd's own GEMM, bias and ReLU or the 8-bit
 requantization, in one call); the NumPy plans run what it does not take, or without it.
 Each geometry's plan and compiled call are made once per thread (`_Layout`), the NumPy padded-input
 and im2col buffers on first use.
@@ -47,7 +47,7 @@ class _Layout:
             self.plan = "pointwise"
         elif group == c == m and group > 1:
             self.plan = "depthwise"
-        elif native_conv.BLAS is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
+        elif native_conv.compiled is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
             self.plan = "pixel_major"   # NumPy's im2col costs more than a transposing copy here
         else:
             self.plan = "channel_major"
