@@ -32,6 +32,7 @@
 #define KC RTD_GEMM_KC
 #define NC RTD_GEMM_NC
 #define MC 120                            /* rows per pass over a b block: 120 x KC floats of a stay in L2 */
+#define FEW_ROWS 4                        /* up to this many rows, a row-major b is read in place, not packed */
 #define MIN_FLOPS_PER_THREAD (1 << 21)    /* below this, waking a pool thread costs more than it saves */
 
 typedef float v8 __attribute__((vector_size(32)));
@@ -82,14 +83,15 @@ INLINE void finish_row_part(float *c, v8 x0, v8 x1, int cols, int first, int las
     }
 }
 
-/* c[rows x cols] (+)= a[rows x kc] (row stride lda) @ b[kc x 16] (a packed panel), rows a constant. */
-INLINE void tile(const int rows, int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc,
-                 int cols, int first, int last, const float *bias_col, const float *bias_row, int relu)
+/* c[rows x cols] (+)= a[rows x kc] (row stride lda) @ b[kc x 16] (row stride ldb: 16 for a packed panel),
+ * rows a constant. */
+INLINE void tile(const int rows, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+                 int64_t ldc, int cols, int first, int last, const float *bias_col, const float *bias_row, int relu)
 {
     const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
     v8 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     v8 c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
-    for (int64_t k = 0; k < kc; k++, b += NR) {
+    for (int64_t k = 0; k < kc; k++, b += ldb) {
         const v8 b0 = load8(b), b1 = load8(b + 8);
         c00 += b0 * a0[k]; c01 += b1 * a0[k];
         if (rows > 1) { c10 += b0 * a1[k]; c11 += b1 * a1[k]; }
@@ -108,16 +110,16 @@ INLINE void tile(const int rows, int64_t kc, const float *a, int64_t lda, const 
 #undef ROW_OUT
 }
 
-INLINE void any_tile(int rows, int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc,
-                     int cols, int first, int last, const float *bias_col, const float *bias_row, int relu)
+INLINE void any_tile(int rows, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+                     int64_t ldc, int cols, int first, int last, const float *bias_col, const float *bias_row, int relu)
 {
     switch (rows) {   /* one specialised copy per row count: no multiply-add on rows that do not exist */
-    case 6: tile(6, kc, a, lda, b, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
-    case 5: tile(5, kc, a, lda, b, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
-    case 4: tile(4, kc, a, lda, b, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
-    case 3: tile(3, kc, a, lda, b, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
-    case 2: tile(2, kc, a, lda, b, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
-    default: tile(1, kc, a, lda, b, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
+    case 6: tile(6, kc, a, lda, b, ldb, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
+    case 5: tile(5, kc, a, lda, b, ldb, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
+    case 4: tile(4, kc, a, lda, b, ldb, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
+    case 3: tile(3, kc, a, lda, b, ldb, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
+    case 2: tile(2, kc, a, lda, b, ldb, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
+    default: tile(1, kc, a, lda, b, ldb, c, ldc, cols, first, last, bias_col, bias_row, relu); break;
     }
 }
 
@@ -180,22 +182,35 @@ CLONES void rtd_gemm_block(const struct rtd_gemm *g, int64_t m0, int64_t m1, int
 {
     /* one packing buffer per thread (the pool's threads and any caller's), made on its first use */
     static _Thread_local float packed[KC * NC] __attribute__((aligned(64)));
-    for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
-        const int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
-        const int first = k0 == 0, last = k0 + kc == g->k;
-        for (int64_t j0 = n0; j0 < n1; j0 += NC) {
-            const int64_t nc = n1 - j0 < NC ? n1 - j0 : NC;
-            pack(g, k0, kc, j0, nc, packed);
+    /* a few rows of a row-major b: each b value is used by so few rows that packing it costs more than
+       reading it in place, 16 columns of a row at a time */
+    const int in_place = g->b_layout == RTD_GEMM_B_ROWS && m1 - m0 <= FEW_ROWS;
+    for (int64_t j0 = n0; j0 < n1; j0 += NC) {   /* c's block (rows x NC) stays in L2 across the k passes */
+        const int64_t nc = n1 - j0 < NC ? n1 - j0 : NC;
+        for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
+            const int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
+            const int first = k0 == 0, last = k0 + kc == g->k;
+            if (!in_place)
+                pack(g, k0, kc, j0, nc, packed);
             for (int64_t i0 = m0; i0 < m1; i0 += MC) {
                 const int64_t i1 = m1 - i0 < MC ? m1 : i0 + MC;
                 for (int64_t j = 0; j < nc; j += NR) {
-                    const float *b = packed + j / NR * kc * NR;
                     const int cols = nc - j < NR ? (int)(nc - j) : NR;
+                    const float *b = packed + j / NR * kc * NR;
+                    int64_t ldb = NR;
+                    if (in_place && cols == NR) {
+                        b = g->b + k0 * g->ldb + j0 + j;
+                        ldb = g->ldb;
+                    } else if (in_place) {   /* the last columns: a panel of their own, zero-padded */
+                        pack(g, k0, kc, j0 + j, cols, packed);
+                        b = packed;
+                    }
                     const float *bias_col = g->bias_kind == RTD_GEMM_BIAS_COLUMN ? g->bias + j0 + j : NULL;
                     for (int64_t i = i0; i < i1; i += MR) {
                         const int rows = i1 - i < MR ? (int)(i1 - i) : MR;
-                        any_tile(rows, kc, g->a + i * g->lda + k0, g->lda, b, g->c + i * g->ldc + j0 + j, g->ldc, cols,
-                                 first, last, bias_col, g->bias_kind == RTD_GEMM_BIAS_ROW ? g->bias + i : NULL, g->relu);
+                        any_tile(rows, kc, g->a + i * g->lda + k0, g->lda, b, ldb, g->c + i * g->ldc + j0 + j, g->ldc,
+                                 cols, first, last, bias_col, g->bias_kind == RTD_GEMM_BIAS_ROW ? g->bias + i : NULL,
+                                 g->relu);
                     }
                 }
             }

@@ -17,7 +17,7 @@
 
 #define RTD_GEMM_MR 6     /* rows of c per micro-tile: 6 x 16 accumulators fill 12 of AVX2's 16 registers */
 #define RTD_GEMM_NR 16    /* columns per panel: two 8-float vectors */
-#define RTD_GEMM_KC 256   /* k per pass: a 16-column panel slice of 16 KiB stays in L1 while a's rows stream past */
+#define RTD_GEMM_KC 128   /* k per pass: a 16-column panel slice of 8 KiB stays in L1 while a's rows stream past */
 #define RTD_GEMM_NC 256   /* columns packed per pass (KC x NC floats: 256 KiB, in L2) */
 
 enum { RTD_GEMM_B_ROWS, RTD_GEMM_B_COLUMNS, RTD_GEMM_B_IMAGE };
