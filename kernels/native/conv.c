@@ -1,53 +1,46 @@
-/* The 2-D convolution in one call (conv.h) as one GEMM per image and group: weights (M/group, K) times
- * the column matrix (K, output pixels), K = C/group * kh * kw, with rtd's own GEMM (gemm_core.h) doing
- * the im2col itself while it packs b, one L2-sized block at a time (RTD_GEMM_B_IMAGE): row k of the
- * column matrix (channel ci, tap i, j) is a window of the input shifted by the tap, so the GEMM copies
- * 16 pixels of it at a time from the right place instead of reading a whole im2col matrix written first.
+/* The 2-D convolution in one call (conv.h), computed directly: no im2col matrix, no packing of the input.
  *
- * For that, each image is first copied once into a padded buffer: zero borders (the zero point, once
- * centred), 8-bit inputs converted to x - zero_point on the way, and, for a column stride s, each row
- * split into its s phases (columns p, p + s, p + 2s, ... side by side), so a tap's pixels along an
- * output row are contiguous whatever the stride. A float convolution whose windows stay inside the
- * image (1x1 unpadded ones among them) at stride 1 reads the input itself.
+ * Each image is first copied once into a padded buffer: zero borders (the zero point, once centred),
+ * 8-bit inputs converted to x - zero_point on the way, and, for a column stride s, each row split into
+ * its s phases (columns p, p + s, p + 2s, ... side by side), so that input value k = (channel ci, tap
+ * i, j) of output pixel p sits at window(p) + offsets[k] and the windows of consecutive pixels of a row
+ * are consecutive floats, whatever the stride. A float convolution whose windows stay inside the image
+ * at stride 1 (1x1 unpadded ones among them) reads the input itself. (Measured against a channels-
+ * innermost copy, which makes one pixel's reads sequential: slower, by its transposing copy.)
  *
- * The GEMM writes y directly with the bias and ReLU applied on its last pass; 8-bit outputs take the
- * exact sums (integers in float32: the caller checks the bound) and requantize them exactly as
- * onnxruntime's MlasRequantizeOutput: the int32 sum plus the int32 bias, made a float32, times the
- * float32 multiplier, rounded half to even, plus the zero point, saturated.
+ * The weights are packed (once: the caller keeps the panels of constant weights) into panels of 16
+ * output channels, each k a run of 16 floats. The micro-kernel keeps 6 output pixels x 16 channels
+ * in twelve 8-float registers and, per k, loads one panel row (two vectors) and broadcasts the input
+ * value of each of the 6 pixels straight from the padded image: 12 multiply-adds per 9 loads, as
+ * onnxruntime's NCHWc kernels do with the channels in the vector lanes, but without reordering the
+ * tensors (a convolution with few output channels, 16 or 32, keeps every lane busy, where the GEMM with
+ * pixels in the lanes first had to copy each input window into packed panels). The tile's epilogue
+ * adds the bias and applies ReLU, or requantizes 8-bit outputs exactly as onnxruntime's
+ * MlasRequantizeOutput (the exact int32 sum plus the int32 bias, made a float32, times the float32
+ * multiplier, rounded half to even, plus the zero point, saturated), and writes each channel's 6
+ * pixels into y (NCHW).
  *
- * Threads: a GEMM's columns (or rows) are shared out among them; convolutions of many groups hand out
- * whole groups instead.
+ * Threads share out the tiles (of every group) in contiguous ranges.
  *
- * The caller (conv.py) validates shapes and lengths once per geometry; the lengths are checked
- * again here so a wrong call fails with a status instead of touching memory out of bounds, and every
- * read of x is clamped to the image (the padded copy), so no geometry can make it read past it.
+ * The caller (conv.py) validates shapes and lengths once per geometry; the lengths are checked again
+ * here so a wrong call fails with a status instead of touching memory out of bounds, and every read of
+ * x goes through the padded copy (or, direct, stays within the image by the geometry checked here).
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "depthwise.h"
 #include "conv.h"
-#include "gemm_core.h"
 #include "parallel.h"
+#include "simd.h"
 #include "threads.h"
 
-#define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 /* Below this much work per thread, waking a pool thread (microseconds) costs more than it saves. */
 #define MIN_FLOPS_PER_THREAD (1 << 21)
-#define MAX_OFFSETS 16384   /* the column matrix's row offsets live on the caller's stack (128 KiB at most) */
+#define MAX_OFFSETS 16384   /* the input offsets (one per channel and tap) live on the caller's stack (128 KiB at most) */
 
-#define REQUANTIZE_ROW(NAME, T, LOW, HIGH)                                                              \
-CLONES static void NAME(const float *restrict in, T *restrict out, int64_t count, int32_t bias,        \
-                        float scale, float zero_point)                                                  \
-{                                                                                                       \
-    for (int64_t i = 0; i < count; i++) {                                                               \
-        float v = nearbyintf((float)((int32_t)in[i] + bias) * scale) + zero_point;                      \
-        v = v > (float)(HIGH) ? (float)(HIGH) : v;                                                      \
-        out[i] = (T)(v >= (float)(LOW) ? v : (float)(LOW));   /* a NaN scale saturates low */           \
-    }                                                                                                   \
-}
-REQUANTIZE_ROW(requantize_u8, uint8_t, 0, 255)
-REQUANTIZE_ROW(requantize_s8, int8_t, -128, 127)
+#define PIXELS 6      /* output pixels per tile */
+#define CHANNELS 16   /* output channels per weight panel */
 
 /* The geometry and buffers of one call. */
 struct call {
@@ -55,11 +48,12 @@ struct call {
     const float *w; const float *bias_f; const int32_t *bias_q; int64_t bias_len;
     const float *multiplier; int64_t multiplier_len; float y_zero_point; void *y; int y_type; int relu;
     int64_t c, h, wd, m, group, cg, mg, k, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left, pixels;
-    /* the padded image: hp rows of sw phases of wq floats (or, direct, the input itself) */
-    int64_t hp, wp, wq, row_len; int direct;
-    float *padded, *sums;
+    /* the padded image: c planes of hp rows of sw phases of wq floats (or, direct, the input itself); a
+       pixel's window starts row_pitch floats on per output row, one float per output column */
+    int64_t hp, wp, wq, plane, row_pitch; int direct;
+    float *padded, *packed;   /* packed: per group, panels of CHANNELS output channels x k */
     const int64_t *offsets;
-    int64_t image;
+    int64_t image, tiles, panels;
 };
 
 /* The padded image's size: the rows and columns the output's windows span, each row as sw phases. */
@@ -71,6 +65,7 @@ static void padded_size(int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t 
     *wq = (*wp + sw - 1) / sw;
 }
 
+/* A float convolution at stride 1 whose windows stay inside the image reads the input itself. */
 static int direct_input(int x_type, int64_t h, int64_t wd, int64_t hp, int64_t wp, int64_t sh, int64_t sw,
                         int64_t pad_top, int64_t pad_left)
 {
@@ -79,34 +74,35 @@ static int direct_input(int x_type, int64_t h, int64_t wd, int64_t hp, int64_t w
 
 /* Channels [first, last) of image a->image into the padded copy. */
 #define PAD_CHANNELS(NAME, T, CONVERT)                                                                  \
-CLONES static void NAME(const struct call *a, const T *x, int64_t first, int64_t last)                 \
+RTD_CLONES static void NAME(const struct call *a, const T *x, int64_t first, int64_t last)             \
 {                                                                                                       \
     const float zero_point = a->x_zero_point;                                                           \
     (void)zero_point;                                                                                   \
+    const int64_t row_len = a->sw * a->wq;                                                              \
+    /* padded columns [lo, hi) hold the input's columns; the rest are zero */                           \
+    const int64_t lo = a->pad_left < a->wp ? a->pad_left : a->wp;                                       \
+    const int64_t hi = a->pad_left + a->wd < a->wp ? a->pad_left + a->wd : a->wp;                       \
     for (int64_t ci = first; ci < last; ci++) {                                                         \
         const T *plane = x + (a->image * a->c + ci) * a->h * a->wd;                                      \
-        float *out = a->padded + ci * a->hp * a->row_len;                                               \
-        for (int64_t r = 0; r < a->hp; r++, out += a->row_len) {                                        \
+        float *out = a->padded + ci * a->plane;                                                         \
+        for (int64_t r = 0; r < a->hp; r++, out += row_len) {                                           \
             const int64_t iy = r - a->pad_top;                                                          \
-            if (iy < 0 || iy >= a->h) {                                                                 \
-                memset(out, 0, (size_t)a->row_len * sizeof(float));                                     \
+            if (iy < 0 || iy >= a->h || lo >= hi) {                                                     \
+                memset(out, 0, (size_t)row_len * sizeof(float));                                        \
                 continue;                                                                               \
             }                                                                                           \
-            const T *row = plane + iy * a->wd;                                                          \
-            /* padded columns [lo, hi) hold the input's columns; the rest are zero */                   \
-            const int64_t lo = a->pad_left < a->wp ? a->pad_left : a->wp;                               \
-            const int64_t hi = a->pad_left + a->wd < a->wp ? a->pad_left + a->wd : a->wp;               \
+            const T *row = plane + iy * a->wd - a->pad_left;                                            \
             if (a->sw == 1) {                                                                           \
                 memset(out, 0, (size_t)lo * sizeof(float));                                             \
-                for (int64_t col = lo; col < hi; col++) out[col] = CONVERT(row[col - a->pad_left]);     \
-                memset(out + hi, 0, (size_t)(a->row_len - hi) * sizeof(float));                         \
+                for (int64_t col = lo; col < hi; col++) out[col] = CONVERT(row[col]);                   \
+                memset(out + hi, 0, (size_t)(row_len - hi) * sizeof(float));                            \
                 continue;                                                                               \
             }                                                                                           \
             for (int64_t phase = 0; phase < a->sw; phase++) {                                           \
                 float *dst = out + phase * a->wq;                                                       \
                 for (int64_t q = 0; q < a->wq; q++) {                                                   \
                     const int64_t col = q * a->sw + phase;                                              \
-                    dst[q] = col >= lo && col < hi ? CONVERT(row[col - a->pad_left]) : 0.0f;            \
+                    dst[q] = col >= lo && col < hi ? CONVERT(row[col]) : 0.0f;                          \
                 }                                                                                       \
             }                                                                                           \
         }                                                                                               \
@@ -130,47 +126,118 @@ static void pad_channels(void *context, int64_t worker, int64_t first, int64_t l
         pad_s8(a, (const int8_t *)a->x, first, last);
 }
 
-/* Group gi of image a->image: its GEMM on `threads` threads, then (8-bit) the requantization. */
-static void run_group(const struct call *a, int64_t gi, int64_t threads)
+/* The weights of every group as panels: panel q of group gi holds channels [16q, 16q + 16), each k a
+ * run of 16 floats (channels past the group's zero). */
+static void pack_weights(const struct call *a)
 {
-    const int quantized = a->y_type != RTD_CONV_F32, with_bias = !quantized && a->bias_len;
-    const float *image = a->direct ? (const float *)a->x + (a->image * a->c + gi * a->cg) * a->h * a->wd
-                                   : a->padded + gi * a->cg * a->hp * a->row_len;
-    float *out = quantized ? a->sums + gi * a->mg * a->pixels : (float *)a->y + (a->image * a->m + gi * a->mg) * a->pixels;
-    const struct rtd_gemm g = {a->w + gi * a->mg * a->k, a->k, image, 0, RTD_GEMM_B_IMAGE, a->offsets,
-                               (a->direct ? a->wd : a->row_len) * a->sh, a->ow, out, a->pixels,
-                               with_bias ? a->bias_f + gi * a->mg : NULL, with_bias ? RTD_GEMM_BIAS_ROW : RTD_GEMM_BIAS_NONE,
-                               !quantized && a->relu, a->mg, a->pixels, a->k};
-    if (threads > 1)
-        rtd_gemm_parallel(&g, threads);
-    else
-        rtd_gemm_block(&g, 0, g.m, 0, g.n);
-    if (!quantized)
-        return;
-    char *dst = (char *)a->y + (size_t)((a->image * a->m + gi * a->mg) * a->pixels);
-    for (int64_t r = 0; r < a->mg; r++) {
-        const int64_t channel = gi * a->mg + r;
-        const float scale = a->multiplier[a->multiplier_len == 1 ? 0 : channel];
-        const int32_t bias = a->bias_len ? a->bias_q[channel] : 0;
-        if (a->y_type == RTD_CONV_U8)
-            requantize_u8(out + r * a->pixels, (uint8_t *)dst + r * a->pixels, a->pixels, bias, scale, a->y_zero_point);
-        else
-            requantize_s8(out + r * a->pixels, (int8_t *)dst + r * a->pixels, a->pixels, bias, scale, a->y_zero_point);
+    for (int64_t gi = 0; gi < a->group; gi++)
+        for (int64_t q = 0; q < a->panels; q++) {
+            float *panel = a->packed + (gi * a->panels + q) * a->k * CHANNELS;
+            for (int64_t j = 0; j < CHANNELS; j++) {
+                const int64_t channel = q * CHANNELS + j;
+                const float *filter = a->w + (gi * a->mg + channel) * a->k;
+                for (int64_t k = 0; k < a->k; k++) panel[k * CHANNELS + j] = channel < a->mg ? filter[k] : 0.0f;
+            }
+        }
+}
+
+/* sums[r][j] = sum over k of panel[k][j] * px[r][offsets[k]]: `rows` pixels (a constant) x 16 channels. */
+RTD_INLINE void tile_sums(const int rows, int64_t k, const int64_t *offsets, const float *const px[PIXELS],
+                          const float *panel, float sums[PIXELS][CHANNELS])
+{
+    const float *a0 = px[0], *a1 = px[1], *a2 = px[2], *a3 = px[3], *a4 = px[4], *a5 = px[5];
+    v8 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+    v8 c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+    for (int64_t i = 0; i < k; i++, panel += CHANNELS) {
+        const int64_t o = offsets[i];
+        const v8 b0 = load8(panel), b1 = load8(panel + 8);
+        c00 += b0 * a0[o]; c01 += b1 * a0[o];
+        if (rows > 1) { c10 += b0 * a1[o]; c11 += b1 * a1[o]; }
+        if (rows > 2) { c20 += b0 * a2[o]; c21 += b1 * a2[o]; }
+        if (rows > 3) { c30 += b0 * a3[o]; c31 += b1 * a3[o]; }
+        if (rows > 4) { c40 += b0 * a4[o]; c41 += b1 * a4[o]; }
+        if (rows > 5) { c50 += b0 * a5[o]; c51 += b1 * a5[o]; }
+    }
+    store8(sums[0], c00); store8(sums[0] + 8, c01);
+    if (rows > 1) { store8(sums[1], c10); store8(sums[1] + 8, c11); }
+    if (rows > 2) { store8(sums[2], c20); store8(sums[2] + 8, c21); }
+    if (rows > 3) { store8(sums[3], c30); store8(sums[3] + 8, c31); }
+    if (rows > 4) { store8(sums[4], c40); store8(sums[4] + 8, c41); }
+    if (rows > 5) { store8(sums[5], c50); store8(sums[5] + 8, c51); }
+}
+
+/* Tiles [first, last) of all groups (tile t of group t / tiles). */
+RTD_CLONES static void run_tiles_clone(const struct call *a, int64_t first, int64_t last)
+{
+    const int quantized = a->y_type != RTD_CONV_F32;
+    float sums[PIXELS][CHANNELS];
+    for (int64_t unit = first; unit < last; unit++) {
+        const int64_t gi = unit / a->tiles, p0 = unit % a->tiles * PIXELS;
+        const int rows = a->pixels - p0 < PIXELS ? (int)(a->pixels - p0) : PIXELS;
+        const float *image = a->direct ? (const float *)a->x + (a->image * a->c + gi * a->cg) * a->h * a->wd
+                                       : a->padded + gi * a->cg * a->plane;
+        const float *px[PIXELS];
+        for (int r = 0; r < PIXELS; r++) {   /* rows past the last pixel read the first one's (valid) values */
+            const int64_t p = p0 + (r < rows ? r : 0), oy = p / a->ow;
+            px[r] = image + oy * a->row_pitch + (p - oy * a->ow);
+        }
+        for (int64_t q = 0; q < a->panels; q++) {
+            const float *panel = a->packed + (gi * a->panels + q) * a->k * CHANNELS;
+            switch (rows) {   /* one specialised copy per pixel count: no multiply-add on pixels that do not exist */
+            case 6: tile_sums(6, a->k, a->offsets, px, panel, sums); break;
+            case 5: tile_sums(5, a->k, a->offsets, px, panel, sums); break;
+            case 4: tile_sums(4, a->k, a->offsets, px, panel, sums); break;
+            case 3: tile_sums(3, a->k, a->offsets, px, panel, sums); break;
+            case 2: tile_sums(2, a->k, a->offsets, px, panel, sums); break;
+            default: tile_sums(1, a->k, a->offsets, px, panel, sums); break;
+            }
+            const int64_t channels = a->mg - q * CHANNELS < CHANNELS ? a->mg - q * CHANNELS : CHANNELS;
+            for (int64_t j = 0; j < channels; j++) {
+                const int64_t channel = gi * a->mg + q * CHANNELS + j, at = (a->image * a->m + channel) * a->pixels + p0;
+                if (!quantized) {
+                    float *out = (float *)a->y + at;
+                    const float bias = a->bias_len ? a->bias_f[channel] : 0.0f;
+                    for (int r = 0; r < rows; r++) {
+                        const float v = sums[r][j] + bias;
+                        out[r] = a->relu && v < 0.0f ? 0.0f : v;
+                    }
+                    continue;
+                }
+                const float scale = a->multiplier[a->multiplier_len == 1 ? 0 : channel];
+                const int32_t bias = a->bias_len ? a->bias_q[channel] : 0;
+                const float high = a->y_type == RTD_CONV_U8 ? 255.0f : 127.0f, low = a->y_type == RTD_CONV_U8 ? 0.0f : -128.0f;
+                for (int r = 0; r < rows; r++) {
+                    float v = nearbyintf((float)((int32_t)sums[r][j] + bias) * scale) + a->y_zero_point;
+                    v = v > high ? high : v;
+                    v = v >= low ? v : low;   /* a NaN scale saturates low */
+                    if (a->y_type == RTD_CONV_U8) ((uint8_t *)a->y)[at + r] = (uint8_t)v;
+                    else ((int8_t *)a->y)[at + r] = (int8_t)v;
+                }
+            }
+        }
     }
 }
 
-static void run_groups(void *context, int64_t worker, int64_t first, int64_t last)
+static void run_tiles(void *context, int64_t worker, int64_t first, int64_t last)
 {
     (void)worker;
-    for (int64_t gi = first; gi < last; gi++)
-        run_group(context, gi, 1);
+    run_tiles_clone(context, first, last);
 }
 
-/* Scratch floats: the padded image (unless direct) and, for 8-bit outputs, one image's sums. */
-static int64_t scratch_floats(int64_t c, int64_t m, int64_t hp, int64_t wq, int64_t sw, int64_t pixels, int direct,
-                              int quantized)
+/* Scratch floats: the padded image (none when direct). */
+static int64_t scratch_floats(int64_t c, int64_t hp, int64_t wq, int64_t sw, int direct)
 {
-    return (direct ? 0 : c * hp * sw * wq) + (quantized ? m * pixels : 0);
+    return direct ? 0 : c * hp * sw * wq;
+}
+
+static int64_t packed_floats(int64_t m, int64_t group, int64_t k)
+{
+    return group * ((m / group + CHANNELS - 1) / CHANNELS) * CHANNELS * k;
+}
+
+int64_t rtd_conv2d_packed_weights(int64_t m, int64_t group, int64_t k)
+{
+    return m < 1 || group < 1 || k < 1 || m % group ? -1 : packed_floats(m, group, k);
 }
 
 int64_t rtd_conv2d_scratch(int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
@@ -178,19 +245,20 @@ int64_t rtd_conv2d_scratch(int64_t n, int64_t c, int64_t h, int64_t wd, int64_t 
                            int64_t pad_top, int64_t pad_left, int x_type, int y_type)
 {
     (void)n;
-    if (c < 1 || h < 1 || wd < 1 || m < 1 || group < 1 || kh < 1 || kw < 1 || oh < 1 || ow < 1 || sh < 1 || sw < 1
-        || dh < 1 || dw < 1)
+    (void)y_type;
+    if (c < 1 || h < 1 || wd < 1 || m < 1 || group < 1 || c % group || m % group || kh < 1 || kw < 1 || oh < 1
+        || ow < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1)
         return -1;
     int64_t hp, wp, wq;
     padded_size(kh, kw, oh, ow, sh, sw, dh, dw, &hp, &wp, &wq);
-    return scratch_floats(c, m, hp, wq, sw, oh * ow, direct_input(x_type, h, wd, hp, wp, sh, sw, pad_top, pad_left),
-                          y_type != RTD_CONV_F32);
+    return scratch_floats(c, hp, wq, sw, direct_input(x_type, h, wd, hp, wp, sh, sw, pad_top, pad_left));
 }
 
 int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
                const float *w, int64_t w_len, const float *bias_f, const int32_t *bias_q, int64_t bias_len,
                const float *multiplier, int64_t multiplier_len, int32_t y_zero_point,
                void *y, int y_type, int64_t y_len, float *scratch, int64_t scratch_len,
+               float *packed, int64_t packed_len, int pack,
                int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
                int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                int64_t pad_top, int64_t pad_left, int relu)
@@ -208,30 +276,29 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
     if (x_len != n * c * h * wd || w_len != m * k || y_len != n * m * pixels
         || (bias_len != 0 && bias_len != m) || (bias_len != 0 && (quantized ? bias_q == NULL : bias_f == NULL))
         || (quantized && multiplier_len != 1 && multiplier_len != m) || (quantized && multiplier == NULL)
-        || scratch_len < scratch_floats(c, m, hp, wq, sw, pixels, direct, quantized))
+        || scratch_len < scratch_floats(c, hp, wq, sw, direct) || packed_len != packed_floats(m, group, k))
         return RTD_NATIVE_E_LENGTH;
-    int64_t offsets[k];   /* row k = (ci, i, j) of the column matrix: where its window starts */
+    int64_t offsets[k];   /* input value k = (channel ci, tap i, j) of a pixel: where it sits from its window's start */
     for (int64_t ci = 0, r = 0; ci < cg; ci++)
         for (int64_t i = 0; i < kh; i++)
             for (int64_t j = 0; j < kw; j++)
                 offsets[r++] = direct ? (ci * h + i * dh) * wd + j * dw
                                       : (ci * hp + i * dh) * sw * wq + (j * dw) % sw * wq + (j * dw) / sw;
-    float *padded = scratch, *sums = direct ? scratch : scratch + c * hp * sw * wq;
     struct call a = {x, x_type, (float)x_zero_point, w, bias_f, bias_q, bias_len, multiplier, multiplier_len,
                      (float)y_zero_point, y, y_type, relu, c, h, wd, m, group, cg, mg, k, kh, kw, oh, ow, sh, sw, dh, dw,
-                     pad_top, pad_left, pixels, hp, wp, wq, sw * wq, direct, padded, sums, offsets, 0};
+                     pad_top, pad_left, pixels, hp, wp, wq, hp * sw * wq, direct ? wd : sh * sw * wq, direct,
+                     scratch, packed, offsets, 0,
+                     (pixels + PIXELS - 1) / PIXELS, (mg + CHANNELS - 1) / CHANNELS};
     /* as many threads as the tenant's quota and the work allow */
     int64_t threads = rtd_threads();
     if (2 * m * k * pixels * n / (threads > 0 ? threads : 1) < MIN_FLOPS_PER_THREAD) threads = 1;
+    if (pack)
+        pack_weights(&a);
     for (int64_t image = 0; image < n; image++) {
         a.image = image;
         if (!direct)
             rtd_parallel_for(threads > 1 && c * hp * wp >= (1 << 15) ? threads : 1, c, pad_channels, &a);
-        if (threads > 1 && group >= 2 * threads)
-            rtd_parallel_for(threads, group, run_groups, &a);
-        else
-            for (int64_t gi = 0; gi < group; gi++)
-                run_group(&a, gi, threads);
+        rtd_parallel_for(threads, group * a.tiles, run_tiles, &a);
     }
     return 0;
 }

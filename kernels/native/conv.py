@@ -56,7 +56,7 @@ _local = threading.local()
 
 
 def _scratch(floats: int):
-    """This thread's scratch for the convolutions (the padded image, 8-bit outputs' sums), one buffer grown to
+    """This thread's scratch for the convolutions (the padded image), one buffer grown to
     the largest any layer needs: a call runs to its end before the thread makes another."""
     buffer = getattr(_local, "scratch", None)
     if buffer is None or buffer.size < floats:
@@ -71,6 +71,19 @@ def _ready(array) -> bool:
 
 def _buffer(array, writable=False):
     return compiled.ffi.from_buffer(CTYPES[array.dtype], array, require_writable=writable)
+
+
+class PackedWeights:
+    """A convolution's weights in the kernel's panels, kept for the weights they were made from (a kernel
+    holds one; the caller hands it over only for weights that cannot change)."""
+
+    def __init__(self):
+        self.kept = None   # (the weights array, its panels)
+
+    def get(self, w):
+        """The panels of `w` when kept, else None."""
+        kept = self.kept
+        return kept[1] if kept is not None and kept[0] is w else None
 
 
 class Conv2d:
@@ -99,9 +112,11 @@ class Conv2d:
         self.geometry = (n, c, h, w, m, group, *k, oh, ow, *strides, *dilations, begin[0], begin[1])
         self.usable = True
 
-    def __call__(self, x, w, bias=None, relu: bool = False, x_zero_point: int = 0, requantize=None):
+    def __call__(self, x, w, bias=None, relu: bool = False, x_zero_point: int = 0, requantize=None,
+                 packed_weights: PackedWeights | None = None):
         """y (N, M, oh, ow): float32 plus bias (M,) float32 then ReLU; or, with `requantize` =
-        (multiplier (1 or M) float32, zero point, dtype) and an int32 bias, the 8-bit output."""
+        (multiplier (1 or M) float32, zero point, dtype) and an int32 bias, the 8-bit output. With
+        `packed_weights` (for weights that cannot change), their panels are made once and kept there."""
         x_type = TYPES.get(x.dtype)
         if not self.usable or x_type is None or x.shape != self.x_shape or w.dtype != FLOAT32 \
                 or w.shape != self.w_shape or not _ready(x) or not _ready(w):
@@ -121,6 +136,10 @@ class Conv2d:
                 return None
             y = np.empty(self.y_shape, y_dtype)
         scratch = _scratch(compiled.lib.rtd_conv2d_scratch(*self.geometry, x_type, y_type))
+        packed = None if packed_weights is None else packed_weights.get(w)
+        pack = packed is None
+        if pack:
+            packed = np.empty(compiled.lib.rtd_conv2d_packed_weights(self.w_shape[0], self.geometry[5], w[0].size), np.float32)
         bias_buffer = null if bias is None else _buffer(bias)
         status = compiled.lib.rtd_conv2d(
             _buffer(x), x_type, x.size, int(x_zero_point), _buffer(w), w.size,
@@ -128,7 +147,10 @@ class Conv2d:
             0 if bias is None else bias.size,
             null if multiplier is None else _buffer(multiplier), 0 if multiplier is None else multiplier.size,
             int(y_zero_point), ffi.from_buffer("char[]", y, require_writable=True), y_type, y.size,
-            _buffer(scratch, True), scratch.size, *self.geometry, int(relu))
+            _buffer(scratch, True), scratch.size, _buffer(packed, pack), packed.size, int(pack), *self.geometry, int(relu))
         if status != 0:   # the checks above make this unreachable; the C checks again all the same
             raise RtdError(Code.E_INTERNAL, f"conv kernel refused its arguments (status {status})")
+        if pack and packed_weights is not None:
+            packed.flags.writeable = False
+            packed_weights.kept = (w, packed)
         return y

@@ -3,16 +3,13 @@
  * The micro-kernel keeps a 6 x 16 tile of c in twelve 8-float vector registers and, per step of k,
  * loads one 16-float row of a b panel and broadcasts one float of each of a's six rows: 12
  * multiply-adds per 8 loads, which keeps both FMA units of an AVX2 core busy (about 30 flops a
- * cycle), as onnxruntime's MLAS does, where OpenBLAS reached 50-75 GFLOP/s on the convolutions'
- * few-row shapes. It is written with GCC's vector extensions, not intrinsics, so the same source
- * compiles for every clone (target_clones): AVX2+FMA (x86-64-v3), AVX-512 (v4, still 8-float
- * vectors) and the SSE baseline.
+ * cycle), as onnxruntime's MLAS does. It is written with GCC's vector extensions (simd.h), so the
+ * same source compiles for every target_clones clone.
  *
  * a is read in place (no packing: its rows stream through L1 while a b panel slice stays there);
- * b is packed in panels of 16 columns, KC x NC at a time, into a per-thread buffer, from a matrix or,
- * for the convolution, from the padded image (its im2col happens here, one L2-sized block at a time).
- * Sums run over k in KC-long passes that add onto c; bias and ReLU are applied on the last pass while
- * the tile is in registers.
+ * b is packed in panels of 16 columns, KC x NC at a time, into a per-thread buffer, except for a
+ * few rows, where b is read in place. Sums run over k in KC-long passes that add onto c; bias and
+ * ReLU are applied on the last pass while the tile is in registers.
  * The order of the additions differs from OpenBLAS's, so results differ from NumPy's in the last
  * bits (the tests compare against float64 products with float32 tolerances).
  */
@@ -23,10 +20,11 @@
 #include "gemm.h"
 #include "gemm_core.h"
 #include "parallel.h"
+#include "simd.h"
 #include "threads.h"
 
-#define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#define INLINE static inline __attribute__((always_inline))
+#define CLONES RTD_CLONES
+#define INLINE RTD_INLINE
 #define MR RTD_GEMM_MR
 #define NR RTD_GEMM_NR
 #define KC RTD_GEMM_KC
@@ -35,13 +33,6 @@
 #define FEW_ROWS 4                        /* up to this many rows, a row-major b is read in place, not packed */
 #define MIN_FLOPS_PER_THREAD (1 << 21)    /* below this, waking a pool thread costs more than it saves */
 
-typedef float v8 __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
-INLINE v8 load8(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
-INLINE void store8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
-/* max(v, 0) keeping a NaN (as the epilogue did and np.maximum does) */
-INLINE v8 relu8(v8 v) { const v8 zero = {0}; return (v8)((v8i)v & ~(v < zero)); }
 
 /* The epilogue of one row of the tile: + c (not the first pass), and on the last pass + bias, ReLU. */
 INLINE void finish_row(float *c, v8 x0, v8 x1, int first, int last, const float *bias_col, float bias_row, int relu)
@@ -123,41 +114,13 @@ INLINE void any_tile(int rows, int64_t kc, const float *a, int64_t lda, const fl
     }
 }
 
-/* Columns [q0, q0 + cols) of the convolution's column matrix, rows [k0, k0 + kc), into one panel. The
- * pixels may run over output rows: each run within a row is found once, then copied for every row k. */
-INLINE void pack_image(const struct rtd_gemm *g, int64_t k0, int64_t kc, int64_t q0, int64_t cols, float *panel)
-{
-    int64_t from[NR], to[NR], length[NR], runs = 0;
-    int64_t oy = q0 / g->row_width, ox = q0 - oy * g->row_width;
-    for (int64_t t = 0; t < cols; oy++, ox = 0, runs++) {
-        length[runs] = cols - t < g->row_width - ox ? cols - t : g->row_width - ox;
-        from[runs] = oy * g->row_pitch + ox;
-        to[runs] = t;
-        t += length[runs];
-    }
-    const int64_t *offsets = g->b_offsets + k0;
-    if (runs == 1 && cols == NR) {   /* the common panel: 16 pixels of one output row */
-        for (int64_t k = 0; k < kc; k++, panel += NR)
-            memcpy(panel, g->b + offsets[k] + from[0], NR * sizeof(float));
-        return;
-    }
-    for (int64_t k = 0; k < kc; k++, panel += NR) {
-        const float *src = g->b + offsets[k];
-        for (int64_t r = 0; r < runs; r++)
-            for (int64_t t = 0; t < length[r]; t++) panel[to[r] + t] = src[from[r] + t];
-        for (int64_t t = cols; t < NR; t++) panel[t] = 0.0f;
-    }
-}
-
 /* Rows [k0, k0 + kc) of b's columns [j0, j0 + nc) as panels of 16 (the last zero-padded). */
 INLINE void pack(const struct rtd_gemm *g, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float *packed)
 {
     for (int64_t j = 0; j < nc; j += NR) {
         float *panel = packed + j / NR * kc * NR;
         const int64_t cols = nc - j < NR ? nc - j : NR;
-        if (g->b_layout == RTD_GEMM_B_IMAGE) {
-            pack_image(g, k0, kc, j0 + j, cols, panel);
-        } else if (g->b_layout == RTD_GEMM_B_COLUMNS) {   /* column j0 + j + c is row j0 + j + c of the stored matrix */
+        if (g->b_layout == RTD_GEMM_B_COLUMNS) {   /* column j0 + j + c is row j0 + j + c of the stored matrix */
             for (int64_t col = 0; col < NR; col++) {
                 if (col >= cols) {
                     for (int64_t k = 0; k < kc; k++) panel[k * NR + col] = 0.0f;
@@ -258,7 +221,7 @@ int rtd_gemm_rows(const float *a, int64_t a_len, const float *b, int64_t b_len, 
     if (a_len != m * k || b_len != k * n || c_len != m * n || (bias != NULL && bias_len != n))
         return RTD_NATIVE_E_LENGTH;
     const struct rtd_gemm g = {a, k, b, b_transposed ? k : n, b_transposed ? RTD_GEMM_B_COLUMNS : RTD_GEMM_B_ROWS,
-                               NULL, 0, 0, c, n, bias, bias != NULL ? RTD_GEMM_BIAS_COLUMN : RTD_GEMM_BIAS_NONE, relu, m, n, k};
+                               c, n, bias, bias != NULL ? RTD_GEMM_BIAS_COLUMN : RTD_GEMM_BIAS_NONE, relu, m, n, k};
     rtd_gemm_parallel(&g, rtd_threads());
     return 0;
 }

@@ -1,15 +1,10 @@
-/* rtd's own single-precision GEMM (gemm.c), shared by the GEMM and the convolution; not part of the
- * cffi interface.
+/* rtd's own single-precision GEMM (gemm.c); not part of the cffi interface.
  *
  * c (m, n) = a (m, k) @ b (k, n), then + bias (per row or per column), then ReLU. a is read where it
- * is (row i at a + i * lda, contiguous along k). b is packed here, KC rows and NC columns at a time,
- * into panels of RTD_GEMM_NR columns (each k a run of NR floats, aligned, the last panel zero-padded)
- * in a per-thread buffer, from one of three sources:
- * - RTD_GEMM_B_ROWS: a row-major (k, n) matrix, row stride ldb;
- * - RTD_GEMM_B_COLUMNS: its transpose stored row-major (n, k), row stride ldb;
- * - RTD_GEMM_B_IMAGE: the convolution's implicit im2col: column q is output pixel (q / row_width,
- *   q % row_width) and row k's value for it is at b + b_offsets[k] + (q / row_width) * row_pitch
- *   + q % row_width (the padded input shifted by row k's channel and tap).
+ * is (row i at a + i * lda, contiguous along k). b, a row-major (k, n) matrix (RTD_GEMM_B_ROWS, row
+ * stride ldb) or its transpose stored row-major (n, k) (RTD_GEMM_B_COLUMNS, row stride ldb), is packed
+ * here, KC rows and NC columns at a time, into panels of RTD_GEMM_NR columns (each k a run of NR
+ * floats, aligned, the last panel zero-padded) in a per-thread buffer.
  */
 #ifndef RTD_GEMM_CORE_H
 #define RTD_GEMM_CORE_H
@@ -20,13 +15,12 @@
 #define RTD_GEMM_KC 128   /* k per pass: a 16-column panel slice of 8 KiB stays in L1 while a's rows stream past */
 #define RTD_GEMM_NC 256   /* columns packed per pass (KC x NC floats: 256 KiB, in L2) */
 
-enum { RTD_GEMM_B_ROWS, RTD_GEMM_B_COLUMNS, RTD_GEMM_B_IMAGE };
+enum { RTD_GEMM_B_ROWS, RTD_GEMM_B_COLUMNS };
 enum { RTD_GEMM_BIAS_NONE, RTD_GEMM_BIAS_ROW, RTD_GEMM_BIAS_COLUMN };
 
 struct rtd_gemm {
     const float *a; int64_t lda;
     const float *b; int64_t ldb; int b_layout;
-    const int64_t *b_offsets; int64_t row_pitch, row_width;   /* RTD_GEMM_B_IMAGE */
     float *c; int64_t ldc;
     const float *bias; int bias_kind;
     int relu;

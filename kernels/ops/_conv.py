@@ -25,7 +25,7 @@ from rtd.errors import Code, RtdError
 
 from ..native import conv as native_conv
 from ..native.depthwise import depthwise_conv2d
-from ._quant import FLOAT32_EXACT, CentredWeight, centred, span
+from ._quant import FLOAT32_EXACT, CentredWeight, centred, frozen, span
 from ._window import geometry, pad_into, per_thread, scratch, taps, windows
 
 
@@ -101,12 +101,13 @@ class _Layout:
 
 
 def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None, relu=False,
-         x_zero_point=None, requantize=None):
+         x_zero_point=None, requantize=None, packed_weights=None):
     """ONNX Conv of x (N, C, *S) with w (M, C/group, *k), then ReLU when `relu`; the result is in
     `acc_dtype` (default x's). With `x_zero_point` (a host array), x is an integer tensor convolved
     as x - x_zero_point. With `requantize` (multiplier, zero point, 8-bit dtype) and an int32 bias,
     the compiled convolution may return the requantized 8-bit output instead of the float sums
-    (the caller tells them apart by dtype)."""
+    (the caller tells them apart by dtype). `packed_weights` (a native_conv.PackedWeights the calling
+    kernel holds) keeps the compiled kernel's panels of w when w cannot change (`frozen`)."""
     n, c = x.shape[:2]
     m = w.shape[0]
     k = list(kernel_shape or w.shape[2:])
@@ -122,7 +123,8 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     if layout.compiled is not None:   # it also centres 8-bit inputs and may requantize
         row = (lambda a: a) if nd == 2 else (lambda a: a.reshape(a.shape[:2] + (1,) + a.shape[2:]))
         y = layout.compiled(row(x), row(w), bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
-                            relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize)
+                            relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize,
+                            packed_weights if packed_weights is not None and frozen(w) else None)
         if y is not None:
             return y if nd == 2 else y.reshape(y.shape[:2] + y.shape[3:])
     if requantize is not None:
@@ -164,6 +166,7 @@ class IntegerConv:
 
     def setup(self):
         self.weight = CentredWeight()
+        self.packed = native_conv.PackedWeights()
 
     def accumulate(self, x, x_zero_point, w, w_zero_point, bias=None, requantize=None):
         """The exact sums as float32 or float64 (every value an integer); or, with `requantize`
@@ -175,7 +178,7 @@ class IntegerConv:
         wc = self.weight.get(self.xp, w, w_zero_point, channel_shape, dtype)
         zero_point = np.zeros((), x.dtype) if x_zero_point is None else self.host(x_zero_point)
         return conv(self.xp, x, wc, bias, self.group, self.kernel_shape, self.strides, self.dilations, self.pads,
-                    self.auto_pad, acc_dtype=dtype, x_zero_point=zero_point, requantize=requantize)
+                    self.auto_pad, acc_dtype=dtype, x_zero_point=zero_point, requantize=requantize, packed_weights=self.packed)
 
 
 def _weights_times(xp, w, cols):

@@ -120,18 +120,36 @@ def test_the_c_boundary_checks_lengths_itself():
         needed = lib.rtd_conv2d_scratch(*geometry, 0, 0)
         assert needed > 0
         scratch = np.empty(needed + 64, np.float32)
+        packed_len = lib.rtd_conv2d_packed_weights(3, 1, 18)
+        assert packed_len == 16 * 18   # one panel of 16 channels, 3 of them real
+        packed = np.empty(packed_len + 64, np.float32)
 
-        def call(x_len=x.size, w_len=w.size, y_len=y.size, scratch_len=needed, y_type=0, y=y, scratch=scratch, geometry=geometry):
+        def call(x_len=x.size, w_len=w.size, y_len=y.size, scratch_len=needed, packed_len=packed_len, y_type=0, y=y,
+                 scratch=scratch, packed=packed, geometry=geometry):
             return lib.rtd_conv2d(ffi.from_buffer("float[]", x), 0, x_len, 0, ffi.from_buffer("float[]", w), w_len,
                                   ffi.NULL, ffi.NULL, 0, ffi.NULL, 0, 0, ffi.from_buffer("char[]", y, require_writable=True),
                                   y_type, y_len, ffi.from_buffer("float[]", scratch, require_writable=True), scratch_len,
-                                  *geometry, 0)
+                                  ffi.from_buffer("float[]", packed, require_writable=True), packed_len, 1, *geometry, 0)
         assert call() == 0
         assert call(x_len=x.size + 1) != 0
         assert call(w_len=w.size - 1) != 0
         assert call(y_len=y.size + 1) != 0
         assert call(scratch_len=needed - 1) != 0
+        assert call(packed_len=packed_len - 1) != 0
         assert call(y_type=1) != 0         # 8-bit output from a float input
+
+
+def test_kept_panels_are_used_only_for_the_weights_they_were_made_from():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 8, 12, 12), dtype=np.float32)
+    w1, w2 = (rng.standard_normal((20, 8, 3, 3), dtype=np.float32) for _ in range(2))
+    conv = native_conv.Conv2d(x.shape, w1.shape, 1, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [12, 12])
+    kept = native_conv.PackedWeights()
+    first = conv(x, w1, packed_weights=kept)
+    assert kept.get(w1) is not None and kept.get(w2) is None
+    np.testing.assert_array_equal(conv(x, w1, packed_weights=kept), first)   # from the kept panels
+    np.testing.assert_array_equal(conv(x, w2, packed_weights=kept), conv(x, w2))   # other weights: packed anew
+    assert kept.get(w2) is not None
 
 
 def test_threads_split_the_work_and_change_no_result():
