@@ -1,6 +1,7 @@
 /* The element-wise chain interpreter (chain.h): a fused chain's links run block by block, each
  * block small enough to stay in L1, so the chain makes one pass over memory however many links
- * it has (NumPy makes one per link). Nothing is generated at run time: the chain is data, an
+ * it has (NumPy makes one per link). Transcendental links (sigmoid, tanh, exp, erf, GELU) call the
+ * same block function as the op kernels (activation.c). Nothing is generated at run time: the chain is data, an
  * opcode list the executor builds at load, and each opcode is a precompiled loop over a block.
  *
  * NaN and signed zeros behave as in the NumPy kernels: comparisons are ordered so a NaN operand
@@ -16,12 +17,15 @@
 #include <string.h>
 #include <stdint.h>
 #include "depthwise.h"
+#include "activation.h"
+#include "activation_block.h"
 #include "chain.h"
+#include "chain_links.h"
 #include "parallel.h"
 #include "threads.h"
 
 #define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#define BLOCK 512
+#define BLOCK RTD_CHAIN_BLOCK
 /* Below this many elements per thread, waking a pool thread costs more than it saves. */
 #define MIN_ELEMENTS_PER_THREAD (1 << 15)
 #define MAX_INPUTS 16
@@ -98,8 +102,52 @@ __attribute__((optimize("fp-contract=off"))) CLONES static void apply(int op, co
         break;
     case RTD_CHAIN_NEG: for (int64_t i = 0; i < count; i++) r[i] = -a[i]; break;
     case RTD_CHAIN_ABS: for (int64_t i = 0; i < count; i++) r[i] = fabsf(a[i]); break;   /* clears -0's sign too */
-    default: break;
+    default:   /* the transcendental ones: the op kernels' own code (activation.c) */
+        if (op >= RTD_CHAIN_SIGMOID && op <= RTD_CHAIN_GELU_TANH)
+            rtd_activation_block(op - RTD_CHAIN_SIGMOID + RTD_ACT_SIGMOID, a, r, count);
+        break;
     }
+}
+
+/* Clip's absent limits: -FLT_MAX and FLT_MAX, filled once when the library loads. */
+static float lowest[BLOCK], highest[BLOCK];
+
+__attribute__((constructor)) static void fill_limits(void)
+{
+    for (int64_t i = 0; i < BLOCK; i++) { lowest[i] = -FLT_MAX; highest[i] = FLT_MAX; }
+}
+
+void rtd_chain_links(const float *const *view, const int32_t *links, const float *params, int64_t n_links, float *out,
+                     int64_t count)
+{
+    float results[2][BLOCK];
+    const float *previous = NULL;
+    for (int64_t l = 0; l < n_links; l++) {
+        const float *src[3];
+        for (int s = 0; s < 3; s++) {
+            int32_t source = links[4 * l + 1 + s];
+            src[s] = source == PREVIOUS ? previous : source == ABSENT ? (s == 2 ? highest : lowest) : view[source];
+        }
+        float *result = l == n_links - 1 ? out : results[l % 2];
+        apply(links[4 * l], src[0], src[1], src[2], params[2 * l], params[2 * l + 1], result, count);
+        previous = result;
+    }
+}
+
+int rtd_chain_check(const int32_t *links, int64_t n_links, int64_t n_inputs)
+{
+    if (n_inputs < 0 || n_inputs > MAX_INPUTS || n_links < 1)
+        return RTD_NATIVE_E_ARGUMENT;
+    for (int64_t l = 0; l < n_links; l++) {
+        if (links[4 * l] < RTD_CHAIN_ADD || links[4 * l] > RTD_CHAIN_GELU_TANH)
+            return RTD_NATIVE_E_ARGUMENT;
+        for (int s = 1; s < 4; s++) {
+            int32_t source = links[4 * l + s];
+            if (source < ABSENT || source >= n_inputs || (source == PREVIOUS && l == 0))
+                return RTD_NATIVE_E_ARGUMENT;
+        }
+    }
+    return 0;
 }
 
 struct chain {
@@ -112,9 +160,7 @@ static void run_blocks(void *context, int64_t worker, int64_t first, int64_t las
 {
     const struct chain *a = context;
     (void)worker;
-    static const float lowest = -FLT_MAX, highest = FLT_MAX;
-    float gathered[MAX_INPUTS][BLOCK], results[2][BLOCK], low[BLOCK], high[BLOCK];
-    for (int64_t i = 0; i < BLOCK; i++) { low[i] = lowest; high[i] = highest; }
+    float gathered[MAX_INPUTS][BLOCK];
     for (int64_t k = 0; k < a->n_inputs; k++)
         if (a->in_len[k] == 1)
             for (int64_t i = 0; i < BLOCK; i++) gathered[k][i] = a->inputs[k][0];
@@ -123,37 +169,18 @@ static void run_blocks(void *context, int64_t worker, int64_t first, int64_t las
         const float *view[MAX_INPUTS];
         for (int64_t k = 0; k < a->n_inputs; k++)
             view[k] = operand(a->inputs[k], a->in_len[k], a->in_inner[k], start, count, gathered[k], a->out_len);
-        const float *previous = NULL;
-        for (int64_t l = 0; l < a->n_links; l++) {
-            const float *src[3];
-            for (int s = 0; s < 3; s++) {
-                int32_t source = a->links[4 * l + 1 + s];
-                src[s] = source == PREVIOUS ? previous : source == ABSENT ? (s == 2 ? high : low) : view[source];
-            }
-            float *result = l == a->n_links - 1 ? a->out + start : results[l % 2];
-            apply(a->links[4 * l], src[0], src[1], src[2], a->params[2 * l], a->params[2 * l + 1], result, count);
-            previous = result;
-        }
+        rtd_chain_links(view, a->links, a->params, a->n_links, a->out + start, count);
     }
 }
 
 int rtd_chain_f32(const float **inputs, const int64_t *in_len, const int64_t *in_inner, int64_t n_inputs,
                   const int32_t *links, const float *params, int64_t n_links, float *out, int64_t out_len)
 {
-    if (n_inputs < 0 || n_inputs > MAX_INPUTS || n_links < 1 || out_len < 0)
+    if (out_len < 0 || rtd_chain_check(links, n_links, n_inputs) != 0)
         return RTD_NATIVE_E_ARGUMENT;
     for (int64_t k = 0; k < n_inputs; k++)
         if (inputs[k] == NULL || in_len[k] < 1 || in_inner[k] < 1 || (in_len[k] > out_len && out_len > 0))
             return RTD_NATIVE_E_LENGTH;
-    for (int64_t l = 0; l < n_links; l++) {
-        if (links[4 * l] < RTD_CHAIN_ADD || links[4 * l] > RTD_CHAIN_ABS)
-            return RTD_NATIVE_E_ARGUMENT;
-        for (int s = 1; s < 4; s++) {
-            int32_t source = links[4 * l + s];
-            if (source < ABSENT || source >= n_inputs || (source == PREVIOUS && l == 0))
-                return RTD_NATIVE_E_ARGUMENT;
-        }
-    }
     struct chain a = {inputs, in_len, in_inner, n_inputs, links, params, n_links, out, out_len};
     const int64_t blocks = (out_len + BLOCK - 1) / BLOCK;
     int64_t threads = rtd_threads();

@@ -17,8 +17,10 @@
  * pixels in the lanes first had to copy each input window into packed panels). The tile's epilogue
  * adds the bias and applies ReLU, or requantizes 8-bit outputs exactly as onnxruntime's
  * MlasRequantizeOutput (the exact int32 sum plus the int32 bias, made a float32, times the float32
- * multiplier, rounded half to even, plus the zero point, saturated), and writes each channel's 6
- * pixels into y (NCHW).
+ * multiplier, rounded half to even, plus the zero point, saturated), then runs a fused element-wise
+ * chain when the caller gives one (the chain interpreter's links over the tile, chain.c: a Conv's
+ * SiLU or HardSwish costs no pass of its own over memory), and writes each channel's 6 pixels into
+ * y (NCHW).
  *
  * Threads share out the tiles (of every group) in contiguous ranges.
  *
@@ -30,6 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "depthwise.h"
+#include "chain_links.h"
 #include "conv.h"
 #include "parallel.h"
 #include "simd.h"
@@ -54,6 +57,10 @@ struct call {
     float *padded, *packed;   /* packed: per group, panels of CHANNELS output channels x k */
     const int64_t *offsets;
     int64_t image, tiles, panels;
+    /* a fused element-wise chain on the float output (chain.h's program); its inputs: the output itself
+       (length 0), scalars (1) or one value per output channel (m) */
+    const int32_t *links; const float *params; int64_t n_links;
+    const float *const *chain_inputs; const int64_t *chain_len; int64_t n_chain_inputs;
 };
 
 /* The padded image's size: the rows and columns the output's windows span, each row as sw phases. */
@@ -166,11 +173,58 @@ RTD_INLINE void tile_sums(const int rows, int64_t k, const int64_t *offsets, con
     if (rows > 5) { store8(sums[5], c50); store8(sums[5] + 8, c51); }
 }
 
+/* A float tile's epilogue: + bias, ReLU, then the fused chain (if any), and each channel's pixels into y.
+ * sums is pixel-major (one row of 16 channels per pixel), as the chain runs over it; chain_view holds
+ * the chain's inputs for a tile (scalars filled once; per-channel ones filled here for these channels). */
+RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS][CHANNELS], int rows, int64_t channels,
+                               int64_t first_channel, int64_t p0, float (*chain_view)[PIXELS * CHANNELS])
+{
+    float bias[CHANNELS] = {0};
+    if (a->bias_len)
+        for (int64_t j = 0; j < channels; j++) bias[j] = a->bias_f[first_channel + j];
+    const v8 bias0 = load8(bias), bias1 = load8(bias + 8);
+    for (int r = 0; r < rows; r++) {
+        v8 v0 = load8(sums[r]) + bias0, v1 = load8(sums[r] + 8) + bias1;
+        if (a->relu) {
+            v0 = relu8(v0);
+            v1 = relu8(v1);
+        }
+        store8(sums[r], v0);
+        store8(sums[r] + 8, v1);
+    }
+    const float *values = &sums[0][0];
+    float chained[PIXELS * CHANNELS];
+    if (a->n_links) {
+        const float *view[RTD_CONV_CHAIN_INPUTS];
+        for (int64_t k = 0; k < a->n_chain_inputs; k++) {
+            if (a->chain_len[k] == 0) {   /* the convolution's own output */
+                view[k] = values;
+                continue;
+            }
+            if (a->chain_len[k] == a->m)   /* per channel: the same 16 values for each pixel */
+                for (int r = 0; r < PIXELS; r++)
+                    for (int64_t j = 0; j < CHANNELS; j++)
+                        chain_view[k][r * CHANNELS + j] = j < channels ? a->chain_inputs[k][first_channel + j] : 0.0f;
+            view[k] = chain_view[k];
+        }
+        rtd_chain_links(view, a->links, a->params, a->n_links, chained, rows * CHANNELS);
+        values = chained;
+    }
+    for (int64_t j = 0; j < channels; j++) {
+        float *out = (float *)a->y + (a->image * a->m + first_channel + j) * a->pixels + p0;
+        for (int r = 0; r < rows; r++) out[r] = values[r * CHANNELS + j];
+    }
+}
+
 /* Tiles [first, last) of all groups (tile t of group t / tiles). */
 RTD_CLONES static void run_tiles_clone(const struct call *a, int64_t first, int64_t last)
 {
     const int quantized = a->y_type != RTD_CONV_F32;
     float sums[PIXELS][CHANNELS];
+    float chain_view[RTD_CONV_CHAIN_INPUTS][PIXELS * CHANNELS];
+    for (int64_t k = 0; k < a->n_chain_inputs; k++)   /* scalars: filled once */
+        if (a->chain_len[k] == 1)
+            for (int64_t i = 0; i < PIXELS * CHANNELS; i++) chain_view[k][i] = a->chain_inputs[k][0];
     for (int64_t unit = first; unit < last; unit++) {
         const int64_t gi = unit / a->tiles, p0 = unit % a->tiles * PIXELS;
         const int rows = a->pixels - p0 < PIXELS ? (int)(a->pixels - p0) : PIXELS;
@@ -192,17 +246,13 @@ RTD_CLONES static void run_tiles_clone(const struct call *a, int64_t first, int6
             default: tile_sums(1, a->k, a->offsets, px, panel, sums); break;
             }
             const int64_t channels = a->mg - q * CHANNELS < CHANNELS ? a->mg - q * CHANNELS : CHANNELS;
+            const int64_t first_channel = gi * a->mg + q * CHANNELS;
+            if (!quantized) {
+                float_epilogue(a, sums, rows, channels, first_channel, p0, chain_view);
+                continue;
+            }
             for (int64_t j = 0; j < channels; j++) {
-                const int64_t channel = gi * a->mg + q * CHANNELS + j, at = (a->image * a->m + channel) * a->pixels + p0;
-                if (!quantized) {
-                    float *out = (float *)a->y + at;
-                    const float bias = a->bias_len ? a->bias_f[channel] : 0.0f;
-                    for (int r = 0; r < rows; r++) {
-                        const float v = sums[r][j] + bias;
-                        out[r] = a->relu && v < 0.0f ? 0.0f : v;
-                    }
-                    continue;
-                }
+                const int64_t channel = first_channel + j, at = (a->image * a->m + channel) * a->pixels + p0;
                 const float scale = a->multiplier[a->multiplier_len == 1 ? 0 : channel];
                 const int32_t bias = a->bias_len ? a->bias_q[channel] : 0;
                 const float high = a->y_type == RTD_CONV_U8 ? 255.0f : 127.0f, low = a->y_type == RTD_CONV_U8 ? 0.0f : -128.0f;
@@ -259,6 +309,8 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
                const float *multiplier, int64_t multiplier_len, int32_t y_zero_point,
                void *y, int y_type, int64_t y_len, float *scratch, int64_t scratch_len,
                float *packed, int64_t packed_len, int pack,
+               const int32_t *links, const float *params, int64_t n_links,
+               const float **chain_inputs, const int64_t *chain_len, int64_t n_chain_inputs,
                int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
                int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                int64_t pad_top, int64_t pad_left, int relu)
@@ -266,8 +318,13 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
     if (n < 0 || c < 1 || h < 1 || wd < 1 || m < 1 || group < 1 || c % group || m % group || kh < 1 || kw < 1
         || oh < 1 || ow < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0
         || x_type < RTD_CONV_F32 || x_type > RTD_CONV_S8 || y_type < RTD_CONV_F32 || y_type > RTD_CONV_S8
-        || (y_type != RTD_CONV_F32 && x_type == RTD_CONV_F32) || c / group * kh * kw > MAX_OFFSETS)
+        || (y_type != RTD_CONV_F32 && x_type == RTD_CONV_F32) || c / group * kh * kw > MAX_OFFSETS
+        || n_links < 0 || n_chain_inputs < 0 || n_chain_inputs > RTD_CONV_CHAIN_INPUTS
+        || (n_links > 0 && (y_type != RTD_CONV_F32 || rtd_chain_check(links, n_links, n_chain_inputs) != 0)))
         return RTD_NATIVE_E_ARGUMENT;
+    for (int64_t k = 0; k < n_chain_inputs && n_links > 0; k++)
+        if ((chain_len[k] != 0 && chain_len[k] != 1 && chain_len[k] != m) || (chain_len[k] != 0 && chain_inputs[k] == NULL))
+            return RTD_NATIVE_E_LENGTH;
     const int64_t cg = c / group, mg = m / group, k = cg * kh * kw, pixels = oh * ow;
     const int quantized = y_type != RTD_CONV_F32;
     int64_t hp, wp, wq;
@@ -288,7 +345,8 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
                      (float)y_zero_point, y, y_type, relu, c, h, wd, m, group, cg, mg, k, kh, kw, oh, ow, sh, sw, dh, dw,
                      pad_top, pad_left, pixels, hp, wp, wq, hp * sw * wq, direct ? wd : sh * sw * wq, direct,
                      scratch, packed, offsets, 0,
-                     (pixels + PIXELS - 1) / PIXELS, (mg + CHANNELS - 1) / CHANNELS};
+                     (pixels + PIXELS - 1) / PIXELS, (mg + CHANNELS - 1) / CHANNELS,
+                     links, params, n_links, chain_inputs, chain_len, n_links > 0 ? n_chain_inputs : 0};
     /* as many threads as the tenant's quota and the work allow */
     int64_t threads = rtd_threads();
     if (2 * m * k * pixels * n / (threads > 0 ? threads : 1) < MIN_FLOPS_PER_THREAD) threads = 1;

@@ -52,6 +52,7 @@ if BLAS:
 
 
 MAX_DEPTH = 16384   # conv.c's MAX_OFFSETS: C/group * kh * kw rows of the column matrix at most
+CHAIN_INPUTS = 8    # conv.h's RTD_CONV_CHAIN_INPUTS
 _local = threading.local()
 
 
@@ -71,6 +72,27 @@ def _ready(array) -> bool:
 
 def _buffer(array, writable=False):
     return compiled.ffi.from_buffer(CTYPES[array.dtype], array, require_writable=writable)
+
+
+def _chain_arguments(chain, channels: int):
+    """The C arguments of a fused chain (links, params, their count, inputs, lengths, input count), or None when
+    an input is not one the epilogue takes (each must be float32: one value, or one per output channel)."""
+    program, inputs = chain
+    if program is None or len(inputs) != program.arity or len(inputs) > CHAIN_INPUTS:
+        return None
+    ffi = compiled.ffi
+    buffers, lengths = [], []
+    for value in inputs:
+        if value is None:
+            buffers.append(ffi.NULL)
+            lengths.append(0)
+            continue
+        padded = (1,) * (4 - value.ndim) + tuple(value.shape)   # as it broadcasts against (N, M, H, W)
+        if value.dtype != FLOAT32 or len(padded) != 4 or padded not in ((1, 1, 1, 1), (1, channels, 1, 1)):
+            return None
+        buffers.append(ffi.from_buffer("float[]", np.ascontiguousarray(value)))
+        lengths.append(value.size)
+    return (program.link_buffer, program.param_buffer, len(program.params) // 2, buffers, lengths, len(inputs))
 
 
 class PackedWeights:
@@ -113,10 +135,12 @@ class Conv2d:
         self.usable = True
 
     def __call__(self, x, w, bias=None, relu: bool = False, x_zero_point: int = 0, requantize=None,
-                 packed_weights: PackedWeights | None = None):
+                 packed_weights: PackedWeights | None = None, chain=None):
         """y (N, M, oh, ow): float32 plus bias (M,) float32 then ReLU; or, with `requantize` =
         (multiplier (1 or M) float32, zero point, dtype) and an int32 bias, the 8-bit output. With
-        `packed_weights` (for weights that cannot change), their panels are made once and kept there."""
+        `packed_weights` (for weights that cannot change), their panels are made once and kept there.
+        `chain` = (a native.chain.Program, its inputs: None for this convolution's output, else float32
+        arrays of one value or one per output channel) runs on the float output in the same pass."""
         x_type = TYPES.get(x.dtype)
         if not self.usable or x_type is None or x.shape != self.x_shape or w.dtype != FLOAT32 \
                 or w.shape != self.w_shape or not _ready(x) or not _ready(w):
@@ -135,6 +159,9 @@ class Conv2d:
                                                                        or bias.size != self.w_shape[0] or not _ready(bias))):
                 return None
             y = np.empty(self.y_shape, y_dtype)
+        links = _chain_arguments(chain, self.w_shape[0]) if chain is not None and requantize is None else ()
+        if links is None:
+            return None
         scratch = _scratch(compiled.lib.rtd_conv2d_scratch(*self.geometry, x_type, y_type))
         packed = None if packed_weights is None else packed_weights.get(w)
         pack = packed is None
@@ -147,7 +174,8 @@ class Conv2d:
             0 if bias is None else bias.size,
             null if multiplier is None else _buffer(multiplier), 0 if multiplier is None else multiplier.size,
             int(y_zero_point), ffi.from_buffer("char[]", y, require_writable=True), y_type, y.size,
-            _buffer(scratch, True), scratch.size, _buffer(packed, pack), packed.size, int(pack), *self.geometry, int(relu))
+            _buffer(scratch, True), scratch.size, _buffer(packed, pack), packed.size, int(pack),
+            *(links or (null, null, 0, null, null, 0)), *self.geometry, int(relu))
         if status != 0:   # the checks above make this unreachable; the C checks again all the same
             raise RtdError(Code.E_INTERNAL, f"conv kernel refused its arguments (status {status})")
         if pack and packed_weights is not None:

@@ -101,13 +101,15 @@ class _Layout:
 
 
 def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None, relu=False,
-         x_zero_point=None, requantize=None, packed_weights=None):
+         x_zero_point=None, requantize=None, packed_weights=None, chain=None):
     """ONNX Conv of x (N, C, *S) with w (M, C/group, *k), then ReLU when `relu`; the result is in
     `acc_dtype` (default x's). With `x_zero_point` (a host array), x is an integer tensor convolved
     as x - x_zero_point. With `requantize` (multiplier, zero point, 8-bit dtype) and an int32 bias,
     the compiled convolution may return the requantized 8-bit output instead of the float sums
     (the caller tells them apart by dtype). `packed_weights` (a native_conv.PackedWeights the calling
-    kernel holds) keeps the compiled kernel's panels of w when w cannot change (`frozen`)."""
+    kernel holds) keeps the compiled kernel's panels of w when w cannot change (`frozen`). `chain` = (a
+    native.chain.Program or None, its inputs with None for this output, a function finishing y with the
+    chain) is applied to the float result: by the compiled convolution in its pass, else by the function."""
     n, c = x.shape[:2]
     m = w.shape[0]
     k = list(kernel_shape or w.shape[2:])
@@ -121,12 +123,14 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     layout = per_thread(key, lambda: _Layout(xp, x.shape, acc_dtype, w.shape, group, k, strides, dilations, pads, auto_pad))
     out_shape, pixels = layout.out_shape, layout.pixels
     if layout.compiled is not None:   # it also centres 8-bit inputs and may requantize
+        in_pass = chain[:2] if chain is not None and chain[0] is not None and nd == 2 else None   # the chain on its tiles
         row = (lambda a: a) if nd == 2 else (lambda a: a.reshape(a.shape[:2] + (1,) + a.shape[2:]))
         y = layout.compiled(row(x), row(w), bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
                             relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize,
-                            packed_weights if packed_weights is not None and frozen(w) else None)
+                            packed_weights if packed_weights is not None and frozen(w) else None, in_pass)
         if y is not None:
-            return y if nd == 2 else y.reshape(y.shape[:2] + y.shape[3:])
+            y = y if nd == 2 else y.reshape(y.shape[:2] + y.shape[3:])
+            return y if chain is None or in_pass is not None else chain[2](y)
     if requantize is not None:
         bias = None   # the caller adds the int32 bias to the float sums itself
     if bias is not None:
@@ -136,7 +140,7 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     if layout.plan == "depthwise" and xp is np and nd == 2:
         y = depthwise_conv2d(x, w, bias, strides, dilations, layout.begin, layout.end, out_shape, relu)
         if y is not None:
-            return y
+            return y if chain is None else chain[2](y)
     if layout.plan == "pointwise":
         y = _weights_times(xp, w.reshape(group, m // group, c // group), x.reshape(n, group, c // group, pixels))
     elif layout.plan == "depthwise":
@@ -152,7 +156,8 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
         y += bias.reshape(1, m, 1)
     if relu:
         xp.maximum(y, y.dtype.type(0), out=y)
-    return y.reshape((n, m) + tuple(out_shape))
+    y = y.reshape((n, m) + tuple(out_shape))
+    return y if chain is None else chain[2](y)
 
 
 class IntegerConv:

@@ -113,7 +113,7 @@ def test_what_it_was_not_checked_for_is_refused_not_guessed():
 def test_the_c_boundary_checks_lengths_itself():
     """A wrapper bug handing wrong lengths gets an error status, not an out-of-bounds access, at stride 1 and 2."""
     ffi, lib = native.compiled.ffi, native.compiled.lib
-    x, w = np.ones(2 * 25, np.float32), np.ones(3 * 18, np.float32)
+    x, w, half = np.ones(2 * 25, np.float32), np.ones(3 * 18, np.float32), np.full(1, 0.5, np.float32)
     for stride, out in ((1, 5), (2, 3)):
         y = np.empty(3 * out * out, np.float32)
         geometry = (1, 2, 5, 5, 3, 1, 3, 3, out, out, stride, stride, 1, 1, 1, 1)
@@ -125,11 +125,14 @@ def test_the_c_boundary_checks_lengths_itself():
         packed = np.empty(packed_len + 64, np.float32)
 
         def call(x_len=x.size, w_len=w.size, y_len=y.size, scratch_len=needed, packed_len=packed_len, y_type=0, y=y,
-                 scratch=scratch, packed=packed, geometry=geometry):
+                 scratch=scratch, packed=packed, geometry=geometry, links=ffi.NULL, params=ffi.NULL, n_links=0,
+                 chain_inputs=None):
             return lib.rtd_conv2d(ffi.from_buffer("float[]", x), 0, x_len, 0, ffi.from_buffer("float[]", w), w_len,
                                   ffi.NULL, ffi.NULL, 0, ffi.NULL, 0, 0, ffi.from_buffer("char[]", y, require_writable=True),
                                   y_type, y_len, ffi.from_buffer("float[]", scratch, require_writable=True), scratch_len,
-                                  ffi.from_buffer("float[]", packed, require_writable=True), packed_len, 1, *geometry, 0)
+                                  ffi.from_buffer("float[]", packed, require_writable=True), packed_len, 1,
+                                  links, params, n_links, chain_inputs or [ffi.NULL, ffi.from_buffer("float[]", half)], [0, 1], 2,
+                                  *geometry, 0)
         assert call() == 0
         assert call(x_len=x.size + 1) != 0
         assert call(w_len=w.size - 1) != 0
@@ -137,6 +140,11 @@ def test_the_c_boundary_checks_lengths_itself():
         assert call(scratch_len=needed - 1) != 0
         assert call(packed_len=packed_len - 1) != 0
         assert call(y_type=1) != 0         # 8-bit output from a float input
+        mul = ffi.from_buffer("int32_t[]", np.array([2, 0, 1, -2], np.int32))   # Mul(output, input 1)
+        zeros = ffi.from_buffer("float[]", np.zeros(2, np.float32))
+        assert call(links=mul, params=zeros, n_links=1) == 0
+        assert call(links=ffi.from_buffer("int32_t[]", np.array([2, 0, 2, -2], np.int32)), params=zeros, n_links=1) != 0
+        assert call(links=ffi.from_buffer("int32_t[]", np.array([99, 0, 1, -2], np.int32)), params=zeros, n_links=1) != 0
 
 
 def test_kept_panels_are_used_only_for_the_weights_they_were_made_from():
