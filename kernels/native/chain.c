@@ -28,7 +28,7 @@
 #define BLOCK RTD_CHAIN_BLOCK
 /* Below this many elements per thread, waking a pool thread costs more than it saves. */
 #define MIN_ELEMENTS_PER_THREAD (1 << 15)
-#define MAX_INPUTS 16
+#define MAX_INPUTS RTD_CHAIN_MAX_INPUTS
 #define ABSENT (-2)
 #define PREVIOUS (-1)
 

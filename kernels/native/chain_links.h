@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #define RTD_CHAIN_BLOCK 512   /* elements per block, at most: each block's links stay in L1 */
+#define RTD_CHAIN_MAX_INPUTS 16
 
 /* The program's links over `count` (<= RTD_CHAIN_BLOCK) elements into out: view[k] holds input k's
    values for these elements (chain.h's program: four int32 and two floats per link). */

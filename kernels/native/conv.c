@@ -34,6 +34,7 @@
 #include "depthwise.h"
 #include "chain_links.h"
 #include "conv.h"
+#include "gemm_core.h"
 #include "parallel.h"
 #include "simd.h"
 #include "threads.h"
@@ -274,6 +275,33 @@ static void run_tiles(void *context, int64_t worker, int64_t first, int64_t last
     run_tiles_clone(context, first, last);
 }
 
+/* A 1x1 float convolution at stride 1 without padding is the GEMM weights (mg, cg) @ x's planes (cg,
+ * pixels) per image and group, written into y's planes, bias, ReLU and the chain in its epilogue: its
+ * output rows are contiguous, so the epilogue stores whole vectors (the direct kernel's per-pixel-tile
+ * epilogue costs as much as its few multiply-adds when K is small). */
+static struct rtd_gemm pointwise_gemm(const struct call *a, int64_t gi)
+{
+    const int with_bias = a->bias_len != 0;
+    const struct rtd_gemm g = {
+        .a = a->w + gi * a->mg * a->k, .lda = a->k,
+        .b = (const float *)a->x + (a->image * a->c + gi * a->cg) * a->pixels, .ldb = a->pixels, .b_layout = RTD_GEMM_B_ROWS,
+        .c = (float *)a->y + (a->image * a->m + gi * a->mg) * a->pixels, .ldc = a->pixels,
+        .bias = with_bias ? a->bias_f + gi * a->mg : NULL, .bias_kind = with_bias ? RTD_GEMM_BIAS_ROW : RTD_GEMM_BIAS_NONE,
+        .relu = a->relu, .m = a->mg, .n = a->pixels, .k = a->k,
+        .links = a->links, .params = a->params, .n_links = a->n_links, .chain_inputs = a->chain_inputs,
+        .chain_len = a->chain_len, .n_chain_inputs = a->n_chain_inputs, .chain_row0 = gi * a->mg};
+    return g;
+}
+
+static void run_pointwise_groups(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    for (int64_t gi = first; gi < last; gi++) {
+        const struct rtd_gemm g = pointwise_gemm(context, gi);
+        rtd_gemm_block(&g, 0, g.m, 0, g.n);
+    }
+}
+
 /* Scratch floats: the padded image (none when direct). */
 static int64_t scratch_floats(int64_t c, int64_t hp, int64_t wq, int64_t sw, int direct)
 {
@@ -350,6 +378,21 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
     /* as many threads as the tenant's quota and the work allow */
     int64_t threads = rtd_threads();
     if (2 * m * k * pixels * n / (threads > 0 ? threads : 1) < MIN_FLOPS_PER_THREAD) threads = 1;
+    const int pointwise = direct && kh == 1 && kw == 1;
+    if (pointwise) {
+        for (int64_t image = 0; image < n; image++) {
+            a.image = image;
+            if (threads > 1 && group >= 2 * threads) {
+                rtd_parallel_for(threads, group, run_pointwise_groups, &a);
+                continue;
+            }
+            for (int64_t gi = 0; gi < group; gi++) {
+                const struct rtd_gemm g = pointwise_gemm(&a, gi);
+                rtd_gemm_parallel(&g, threads);
+            }
+        }
+        return 0;
+    }
     if (pack)
         pack_weights(&a);
     for (int64_t image = 0; image < n; image++) {

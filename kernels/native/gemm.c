@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "depthwise.h"
+#include "chain_links.h"
 #include "gemm.h"
 #include "gemm_core.h"
 #include "parallel.h"
@@ -114,6 +115,29 @@ INLINE void any_tile(int rows, int64_t kc, const float *a, int64_t lda, const fl
     }
 }
 
+/* The fused chain over the finished tile of rows [i, i + rows) and columns [col0, col0 + cols) of c, in place. */
+static void chain_tile(const struct rtd_gemm *g, int64_t i, int rows, int64_t col0, int cols)
+{
+    float values[MR * NR] = {0}, chained[MR * NR], expanded[RTD_CHAIN_MAX_INPUTS][MR * NR];
+    const float *view[RTD_CHAIN_MAX_INPUTS];
+    for (int r = 0; r < rows; r++)
+        memcpy(values + r * NR, g->c + (i + r) * g->ldc + col0, (size_t)cols * sizeof(float));
+    for (int64_t k = 0; k < g->n_chain_inputs; k++) {
+        if (g->chain_len[k] == 0) {
+            view[k] = values;
+            continue;
+        }
+        for (int r = 0; r < rows; r++) {
+            const float v = g->chain_inputs[k][g->chain_len[k] == 1 ? 0 : g->chain_row0 + i + r];
+            for (int j = 0; j < NR; j++) expanded[k][r * NR + j] = v;
+        }
+        view[k] = expanded[k];
+    }
+    rtd_chain_links(view, g->links, g->params, g->n_links, chained, rows * NR);
+    for (int r = 0; r < rows; r++)
+        memcpy(g->c + (i + r) * g->ldc + col0, chained + r * NR, (size_t)cols * sizeof(float));
+}
+
 /* Rows [k0, k0 + kc) of b's columns [j0, j0 + nc) as panels of 16 (the last zero-padded). */
 INLINE void pack(const struct rtd_gemm *g, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float *packed)
 {
@@ -174,6 +198,8 @@ CLONES void rtd_gemm_block(const struct rtd_gemm *g, int64_t m0, int64_t m1, int
                         any_tile(rows, kc, g->a + i * g->lda + k0, g->lda, b, ldb, g->c + i * g->ldc + j0 + j, g->ldc,
                                  cols, first, last, bias_col, g->bias_kind == RTD_GEMM_BIAS_ROW ? g->bias + i : NULL,
                                  g->relu);
+                        if (last && g->n_links > 0)
+                            chain_tile(g, i, rows, j0 + j, cols);
                     }
                 }
             }
@@ -220,8 +246,10 @@ int rtd_gemm_rows(const float *a, int64_t a_len, const float *b, int64_t b_len, 
         return RTD_NATIVE_E_ARGUMENT;
     if (a_len != m * k || b_len != k * n || c_len != m * n || (bias != NULL && bias_len != n))
         return RTD_NATIVE_E_LENGTH;
-    const struct rtd_gemm g = {a, k, b, b_transposed ? k : n, b_transposed ? RTD_GEMM_B_COLUMNS : RTD_GEMM_B_ROWS,
-                               c, n, bias, bias != NULL ? RTD_GEMM_BIAS_COLUMN : RTD_GEMM_BIAS_NONE, relu, m, n, k};
+    const struct rtd_gemm g = {.a = a, .lda = k, .b = b, .ldb = b_transposed ? k : n,
+                               .b_layout = b_transposed ? RTD_GEMM_B_COLUMNS : RTD_GEMM_B_ROWS, .c = c, .ldc = n,
+                               .bias = bias, .bias_kind = bias != NULL ? RTD_GEMM_BIAS_COLUMN : RTD_GEMM_BIAS_NONE,
+                               .relu = relu, .m = m, .n = n, .k = k};
     rtd_gemm_parallel(&g, rtd_threads());
     return 0;
 }

@@ -25,6 +25,11 @@ struct rtd_gemm {
     const float *bias; int bias_kind;
     int relu;
     int64_t m, n, k;
+    /* an element-wise chain (chain.h's program) run on c after bias and ReLU, tile by tile (n_links 0:
+       none); its inputs: c itself (chain_len 0), scalars (1), or one value per row of c, read at
+       chain_row0 + row (the convolution's output channels) */
+    const int32_t *links; const float *params; int64_t n_links;
+    const float *const *chain_inputs; const int64_t *chain_len; int64_t n_chain_inputs, chain_row0;
 };
 
 /* Rows [m0, m1) and columns [n0, n1) of c, on the calling thread. */

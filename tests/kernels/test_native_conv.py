@@ -8,7 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rtd.kernels import native
+from rtd.kernels.ir import Node
 from rtd.kernels.native import conv as native_conv
+from rtd.kernels.native.chain import Program
 from rtd.kernels.ops._quant import requantize
 from rtd.kernels.ops._window import geometry
 
@@ -184,3 +186,24 @@ def test_threads_split_the_work_and_change_no_result():
             native.set_threads(1)
         np.testing.assert_allclose(results[2][0], results[1][0], rtol=1e-6, atol=1e-5)
         np.testing.assert_array_equal(results[2][1], results[1][1])
+
+
+@pytest.mark.parametrize("k, pads", [(1, 0), (3, 1)])   # 1x1 unpadded: the GEMM's epilogue; 3x3: the direct tiles'
+def test_a_fused_chain_gives_the_bits_of_the_chain_run_after(k, pads):
+    """Conv + Relu, then x * sigmoid(x) * scale[channel] + shift: run on the tiles, the same bits as the same
+    compiled chain run over the finished output."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 24, 13, 11), dtype=np.float32)
+    w = rng.standard_normal((37, 24, k, k), dtype=np.float32)
+    bias = rng.standard_normal(37, dtype=np.float32)
+    scale, shift = rng.standard_normal((37, 1, 1), dtype=np.float32), np.float32([0.25])
+    links = [(Node("Sigmoid", "", [], [], {}), [0]), (Node("Mul", "", [], [], {}), [0, -1]),
+             (Node("Mul", "", [], [], {}), [-1, 1]), (Node("Add", "", [], [], {}), [-1, 2])]
+    program = Program.build(links, 3, np.float32)
+    out = (13 + 2 * pads - k) + 1, (11 + 2 * pads - k) + 1
+    conv = native_conv.Conv2d(x.shape, w.shape, 1, [k, k], [1, 1], [1, 1], [pads] * 2, [pads] * 2, list(out))
+    plain = conv(x, w, bias, relu=True)
+    want = np.empty_like(plain)
+    assert program([plain, scale, shift], want) is want
+    fused = conv(x, w, bias, relu=True, chain=(program, [None, scale, shift]))
+    np.testing.assert_array_equal(fused, want)
