@@ -115,27 +115,23 @@ INLINE void any_tile(int rows, int64_t kc, const float *a, int64_t lda, const fl
     }
 }
 
-/* The fused chain over the finished tile of rows [i, i + rows) and columns [col0, col0 + cols) of c, in place. */
-static void chain_tile(const struct rtd_gemm *g, int64_t i, int rows, int64_t col0, int cols)
+/* The fused chain over finished row i of c, columns [col0, col0 + cols) (at most NC), in place. */
+static void chain_row(const struct rtd_gemm *g, int64_t i, int64_t col0, int64_t cols)
 {
-    float values[MR * NR] = {0}, chained[MR * NR], expanded[RTD_CHAIN_MAX_INPUTS][MR * NR];
+    float chained[NC], filled[RTD_CHAIN_MAX_INPUTS][NC];
     const float *view[RTD_CHAIN_MAX_INPUTS];
-    for (int r = 0; r < rows; r++)
-        memcpy(values + r * NR, g->c + (i + r) * g->ldc + col0, (size_t)cols * sizeof(float));
+    float *row = g->c + i * g->ldc + col0;
     for (int64_t k = 0; k < g->n_chain_inputs; k++) {
         if (g->chain_len[k] == 0) {
-            view[k] = values;
+            view[k] = row;
             continue;
         }
-        for (int r = 0; r < rows; r++) {
-            const float v = g->chain_inputs[k][g->chain_len[k] == 1 ? 0 : g->chain_row0 + i + r];
-            for (int j = 0; j < NR; j++) expanded[k][r * NR + j] = v;
-        }
-        view[k] = expanded[k];
+        const float v = g->chain_inputs[k][g->chain_len[k] == 1 ? 0 : g->chain_row0 + i];
+        for (int64_t j = 0; j < cols; j++) filled[k][j] = v;
+        view[k] = filled[k];
     }
-    rtd_chain_links(view, g->links, g->params, g->n_links, chained, rows * NR);
-    for (int r = 0; r < rows; r++)
-        memcpy(g->c + (i + r) * g->ldc + col0, chained + r * NR, (size_t)cols * sizeof(float));
+    rtd_chain_links(view, g->links, g->params, g->n_links, chained, cols);
+    memcpy(row, chained, (size_t)cols * sizeof(float));
 }
 
 /* Rows [k0, k0 + kc) of b's columns [j0, j0 + nc) as panels of 16 (the last zero-padded). */
@@ -198,10 +194,10 @@ CLONES void rtd_gemm_block(const struct rtd_gemm *g, int64_t m0, int64_t m1, int
                         any_tile(rows, kc, g->a + i * g->lda + k0, g->lda, b, ldb, g->c + i * g->ldc + j0 + j, g->ldc,
                                  cols, first, last, bias_col, g->bias_kind == RTD_GEMM_BIAS_ROW ? g->bias + i : NULL,
                                  g->relu);
-                        if (last && g->n_links > 0)
-                            chain_tile(g, i, rows, j0 + j, cols);
                     }
                 }
+                if (last && g->n_links > 0)   /* the block's rows are finished and still in cache */
+                    for (int64_t i = i0; i < i1; i++) chain_row(g, i, j0, nc);
             }
         }
     }
