@@ -88,33 +88,40 @@ RTD_INLINE v8 erf8(v8 x)
     return tanh8(p);
 }
 
-RTD_INLINE v8 apply8(int op, v8 x)
+RTD_INLINE v8 gelu8(v8 x) { return x * ((erf8(x * splat(0.70710678118654752f)) + splat(1.0f)) * splat(0.5f)); }
+
+RTD_INLINE v8 gelu_tanh8(v8 x)
 {
-    switch (op) {
-    case RTD_ACT_SIGMOID: return sigmoid8(x);
-    case RTD_ACT_TANH: return tanh8(x);
-    case RTD_ACT_EXP: return exp8(x);
-    case RTD_ACT_ERF: return erf8(x);
-    case RTD_ACT_GELU: return x * ((erf8(x * splat(0.70710678118654752f)) + splat(1.0f)) * splat(0.5f));
-    default: {   /* RTD_ACT_GELU_TANH */
-        v8 gate = x * x;
-        gate = gate * splat(0.7978845608028654f * 0.044715f) + splat(0.7978845608028654f);
-        gate = tanh8(gate * x);
-        return x * ((gate + splat(1.0f)) * splat(0.5f));
-    }
-    }
+    v8 gate = x * x;
+    gate = gate * splat(0.7978845608028654f * 0.044715f) + splat(0.7978845608028654f);
+    gate = tanh8(gate * x);
+    return x * ((gate + splat(1.0f)) * splat(0.5f));
 }
+
+/* y = F(x) over count floats; the tail goes through the same vector code, so every element comes out the
+   same wherever it sits. One loop per function: the choice is made once per block, not per vector. */
+#define OVER_BLOCK(F)                                                                                   \
+    do {                                                                                                \
+        int64_t i = 0;                                                                                  \
+        for (; i + 8 <= count; i += 8)                                                                  \
+            store8(y + i, F(load8(x + i)));                                                             \
+        if (i < count) {                                                                                \
+            float tail[8] = {0};                                                                        \
+            memcpy(tail, x + i, (size_t)(count - i) * sizeof(float));                                   \
+            store8(tail, F(load8(tail)));                                                               \
+            memcpy(y + i, tail, (size_t)(count - i) * sizeof(float));                                   \
+        }                                                                                               \
+    } while (0)
 
 RTD_CLONES void rtd_activation_block(int op, const float *x, float *y, int64_t count)
 {
-    int64_t i = 0;
-    for (; i + 8 <= count; i += 8)
-        store8(y + i, apply8(op, load8(x + i)));
-    if (i < count) {   /* the tail through the same vector code: its elements come out as anywhere else */
-        float tail[8] = {0};
-        memcpy(tail, x + i, (size_t)(count - i) * sizeof(float));
-        store8(tail, apply8(op, load8(tail)));
-        memcpy(y + i, tail, (size_t)(count - i) * sizeof(float));
+    switch (op) {
+    case RTD_ACT_SIGMOID: OVER_BLOCK(sigmoid8); break;
+    case RTD_ACT_TANH: OVER_BLOCK(tanh8); break;
+    case RTD_ACT_EXP: OVER_BLOCK(exp8); break;
+    case RTD_ACT_ERF: OVER_BLOCK(erf8); break;
+    case RTD_ACT_GELU: OVER_BLOCK(gelu8); break;
+    default: OVER_BLOCK(gelu_tanh8); break;   /* RTD_ACT_GELU_TANH */
     }
 }
 
