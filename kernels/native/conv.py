@@ -103,9 +103,16 @@ class PackedWeights:
         self.kept = None   # (the weights array, its panels)
 
     def get(self, w):
-        """The panels of `w` when kept, else None."""
+        """The panels of `w` when kept (the same array, or a view of the same memory as the same shape, as
+        a 1-D convolution's weights seen as 2-D are each call), else None."""
         kept = self.kept
-        return kept[1] if kept is not None and kept[0] is w else None
+        if kept is None:
+            return None
+        source = kept[0]
+        if source is w or (w.base is not None and w.base is source.base and w.shape == source.shape
+                           and w.strides == source.strides and w.ctypes.data == source.ctypes.data):
+            return kept[1]
+        return None
 
 
 class Conv2d:

@@ -161,8 +161,40 @@ INLINE void pack(const struct rtd_gemm *g, int64_t k0, int64_t kc, int64_t j0, i
     }
 }
 
+/* A few rows times a transposed b (n, k): each c value one dot product of two contiguous rows, 8 lanes
+ * at a time (packing b's transpose would cost more than the product). Then bias, ReLU, the chain. */
+INLINE void few_rows_columns(const struct rtd_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    for (int64_t i = m0; i < m1; i++) {
+        const float *a = g->a + i * g->lda;
+        float *c = g->c + i * g->ldc;
+        for (int64_t j = n0; j < n1; j++) {
+            const float *b = g->b + j * g->ldb;
+            v8 s0 = {0}, s1 = {0};
+            int64_t k = 0;
+            for (; k + 16 <= g->k; k += 16) {
+                s0 += load8(a + k) * load8(b + k);
+                s1 += load8(a + k + 8) * load8(b + k + 8);
+            }
+            s0 += s1;
+            float sum = ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));
+            for (; k < g->k; k++) sum += a[k] * b[k];
+            if (g->bias_kind == RTD_GEMM_BIAS_COLUMN) sum += g->bias[j];
+            else if (g->bias_kind == RTD_GEMM_BIAS_ROW) sum += g->bias[i];
+            c[j] = g->relu && sum < 0.0f ? 0.0f : sum;
+        }
+    }
+    if (g->n_links > 0)
+        for (int64_t i = m0; i < m1; i++)
+            for (int64_t j0 = n0; j0 < n1; j0 += NC) chain_row(g, i, j0, n1 - j0 < NC ? n1 - j0 : NC);
+}
+
 CLONES void rtd_gemm_block(const struct rtd_gemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
 {
+    if (g->b_layout == RTD_GEMM_B_COLUMNS && m1 - m0 <= FEW_ROWS) {
+        few_rows_columns(g, m0, m1, n0, n1);
+        return;
+    }
     /* one packing buffer per thread (the pool's threads and any caller's), made on its first use */
     static _Thread_local float packed[KC * NC] __attribute__((aligned(64)));
     /* a few rows of a row-major b: each b value is used by so few rows that packing it costs more than
