@@ -125,6 +125,63 @@ RTD_CLONES void rtd_activation_block(int op, const float *x, float *y, int64_t c
     }
 }
 
+/* One row's softmax: the row maximum subtracted (NaN propagates through it, as np.max does), exp8 and the
+   sum in one pass, then the product by 1 / sum. The tail goes through the same vector code. */
+RTD_CLONES static void softmax_row(const float *x, float *y, int64_t cols)
+{
+    v8 top = splat(-__builtin_inff());
+    int64_t i = 0;
+    for (; i + 8 <= cols; i += 8) {
+        const v8 v = load8(x + i);
+        top = select8((v > top) | (v != v), v, top);
+    }
+    float m = top[0];
+    for (int lane = 1; lane < 8; lane++) m = (top[lane] > m || top[lane] != top[lane]) ? top[lane] : m;
+    for (; i < cols; i++) m = (x[i] > m || x[i] != x[i]) ? x[i] : m;
+    const v8 shift = splat(m);
+    v8 total = {0};
+    for (i = 0; i + 8 <= cols; i += 8) {
+        const v8 e = exp8(load8(x + i) - shift);
+        store8(y + i, e);
+        total += e;
+    }
+    if (i < cols) {
+        float tail[8];
+        for (int lane = 0; lane < 8; lane++) tail[lane] = i + lane < cols ? x[i + lane] : -__builtin_inff();
+        const v8 e = exp8(load8(tail) - shift);   /* the padding's exp is 0: it adds nothing */
+        store8(tail, e);
+        total += select8(e == e, e, splat(0.0f));
+        memcpy(y + i, tail, (size_t)(cols - i) * sizeof(float));
+    }
+    const float sum = ((total[0] + total[4]) + (total[1] + total[5])) + ((total[2] + total[6]) + (total[3] + total[7]));
+    const v8 scale = splat(1.0f / sum);
+    for (i = 0; i + 8 <= cols; i += 8) store8(y + i, load8(y + i) * scale);
+    for (; i < cols; i++) y[i] *= scale[0];
+}
+
+struct softmax { const float *x; float *y; int64_t cols; };
+
+static void softmax_rows(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct softmax *a = context;
+    (void)worker;
+    for (int64_t r = first; r < last; r++)
+        softmax_row(a->x + r * a->cols, a->y + r * a->cols, a->cols);
+}
+
+int rtd_softmax_f32(const float *x, int64_t x_len, float *y, int64_t y_len, int64_t rows, int64_t cols)
+{
+    if (rows < 0 || cols < 1)
+        return RTD_NATIVE_E_ARGUMENT;
+    if (x_len != rows * cols || y_len != x_len)
+        return RTD_NATIVE_E_LENGTH;
+    struct softmax a = {x, y, cols};
+    int64_t threads = rtd_threads();
+    if (x_len / (threads > 0 ? threads : 1) < MIN_ELEMENTS_PER_THREAD) threads = 1;
+    rtd_parallel_for(threads, rows, softmax_rows, &a);
+    return 0;
+}
+
 struct activation { int op; const float *x; float *y; int64_t len; };
 
 static void run_blocks(void *context, int64_t worker, int64_t first, int64_t last)

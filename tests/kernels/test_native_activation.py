@@ -80,3 +80,19 @@ def test_the_c_boundary_checks_lengths_itself():
     assert call(y_len=7) != 0
     assert call(op=99) != 0
     assert call(x_len=-1) != 0
+
+
+@pytest.mark.parametrize("cols", [1, 7, 8, 130, 6906])
+def test_softmax_rows_match_the_exact_softmax(cols):
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((5, cols)) * 20).astype(np.float32)
+    x[1] = -3.4e38                                 # every term underflows without the shift: uniform
+    x[2, 0] = np.nan                               # NaN propagates to its row
+    exact = np.exp(x.astype(np.float64) - x.astype(np.float64).max(axis=1, keepdims=True))
+    exact /= exact.sum(axis=1, keepdims=True)
+    got = act.softmax_rows(x)
+    assert np.isnan(got[2]).all() and not np.isnan(np.delete(got, 2, axis=0)).any()
+    np.testing.assert_allclose(np.delete(got, 2, axis=0), np.delete(exact, 2, axis=0), rtol=1e-5, atol=1e-7)
+    inplace = x.copy()
+    assert act.softmax_rows(inplace, inplace) is inplace
+    np.testing.assert_array_equal(inplace, got)
