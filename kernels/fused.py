@@ -103,7 +103,7 @@ class MatMulBias(Fused):
         if xp is np and a.ndim >= 2 and w.ndim == 2 and a.flags.c_contiguous:   # rows shared among the threads
             flat_bias = bias.reshape(-1) if bias is not None and bias.shape[-1:] == (bias.size,) else None
             rows = gemm_rows(a.reshape(-1, a.shape[-1]), w, flat_bias,
-                             out=None if out is None else out.reshape(-1, w.shape[1]))
+                             out=None if out is None else out.reshape(-1, w.shape[1]), constant=True)   # w: a constant, by the fusion
             if rows is not None:
                 out = rows.reshape(*a.shape[:-1], w.shape[1]) if out is None else out
                 if bias is not None and flat_bias is None:

@@ -318,6 +318,19 @@ int64_t rtd_conv2d_packed_weights(int64_t m, int64_t group, int64_t k)
     return m < 1 || group < 1 || k < 1 || m % group ? -1 : packed_floats(m, group, k);
 }
 
+int rtd_conv2d_pack_weights(const float *w, int64_t w_len, int64_t m, int64_t group, int64_t k, float *packed,
+                            int64_t packed_len)
+{
+    if (m < 1 || group < 1 || k < 1 || m % group)
+        return RTD_NATIVE_E_ARGUMENT;
+    if (w_len != m * k || packed_len != packed_floats(m, group, k))
+        return RTD_NATIVE_E_LENGTH;
+    struct call a = {.w = w, .group = group, .mg = m / group, .k = k, .packed = packed,
+                     .panels = (m / group + CHANNELS - 1) / CHANNELS};
+    pack_weights(&a);
+    return 0;
+}
+
 int64_t rtd_conv2d_scratch(int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
                            int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                            int64_t pad_top, int64_t pad_left, int x_type, int y_type)

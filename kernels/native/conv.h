@@ -28,5 +28,7 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
 int64_t rtd_conv2d_scratch(int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
                            int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                            int64_t pad_top, int64_t pad_left, int x_type, int y_type);
-/* The floats of the packed weights (-1: not a geometry). */
+/* The floats of the packed weights (-1: not a geometry), and the packing itself (w: (M, K) float32). */
 int64_t rtd_conv2d_packed_weights(int64_t m, int64_t group, int64_t k);
+int rtd_conv2d_pack_weights(const float *w, int64_t w_len, int64_t m, int64_t group, int64_t k, float *packed,
+                            int64_t packed_len);

@@ -20,6 +20,7 @@ import threadpoolctl
 from rtd.errors import Code, RtdError
 
 from . import compiled
+from .packed import packed as kept
 from .depthwise import LIMIT
 
 FLOAT32 = np.dtype(np.float32)
@@ -95,24 +96,15 @@ def _chain_arguments(chain, channels: int):
     return (program.link_buffer, program.param_buffer, len(program.params) // 2, buffers, lengths, len(inputs))
 
 
-class PackedWeights:
-    """A convolution's weights in the kernel's panels, kept for the weights they were made from (a kernel
-    holds one; the caller hands it over only for weights that cannot change)."""
-
-    def __init__(self):
-        self.kept = None   # (the weights array, its panels)
-
-    def get(self, w):
-        """The panels of `w` when kept (the same array, or a view of the same memory as the same shape, as
-        a 1-D convolution's weights seen as 2-D are each call), else None."""
-        kept = self.kept
-        if kept is None:
-            return None
-        source = kept[0]
-        if source is w or (w.base is not None and w.base is source.base and w.shape == source.shape
-                           and w.strides == source.strides and w.ctypes.data == source.ctypes.data):
-            return kept[1]
-        return None
+def _pack(w, m: int, group: int):
+    """The weights in the direct kernel's panels of 16 output channels."""
+    ffi, k = compiled.ffi, w.size // m
+    panels = np.empty(compiled.lib.rtd_conv2d_packed_weights(m, group, k), np.float32)
+    status = compiled.lib.rtd_conv2d_pack_weights(ffi.from_buffer("float[]", w), w.size, m, group, k,
+                                                  ffi.from_buffer("float[]", panels, require_writable=True), panels.size)
+    if status != 0:   # the call's checks make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"conv weight packing refused its arguments (status {status})")
+    return panels
 
 
 class Conv2d:
@@ -142,10 +134,11 @@ class Conv2d:
         self.usable = True
 
     def __call__(self, x, w, bias=None, relu: bool = False, x_zero_point: int = 0, requantize=None,
-                 packed_weights: PackedWeights | None = None, chain=None):
+                 constant=None, chain=None):
         """y (N, M, oh, ow): float32 plus bias (M,) float32 then ReLU; or, with `requantize` =
-        (multiplier (1 or M) float32, zero point, dtype) and an int32 bias, the 8-bit output. With
-        `packed_weights` (for weights that cannot change), their panels are made once and kept there.
+        (multiplier (1 or M) float32, zero point, dtype) and an int32 bias, the 8-bit output. `constant`:
+        the weight array w comes from when it cannot change (w itself, or what w is a view of): the
+        panels are made once for it and kept (native/packed.py).
         `chain` = (a native.chain.Program, its inputs: None for this convolution's output, else float32
         arrays of one value or one per output channel) runs on the float output in the same pass."""
         x_type = TYPES.get(x.dtype)
@@ -170,10 +163,11 @@ class Conv2d:
         if links is None:
             return None
         scratch = _scratch(compiled.lib.rtd_conv2d_scratch(*self.geometry, x_type, y_type))
-        packed = None if packed_weights is None else packed_weights.get(w)
-        pack = packed is None
-        if pack:
-            packed = np.empty(compiled.lib.rtd_conv2d_packed_weights(self.w_shape[0], self.geometry[5], w[0].size), np.float32)
+        m, group = self.w_shape[0], self.geometry[5]
+        if constant is not None:
+            packed, pack = kept(constant, ("conv", m, group, w.size), lambda: _pack(w, m, group)), False
+        else:
+            packed, pack = np.empty(compiled.lib.rtd_conv2d_packed_weights(m, group, w[0].size), np.float32), True
         bias_buffer = null if bias is None else _buffer(bias)
         status = compiled.lib.rtd_conv2d(
             _buffer(x), x_type, x.size, int(x_zero_point), _buffer(w), w.size,
@@ -185,7 +179,4 @@ class Conv2d:
             *(links or (null, null, 0, null, null, 0)), *self.geometry, int(relu))
         if status != 0:   # the checks above make this unreachable; the C checks again all the same
             raise RtdError(Code.E_INTERNAL, f"conv kernel refused its arguments (status {status})")
-        if pack and packed_weights is not None:
-            packed.flags.writeable = False
-            packed_weights.kept = (w, packed)
         return y

@@ -200,18 +200,19 @@ CLONES void rtd_gemm_block(const struct rtd_gemm *g, int64_t m0, int64_t m1, int
     /* a few rows of a row-major b: each b value is used by so few rows that packing it costs more than
        reading it in place, 16 columns of a row at a time */
     const int in_place = g->b_layout == RTD_GEMM_B_ROWS && m1 - m0 <= FEW_ROWS;
+    const int prepacked = g->b_layout == RTD_GEMM_B_PACKED;
     for (int64_t j0 = n0; j0 < n1; j0 += NC) {   /* c's block (rows x NC) stays in L2 across the k passes */
         const int64_t nc = n1 - j0 < NC ? n1 - j0 : NC;
         for (int64_t k0 = 0; k0 < g->k; k0 += KC) {
             const int64_t kc = g->k - k0 < KC ? g->k - k0 : KC;
             const int first = k0 == 0, last = k0 + kc == g->k;
-            if (!in_place)
+            if (!in_place && !prepacked)
                 pack(g, k0, kc, j0, nc, packed);
             for (int64_t i0 = m0; i0 < m1; i0 += MC) {
                 const int64_t i1 = m1 - i0 < MC ? m1 : i0 + MC;
                 for (int64_t j = 0; j < nc; j += NR) {
                     const int cols = nc - j < NR ? (int)(nc - j) : NR;
-                    const float *b = packed + j / NR * kc * NR;
+                    const float *b = prepacked ? g->b + (j0 + j) / NR * g->k * NR + k0 * NR : packed + j / NR * kc * NR;
                     int64_t ldb = NR;
                     if (in_place && cols == NR) {
                         b = g->b + k0 * g->ldb + j0 + j;
@@ -266,16 +267,35 @@ void rtd_gemm_parallel(const struct rtd_gemm *g, int64_t threads)
         rtd_parallel_for(threads, row_blocks, run_rows, (void *)g);
 }
 
-int rtd_gemm_rows(const float *a, int64_t a_len, const float *b, int64_t b_len, int b_transposed,
+int64_t rtd_gemm_packed_len(int64_t k, int64_t n)
+{
+    return k < 1 || n < 1 ? -1 : (n + NR - 1) / NR * NR * k;
+}
+
+int rtd_gemm_pack(const float *b, int64_t b_len, int b_transposed, int64_t k, int64_t n, float *packed, int64_t packed_len)
+{
+    if (k < 1 || n < 1)
+        return RTD_NATIVE_E_ARGUMENT;
+    if (b_len != k * n || packed_len != rtd_gemm_packed_len(k, n))
+        return RTD_NATIVE_E_LENGTH;
+    const struct rtd_gemm g = {.b = b, .ldb = b_transposed ? k : n, .b_layout = b_transposed ? RTD_GEMM_B_COLUMNS : RTD_GEMM_B_ROWS,
+                               .n = n, .k = k};
+    for (int64_t j = 0; j < n; j += NR)
+        pack(&g, 0, k, j, n - j < NR ? n - j : NR, packed + j / NR * k * NR);
+    return 0;
+}
+
+int rtd_gemm_rows(const float *a, int64_t a_len, const float *b, int64_t b_len, int b_layout,
                   const float *bias, int64_t bias_len, float *c, int64_t c_len,
                   int64_t m, int64_t k, int64_t n, int relu)
 {
-    if (m < 1 || k < 1 || n < 1)
+    if (m < 1 || k < 1 || n < 1 || b_layout < RTD_GEMM_B_ROWS || b_layout > RTD_GEMM_B_PACKED)
         return RTD_NATIVE_E_ARGUMENT;
-    if (a_len != m * k || b_len != k * n || c_len != m * n || (bias != NULL && bias_len != n))
+    if (a_len != m * k || b_len != (b_layout == RTD_GEMM_B_PACKED ? rtd_gemm_packed_len(k, n) : k * n) || c_len != m * n
+        || (bias != NULL && bias_len != n))
         return RTD_NATIVE_E_LENGTH;
-    const struct rtd_gemm g = {.a = a, .lda = k, .b = b, .ldb = b_transposed ? k : n,
-                               .b_layout = b_transposed ? RTD_GEMM_B_COLUMNS : RTD_GEMM_B_ROWS, .c = c, .ldc = n,
+    const struct rtd_gemm g = {.a = a, .lda = k, .b = b, .ldb = b_layout == RTD_GEMM_B_COLUMNS ? k : n,
+                               .b_layout = b_layout, .c = c, .ldc = n,
                                .bias = bias, .bias_kind = bias != NULL ? RTD_GEMM_BIAS_COLUMN : RTD_GEMM_BIAS_NONE,
                                .relu = relu, .m = m, .n = n, .k = k};
     rtd_gemm_parallel(&g, rtd_threads());

@@ -4,7 +4,8 @@
  * is (row i at a + i * lda, contiguous along k). b, a row-major (k, n) matrix (RTD_GEMM_B_ROWS, row
  * stride ldb) or its transpose stored row-major (n, k) (RTD_GEMM_B_COLUMNS, row stride ldb), is packed
  * here, KC rows and NC columns at a time, into panels of RTD_GEMM_NR columns (each k a run of NR
- * floats, aligned, the last panel zero-padded) in a per-thread buffer.
+ * floats, aligned, the last panel zero-padded) in a per-thread buffer; or b is already packed that way
+ * for all of k (RTD_GEMM_B_PACKED: panel q at b + q * k * NR; a constant weight packed once).
  */
 #ifndef RTD_GEMM_CORE_H
 #define RTD_GEMM_CORE_H
@@ -15,7 +16,7 @@
 #define RTD_GEMM_KC 128   /* k per pass: a 16-column panel slice of 8 KiB stays in L1 while a's rows stream past */
 #define RTD_GEMM_NC 256   /* columns packed per pass (KC x NC floats: 256 KiB, in L2) */
 
-enum { RTD_GEMM_B_ROWS, RTD_GEMM_B_COLUMNS };
+enum { RTD_GEMM_B_ROWS, RTD_GEMM_B_COLUMNS, RTD_GEMM_B_PACKED };
 enum { RTD_GEMM_BIAS_NONE, RTD_GEMM_BIAS_ROW, RTD_GEMM_BIAS_COLUMN };
 
 struct rtd_gemm {

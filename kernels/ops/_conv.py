@@ -101,13 +101,13 @@ class _Layout:
 
 
 def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None, relu=False,
-         x_zero_point=None, requantize=None, packed_weights=None, chain=None):
+         x_zero_point=None, requantize=None, chain=None):
     """ONNX Conv of x (N, C, *S) with w (M, C/group, *k), then ReLU when `relu`; the result is in
     `acc_dtype` (default x's). With `x_zero_point` (a host array), x is an integer tensor convolved
     as x - x_zero_point. With `requantize` (multiplier, zero point, 8-bit dtype) and an int32 bias,
     the compiled convolution may return the requantized 8-bit output instead of the float sums
-    (the caller tells them apart by dtype). `packed_weights` (a native_conv.PackedWeights the calling
-    kernel holds) keeps the compiled kernel's panels of w when w cannot change (`frozen`). `chain` = (a
+    (the caller tells them apart by dtype). The compiled kernel's panels of w are kept when w cannot
+    change (`frozen`). `chain` = (a
     native.chain.Program or None, its inputs with None for this output, a function finishing y with the
     chain) is applied to the float result: by the compiled convolution in its pass, else by the function."""
     n, c = x.shape[:2]
@@ -117,7 +117,7 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     if x.ndim != nd + 2 or c != w.shape[1] * group or m % group:
         raise RtdError(Code.E_INPUT_INVALID, f"Conv: input {x.shape} does not fit weights {w.shape} with group {group}")
     acc_dtype = np.dtype(acc_dtype or x.dtype)
-    w = w.astype(acc_dtype, copy=False)
+    w = w_source = w.astype(acc_dtype, copy=False)   # w_source: what the panels are kept for (a 1-D conv passes a view)
     key = ("conv-layout", x.shape, acc_dtype, w.shape, group, tuple(k), tuple(strides or ()), tuple(dilations or ()),
            tuple(pads or ()), auto_pad, xp.__name__)
     layout = per_thread(key, lambda: _Layout(xp, x.shape, acc_dtype, w.shape, group, k, strides, dilations, pads, auto_pad))
@@ -127,7 +127,7 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
         row = (lambda a: a) if nd == 2 else (lambda a: a.reshape(a.shape[:2] + (1,) + a.shape[2:]))
         y = layout.compiled(row(x), row(w), bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
                             relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize,
-                            packed_weights if packed_weights is not None and frozen(w) else None, in_pass)
+                            w_source if frozen(w_source) else None, in_pass)
         if y is not None:
             y = y if nd == 2 else y.reshape(y.shape[:2] + y.shape[3:])
             return y if chain is None or in_pass is not None else chain[2](y)
@@ -171,7 +171,6 @@ class IntegerConv:
 
     def setup(self):
         self.weight = CentredWeight()
-        self.packed = native_conv.PackedWeights()
 
     def accumulate(self, x, x_zero_point, w, w_zero_point, bias=None, requantize=None):
         """The exact sums as float32 or float64 (every value an integer); or, with `requantize`
@@ -183,7 +182,7 @@ class IntegerConv:
         wc = self.weight.get(self.xp, w, w_zero_point, channel_shape, dtype)
         zero_point = np.zeros((), x.dtype) if x_zero_point is None else self.host(x_zero_point)
         return conv(self.xp, x, wc, bias, self.group, self.kernel_shape, self.strides, self.dilations, self.pads,
-                    self.auto_pad, acc_dtype=dtype, x_zero_point=zero_point, requantize=requantize, packed_weights=self.packed)
+                    self.auto_pad, acc_dtype=dtype, x_zero_point=zero_point, requantize=requantize)
 
 
 def _weights_times(xp, w, cols):

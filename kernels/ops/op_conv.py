@@ -1,7 +1,6 @@
 """Conv: N-d convolution with groups, dilations, strides and pads (GEMM plans in _conv)."""
 import numpy as np
 
-from ..native.conv import PackedWeights
 from ._conv import conv
 from .base import Kernel
 
@@ -9,9 +8,6 @@ from .base import Kernel
 class Conv_1(Kernel):
     attributes = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
                   "pads": None, "strides": None}
-
-    def setup(self):
-        self.packed = PackedWeights()   # the compiled kernel's panels of constant weights
 
     def run(self, x, w, b=None):
         return self.run_with_relu(x, w, b, relu=False)
@@ -22,8 +18,8 @@ class Conv_1(Kernel):
         acc = np.float32 if x.dtype.itemsize < 4 else x.dtype
         if chain is not None and x.dtype != acc:
             y = conv(self.xp, x, w, b, self.group, self.kernel_shape, self.strides, self.dilations,
-                     self.pads, self.auto_pad, acc_dtype=acc, relu=relu, packed_weights=self.packed)
+                     self.pads, self.auto_pad, acc_dtype=acc, relu=relu)
             return (chain[2](y.astype(x.dtype, copy=False)),)
         y = conv(self.xp, x, w, b, self.group, self.kernel_shape, self.strides, self.dilations,
-                 self.pads, self.auto_pad, acc_dtype=acc, relu=relu, packed_weights=self.packed, chain=chain)
+                 self.pads, self.auto_pad, acc_dtype=acc, relu=relu, chain=chain)
         return (y.astype(x.dtype, copy=False),)

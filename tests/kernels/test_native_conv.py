@@ -154,12 +154,11 @@ def test_kept_panels_are_used_only_for_the_weights_they_were_made_from():
     x = rng.standard_normal((1, 8, 12, 12), dtype=np.float32)
     w1, w2 = (rng.standard_normal((20, 8, 3, 3), dtype=np.float32) for _ in range(2))
     conv = native_conv.Conv2d(x.shape, w1.shape, 1, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [12, 12])
-    kept = native_conv.PackedWeights()
-    first = conv(x, w1, packed_weights=kept)
-    assert kept.get(w1) is not None and kept.get(w2) is None
-    np.testing.assert_array_equal(conv(x, w1, packed_weights=kept), first)   # from the kept panels
-    np.testing.assert_array_equal(conv(x, w2, packed_weights=kept), conv(x, w2))   # other weights: packed anew
-    assert kept.get(w2) is not None
+    first = conv(x, w1, constant=w1)
+    np.testing.assert_array_equal(conv(x, w1), first)                                # packed anew: the same bits
+    np.testing.assert_array_equal(conv(x, w1, constant=w1), first)                   # from the kept panels
+    np.testing.assert_array_equal(conv(x, w2, constant=w2), conv(x, w2))             # other weights: their own
+    np.testing.assert_array_equal(conv(x, w1[:, :, :, :], constant=w1), first)       # a view of the kept weights
 
 
 def test_threads_split_the_work_and_change_no_result():
