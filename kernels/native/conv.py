@@ -131,6 +131,7 @@ class Conv2d:
             return
         self.x_shape, self.w_shape, self.y_shape = tuple(x_shape), tuple(w_shape), (n, m, oh, ow)
         self.geometry = (n, c, h, w, m, group, *k, oh, ow, *strides, *dilations, begin[0], begin[1])
+        self.scratch_floats: dict = {}   # (x type, y type) -> rtd_conv2d_scratch's floats
         self.usable = True
 
     def __call__(self, x, w, bias=None, relu: bool = False, x_zero_point: int = 0, requantize=None,
@@ -162,7 +163,10 @@ class Conv2d:
         links = _chain_arguments(chain, self.w_shape[0]) if chain is not None and requantize is None else ()
         if links is None:
             return None
-        scratch = _scratch(compiled.lib.rtd_conv2d_scratch(*self.geometry, x_type, y_type))
+        floats = self.scratch_floats.get((x_type, y_type))
+        if floats is None:   # a geometry's need, asked of the C once
+            floats = self.scratch_floats[x_type, y_type] = compiled.lib.rtd_conv2d_scratch(*self.geometry, x_type, y_type)
+        scratch = _scratch(floats)
         m, group = self.w_shape[0], self.geometry[5]
         if constant is not None:
             packed, pack = kept(constant, ("conv", m, group, w.size), lambda: _pack(w, m, group)), False
