@@ -8,6 +8,7 @@ steps each (sample, tree) pair rests on its leaf. Leaf contributions are a dense
 import numpy as np
 
 from rtd.errors import Code, RtdError
+from ..native import compiled
 
 LEAF = -1
 MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
@@ -15,6 +16,7 @@ MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRAN
 MEMBER = 6
 AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")  # TreeEnsemble-5 numbers them in this order
 BLOCK = 1 << 20  # (sample, tree) pairs walked at once
+_CTYPES = {np.dtype(np.int32): "int32_t[]", np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]"}
 
 
 def _compare(mode: int, v: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -171,3 +173,74 @@ def leaf_slots(op: str, slot: dict, treeids, nodeids) -> list:
         return [slot[t, i] for t, i in zip(treeids, nodeids)]
     except KeyError as e:
         raise RtdError(Code.E_MODEL_INVALID, f"{op}: a leaf weight names node {e.args[0]}, which does not exist") from None
+
+
+class Scorer:
+    """A Forest and its leaves' weights as forest.c's node table, or None where that C is absent
+    or the trees use what it does not walk (set membership, a feature id past 2^24).
+
+    `scores(x, how)` is `LeafTable.aggregate(Forest.leaves(x), how)` computed in C: compared and
+    summed in x's precision as onnxruntime does (float32 thresholds and sums for float32 rows)."""
+
+    def __init__(self, forest: "Forest", slots, targets, weights, n_targets: int):
+        self.op, self.n_roots, self.n_features = forest.op, len(forest.roots), forest.n_features
+        leaf = forest.mode == LEAF
+        slots, targets = np.asarray(slots, np.int64), np.asarray(targets, np.int32)
+        weights = np.asarray(weights, np.float64)
+        order = np.argsort(slots, kind="stable")   # each leaf's weights together, in the order given
+        slots, targets, weights = slots[order], targets[order], weights[order]
+        first = np.searchsorted(slots, np.arange(len(leaf)))
+        count = np.searchsorted(slots, np.arange(len(leaf)), side="right") - first
+        key = (forest.feature | forest.mode.astype(np.int64) << 24 | forest.missing_true.astype(np.int64) << 27)
+        key = np.where(leaf, -1, key).astype(np.int32)
+        # a leaf's value is its first weight (what onnxruntime adds for a single target)
+        value = np.where(leaf, np.where(count > 0, weights[np.minimum(first, len(weights) - 1)] if len(weights) else 0.0, 0.0),
+                         forest.threshold)
+        arrays = (key, np.where(leaf, first, forest.false_next).astype(np.int32), np.where(leaf, count, forest.true_next).astype(np.int32),
+                  np.ascontiguousarray(value, np.float64), forest.roots.astype(np.int32), targets, weights)
+        self._arrays = arrays   # kept alive while the handle is made; forest.c copies them
+        ffi, lib = compiled.ffi, compiled.lib
+        status = ffi.new("int64_t *")
+        key_, false_next, true_next, value_, roots, targets_, weights_ = (ffi.from_buffer(_CTYPES[a.dtype], a) for a in arrays)
+        handle = lib.rtd_forest_new(len(key), key_, false_next, true_next, value_, len(roots), roots, forest.depth, len(weights),
+                                    targets_, weights_, n_targets, self.n_features, status)
+        del self._arrays
+        if handle == ffi.NULL:
+            raise RtdError(Code.E_MODEL_INVALID if status[0] == -2 else Code.E_INTERNAL,
+                           f"{self.op}: the compiled forest refused the trees (status {status[0]})")
+        self.handle = ffi.gc(handle, lib.rtd_forest_free, size=key.nbytes * 4 + weights.nbytes * 2)
+        self.n_targets = n_targets
+
+    @classmethod
+    def of(cls, forest: "Forest", slots, targets, weights, n_targets: int) -> "Scorer | None":
+        if compiled is None or forest.members is not None or forest.n_features > 1 << 24:
+            return None
+        return cls(forest, slots, targets, weights, n_targets)
+
+    def scores(self, x: np.ndarray, how: str) -> np.ndarray:
+        """Per row and target the trees' weights combined (float64 [N, targets]); NaN where no reached leaf carries the target."""
+        if x.shape[1] < self.n_features:
+            raise RtdError(Code.E_INPUT_INVALID, f"{self.op}: the trees read {self.n_features} features, the input has {x.shape[1]}")
+        x = np.ascontiguousarray(x)
+        ffi, lib = compiled.ffi, compiled.lib
+        out = np.empty((x.shape[0], self.n_targets), x.dtype)
+        has = np.empty(out.shape, np.uint8)
+        score = lib.rtd_forest_score_f32 if x.dtype == np.float32 else lib.rtd_forest_score_f64
+        status = score(self.handle, ffi.from_buffer(_CTYPES[x.dtype], x), x.size, x.shape[0], x.shape[1], AGGREGATES.index(how),
+                       ffi.from_buffer(_CTYPES[x.dtype], out), ffi.from_buffer("uint8_t[]", has), out.size)
+        if status == -2:
+            raise RtdError(Code.E_MODEL_INVALID, f"{self.op}: a tree walk ran past the trees' depth")
+        if status != 0:
+            raise RtdError(Code.E_INTERNAL, f"{self.op}: the compiled forest refused its arguments (status {status})")
+        total = out.astype(np.float64)
+        if how == "AVERAGE":
+            total /= self.n_roots
+        return np.where(has.view(bool), total, np.nan)
+
+
+def combined(forest: Forest, table: LeafTable, scorer: Scorer | None, x: np.ndarray, how: str) -> np.ndarray:
+    """The trees' weights per row and target (float64 [N, targets], NaN where no reached leaf scores one):
+    the compiled walk where there is one, else NumPy's. `x` is in the precision the trees compare in."""
+    if scorer is not None:
+        return scorer.scores(x, how)
+    return table.aggregate(forest.leaves(x), how)
