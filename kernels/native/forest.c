@@ -28,7 +28,7 @@
 #define ROWS_PER_BLOCK 128
 #define MIN_ROWS_PER_THREAD 8
 #define MIN_TREES_PER_THREAD 32
-#define MIN_WALKS_PER_THREAD 2048
+#define MIN_WALKS_PER_THREAD 256    /* a walk takes 50-150 ns: a few tens of µs per thread repay its start */
 #define MAX_LEAF_BUFFER (1 << 22)   /* (row, tree) leaves held at once by a tree-parallel call */
 
 enum { AVERAGE = 0, SUM = 1, MIN = 2, MAX = 3 };
