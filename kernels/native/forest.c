@@ -26,6 +26,7 @@
 #define MISSING_TRUE(key) (((key) >> 27) & 1)
 #define MIXED (-1)
 #define ROWS_PER_BLOCK 128
+#define GROUP_ROWS 4   /* blocks of fewer rows walk trees in groups (walk_*_group) */
 #define MIN_ROWS_PER_THREAD 8
 #define MIN_TREES_PER_THREAD 32
 #define MIN_WALKS_PER_THREAD 256    /* a walk takes 50-150 ns: a few tens of µs per thread repay its start */
@@ -130,6 +131,31 @@ rtd_forest *rtd_forest_new(int64_t n_nodes, const int32_t *key, const int32_t *f
 
 /* One walk: the leaf `row` reaches from `at`, or -1 past max_depth steps. NaN fails every comparison
  * but != and goes the true way where the node says so; `value` is the threshold in the input's type. */
+/* The same walk for up to GROUP trees of one row in lockstep: a lone walk waits on each node's load
+ * in turn, GROUP independent ones keep that many loads in flight (one row over many trees). */
+#define GROUP 8
+#define DEFINE_WALK_GROUP(NAME, T, VALUE, GO)                                                          \
+    static inline int NAME##_group(const rtd_forest *f, const int32_t *roots, int64_t n, const T *row, int64_t *leaves) \
+    {                                                                                                  \
+        const node_t *nodes = f->nodes;                                                                \
+        for (int64_t g = 0; g < n; g++) leaves[g] = roots[g];                                          \
+        for (int64_t step = 0;; step++) {                                                              \
+            int active = 0;                                                                            \
+            for (int64_t g = 0; g < n; g++) {                                                          \
+                const int64_t at = leaves[g];                                                          \
+                const node_t *node = nodes + at;                                                       \
+                const int32_t key = node->key;                                                         \
+                if (key < 0) continue;                                                                 \
+                if (step == f->max_depth) return -1;                                                   \
+                active = 1;                                                                            \
+                const T v = row[key & FEATURE_MASK];                                                   \
+                const T t = VALUE;                                                                     \
+                const int go = (GO) | ((v != v) & MISSING_TRUE(key));                                  \
+                leaves[g] = node->next[go];                                                            \
+            }                                                                                          \
+            if (!active) return 0;                                                                     \
+        }                                                                                              \
+    }
 #define COMPARE_LEQ(v, t) ((v) <= (t))
 #define COMPARE_LT(v, t) ((v) < (t))
 #define COMPARE_GTE(v, t) ((v) >= (t))
@@ -173,14 +199,15 @@ static inline int compare_mixed_f64(int32_t key, double v, double t)
     default: return v != t;
     }
 }
+#define DEFINE_BOTH(NAME, T, VALUE, GO) DEFINE_WALK(NAME, T, VALUE, GO) DEFINE_WALK_GROUP(NAME, T, VALUE, GO)
 #define DEFINE_WALKS(T, VALUE)                                                                         \
-    DEFINE_WALK(walk_leq_##T, T, VALUE, COMPARE_LEQ(v, t))                                             \
-    DEFINE_WALK(walk_lt_##T, T, VALUE, COMPARE_LT(v, t))                                               \
-    DEFINE_WALK(walk_gte_##T, T, VALUE, COMPARE_GTE(v, t))                                             \
-    DEFINE_WALK(walk_gt_##T, T, VALUE, COMPARE_GT(v, t))                                               \
-    DEFINE_WALK(walk_eq_##T, T, VALUE, COMPARE_EQ(v, t))                                               \
-    DEFINE_WALK(walk_neq_##T, T, VALUE, COMPARE_NEQ(v, t))                                             \
-    DEFINE_WALK(walk_mixed_##T, T, VALUE, compare_mixed_##T(key, v, t))
+    DEFINE_BOTH(walk_leq_##T, T, VALUE, COMPARE_LEQ(v, t))                                             \
+    DEFINE_BOTH(walk_lt_##T, T, VALUE, COMPARE_LT(v, t))                                               \
+    DEFINE_BOTH(walk_gte_##T, T, VALUE, COMPARE_GTE(v, t))                                             \
+    DEFINE_BOTH(walk_gt_##T, T, VALUE, COMPARE_GT(v, t))                                               \
+    DEFINE_BOTH(walk_eq_##T, T, VALUE, COMPARE_EQ(v, t))                                               \
+    DEFINE_BOTH(walk_neq_##T, T, VALUE, COMPARE_NEQ(v, t))                                             \
+    DEFINE_BOTH(walk_mixed_##T, T, VALUE, compare_mixed_##T(key, v, t))
 typedef float f32;
 typedef double f64;
 DEFINE_WALKS(f32, node->value32)
@@ -224,6 +251,18 @@ typedef struct {
 
 /* The walk over trees [t0, t1) for rows [r0, r1), each reached leaf handed to ON_LEAF(row, tree, leaf). */
 #define WALK_TREES(T, WALK, ON_LEAF)                                                                   \
+    if (r1 - r0 < GROUP_ROWS) {   /* few rows: each row through GROUP trees at once */                 \
+        int64_t leaves[GROUP];                                                                         \
+        for (int64_t r = r0; r < r1; r++)                                                              \
+            for (int64_t first_tree = t0; first_tree < t1; first_tree += GROUP) {                      \
+                const int64_t n = t1 - first_tree < GROUP ? t1 - first_tree : GROUP;                   \
+                if (WALK##_group(f, f->roots + first_tree, n, x + r * job->n_columns, leaves) < 0) {   \
+                    __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);                               \
+                    return;                                                                            \
+                }                                                                                      \
+                for (int64_t g = 0; g < n; g++) ON_LEAF(r, first_tree + g, leaves[g]);                \
+            }                                                                                          \
+    } else                                                                                             \
     for (int64_t tree = t0; tree < t1; tree++) {                                                       \
         const int64_t root = f->roots[tree];                                                           \
         for (int64_t r = r0; r < r1; r++) {                                                            \
