@@ -4,7 +4,7 @@ import pathlib
 
 from setuptools import setup
 
-FOLDERS = {"rtd": "rtd", "rtd.loader": "loader", "rtd.kernels": "kernels", "rtd.sandbox": "sandbox",
+FOLDERS = {"rtd": "rtd", "rtd.cli": "cli", "rtd.loader": "loader", "rtd.kernels": "kernels", "rtd.sandbox": "sandbox",
            "rtd.daemon": "daemon", "rtd.policies": "policies"}
 
 

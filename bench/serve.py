@@ -32,10 +32,10 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from rtd import wire
-from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.client import Client
+from rtd.daemon.serving.channel import WorkerChannel
+from rtd.cli.client import Client
 from rtd.daemon.config import token_hash
-from rtd.daemon.instances import WORKER_ENTRY
+from rtd.daemon.serving.instances import WORKER_ENTRY
 from rtd.kernels import compile_model
 from rtd.loader import keys, pack
 from rtd.proto import grpc_service_pb2 as pb
@@ -278,7 +278,7 @@ def main() -> int:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         echo_server(args.echo_server)
         return 0
-    zygote = Zygote.start(preload=("rtd.daemon.worker",))  # before any thread
+    zygote = Zygote.start(preload=("rtd.daemon.worker.main",))  # before any thread
     model = mlp()
     x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
     root = tempfile.mkdtemp(prefix="rtd-bench-")

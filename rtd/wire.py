@@ -153,8 +153,8 @@ class Arena:
                 self.lent.pop(region[1], None)
 
     def put(self, offset: int, data) -> None:
-        view = memoryview(data)
-        self.map[offset: offset + view.nbytes] = _as_bytes(view)
+        view = _as_bytes(memoryview(data))
+        self.map[offset: offset + view.nbytes] = view
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -217,17 +217,29 @@ def map_fd(fd: int, size: int) -> memoryview:
     return memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ))
 
 
-def _payload(name: str, value) -> tuple[str, np.ndarray, object]:
-    """(wire dtype, array, bytes-like to send) of one tensor; 0-d arrays stay 0-d."""
+def _payload(name: str, value) -> tuple[str, list, list]:
+    """(wire dtype, shape, the bytes to send as a list of flat byte views) of one tensor;
+    0-d arrays stay 0-d. A `Blob` is a uint8 vector sent from its parts as they are."""
+    if isinstance(value, Blob):
+        return "uint8", [value.nbytes], value.parts
     a = np.asarray(value)
     row = dtypes.of_numpy(a.dtype)
     if row is None:
         raise RtdError(Code.E_REQUEST_INVALID, f"tensor {name!r}: dtype {a.dtype} cannot cross the worker boundary")
     if row.wire == "bytes":
-        return row.wire, a, dtypes.encode_bytes(a)
+        return row.wire, list(a.shape), [memoryview(dtypes.encode_bytes(a))]
     if a.dtype != row.numpy or not a.flags.c_contiguous:
         a = np.array(a, dtype=row.numpy, order="C")
-    return row.wire, a, a
+    return row.wire, list(a.shape), [memoryview(_as_bytes(memoryview(a)))]
+
+
+class Blob:
+    """Bytes that travel as one uint8 tensor, given as parts (a message built piece by piece:
+    each part is copied once, straight into the frame or the arena)."""
+
+    def __init__(self, parts):
+        self.parts = [memoryview(_as_bytes(memoryview(p))) for p in parts]
+        self.nbytes = sum(p.nbytes for p in self.parts)
 
 
 @dataclasses.dataclass
@@ -249,34 +261,36 @@ def encode(kind: Kind, request_id: int, head: dict | None = None, tensors: dict 
     head = dict(head or {})
     passed = list(fds or [])
     items = [(name, *_payload(name, value)) for name, value in (tensors or {}).items()]
+    sizes = {name: sum(p.nbytes for p in parts) for name, _, _, parts in items}
     big, inline = set(), 0
-    for name, _, _, data in items if arena is not None else ():
-        nbytes = memoryview(data).nbytes
-        if nbytes >= INLINE_LIMIT or inline + nbytes > MAX_INLINE_BODY:
+    for name, _, _, _ in items if arena is not None else ():
+        if sizes[name] >= INLINE_LIMIT or inline + sizes[name] > MAX_INLINE_BODY:
             big.add(name)
         else:
-            inline += nbytes
+            inline += sizes[name]
     region, at = None, 0
     if big:
-        at = arena.allocate(sum(_padded(memoryview(data).nbytes) for name, _, _, data in items if name in big))
+        at = arena.allocate(sum(_padded(sizes[name]) for name in big))
         region = head["arena"] = [arena.generation, at]
         if not arena.announced:
             head["arena_fd"] = len(passed)
             passed.append(arena.fd)
             arena.announced = True
     described, body, offset = [], [], 0
-    for name, wire_name, a, data in items:
-        nbytes = memoryview(data).nbytes
-        entry = {"name": name, "dtype": wire_name, "shape": list(a.shape)}
+    for name, wire_name, shape, parts in items:
+        nbytes = sizes[name]
+        entry = {"name": name, "dtype": wire_name, "shape": shape}
         if wire_name == "bytes":
             entry["nbytes"] = nbytes
         if name in big:
-            arena.put(at, data)
             entry["at"] = at
-            at += _padded(nbytes)
+            for part in parts:
+                arena.put(at, part)
+                at += part.nbytes
+            at = entry["at"] + _padded(nbytes)
         else:
             entry["offset"] = offset
-            body.append(data)
+            body += parts
             offset += nbytes
         described.append(entry)
     if described:

@@ -20,9 +20,9 @@ import pytest
 import tritonclient.grpc as tc
 
 from rtd import wire
-from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.gpu_watch import GpuWatch, probe
-from rtd.daemon.instances import Ending, Instance
+from rtd.daemon.serving.channel import WorkerChannel
+from rtd.daemon.observe.gpu_watch import GpuWatch, probe
+from rtd.daemon.serving.instances import Ending, Instance
 from rtd.errors import Code, RtdError
 from rtd.sandbox import TenantIdentity, Zygote
 from tests.daemon.conftest import Daemon, mlp, slow_model

@@ -1,4 +1,4 @@
-"""daemon/http2.py Connection fed hostile client bytes through data_received, over a fake
+"""daemon/transport/grpc_h2.py Connection fed hostile client bytes through data_received, over a fake
 transport (h2peer.py), with the real grpc_front.Front and the real token check behind it.
 
 A session is written by an h2 client — calls to every route and to unknown ones, with good,
@@ -18,8 +18,8 @@ import h2.settings
 import pytest
 from hypothesis import strategies as st
 
-from rtd.daemon import grpc_front
-from rtd.daemon.budgets import OPERATOR
+from rtd.daemon.fronts import grpc as grpc_front
+from rtd.daemon.serving.budgets import OPERATOR
 
 from . import h2peer
 from .harness import edit_bytes, note, run
@@ -98,8 +98,8 @@ def sessions(draw) -> list:
 
 
 async def _scenario(chunks: list):
-    srv, _ = h2peer.server()
-    conn, transport = h2peer.connect(srv)
+    srv, front = h2peer.server()
+    conn, transport = h2peer.connect(srv, front)
     raised = None
     for chunk in chunks:
         if transport.closing:   # a real transport delivers nothing after close()
@@ -148,7 +148,7 @@ def test_connection_survives_hostile_clients():
 
 # -- regressions: bugs the fuzzer found ------------------------------------------------------------
 def test_a_superscript_digit_in_grpc_timeout_is_answered_not_raised():
-    """Was: daemon/http2.py `parse_timeout` took "²" (header byte 0xb2) for a digit
+    """Was: daemon/transport/grpc_h2.py `parse_timeout` took "²" (header byte 0xb2) for a digit
     (str.isdigit), then int("²") raised ValueError out of Connection.data_received, which
     dropped the connection with every call on it."""
     sid, raised, answers, _ = asyncio.run(h2peer.exchange(
@@ -160,7 +160,7 @@ def test_a_superscript_digit_in_grpc_timeout_is_answered_not_raised():
 
 @pytest.mark.parametrize("method, then", [("Nope", "reset"), ("Nope", "goaway"), ("ServerLive", "goaway")])
 def test_a_call_the_client_already_closed_is_dropped_quietly(method, then):
-    """Was: daemon/http2.py answered streams without asking h2 whether the client had closed
+    """Was: daemon/transport/grpc_h2.py answered streams without asking h2 whether the client had closed
     them: a call and its RST_STREAM (or GOAWAY) in one read made `_trailers_only` (from
     `_headers`) raise h2's StreamClosedError / ProtocolError out of data_received, and
     `_answer`'s send_headers raise inside the call's task."""

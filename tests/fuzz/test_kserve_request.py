@@ -1,12 +1,13 @@
-"""KServe request decoding: pb.ModelInferRequest.FromString over hostile bytes, and
-daemon/tensors.decode_request over hostile requests (datatypes valid and not, shapes with
-negative, zero and huge dims, raw contents of any length, typed contents in any field,
-tensor parameters, duplicate names).
+"""KServe request decoding over hostile requests (datatypes valid and not, shapes with negative,
+zero and huge dims, raw contents of any length, typed contents in any field, tensor
+parameters, duplicate names) and hostile bytes: the supervisor's bounded header reading
+(rtd/infer_request.py `scan` + `declared_inputs`) and the worker's decoding
+(daemon/worker/kserve_codec.py `decode_grpc`), both from the serialized request.
 
-Property: FromString gives a message or protobuf's DecodeError (that layer only — the
-transport turns it into E_REQUEST_INVALID, tested below); decode_request gives
-{name: array} in the inputs' order, each with the request's shape and the datatype's dtype
-and exactly the bytes or values sent, or raises RtdError(E_REQUEST_INVALID).
+Properties: decoding gives {name: array} in the inputs' order, each with the request's shape
+and the datatype's dtype and exactly the bytes or values sent, or raises
+RtdError(E_REQUEST_INVALID); the header reading never disagrees with protobuf's own parser
+on a message both accept, and never lets anything but an RtdError escape.
 """
 import asyncio
 import functools
@@ -17,7 +18,8 @@ from google.protobuf.message import DecodeError
 from hypothesis import strategies as st
 
 from rtd import dtypes
-from rtd.daemon.tensors import decode_request
+from rtd.daemon.worker.kserve_codec import Caps, decode_grpc
+from rtd.infer_request import declared_inputs, scan
 from rtd.errors import Code
 from rtd.proto import grpc_service_pb2 as pb
 
@@ -81,6 +83,10 @@ def requests(draw) -> tuple[pb.ModelInferRequest, int]:
     return request, draw(st.sampled_from([64, 4096, 1 << 20]))
 
 
+def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
+    return decode_grpc(request.SerializeToString(), Caps(max_bytes)).inputs
+
+
 def check_decoded(request: pb.ModelInferRequest, max_bytes: int) -> None:
     try:
         with bounded_address_space():
@@ -124,12 +130,24 @@ def message_bytes(draw) -> bytes:
 
 
 def check_message(case) -> None:
+    """The header reading on any bytes: a refusal, or what protobuf itself reads there."""
     data, max_bytes = case
+    try:
+        head = scan(data)
+        declared = declared_inputs(head, max_bytes)
+    except Exception as e:
+        assert_refusal(e, Code.E_REQUEST_INVALID)
+        note(f"refused: {e.detail[:40]}")
+        return
     try:
         request = pb.ModelInferRequest.FromString(data)
     except DecodeError:
-        note("DecodeError")
-        return
+        raise AssertionError("the header reading accepted what protobuf cannot parse") from None
+    assert (head.model_name, head.model_version, head.id) == (request.model_name, request.model_version, request.id)
+    assert [(t.name, t.datatype, t.shape) for t in head.inputs] == [(t.name, t.datatype, tuple(t.shape)) for t in request.inputs]
+    assert [o.name for o in head.outputs] == [o.name for o in request.outputs]
+    assert [bytes(memoryview(data)[a:b]) for a, b in head.raw] == list(request.raw_input_contents)
+    assert list(declared) == [t.name for t in request.inputs]
     check_decoded(request, max_bytes)
 
 

@@ -17,7 +17,7 @@ import uvloop
 from hypothesis import strategies as st
 
 from rtd import wire
-from rtd.daemon.channel import Lost, WorkerChannel
+from rtd.daemon.serving.channel import Lost, WorkerChannel
 from rtd.errors import Code, RtdError
 from rtd.wire import Kind
 

@@ -12,11 +12,11 @@ import grpc
 import numpy as np
 from rich.console import Console
 
-from rtd.daemon.cli_output import show, table
-from rtd.daemon.cli_package import check_package_path
-from rtd.daemon.client import Client, read_token
+from rtd.cli.output import show, table
+from rtd.cli.package import check_package_path
+from rtd.cli.client import Client, read_token
 from rtd.daemon.config import default_state_dir
-from rtd.daemon.kserve import TRACE_OUTPUT
+from rtd.proto import TRACE_OUTPUT
 from rtd.errors import Code, RtdError
 from rtd.loader import metadata as package_metadata
 from rtd.loader.intake import read_package

@@ -14,9 +14,9 @@ import re
 import sys
 
 from rtd.daemon import config as configuration
-from rtd.daemon.cli_output import show, table
-from rtd.daemon.cli_serving import state_dir
-from rtd.daemon.client import Client, read_token
+from rtd.cli.output import show, table
+from rtd.cli.serving import state_dir
+from rtd.cli.client import Client, read_token
 from rtd.errors import Code, RtdError
 from rtd.files import write_atomic
 from rtd.loader import keys

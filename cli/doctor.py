@@ -6,8 +6,8 @@ anything escaped."""
 import json
 import logging
 
-from rtd.daemon import gpu_watch
-from rtd.daemon.cli_output import show, table
+from rtd.daemon.observe import gpu_watch
+from rtd.cli.output import show, table
 from rtd.sandbox import host_report, load_policy
 from rtd.sandbox.escapes import BY_NAME, run_battery
 from rtd.sandbox.syscalls import check_architecture

@@ -9,29 +9,29 @@ per tenant. The supervisor never parses a model graph.
 """
 import asyncio
 import concurrent.futures
-import json
-import math
+import functools
 import os
 import time
 
-import numpy as np
 from google.protobuf import json_format
 
-from rtd.daemon.budgets import OPERATOR, Charge, Ledger
+from rtd.daemon.serving.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.config import ALL_MODELS, Config, TenantConfig
-from rtd.daemon.events import EventLog
-from rtd.daemon.gpu_watch import GpuKill, GpuWatch
-from rtd.daemon.kserve import TRACE_OUTPUT
-from rtd.daemon.lifecycle import ManagedModel, ModelState
-from rtd.daemon.metrics import Metrics, Timing
-from rtd.daemon.registry import Registry
-from rtd.daemon.repository import check_version_policy, package_size, repository_models, repository_version
-from rtd.daemon.tenancy import Tenancy
-from rtd.daemon.tenants import Tenants
-from rtd.dtypes import BY_CONFIG, BY_KSERVE, kserve_name
+from rtd.daemon.observe.events import EventLog
+from rtd.daemon.observe.gpu_watch import GpuKill, GpuWatch
+from rtd.daemon.serving.lifecycle import ManagedModel, ModelState
+from rtd.daemon.observe.metrics import Metrics, Timing
+from rtd.daemon.state.registry import Registry
+from rtd.daemon.state.repository import check_version_policy, package_size, repository_models, repository_version
+from rtd.daemon.serving.instances import WORKER_ENTRY
+from rtd.daemon.serving.scheduler import InferRequest
+from rtd.daemon.serving.tenancy import Tenancy
+from rtd.daemon.serving.tenants import Tenants
+from rtd.dtypes import BY_CONFIG, BY_KSERVE
 from rtd.errors import Code, RtdError
 from rtd.loader import IntakeLimits, RollbackStore, TrustStore, verify_package
 from rtd.proto import model_config_pb2 as mc
+from rtd.sandbox import TenantIdentity, load_policy
 
 PLATFORM = "rtd_onnx"
 
@@ -57,12 +57,12 @@ def budgets_of(config: Config) -> tuple[dict, dict]:
 
 
 class InferResult:
-    """What ran, its outputs (views into the worker's arena until released) and what the
-    front holds until the response has left: the request's slot and its response bytes."""
+    """What ran, the response the worker built (a view of its arena until released; REST: its
+    JSON part's length where binary outputs follow) and what the front holds until the
+    response has left: the request's slot and its response bytes."""
 
-    def __init__(self, version: str, outputs: dict, charges: list[Charge]):
-        self.version, self.outputs, self.charges = version, outputs, charges
-        self.encoded = None   # the front's response, when it passed `encode`
+    def __init__(self, version: str, body, json_length: int | None, charges: list[Charge]):
+        self.version, self.body, self.json_length, self.charges = version, body, json_length, charges
 
 
 class Supervisor:
@@ -92,14 +92,20 @@ class Supervisor:
     async def start(self) -> None:
         """Restore every recorded model, verified again against today's trust stores; a
         model that cannot be restored costs that model only."""
-        self.tenancies = {t.id: Tenancy(self, t) for t in self.config.tenants}
+        self.tenancies = {}
+        for tenant in self.config.tenants:
+            policy = load_policy(tenant.policy or None)
+            identity = TenantIdentity(name=tenant.id, uid=tenant.uid, gid=tenant.gid)
+            self.tenancies[tenant.id] = Tenancy(tenant, self.config.limits, policy, self.events, self.metrics,
+                                                functools.partial(self._spawn, tenant.id, policy, identity))
         await self._start_gpu_watch()
         for tenancy in self.tenancies.values():
             # a confined spare per tenant, armed now, makes its first worker start as fast as a
             # restart; one that cannot be armed is no refusal: the first spawn reports the same
             try:
                 await asyncio.get_running_loop().run_in_executor(None, self.zygote.prepare, tenancy.policy,
-                                                                  tenancy.identity)
+                                                                  TenantIdentity(name=tenancy.tenant.id, uid=tenancy.tenant.uid,
+                                                                                 gid=tenancy.tenant.gid))
             except RtdError as e:
                 self.events.emit("spare_not_armed", tenancy.tenant.id, level="warning", reason=e.detail)
         for tenant_id, name, entry in self.registry.listing():
@@ -132,6 +138,14 @@ class Supervisor:
         for line in self.registry.damaged:
             self.events.emit("registry_damaged", level="error", detail=line)
         self.started = True
+
+    def _spawn(self, tenant: str, policy, identity: TenantIdentity, sock):
+        """Blocking: a confined worker of `tenant` (called off the event loop); the NVML
+        watcher polices it from here on when the tenant names GPUs."""
+        handle = self.zygote.spawn(WORKER_ENTRY, policy=policy, identity=identity, sock=sock, args=())
+        if policy.limits.gpu_devices and self.gpu_watch is not None:
+            self.gpu_watch.watch(tenant, handle)
+        return handle
 
     async def _start_gpu_watch(self) -> None:
         """The NVML watcher, when some tenant names GPUs (off the loop: NVML calls block);
@@ -266,9 +280,7 @@ class Supervisor:
             if isinstance(e, RtdError):
                 raise self._refused(tid, name, e) from None
             raise
-        model = tenancy.models.get(name)
-        if model is None:
-            model = tenancy.models[name] = ManagedModel(tenancy, name)
+        model = tenancy.model(name)
         version = None
         try:
             self._check_config_param(pkg, config_json)
@@ -372,10 +384,10 @@ class Supervisor:
                 return {"name": t.name, "datatype": row.kserve if row else "", "shape": batch + list(t.dims)}
             inputs, outputs = [from_config(t) for t in config.input], [from_config(t) for t in config.output]
         else:
-            def from_spec(s):
-                return {"name": s["name"], "datatype": kserve_name(s["dtype"]), "shape": list(s["shape"] or [])}
-            inputs = [from_spec(s) for s in serving.signature["inputs"]]
-            outputs = [from_spec(s) for s in serving.signature["outputs"]]
+            def from_spec(spec):
+                return {"name": spec.name, "datatype": spec.datatype, "shape": spec.public_shape()}
+            inputs = [from_spec(spec) for spec in serving.signature.inputs]
+            outputs = [from_spec(spec) for spec in serving.signature.outputs]
         platform = (config.platform or config.backend) if config is not None else ""
         return {"name": name, "versions": [serving.version_dir], "platform": platform or PLATFORM,
                 "inputs": inputs, "outputs": outputs}
@@ -398,53 +410,28 @@ class Supervisor:
             output=[mc.ModelOutput(name=t["name"], data_type=enum(t["datatype"]), dims=t["shape"]) for t in meta["outputs"]])
 
     # -- inference ------------------------------------------------------------------------------
-    async def infer(self, tenant: TenantConfig, name: str, version: str, inputs: dict,
-                    outputs: list | None = None, deadline: float | None = None, encode=None,
-                    profile: bool = False) -> InferResult:
-        """Run one request. Its outputs are checked against max_message_bytes and charged to
-        the tenant's response budget from the worker's reply, before any response is built.
-        `encode(version, outputs)`, when given, builds the front's response (kept in
-        `InferResult.encoded`) and is timed as Triton's compute output. With `profile`, the
-        worker times the run step by step and its Chrome trace comes back as one more output,
-        TRACE_OUTPUT (BYTES [1], a JSON document), charged like the others."""
-        deadline = deadline or math.inf   # without one, the operator's request_timeout_s bounds the wait
+    async def infer(self, tenant: TenantConfig, request: InferRequest) -> InferResult:
+        """Run one request whose body the worker reads. The response the worker built is
+        checked against max_message_bytes (by the worker, and again here from its size) and
+        charged to the tenant's response budget before the front hands it on."""
         tenancy = self._tenancy(tenant)
         timing, slot, charge = Timing(time.monotonic()), None, None
         try:
             if self.draining:
                 raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
             slot = self.ledger.take(tenant.id, "requests", 1)
-            trace = [] if profile else None
-            serving, results = await tenancy.infer(name, version, inputs, outputs, deadline, timing, trace)
-            if trace is not None:
-                if TRACE_OUTPUT in results:
-                    raise RtdError(Code.E_REQUEST_INVALID, f"the model has an output named {TRACE_OUTPUT!r}: cannot profile")
-                document = json.dumps({"traceEvents": trace, "displayTimeUnit": "ms"}).encode()
-                results = {**results, TRACE_OUTPUT: np.array([document], dtype=object)}
-            size = sum(a.nbytes if a.dtype.kind not in "OSU" else sum(len(x) + 4 for x in a.reshape(-1))
-                       for a in results.values())
-            if size > self.config.limits.max_message_bytes:
-                raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"the outputs take {size} bytes, "
-                                                         f"max_message_bytes is {self.config.limits.max_message_bytes}")
-            charge = self.ledger.take(tenant.id, "response_bytes", size)
-            result = InferResult(serving.version_dir, results, [slot, charge])
-            if encode is not None:
-                result.encoded = encode(serving.version_dir, results)
+            serving, answer = await tenancy.infer(request, timing)
+            charge = self.ledger.take(tenant.id, "response_bytes", answer.body.size)
         except BaseException as e:
             for held in (slot, charge):
                 if held is not None:
                     held.release()
-            self._failed(tenancy, name, version, timing, e)
+            self._failed(tenancy, request.model, request.version, timing, e)
             raise
         finally:
             timing.dequeue()
-        config = serving.package.config
-        batched = config is not None and config.max_batch_size > 0
-        batch = next(iter(inputs.values())).shape[0] if batched and inputs and next(iter(inputs.values())).ndim else 1
-        self.metrics.succeeded(timing.series, timing, batch, time.monotonic())
-        if serving.batcher is None:
-            self.metrics.executed(timing.series)
-        return result
+        self.metrics.succeeded(timing.series, timing, answer.rows if serving.max_batch else 1, time.monotonic())
+        return InferResult(serving.version_dir, answer.body, answer.json_length, [slot, charge])
 
     def _failed(self, tenancy: Tenancy, name: str, version: str, timing: Timing, error: BaseException) -> None:
         """Count a failed request in its model version's series, with Triton's reason: CANCELED
@@ -480,4 +467,5 @@ class Supervisor:
     # -- operator views --------------------------------------------------------------------------
     def status(self) -> dict:
         return {"ready": self.ready(), "state_dir": self.config.state_dir, "damaged": list(self.registry.damaged),
-                "budgets": self.ledger.usage(), "tenants": [t.view() for t in self.tenancies.values()]}
+                "budgets": self.ledger.usage(),
+                "tenants": [{**t.view(), "budgets": self.ledger.usage(tid)} for tid, t in self.tenancies.items()]}

@@ -6,7 +6,8 @@ confined child may no longer be able to open files). It receives the verified mo
 as a memfd (and the package's signed files its external data may name, as memfds), parses
 them only here — behind the sandbox — with the ONNX guard and the executor's op allow-list,
 serves the weights as read-only views of those memfds, compiles and warms the model up, then
-answers INFER frames in the order they arrive (the supervisor pipelines them). It never opens
+answers INFER frames in the order they arrive (the supervisor pipelines them): it decodes the
+requests the supervisor passed on unread and builds their responses (infer.py). It never opens
 a path and never sends anything but wire frames; its socket's EOF is its end.
 """
 import os
@@ -20,21 +21,27 @@ from onnx import TensorProto
 import rtd.kernels
 import rtd.kernels.ops
 from rtd import dtypes, wire
+from rtd.daemon.worker.infer import Serving
+from rtd.daemon.worker.kserve_codec import Caps
 from rtd.errors import Code, RtdError
 from rtd.kernels import native
-from rtd.kernels.profile import Profile
 from rtd.loader import onnx_guard
-
-MAX_TRACE_EVENTS = 4000   # a profiled run's trace stays well inside the reply head's 1 MiB
+from rtd.signature import Signature, TensorSpec
 # The BLAS libraries' thread controls, found now, in the zygote: finding them reads
 # /proc/self/maps, which a confined worker cannot; setting them later is a plain call.
 BLAS = threadpoolctl.ThreadpoolController()
 
 
-def _spec_json(spec) -> dict:
-    shape = None if spec.shape is None else [d if isinstance(d, int) else -1 for d in spec.shape]
+def _spec(spec) -> TensorSpec:
     row = dtypes.of_numpy(spec.dtype) if spec.dtype is not None else None
-    return {"name": spec.name, "dtype": row.wire if row else None, "shape": shape}
+    return TensorSpec(spec.name, row.wire if row else None, spec.shape)
+
+
+def _int(head: dict, key: str, low: int, high: int, default: int) -> int:
+    value = head.get(key, default)
+    if type(value) is not int or not low <= value <= high:
+        raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: {key} {value!r}")
+    return value
 
 
 def _warm_up(model) -> None:
@@ -83,10 +90,10 @@ def _weights(proto, views: dict) -> dict:
 
 
 class Worker:
-    """Holds the one compiled model of this instance."""
+    """Holds the one compiled model of this instance and what it serves it as."""
 
     def __init__(self):
-        self.model = None
+        self.model, self.serving = None, None
         self.allowed_ops = set(rtd.kernels.ops.supported())
 
     def load(self, frame: wire.Frame) -> tuple[dict, dict]:
@@ -94,9 +101,13 @@ class Worker:
         if (self.model is not None or not isinstance(names, list) or not all(isinstance(n, str) for n in names)
                 or len(frame.fds) != 1 + len(names)):
             raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD needs the model memfd and one memfd per external file, once")
-        threads = frame.head.get("threads", 1)
-        if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096:
-            raise RtdError(Code.E_WORKER_PROTOCOL, f"LOAD: threads {threads!r}")
+        threads = _int(frame.head, "threads", 1, 4096, 1)
+        name, version = frame.head.get("name", "model"), frame.head.get("version", "1")
+        if not isinstance(name, str) or not isinstance(version, str):
+            raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD: name and version are strings")
+        caps = Caps(max_bytes=_int(frame.head, "max_message_bytes", 1, 1 << 40, 1 << 28),
+                    max_elements=_int(frame.head, "max_elements", 1, 1 << 40, 1 << 22))
+        max_batch = _int(frame.head, "max_batch", 0, 1 << 20, 0)
         # One set of threads, the compiled kernels', as many as the cores the tenant was granted; BLAS
         # runs single-threaded inside them (its pool spins between calls and fought them for the cores).
         native.set_threads(threads)
@@ -118,19 +129,13 @@ class Worker:
             _warm_up(model)
         wire.release_freed_heap()   # the parsed protobuf is gone; its heap need not stay with the worker
         self.model = model
-        return {"inputs": [_spec_json(s) for s in model.inputs],
-                "outputs": [_spec_json(s) for s in model.outputs]}, {}
+        self.serving = Serving(model, name, version, caps, caps.max_bytes, max_batch)
+        return Signature(tuple(_spec(s) for s in model.inputs), tuple(_spec(s) for s in model.outputs)).to_json(), {}
 
     def infer(self, frame: wire.Frame) -> tuple[dict, dict]:
-        if self.model is None:
+        if self.serving is None:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, "no model loaded in this worker")
-        record = Profile() if frame.head.get("profile") else None
-        results = self.model.run(frame.tensors, record=record)
-        wanted = frame.head.get("outputs")
-        if wanted:
-            results = {name: results[name] for name in wanted if name in results}
-        head = {"trace": record.events()[:MAX_TRACE_EVENTS]} if record is not None else {}
-        return head, {name: np.asarray(v) for name, v in results.items()}
+        return self.serving.answer(frame)
 
     def handle(self, frame: wire.Frame) -> tuple[dict, dict]:
         if frame.kind == wire.Kind.INFER:

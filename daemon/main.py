@@ -22,20 +22,22 @@ import socket
 import sys
 import time
 
-from rtd.daemon import cli_errors, http2
+from rtd import commandline
+from rtd.daemon.transport import grpc_h2, rest_h1
+from rtd.daemon.transport.contract import TransportLimits
+from rtd.daemon.transport.table import ConnectionTable, tls_context
 from rtd.daemon import config as configuration
-from rtd.daemon.events import EventLog
-from rtd.daemon.grpc_front import Front
-from rtd.daemon import rest_front
-from rtd.daemon.kserve import describe
-from rtd.daemon.metrics import Metrics
-from rtd.daemon.metrics_listener import MetricsListener
-from rtd.daemon.supervisor import Supervisor
+from rtd.daemon.observe.events import EventLog
+from rtd.daemon.fronts.grpc import Front
+from rtd.daemon.fronts import rest as rest_front
+from rtd.daemon.observe.metrics import Metrics
+from rtd.daemon.observe.metrics_listener import MetricsListener
+from rtd.daemon.serving.supervisor import Supervisor
 from rtd.errors import Code, RtdError
 from rtd.sandbox import Zygote, cleanup_instance, detect_layout, load_policy
 from rtd.sandbox.syscalls import check_architecture
 
-WORKER_MODULE = "rtd.daemon.worker"
+WORKER_MODULE = "rtd.daemon.worker.main"
 LOCK_WAIT_S = 5.0
 FD_RESERVE_FRACTION = 4   # a quarter of the fd limit stays for workers' sockets, memfds and files
 
@@ -91,20 +93,20 @@ def _hangup(supervisor: Supervisor, reread, events: EventLog) -> None:
         _reload(supervisor, reread, events, "SIGHUP")
 
 
-async def _listen_unix(server: http2.Server, path: str, protocol, config: configuration.Config) -> None:
+async def _listen_unix(table: ConnectionTable, path: str, make, config: configuration.Config) -> None:
     if os.path.exists(path):
         os.unlink(path)  # a stale socket from a previous run
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    await server.listen_unix(path, protocol)
+    await table.listen_unix(path, make)
     if config.unix_group:
         os.chown(path, -1, grp.getgrnam(config.unix_group).gr_gid)
     os.chmod(path, config.unix_mode)
 
 
-async def _listen_tcp(server: http2.Server, address: str, context, protocol) -> None:
+async def _listen_tcp(table: ConnectionTable, address: str, context, make) -> None:
     host, _, port = address.rpartition(":")
     try:
-        await server.listen_tcp(host, int(port), context, protocol)
+        await table.listen_tcp(host, int(port), context, make)
     except OSError as e:
         raise RtdError(Code.E_LISTEN_FAILED, f"{address}: {e.strerror}; stop what holds it or choose another address") from None
 
@@ -119,31 +121,34 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
     loop.add_signal_handler(signal.SIGHUP, _hangup, supervisor, reread, events)
     limits = config.limits
     front = Front(supervisor, lambda: _reload(supervisor, reread, events, "admin"))
-    server = http2.Server(front.methods, http2.TransportLimits(
+    table = ConnectionTable(TransportLimits(
         max_message_bytes=limits.max_message_bytes, max_connections=min(limits.max_connections, max_connections),
         max_connections_per_peer=limits.max_connections_per_peer,
         max_streams_per_connection=limits.max_streams_per_connection, auth_timeout_s=limits.connection_auth_timeout_s,
-        idle_timeout_s=limits.connection_idle_s, send_timeout_s=limits.send_timeout_s),
-        supervisor.ledger, front.authenticate, describe)
+        idle_timeout_s=limits.connection_idle_s, send_timeout_s=limits.send_timeout_s), supervisor.ledger)
     watchdog = None
     listener = MetricsListener(metrics.exposition, lambda headers: supervisor.tenants.authenticate_metrics(headers))
     try:
         await supervisor.start()
-        rest = rest_front.Front(supervisor).connection
+        rest_routes = rest_front.Front(supervisor)
+
+        def grpc(table, peer_of):
+            return grpc_h2.Connection(table, front, peer_of)
+
+        def rest(table, peer_of):
+            return rest_h1.Connection(table, rest_routes, peer_of)
         addresses = []
-        for path, protocol, what in ((config.unix_socket, None, ""), (config.rest_unix, rest, " (REST)")):
+        for path, make, what in ((config.unix_socket, grpc, ""), (config.rest_unix, rest, " (REST)")):
             if path:
-                await _listen_unix(server, path, protocol, config)
+                await _listen_unix(table, path, make, config)
                 addresses.append(f"unix:{path}{what}")
-        for address, protocol, alpn, what in ((config.tcp, None, "h2", ""), (config.rest_tcp, rest, "http/1.1", ", REST")):
+        for address, make, alpn, what in ((config.tcp, grpc, "h2", ""), (config.rest_tcp, rest, "http/1.1", ", REST")):
             if address:
-                await _listen_tcp(server, address, http2.tls_context(config.tls_cert, config.tls_key,
-                                                                     config.tls_client_ca, alpn), protocol)
+                await _listen_tcp(table, address, tls_context(config.tls_cert, config.tls_key, config.tls_client_ca, alpn), make)
                 addresses.append(f"{address} (mTLS{what})")
-        for address, protocol, what in ((config.unsafe_plaintext_tcp, None, ""),
-                                        (config.unsafe_plaintext_rest_tcp, rest, "REST, ")):
+        for address, make, what in ((config.unsafe_plaintext_tcp, grpc, ""), (config.unsafe_plaintext_rest_tcp, rest, "REST, ")):
             if address:
-                await _listen_tcp(server, address, None, protocol)
+                await _listen_tcp(table, address, None, make)
                 addresses.append(f"{address} ({what}plaintext: unsafe unless a mesh or proxy terminates mTLS)")
         if config.metrics_unix:   # scraped on this loop: no lock needed
             await listener.start_unix(config.metrics_unix, config.metrics_unix_mode, config.metrics_unix_group)
@@ -152,24 +157,24 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
             await listener.start_tcp(config.metrics_address, config.metrics_port)
             addresses.append(f"metrics http://{config.metrics_address}:{config.metrics_port}/metrics (bearer token)")
         events.emit("start", models=sum(len(t.models) for t in supervisor.tenancies.values()),
-                    max_connections=server.limits.max_connections)
+                    max_connections=table.limits.max_connections)
         print(f"rtd: serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
         sd_notify("READY=1")
         watchdog = loop.create_task(_watchdog())
         await stop.wait()
         sd_notify("STOPPING=1")
         events.emit("stopping", grace_s=limits.drain_grace_s)
-        server.stop_accepting()
+        table.stop_accepting()
         await supervisor.drain(limits.drain_grace_s)
         deadline = loop.time() + 2.0
-        while server.busy() and loop.time() < deadline:   # responses already built finish sending
+        while table.busy() and loop.time() < deadline:   # responses already built finish sending
             await asyncio.sleep(0.02)
         return 0
     finally:
         if watchdog is not None:
             watchdog.cancel()
         listener.close()
-        server.close()
+        table.close()
         for path in (config.unix_socket, config.rest_unix):
             if path and os.path.exists(path):
                 os.unlink(path)
@@ -216,7 +221,7 @@ def serve(config: configuration.Config, reread) -> int:
 
 
 def main(argv=None) -> int:
-    parser = cli_errors.Parser(prog="rtd", description="The rtd model runtime daemon.", epilog=cli_errors.EXIT_CODES,
+    parser = commandline.Parser(prog="rtd", description="The rtd model runtime daemon.", epilog=commandline.EXIT_CODES,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve_cmd = commands.add_parser("serve", help="run the daemon")
@@ -263,7 +268,7 @@ def main(argv=None) -> int:
     def start(_) -> int:
         check_architecture()
         return serve(reread(), reread)
-    return cli_errors.run(start, args)
+    return commandline.run(start, args)
 
 if __name__ == "__main__":
     sys.exit(main())

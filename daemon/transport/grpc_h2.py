@@ -19,10 +19,7 @@ Unary calls only: one request message, one response message, identity encoding.
 """
 import asyncio
 import collections
-import dataclasses
 import logging
-import socket
-import ssl
 import struct
 import time
 import urllib.parse
@@ -37,7 +34,8 @@ import h2.settings
 import hpack
 import hyperframe.frame
 
-from rtd.daemon.budgets import Charge, Ledger
+from rtd.daemon.transport.contract import (BACKOFF_MAX_S, BACKOFF_S, MAX_HEADER_LIST, WRITE_HIGH_WATER, Call,
+                                           Method, Reply)
 from rtd.errors import Code, RtdError
 
 log = logging.getLogger("rtd.http2")
@@ -50,53 +48,11 @@ TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e
 FRAME_SIZE = 1 << 16
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 1 << 24
-WRITE_HIGH_WATER = 1 << 20
-MAX_HEADER_LIST = 1 << 14
-PUBLIC_MESSAGE_BYTES = 1 << 12     # what an unauthenticated call may send
-OPERATOR_UID = 0
 HPACK_TABLE = 4096       # the most response-header table a client may make the daemon keep (the RFC's default)
 # h2 holds a header block's frames until END_HEADERS and measures the block only then: up to
 # 64 CONTINUATION frames of FRAME_SIZE each, per connection, before authentication. A block
 # within MAX_HEADER_LIST takes at most one CONTINUATION at this frame size.
 h2.frame_buffer.CONTINUATION_BACKLOG = 1
-BACKOFF_S, BACKOFF_MAX_S = 0.005, 0.16   # budget refusals in a row on one connection wait this, doubling
-
-
-@dataclasses.dataclass(frozen=True)
-class TransportLimits:
-    max_message_bytes: int
-    max_connections: int
-    max_connections_per_peer: int
-    max_streams_per_connection: int
-    auth_timeout_s: float
-    idle_timeout_s: float
-    send_timeout_s: float
-
-
-@dataclasses.dataclass
-class Call:
-    """One RPC as a handler sees it."""
-    method: str                     # "/package.Service/Method"
-    metadata: list                  # [(key, value)] like grpc's invocation_metadata
-    who: str | None                 # the payer the front's authenticate() named; None for public calls
-    deadline: float | None          # time.monotonic() seconds
-    message: bytes = b""
-    peer: str = "?"                 # the connection's peer: uid:N (SO_PEERCRED) or ip:ADDRESS
-
-
-@dataclasses.dataclass
-class Reply:
-    """A handler's answer: the serialized message as bytes-like parts, plus what stays
-    charged until the last byte has left the process."""
-    parts: list
-    charges: list = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass(frozen=True)
-class Method:
-    handler: object                 # async (Call) -> Reply
-    public: bool = False            # answered without credentials (liveness, readiness)
-    control: bool = False           # cheap calls that may use the budgets' reserve
 
 
 def grpc_message(text: str) -> str:
@@ -110,11 +66,6 @@ def parse_timeout(value: str) -> float | None:
             or not value[:-1].isdigit():   # isdigit() alone takes "²"
         return None
     return int(value[:-1]) * TIMEOUT_UNITS[value[-1]]
-
-
-def _unix_peer(sock: socket.socket) -> str:
-    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    return f"uid:{uid}"
 
 
 def _chunks(views: list) -> list:
@@ -139,7 +90,7 @@ class _Stream:
 
     def __init__(self, sid: int, method: Method, call: Call):
         self.id, self.method, self.call = sid, method, call
-        self.charges: list[Charge] = []
+        self.charges: list = []     # budgets.Charge objects
         self.body, self.expected = bytearray(), None
         self.task, self.timer = None, None
         self.pending: collections.deque = collections.deque()
@@ -153,13 +104,16 @@ class _Stream:
 
 
 class Connection(asyncio.Protocol):
-    """One client connection: its HTTP/2 state, streams and what it holds."""
+    """One client connection: its HTTP/2 state, streams and what it holds. `routes` is the gRPC
+    front: `methods` ({path: Method}), `authenticate(metadata, method) -> payer` and
+    `describe(RtdError) -> str` (the public text of a refusal)."""
 
-    def __init__(self, server: "Server", peer_of):
-        self.server, self.peer_of = server, peer_of
+    def __init__(self, table, routes, peer_of):
+        self.table, self.routes, self.peer_of = table, routes, peer_of
+        self.opened = 0.0
         self.peer, self.transport, self.paused, self.closed = "?", None, False, False
         self.streams: dict[int, _Stream] = {}
-        self.payers: dict[str, Charge] = {}      # tenant -> its connection charge
+        self.payers: dict = {}      # tenant -> its connection charge
         self.authenticated, self.draining = False, False
         self.refusals = 0                        # budget refusals in a row on this connection
         self.unflushed = 0                       # response bytes given to h2 since the last write
@@ -180,12 +134,12 @@ class Connection(asyncio.Protocol):
             self.peer = self.peer_of(sock)
         except OSError:
             self.peer = "?"
-        if not self.server.admit(self):
+        if not self.table.admit(self):
             transport.abort()
             self.closed = True
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        limits = self.server.limits
+        limits = self.table.limits
         self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams_per_connection,
             h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
@@ -220,7 +174,7 @@ class Connection(asyncio.Protocol):
         for charge in self.payers.values():
             charge.release()
         self.payers.clear()
-        self.server.forget(self)
+        self.table.forget(self)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -281,7 +235,7 @@ class Connection(asyncio.Protocol):
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw_headers]
         fields = dict(headers)
         path = fields.get(":path", "")
-        method = self.server.methods.get(path)
+        method = self.routes.methods.get(path)
         if fields.get(":method") != "POST" or not fields.get("content-type", "").startswith("application/grpc"):
             self._trailers_only(sid, "UNIMPLEMENTED", "gRPC over HTTP/2 POST only")
             return False
@@ -301,18 +255,19 @@ class Connection(asyncio.Protocol):
         stream = _Stream(sid, method, call)
         try:
             if not method.public:
-                call.who = self.server.authenticate(metadata, method)
+                call.who = self.routes.authenticate(metadata, method)
                 self._charge_payer(call.who, method)
-                stream.charges.append(self.server.ledger.take(call.who, "streams", 1, control=method.control))
+                stream.charges.append(self.table.ledger.take(call.who, "streams", 1, control=method.control))
         except RtdError as e:
             stream.release()
             if e.code == Code.E_BUDGET_EXCEEDED:
                 self.streams[sid] = stream
                 self._fail(stream, e)
             else:
-                self._trailers_only(sid, e.code.status, self.server.describe(e))
+                self._trailers_only(sid, e.code.status, self.routes.describe(e))
             return False
-        if call.who is not None:
+        if call.who is not None and not self.authenticated:
+            self.table.authenticated(self)
             self.authenticated = True
         self.streams[sid] = stream
         if timeout is not None:
@@ -321,7 +276,7 @@ class Connection(asyncio.Protocol):
 
     def _charge_payer(self, who: str, method: Method) -> None:
         if who not in self.payers:
-            self.payers[who] = self.server.ledger.take(who, "connections", 1, control=method.control)
+            self.payers[who] = self.table.ledger.take(who, "connections", 1, control=method.control)
 
     def _data(self, sid: int, data: bytes, flow_length: int) -> None:
         stream = self.streams.get(sid)
@@ -335,11 +290,11 @@ class Connection(asyncio.Protocol):
                 compressed, length = PREFIX.unpack_from(stream.body)
                 if compressed:
                     raise RtdError(Code.E_REQUEST_INVALID, "compressed messages are not accepted")
-                limit = PUBLIC_MESSAGE_BYTES if stream.method.public else self.server.limits.max_message_bytes
+                limit = stream.method.body_limit(self.table.limits)
                 if length > limit:
                     raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{length} bytes, the limit is {limit}")
                 if stream.call.who is not None:
-                    stream.charges.append(self.server.ledger.take(stream.call.who, "request_bytes", length,
+                    stream.charges.append(self.table.ledger.take(stream.call.who, "request_bytes", length,
                                                                    control=stream.method.control))
                 stream.expected = length
             if stream.expected is not None and len(stream.body) > PREFIX.size + stream.expected:
@@ -365,7 +320,7 @@ class Connection(asyncio.Protocol):
         if stream.method.public or stream.method.control:
             self.start(stream)   # cheap calls, and the operator's, never wait their turn
         else:
-            self.server.take_turn(self, stream)
+            self.table.take_turn(stream.call.who, lambda: self.start(stream))
 
     def start(self, stream: _Stream) -> None:
         if not stream.done and not self.closed:
@@ -384,7 +339,7 @@ class Connection(asyncio.Protocol):
         self.resets.append(now)
         while self.resets and self.resets[0] < now - 1.0:
             self.resets.popleft()
-        if len(self.resets) > 2 * self.server.limits.max_streams_per_connection:
+        if len(self.resets) > 2 * self.table.limits.max_streams_per_connection:
             self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "too many resets, pings or settings")
 
     def _deadline_hit(self, stream: _Stream) -> None:
@@ -488,7 +443,7 @@ class Connection(asyncio.Protocol):
         if stream.done or self.closed:
             return
         try:
-            self._trailers_only(stream.id, error.code.status, self.server.describe(error))
+            self._trailers_only(stream.id, error.code.status, self.routes.describe(error))
             if stream.task is None:   # the client may still be sending: tell it to stop
                 self.h2.reset_stream(stream.id, h2.errors.ErrorCodes.NO_ERROR)
         except h2.exceptions.ProtocolError:
@@ -526,7 +481,7 @@ class Connection(asyncio.Protocol):
 
     def sweep(self, now: float) -> None:
         """Called every second: reset stalled responses, close idle connections."""
-        limits = self.server.limits
+        limits = self.table.limits
         for stream in list(self.streams.values()):
             stalled = stream.pending or stream.task is None   # an answer not taken, or a body not sent
             if stalled and now - stream.last_progress > limits.send_timeout_s:
@@ -539,117 +494,3 @@ class Connection(asyncio.Protocol):
             self.close(h2.errors.ErrorCodes.NO_ERROR, "idle")
         elif not self.closed:
             self.flush()
-
-
-class Server:
-    """The listeners and every connection. `authenticate(metadata, method) -> payer` and
-    `describe(RtdError) -> str` come from the front (the one error table). Other protocols'
-    connections (rest_front) share its caps and its sweep: such a connection has a `peer`,
-    calls `admit`/`forget`, and offers `sweep(now)`, `busy()`, `goaway()` and `close()`."""
-
-    def __init__(self, methods: dict, limits: TransportLimits, ledger: Ledger, authenticate, describe):
-        self.methods, self.limits, self.ledger = methods, limits, ledger
-        self.authenticate, self.describe = authenticate, describe
-        self.connections: set[Connection] = set()
-        self.by_peer: collections.Counter = collections.Counter()
-        self.listeners: list[asyncio.base_events.Server] = []
-        self.refused = collections.Counter()      # why connections were refused at accept
-        self.turns: dict[str, collections.deque] = {}   # payer -> (connection, stream) waiting to start
-        self.turning = False
-        self.sweeper = None
-
-    def admit(self, conn: Connection) -> bool:
-        operator = conn.peer == f"uid:{OPERATOR_UID}"
-        room = self.limits.max_connections + (self.limits.max_connections // 8 if operator else 0)
-        if len(self.connections) >= room:
-            self.refused["connections"] += 1
-            return False
-        if self.by_peer[conn.peer] >= self.limits.max_connections_per_peer:
-            self.refused["connections_per_peer"] += 1
-            return False
-        self.connections.add(conn)
-        self.by_peer[conn.peer] += 1
-        return True
-
-    def take_turn(self, conn: Connection, stream: _Stream) -> None:
-        """Start a tenant's call now if no call waits for its turn; else queue it. Queued calls
-        start one per tenant per turn of the event loop, round-robin: a tenant flooding the
-        daemon gets one start per turn like everyone else, so the others' calls wait for a
-        turn, not behind its whole backlog."""
-        if not self.turns:
-            conn.start(stream)
-            self.turns.setdefault(stream.call.who, collections.deque())   # later arrivals this turn queue
-        else:
-            self.turns.setdefault(stream.call.who, collections.deque()).append((conn, stream))
-        if not self.turning:
-            self.turning = True
-            asyncio.get_running_loop().call_soon(self._next_turn)
-
-    def _next_turn(self) -> None:
-        self.turning = False
-        for who in list(self.turns):
-            waiting = self.turns[who]
-            if waiting:
-                conn, stream = waiting.popleft()
-                conn.start(stream)
-            if not waiting:
-                del self.turns[who]
-        if self.turns:
-            self.turning = True
-            asyncio.get_running_loop().call_soon(self._next_turn)
-
-    def forget(self, conn: Connection) -> None:
-        if conn in self.connections:
-            self.connections.discard(conn)
-            self.by_peer[conn.peer] -= 1
-            if self.by_peer[conn.peer] <= 0:
-                del self.by_peer[conn.peer]
-
-    async def listen_unix(self, path: str, protocol=None) -> None:
-        """`protocol(server, peer_of)` makes each connection; gRPC's by default."""
-        loop, protocol = asyncio.get_running_loop(), protocol or Connection
-        self.listeners.append(await loop.create_unix_server(lambda: protocol(self, _unix_peer), path, backlog=1024))
-        self._start_sweeper()
-
-    async def listen_tcp(self, host: str, port: int, context: ssl.SSLContext | None, protocol=None) -> None:
-        """TCP with mTLS, or plaintext (context None) behind a mesh that terminates it."""
-        loop, protocol = asyncio.get_running_loop(), protocol or Connection
-        self.listeners.append(await loop.create_server(
-            lambda: protocol(self, lambda sock: f"ip:{sock.getpeername()[0]}"), host, port, ssl=context,
-            ssl_handshake_timeout=self.limits.auth_timeout_s if context else None, backlog=1024))
-        self._start_sweeper()
-
-    def _start_sweeper(self) -> None:
-        if self.sweeper is None:
-            self.sweeper = asyncio.get_running_loop().create_task(self._sweep())
-
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            now = time.monotonic()
-            for conn in list(self.connections):
-                conn.sweep(now)
-
-    def stop_accepting(self) -> None:
-        for listener in self.listeners:
-            listener.close()
-        for conn in list(self.connections):   # GOAWAY: no new streams; those in flight finish
-            conn.goaway()
-
-    def busy(self) -> bool:
-        return any(conn.busy() for conn in self.connections)
-
-    def close(self) -> None:
-        if self.sweeper is not None:
-            self.sweeper.cancel()
-        for conn in list(self.connections):
-            conn.close()
-
-
-def tls_context(cert: str, key: str, client_ca: str, alpn: str = "h2") -> ssl.SSLContext:
-    """mTLS for a TCP listener: clients must present a certificate from `client_ca`."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=client_ca)
-    context.load_cert_chain(cert, key)
-    context.verify_mode = ssl.CERT_REQUIRED
-    context.set_alpn_protocols([alpn])
-    return context

@@ -9,7 +9,7 @@ import asyncio
 import grp
 import os
 
-from rtd.daemon.metrics import CONTENT_TYPE
+from rtd.daemon.observe.metrics import CONTENT_TYPE
 from rtd.errors import Code, RtdError
 
 MAX_CONNECTIONS = 16

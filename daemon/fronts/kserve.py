@@ -5,12 +5,10 @@ and the repository index and statistics as Triton lays them out. Each front only
 import time
 
 from rtd.errors import Code, RtdError
+from rtd.proto import FILE_PREFIX
 
 SERVER_NAME = "rtd"
 EXTENSIONS = ["model_repository", "model_configuration", "binary_tensor_data"]
-FILE_PREFIX = "file:"
-PROFILE_PARAMETER = "rtd_profile"   # an inference request parameter (bool): time the run, return its trace
-TRACE_OUTPUT = "rtd.trace"          # the output that trace comes back as: BYTES [1], a Chrome trace (JSON)
 
 
 def describe(error: RtdError) -> str:

@@ -16,10 +16,11 @@ import socket
 import time
 
 from rtd import wire
-from rtd.daemon.channel import WorkerChannel
+from rtd.daemon.serving.channel import WorkerChannel
 from rtd.errors import Code, RtdError
+from rtd.signature import Signature
 
-WORKER_ENTRY = "rtd.daemon.worker:serve"
+WORKER_ENTRY = "rtd.daemon.worker.main:serve"
 RESOURCE_LAYERS = ("memory", "gpu")   # limits a request can run into: its doing, not the model's
 
 
@@ -52,14 +53,13 @@ class Instance:
     def in_flight(self) -> int:
         return self.channel.in_flight if self.channel is not None else 0
 
-    async def start(self, spawn, model_fd: int, load_timeout: float, external: dict[str, int] | None = None,
-                    threads: int = 1, device: str = "cpu") -> dict:
+    async def start(self, spawn, model_fd: int, load_timeout: float, external: dict[str, int], serve_as: dict) -> Signature:
         """Spawn the worker (blocking zygote call, run off the loop), send the model, the
-        signed files its tensors' external data may name ({name: sealed memfd}) and how many
-        kernel threads it may run (the tenant's whole CPU cores) and the device it compiles for
-        ("cuda" when the tenant's policy names GPUs), wait for its signature;
-        raises RtdError and leaves nothing running on failure."""
-        external = external or {}
+        signed files its tensors' external data may name ({name: sealed memfd}) and what it
+        serves the model as (`serve_as`: name, version, max_batch, max_message_bytes,
+        max_elements, threads — the tenant's whole CPU cores — and device, "cuda" when the
+        tenant's policy names GPUs), wait for its signature, parsed here once; raises RtdError
+        and leaves nothing running on failure."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             self.handle = await asyncio.get_running_loop().run_in_executor(None, spawn, theirs)
@@ -70,7 +70,7 @@ class Instance:
             theirs.close()
         self.channel = WorkerChannel(ours, self._lost)
         try:
-            reply = await asyncio.wait_for(self.channel.request(wire.Kind.LOAD, {"external": list(external), "threads": threads, "device": device},
+            reply = await asyncio.wait_for(self.channel.request(wire.Kind.LOAD, {"external": list(external), **serve_as},
                                                                 fds=[model_fd, *external.values()]), load_timeout)
         except asyncio.TimeoutError:
             self.stop(Ending.HUNG, f"no answer to LOAD within {load_timeout:g} s")
@@ -81,13 +81,14 @@ class Instance:
             if isinstance(e, RtdError) and e.code in (Code.E_WORKER_CRASHED, Code.E_WORKER_PROTOCOL):
                 raise RtdError(e.code, f"{e.detail}; {await self.exit_reason()}") from None
             raise
-        inputs, outputs = reply.head.get("inputs"), reply.head.get("outputs")
-        if not isinstance(inputs, list) or not isinstance(outputs, list):
-            self.stop(Ending.CRASHED, "LOAD reply without a signature")
-            raise RtdError(Code.E_WORKER_PROTOCOL, "LOAD reply without a signature")
+        try:
+            signature = Signature.parse(reply.head)
+        except RtdError as e:
+            self.stop(Ending.CRASHED, e.detail)
+            raise
         self.resident = self.handle.usage().get("memory_bytes") or 0
         self.last_used = time.monotonic()
-        return {"inputs": inputs, "outputs": outputs}
+        return signature
 
     def send(self, kind: wire.Kind, head: dict, tensors: dict, request_timeout: float, on_done) -> asyncio.Future:
         """Pipeline one request; its future resolves to the reply frame, and `on_done(answered)`

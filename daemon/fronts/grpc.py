@@ -1,28 +1,30 @@
 """The gRPC front: KServe v2 `inference.GRPCInferenceService` for tenants, grpc.health.v1
-and `rtd.Admin/Status` and `rtd.Admin/Reload` for operators, served by rtd's own HTTP/2 transport (http2.py).
+and `rtd.Admin/Status` and `rtd.Admin/Reload` for operators, served by rtd's own HTTP/2 transport (transport/grpc_h2.py).
 Each handler only translates the message onto the Supervisor API and back; refusals are
 mapped through the ONE table (`Code.status`) in `kserve.describe`; anything unexpected is INTERNAL
 "Internal server error" with no details. RPCs not listed here (shared memory, trace/log
 settings, streaming) are answered UNIMPLEMENTED by the transport.
 """
 import json
+import math
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from rtd import __version__
-from rtd.daemon import http2
-from rtd.daemon.budgets import OPERATOR
-from rtd.daemon.kserve import EXTENSIONS, PROFILE_PARAMETER, SERVER_NAME, deadline_of, load_parameters, model_statistics, repository_index
-from rtd.daemon.tensors import decode_request, response_parts
+from rtd.daemon.serving.budgets import OPERATOR
+from rtd.daemon.transport.contract import Call, Method, Reply
+from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, deadline_of, describe, load_parameters, model_statistics, repository_index
+from rtd.daemon.serving.scheduler import InferRequest
+from rtd.infer_request import declared_inputs, scan
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
 
 SERVICE = "inference.GRPCInferenceService"
 ADMIN_SERVICE = "rtd.Admin"
 HEALTH_SERVICE = "grpc.health.v1.Health"
-def _message(cls, call: http2.Call):
+def _message(cls, call: Call):
     """The call's request message; one that does not parse is the client's error."""
     try:
         return cls.FromString(call.message)
@@ -35,8 +37,8 @@ def _value(param: pb.ModelRepositoryParameter):
     return getattr(param, which) if which else None
 
 
-def _reply(message) -> http2.Reply:
-    return http2.Reply([message.SerializeToString()])
+def _reply(message) -> Reply:
+    return Reply([message.SerializeToString()])
 
 
 class Front:
@@ -59,19 +61,21 @@ class Front:
             (ADMIN_SERVICE, "Status"): (self.admin_status, control), (ADMIN_SERVICE, "Reload"): (self.admin_reload, control),
             (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, work),
         }
-        self.methods = {f"/{service}/{rpc}": http2.Method(handler, **kind) for (service, rpc), (handler, kind) in routes.items()}
+        self.methods = {f"/{service}/{rpc}": Method(handler, **kind) for (service, rpc), (handler, kind) in routes.items()}
 
-    def authenticate(self, metadata, method: http2.Method) -> str:
+    describe = staticmethod(describe)
+
+    def authenticate(self, metadata, method: Method) -> str:
         """Who pays for a call: the operator for admin calls, else the caller's tenant."""
         if method.handler in (self.admin_status, self.admin_reload):
             self.supervisor.tenants.authenticate_admin(metadata)
             return OPERATOR
         return self.supervisor.tenants.authenticate(metadata).id
 
-    def _tenant(self, call: http2.Call):
+    def _tenant(self, call: Call):
         return self.supervisor.tenants.by_id[call.who]
 
-    async def _audited(self, call: http2.Call, action: str, work, **fields) -> None:
+    async def _audited(self, call: Call, action: str, work, **fields) -> None:
         """An action that changes what the daemon serves or trusts, logged as one `event=audit`
         line: who (tenant or admin), from which peer, what, and the result (ok or the code)."""
         result = Code.E_INTERNAL.name
@@ -137,27 +141,29 @@ class Front:
         return _reply(pb.RepositoryModelUnloadResponse())
 
     async def admin_status(self, call):
-        return http2.Reply([json.dumps(self.supervisor.status(), default=str).encode()])
+        return Reply([json.dumps(self.supervisor.status(), default=str).encode()])
 
     async def admin_reload(self, call):
         async def reload():
             self.reload()
         await self._audited(call, "reload", reload())
-        return http2.Reply([b""])
+        return Reply([b""])
 
     # -- work ------------------------------------------------------------------------------------
     async def model_infer(self, call):
-        request = _message(pb.ModelInferRequest, call)
-        call.message = b""
-        inputs = decode_request(request, self.max_bytes)
-        outputs = [o.name for o in request.outputs] or None
-        timeout = request.parameters["timeout"] if "timeout" in request.parameters else None   # tritonclient's
-        deadline = deadline_of(call.deadline, timeout.int64_param or timeout.uint64_param if timeout else 0)
-        profile = PROFILE_PARAMETER in request.parameters and request.parameters[PROFILE_PARAMETER].bool_param
-        result = await self.supervisor.infer(
-            self._tenant(call), request.model_name, request.model_version, inputs, outputs, deadline,
-            encode=lambda version, results: response_parts(request.model_name, version, request.id, results), profile=profile)
-        return http2.Reply(result.encoded, result.charges)
+        """Read the request's header (bounded, its tensors untouched), check it against the
+        model and hand the bytes on; the worker decodes them and builds the response."""
+        head = scan(call.message)
+        declared = declared_inputs(head, self.max_bytes)
+        inputs = {name: (row.wire, shape) for name, (row, shape, _) in declared.items()}
+        firsts = {shape[0] if shape else None for _, shape in inputs.values()}
+        timeout = head.parameters.get("timeout")   # tritonclient's, microseconds
+        request = InferRequest(head.model_name, head.model_version, "grpc", call.message,
+                               deadline_of(call.deadline, timeout if type(timeout) is int else 0) or math.inf, inputs,
+                               [o.name for o in head.outputs] or None, firsts.pop() if len(firsts) == 1 else None,
+                               received=call.received)
+        result = await self.supervisor.infer(self._tenant(call), request)
+        return Reply([result.body], result.charges)
 
     async def repository_load(self, call):
         request = _message(pb.RepositoryModelLoadRequest, call)

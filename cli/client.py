@@ -6,9 +6,9 @@ import json
 
 import grpc
 
-from rtd.daemon.grpc_front import ADMIN_SERVICE, SERVICE
-from rtd.daemon.kserve import FILE_PREFIX, PROFILE_PARAMETER
-from rtd.daemon.tensors import decode_response, encode_inputs
+from rtd.daemon.fronts.grpc import ADMIN_SERVICE, SERVICE
+from rtd.proto import FILE_PREFIX, PROFILE_PARAMETER
+from rtd.tensors import decode_response, encode_inputs
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
 

@@ -64,19 +64,19 @@ class Series:
 
 
 class Timing:
-    """One request's way through the supervisor (time.monotonic() seconds) in Triton's
-    phases: queued from `start` until `compute_start` (it holds a slot and an instance),
-    compute input until `input_end` (its tensors copied into the worker's arena and sent; a
-    batch's concatenation, `prep_s`, counts here too), compute infer until `output_start`
-    (the worker's answer is back), compute output until its response is built. While queued
-    it counts in its model version's pending gauge; a batch's Timing takes its `members` out
-    of the queue together."""
+    """One request's way through the daemon (time.monotonic() seconds) in Triton's phases:
+    queued from `start` until `compute_start` (it holds a slot and an instance); compute input
+    until its bytes are sent to the worker (`input_end`) plus the worker's decoding; compute
+    infer, the worker's answer time less its decoding and encoding; compute output, the
+    worker's encoding plus what follows its answer until the response is handed to the
+    transport. While queued it counts in its model version's pending gauge; requests sent in
+    one frame share the frame's times."""
 
     def __init__(self, start: float):
-        self.start, self.prep_s = start, 0.0
+        self.start = start
         self.compute_start = self.input_end = self.output_start = None
+        self.decode_s = self.encode_s = 0.0
         self.series: Series | None = None
-        self.members: list["Timing"] = []
         self._queued = False
 
     def queue_in(self, series: Series) -> None:
@@ -89,15 +89,26 @@ class Timing:
             self._queued = False
             self.series.pending -= 1
 
-    def computing(self) -> None:
+    def computing(self, *others: "Timing") -> None:
+        """This request (and `others` sent in the same frame) holds a slot and an instance."""
         self.compute_start = time.monotonic()
-        for timing in (self, *self.members):
+        for timing in (self, *others):
             timing.dequeue()
 
-    def took(self, batch: "Timing") -> None:
-        """This request ran in `batch`: its compute phases are the batch's."""
-        self.prep_s, self.compute_start = batch.prep_s, batch.compute_start
-        self.input_end, self.output_start = batch.input_end, batch.output_start
+    def sent(self) -> None:
+        self.input_end = time.monotonic()
+
+    def answered(self, worker_ns: dict) -> None:
+        """The worker's answer is back, with its decode/run/encode times (bounded by the wait)."""
+        self.output_start = time.monotonic()
+        span = max(0.0, self.output_start - self.input_end)
+        self.decode_s = min(worker_ns["decode"] / 1e9, span)
+        self.encode_s = min(worker_ns["encode"] / 1e9, span - self.decode_s)
+
+    def took(self, frame: "Timing") -> None:
+        """This request ran in `frame`'s frame: its compute phases are the frame's."""
+        self.compute_start, self.input_end, self.output_start = frame.compute_start, frame.input_end, frame.output_start
+        self.decode_s, self.encode_s = frame.decode_s, frame.encode_s
 
 
 def _cpu_times() -> tuple[int, int]:
@@ -168,14 +179,14 @@ class Metrics:
 
     @staticmethod
     def succeeded(series: Series, timing: Timing, batch: int, end: float) -> None:
-        prep, start = timing.prep_s, timing.compute_start
+        start, sent, back = timing.compute_start, timing.input_end, timing.output_start
         series.success += 1
         series.count += batch
         series.request_ns += int((end - timing.start) * 1e9)
-        series.queue_ns += int((start - timing.start - prep) * 1e9)
-        series.input_ns += int((timing.input_end - start + prep) * 1e9)
-        series.infer_ns += int((timing.output_start - timing.input_end) * 1e9)
-        series.output_ns += int((end - timing.output_start) * 1e9)
+        series.queue_ns += int((start - timing.start) * 1e9)
+        series.input_ns += int((sent - start + timing.decode_s) * 1e9)
+        series.infer_ns += int((back - sent - timing.decode_s - timing.encode_s) * 1e9)
+        series.output_ns += int((end - back + timing.encode_s) * 1e9)
 
     @staticmethod
     def executed(series: Series | None) -> None:

@@ -21,9 +21,11 @@ import collections
 import enum
 import time
 
-from rtd.daemon.batching import Batcher
-from rtd.daemon.instances import Ending, Instance
+from rtd.daemon.serving.instances import Ending, Instance
+from rtd.daemon.serving.scheduler import Scheduler
+from rtd.daemon.serving.services import TenantServices
 from rtd.errors import Code, RtdError
+from rtd.signature import Signature
 
 BASE_WORKER_BYTES = 48 << 20   # a worker's own footprint before its model (estimate until measured)
 
@@ -51,14 +53,15 @@ def instance_count(config, max_instances: int) -> int:
 
 
 class ModelVersion:
-    """One verified package of a model and the instances serving it."""
+    """One verified package of a model, the instances serving it and its scheduler."""
 
-    def __init__(self, owner: "ManagedModel", package, held):
+    def __init__(self, owner: "ManagedModel", package, held, services: TenantServices):
         self.owner, self.package, self.held = owner, package, held   # held: the package-bytes charge
-        limits = owner.tenancy.limits
+        self.services = services
+        limits = services.limits
         self.count = instance_count(package.config, limits.max_instances)
         self.instances: list[Instance] = []
-        self.signature: dict | None = None
+        self.signature: Signature | None = None
         self.crashes = 0
         self.resource_errors: collections.deque = collections.deque()
         self.backoff, self.restarting = limits.restart_backoff_s, 0
@@ -68,16 +71,13 @@ class ModelVersion:
         self.measured = 0                    # resident bytes of one instance, once known
         self.last_reason = ""                # how the last instance that ended did
         self.evictions = 0
-        self.batcher = self._batcher()
-
-    def _batcher(self) -> Batcher | None:
-        config, tenancy = self.package.config, self.owner.tenancy
-        if config is None or config.max_batch_size <= 0 or not config.HasField("dynamic_batching"):
-            return None
-        metrics, labels = tenancy.supervisor.metrics, (tenancy.tenant.id, self.owner.name, self.version_dir)
-        return Batcher(self.owner.name, config.max_batch_size, config.dynamic_batching.max_queue_delay_microseconds / 1e6,
-                       lambda i, o, d, t: tenancy.execute(self, i, o, d, t),
-                       on_execution=lambda: metrics.executed(metrics.find(*labels)))
+        config = package.config
+        self.max_batch = config.max_batch_size if config is not None and config.max_batch_size > 0 else 0
+        batching = self.max_batch and config.HasField("dynamic_batching")
+        metrics, labels = services.metrics, (services.tenant, owner.name, self.version_dir)
+        self.scheduler = Scheduler(owner.name, self, services.slots, limits, self.max_batch,
+                                   config.dynamic_batching.max_queue_delay_microseconds / 1e6 if batching else None,
+                                   on_execution=lambda: metrics.executed(metrics.find(*labels)))
 
     @property
     def version_dir(self) -> str:
@@ -98,15 +98,16 @@ class ModelVersion:
             raise
 
     async def _start_instance(self, index: int) -> Instance:
-        tenancy = self.owner.tenancy
-        await tenancy.make_room(self.estimate(), keep=self)
+        services = self.services
+        await services.make_room(self.estimate(), keep=self)
         instance = Instance(index, self._ended)
         self.instances.append(instance)
+        serve_as = {"name": self.owner.name, "version": self.version_dir, "max_batch": self.max_batch,
+                    "max_message_bytes": services.limits.max_message_bytes, "max_elements": services.limits.max_request_elements,
+                    "threads": services.threads, "device": services.device}
         try:
-            signature = await instance.start(tenancy.spawn, self.package.model.fd, tenancy.limits.load_timeout_s,
-                                             {name: f.fd for name, f in self.package.siblings.items()},
-                                             threads=max(1, int(tenancy.policy.limits.cpu_cores)),
-                                             device="cuda" if tenancy.policy.limits.gpu_devices else "cpu")
+            signature = await instance.start(services.spawn, self.package.model.fd, services.limits.load_timeout_s,
+                                             {name: f.fd for name, f in self.package.siblings.items()}, serve_as)
         except BaseException:
             if instance in self.instances:
                 self.instances.remove(instance)
@@ -126,28 +127,26 @@ class ModelVersion:
         if not any(i.live for i in self.instances):
             self.live.clear()
         self.last_reason = instance.reason
-        tenancy = self.owner.tenancy
+        services = self.services
         if instance.ending in (Ending.CRASHED, Ending.HUNG):
             self.crashes += 1
-            tenancy.supervisor.events.emit("crash", tenancy.tenant.id, model=self.owner.name,
-                                           version=self.version_dir, ending=instance.ending.value,
-                                           reason=instance.reason, count=self.crashes)
+            services.emit("crash", model=self.owner.name, version=self.version_dir, ending=instance.ending.value,
+                          reason=instance.reason, count=self.crashes)
         elif instance.ending == Ending.RESOURCE:
             now = time.monotonic()
             self.resource_errors.append(now)
-            while self.resource_errors and self.resource_errors[0] < now - tenancy.limits.resource_error_window_s:
+            while self.resource_errors and self.resource_errors[0] < now - services.limits.resource_error_window_s:
                 self.resource_errors.popleft()
-            tenancy.supervisor.events.emit("resource_kill", tenancy.tenant.id, model=self.owner.name,
-                                           version=self.version_dir, reason=instance.reason,
-                                           in_window=len(self.resource_errors))
+            services.emit("resource_kill", model=self.owner.name, version=self.version_dir, reason=instance.reason,
+                          in_window=len(self.resource_errors))
         if instance.ending != Ending.STOPPED:
-            tenancy.supervisor.metrics.instance_ended(tenancy.tenant.id, self.owner.name, instance.ending.value)
-            if not self.retired and self.crashes < tenancy.limits.crash_limit:
+            services.metrics.instance_ended(services.tenant, self.owner.name, instance.ending.value)
+            if not self.retired and self.crashes < services.limits.crash_limit:
                 self._restart_later(instance.index)
         self.owner.version_changed(self)
 
     def _restart_later(self, index: int) -> None:
-        delay, limits = self.backoff, self.owner.tenancy.limits
+        delay, limits = self.backoff, self.services.limits
         self.backoff = min(self.backoff * 2, limits.restart_backoff_max_s)
         self.restarting += 1
         asyncio.get_running_loop().call_later(delay, self._restart, index)
@@ -157,12 +156,9 @@ class ModelVersion:
             try:
                 if not self.retired and self.owner.state != ModelState.FAILED:
                     await self._start_instance(index)
-                    self.owner.tenancy.supervisor.events.emit("restart", self.owner.tenancy.tenant.id,
-                                                              model=self.owner.name, version=self.version_dir,
-                                                              instance=index)
+                    self.services.emit("restart", model=self.owner.name, version=self.version_dir, instance=index)
             except RtdError as e:
-                self.owner.tenancy.supervisor.events.emit("restart_failed", self.owner.tenancy.tenant.id,
-                                                          model=self.owner.name, code=e.code.name, reason=e.detail)
+                self.services.emit("restart_failed", model=self.owner.name, code=e.code.name, reason=e.detail)
                 if not self.retired and not any(i.live for i in self.instances):
                     self._restart_later(index)
                     return
@@ -174,10 +170,9 @@ class ModelVersion:
     def evict(self, instance: Instance) -> None:
         self.evictions += 1
         instance.stop(Ending.STOPPED, "evicted: idle, restarted on the next request")
-        tenancy = self.owner.tenancy
-        tenancy.supervisor.metrics.evicted(tenancy.tenant.id, self.owner.name)
-        tenancy.supervisor.events.emit("evict", tenancy.tenant.id, model=self.owner.name, version=self.version_dir,
-                                       instance=instance.index, resident_bytes=instance.resident)
+        self.services.metrics.evicted(self.services.tenant, self.owner.name)
+        self.services.emit("evict", model=self.owner.name, version=self.version_dir, instance=instance.index,
+                           resident_bytes=instance.resident)
 
     async def instance(self, deadline: float) -> Instance:
         """The least busy live instance; one is started when every instance was evicted."""
@@ -197,12 +192,15 @@ class ModelVersion:
 
     def answered(self) -> None:
         self.crashes = 0
-        self.backoff = self.owner.tenancy.limits.restart_backoff_s
+        self.backoff = self.services.limits.restart_backoff_s
+
+    def protocol_error(self, instance: Instance, error: RtdError) -> None:
+        """The worker broke the protocol in an answer: it is ended as a crash and restarted."""
+        instance.stop(Ending.CRASHED, f"protocol: {error.detail}")
 
     def stop(self, reason: str) -> None:
         self.retired = True
-        if self.batcher is not None:
-            self.batcher.close()
+        self.scheduler.close()
         for instance in list(self.instances):
             instance.stop(Ending.STOPPED, reason)
         self.live.clear()
@@ -228,8 +226,8 @@ class ModelVersion:
 class ManagedModel:
     """The one owner of one of a tenant's model names."""
 
-    def __init__(self, tenancy, name: str):
-        self.tenancy, self.name = tenancy, name
+    def __init__(self, name: str, services: TenantServices):
+        self.name, self.services = name, services
         self.state, self.reason = ModelState.LOADING, ""
         self.serving: ModelVersion | None = None
         self.loading: ModelVersion | None = None
@@ -238,16 +236,15 @@ class ManagedModel:
     def _transition(self, state: ModelState, reason: str = "") -> None:
         if (state, reason) == (self.state, self.reason):
             return
-        self.tenancy.supervisor.events.emit("state", self.tenancy.tenant.id, model=self.name,
-                                            version=self.serving.version_dir if self.serving else "",
-                                            old=self.state.value, new=state.value, reason=reason)
+        self.services.emit("state", model=self.name, version=self.serving.version_dir if self.serving else "",
+                           old=self.state.value, new=state.value, reason=reason)
         self.state, self.reason = state, reason
 
     # -- loading -------------------------------------------------------------------------------
     async def prepare(self, package, held) -> ModelVersion:
         """Start a new version beside the serving one (which keeps serving); the caller
         persists it and then calls `commit`, or `abort` on any failure."""
-        version = ModelVersion(self, package, held)
+        version = ModelVersion(self, package, held, self.services)
         self.loading = version
         if self.serving is None:
             self._transition(ModelState.LOADING, f"version {version.version_dir} loading")
@@ -260,7 +257,7 @@ class ManagedModel:
 
     def commit(self, version: ModelVersion) -> None:
         old, self.serving, self.loading = self.serving, version, None
-        self.tenancy.supervisor.metrics.track(self.tenancy.tenant.id, self.name, version.version_dir)
+        self.services.metrics.track(self.services.tenant, self.name, version.version_dir)
         self._transition(ModelState.READY)
         if old is not None:
             asyncio.get_running_loop().create_task(self._retire(old))
@@ -268,9 +265,9 @@ class ManagedModel:
     async def _retire(self, old: ModelVersion) -> None:
         """A replaced version serves what chose it, then stops; its series go unless its
         version number serves again."""
-        await old.retire(self.tenancy.limits.request_timeout_s)
+        await old.retire(self.services.limits.request_timeout_s)
         if self.serving is None or self.serving.version_dir != old.version_dir:
-            self.tenancy.supervisor.metrics.forget(self.tenancy.tenant.id, self.name, old.version_dir)
+            self.services.metrics.forget(self.services.tenant, self.name, old.version_dir)
 
     def abort(self, version: ModelVersion) -> None:
         version.stop("load refused")
@@ -287,7 +284,7 @@ class ManagedModel:
         if self.serving is None or self.state == ModelState.UNLOADING:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} has no version to reload")
         old = self.serving
-        version = ModelVersion(self, old.package, old.held)   # the same verified bytes and their charge
+        version = ModelVersion(self, old.package, old.held, self.services)   # the same verified bytes and their charge
         version.measured = old.measured
         self.loading = version
         try:
@@ -298,7 +295,7 @@ class ManagedModel:
         self.serving, self.loading = version, None
         self._transition(ModelState.READY)
         asyncio.get_running_loop().create_task(   # the package now belongs to the new version
-            old.retire(self.tenancy.limits.request_timeout_s, package_too=False))
+            old.retire(self.services.limits.request_timeout_s, package_too=False))
 
     # -- serving ---------------------------------------------------------------------------------
     def version_for(self, version: str = "") -> ModelVersion:
@@ -320,7 +317,7 @@ class ManagedModel:
         """An instance of `version` started or ended: the model's state follows."""
         if version is not self.serving or self.state in (ModelState.UNLOADING, ModelState.LOADING):
             return
-        limit = self.tenancy.limits.crash_limit
+        limit = self.services.limits.crash_limit
         if version.crashes >= limit:
             self._transition(ModelState.FAILED, f"its worker ended {version.crashes} times in a row "
                                                 f"(last: {version.last_reason}); reload or unload and load it")
@@ -338,8 +335,8 @@ class ManagedModel:
         self._transition(ModelState.UNLOADING)
         for version in (self.loading, self.serving):
             if version is not None:
-                await version.retire(self.tenancy.limits.request_timeout_s)
-        self.tenancy.supervisor.metrics.forget(self.tenancy.tenant.id, self.name)
+                await version.retire(self.services.limits.request_timeout_s)
+        self.services.metrics.forget(self.services.tenant, self.name)
 
     def view(self) -> dict:
         serving = self.serving
