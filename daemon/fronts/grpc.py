@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2
 from rtd import __version__
 from rtd.daemon.serving.budgets import OPERATOR
 from rtd.daemon.transport.contract import Call, Method, Reply
+from rtd.daemon.fronts import kserve
 from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, deadline_of, describe, load_parameters, model_statistics, repository_index
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.infer_request import declared_inputs, scan
@@ -24,10 +25,10 @@ from rtd.proto import grpc_service_pb2 as pb
 SERVICE = "inference.GRPCInferenceService"
 ADMIN_SERVICE = "rtd.Admin"
 HEALTH_SERVICE = "grpc.health.v1.Health"
-def _message(cls, call: Call):
+def _message(cls, call: Call | memoryview):
     """The call's request message; one that does not parse is the client's error."""
     try:
-        return cls.FromString(call.message)
+        return cls.FromString(call.message if isinstance(call, Call) else call)
     except DecodeError:
         raise RtdError(Code.E_REQUEST_INVALID, f"not a {cls.DESCRIPTOR.name} message") from None
 
@@ -48,7 +49,7 @@ class Front:
         """`reload()`: re-read tenant tokens and trust stores as SIGHUP does, or raise RtdError."""
         self.supervisor, self.reload = supervisor, reload
         self.max_bytes = supervisor.config.limits.max_message_bytes
-        public, control, work = dict(public=True), dict(control=True), {}
+        public, control, work, upload = dict(public=True), dict(control=True), {}, dict(spool=True)
         routes = {
             (SERVICE, "ServerLive"): (self.server_live, public), (SERVICE, "ServerReady"): (self.server_ready, public),
             (SERVICE, "ServerMetadata"): (self.server_metadata, public),
@@ -59,11 +60,14 @@ class Front:
             (SERVICE, "ModelStatistics"): (self.model_statistics, control),
             (SERVICE, "RepositoryModelUnload"): (self.repository_unload, control),
             (ADMIN_SERVICE, "Status"): (self.admin_status, control), (ADMIN_SERVICE, "Reload"): (self.admin_reload, control),
-            (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, work),
+            (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, upload),
         }
         self.methods = {f"/{service}/{rpc}": Method(handler, **kind) for (service, rpc), (handler, kind) in routes.items()}
 
     describe = staticmethod(describe)
+
+    def spool(self, who: str, length: int):
+        return kserve.spool(self.supervisor, who, length)
 
     def authenticate(self, metadata, method: Method) -> str:
         """Who pays for a call: the operator for admin calls, else the caller's tenant."""
@@ -166,8 +170,7 @@ class Front:
         return Reply([result.body], result.charges)
 
     async def repository_load(self, call):
-        request = _message(pb.RepositoryModelLoadRequest, call)
-        call.message = b""
+        request = _message(pb.RepositoryModelLoadRequest, call.message.view())
         files, config = load_parameters({key: _value(param) for key, param in request.parameters.items()})
         name = request.model_name
         del request

@@ -2,8 +2,11 @@
 server's identity and extensions, the public text of a refusal, the meaning of the request
 parameters both protocols carry (a load's package files and config, tritonclient's timeout),
 and the repository index and statistics as Triton lays them out. Each front only moves these between its own encoding and the Supervisor API."""
+import errno
+import os
 import time
 
+from rtd.daemon.transport.contract import SpooledBody
 from rtd.errors import Code, RtdError
 from rtd.proto import FILE_PREFIX
 
@@ -58,3 +61,19 @@ def model_statistics(supervisor, tenant, name: str, version: str) -> list[dict]:
                  "queue": duration(s.success, s.queue_ns), "compute_input": duration(s.success, s.input_ns),
                  "compute_infer": duration(s.success, s.infer_ns), "compute_output": duration(s.success, s.output_ns)}}
             for model, served, s in supervisor.statistics(tenant, name, version)]
+
+
+def spool(supervisor, who: str, length: int):
+    """Where an upload's body goes as it arrives: an unlinked file in the state directory's
+    spool/ (nothing survives a crash), charged to the tenant's package budget until the call
+    ends. (SpooledBody, its charge)."""
+    charge = supervisor.ledger.take(who, "package_bytes", length)
+    directory = os.path.join(supervisor.config.state_dir, "spool")
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        charge.release()
+        code = Code.E_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
+        raise RtdError(code, f"spooling an upload: {e.strerror}") from None
+    return SpooledBody(fd, length), charge

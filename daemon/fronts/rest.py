@@ -18,6 +18,7 @@ from google.protobuf import json_format
 from rtd import __version__
 from rtd.daemon.transport.contract import Call, Method, Reply
 from rtd.daemon.transport.rest_h1 import length_of
+from rtd.daemon.fronts import kserve
 from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, describe, load_parameters, model_statistics, repository_index
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.errors import Code, RtdError
@@ -70,7 +71,7 @@ class Front:
     def __init__(self, supervisor):
         self.supervisor, self.ledger = supervisor, supervisor.ledger
         self.max_bytes = supervisor.config.limits.max_message_bytes
-        public, control, work = dict(public=True), dict(control=True), {}
+        public, control, work, upload = dict(public=True), dict(control=True), {}, dict(spool=True)
         self.routes = [(verb, re.compile(pattern), Method(handler, **kind)) for verb, pattern, handler, kind in (
             ("GET", r"/v2/health/live", self.live, public), ("GET", r"/v2/health/ready", self.ready, public),
             ("GET", r"/v2", self.server_metadata, public),
@@ -78,7 +79,7 @@ class Front:
             ("GET", MODEL + "/ready", self.model_ready, control), ("GET", MODEL + "/config", self.model_config, control),
             ("GET", MODEL, self.model_metadata, control), ("POST", r"/v2/repository/index", self.index, control),
             ("POST", r"/v2/repository/models/(?P<name>[^/]+)/unload", self.unload, control),
-            ("POST", MODEL + "/infer", self.infer, work), ("POST", r"/v2/repository/models/(?P<name>[^/]+)/load", self.load, work),
+            ("POST", MODEL + "/infer", self.infer, work), ("POST", r"/v2/repository/models/(?P<name>[^/]+)/load", self.load, upload),
         )]
 
     def authenticate(self, metadata, method: Method) -> str:
@@ -86,6 +87,9 @@ class Front:
         return self.supervisor.tenants.authenticate(metadata).id
 
     describe = staticmethod(describe)
+
+    def spool(self, who: str, length: int):
+        return kserve.spool(self.supervisor, who, length)
 
     def route(self, verb: str, target: str) -> tuple[Method, dict]:
         path = target.split("?", 1)[0]
@@ -141,8 +145,7 @@ class Front:
 
     # -- work ------------------------------------------------------------------------------------
     async def load(self, request):
-        doc = _json(request.message, "the request")
-        request.message = bytearray()
+        doc = _json(bytes(request.message.view()), "the request")
         parameters = {}
         for key, value in _field(doc, "parameters", dict, "request", {}).items():
             if key.startswith("file:") and isinstance(value, str):   # tritonclient sends the files base64

@@ -8,6 +8,8 @@ is let in, hands the handler the body as bytes, and writes the reply's parts as 
 It never looks inside a body.
 """
 import dataclasses
+import mmap
+import os
 import typing
 
 WRITE_HIGH_WATER = 1 << 20        # a connection's write buffer past which its responses wait for the socket
@@ -58,10 +60,38 @@ class Method:
     handler: object                 # async (Call) -> Reply
     public: bool = False            # answered without credentials (liveness, readiness)
     control: bool = False           # cheap calls that may use the budgets' reserve
+    spool: bool = False             # the body goes to a spool file as it arrives (uploads), never to memory
 
     def body_limit(self, limits: TransportLimits) -> int:
         """The most a call of this route may send."""
         return PUBLIC_MESSAGE_BYTES if self.public else CONTROL_MESSAGE_BYTES if self.control else limits.max_message_bytes
+
+
+class SpooledBody:
+    """A call's body written to a file as it arrives (an unlinked file of the state directory,
+    from the routes' `spool(who, length)`), so an upload is never held in the supervisor's
+    memory; the handler reads it by offset (`view`) and the file goes when the call ends."""
+
+    def __init__(self, fd: int, expected: int):
+        self.fd, self.expected, self.size = fd, expected, 0
+
+    def write(self, data) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+        self.size += len(data)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def view(self) -> memoryview:
+        """The body, mapped read-only (pages are read on demand, not held)."""
+        return memoryview(mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ)) if self.size else memoryview(b"")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Connection(typing.Protocol):

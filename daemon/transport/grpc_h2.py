@@ -85,13 +85,13 @@ def _chunks(views: list) -> list:
 
 
 class _Stream:
-    __slots__ = ("id", "method", "call", "charges", "body", "expected", "task", "timer", "pending", "trailers",
+    __slots__ = ("id", "method", "call", "charges", "body", "spool", "expected", "task", "timer", "pending", "trailers",
                  "last_progress", "done", "refused")
 
     def __init__(self, sid: int, method: Method, call: Call):
         self.id, self.method, self.call = sid, method, call
         self.charges: list = []     # budgets.Charge objects
-        self.body, self.expected = bytearray(), None
+        self.body, self.spool, self.expected = bytearray(), None, None
         self.task, self.timer = None, None
         self.pending: collections.deque = collections.deque()
         self.trailers, self.last_progress, self.done = None, time.monotonic(), False
@@ -101,6 +101,8 @@ class _Stream:
         for charge in self.charges:
             charge.release()
         self.charges.clear()
+        if self.spool is not None:
+            self.spool.close()
 
 
 class Connection(asyncio.Protocol):
@@ -283,9 +285,12 @@ class Connection(asyncio.Protocol):
         if stream is None or stream.task is not None or stream.refused:   # already answered: its data is dropped
             self._acknowledge(flow_length, sid)
             return
-        stream.body += data
         stream.last_progress = time.monotonic()
         try:
+            if stream.spool is not None:
+                stream.spool.write(data)
+            else:
+                stream.body += data
             if stream.expected is None and len(stream.body) >= PREFIX.size:
                 compressed, length = PREFIX.unpack_from(stream.body)
                 if compressed:
@@ -293,11 +298,16 @@ class Connection(asyncio.Protocol):
                 limit = stream.method.body_limit(self.table.limits)
                 if length > limit:
                     raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{length} bytes, the limit is {limit}")
-                if stream.call.who is not None:
+                if stream.method.spool:
+                    stream.spool, charge = self.routes.spool(stream.call.who, length)
+                    stream.charges.append(charge)
+                    stream.spool.write(stream.body[PREFIX.size:])
+                    del stream.body[PREFIX.size:]
+                elif stream.call.who is not None:
                     stream.charges.append(self.table.ledger.take(stream.call.who, "request_bytes", length,
                                                                    control=stream.method.control))
                 stream.expected = length
-            if stream.expected is not None and len(stream.body) > PREFIX.size + stream.expected:
+            if stream.expected is not None and self._received(stream) > stream.expected:
                 raise RtdError(Code.E_REQUEST_INVALID, "one request message per call")
         except RtdError as e:
             self._fail(stream, e)
@@ -313,14 +323,21 @@ class Connection(asyncio.Protocol):
         stream = self.streams.get(sid)
         if stream is None or stream.task is not None or stream.refused:
             return
-        if stream.expected is None or len(stream.body) != PREFIX.size + stream.expected:
+        if stream.expected is None or self._received(stream) != stream.expected:
             self._fail(stream, RtdError(Code.E_REQUEST_INVALID, "the call ended before its message"))
             return
-        stream.call.message = memoryview(stream.body)[PREFIX.size:]   # parsed in place by the handler
+        # read in place by the handler
+        stream.call.message = stream.spool if stream.spool is not None else memoryview(stream.body)[PREFIX.size:]
+        stream.call.received = time.monotonic()
         if stream.method.public or stream.method.control:
             self.start(stream)   # cheap calls, and the operator's, never wait their turn
         else:
             self.table.take_turn(stream.call.who, lambda: self.start(stream))
+
+    @staticmethod
+    def _received(stream: _Stream) -> int:
+        """Message bytes received so far (after the 5-byte prefix)."""
+        return len(stream.spool) if stream.spool is not None else len(stream.body) - PREFIX.size
 
     def start(self, stream: _Stream) -> None:
         if not stream.done and not self.closed:

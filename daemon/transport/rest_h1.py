@@ -67,7 +67,7 @@ class Connection(asyncio.Protocol):
         self.head_since = self.last_progress = self.last_activity = time.monotonic()
         self.head_bytes, self.written = 0, 0
         self.url, self.headers, self.request, self.method = b"", [], None, None
-        self.expects_continue = False
+        self.expects_continue, self.spooled = False, None
 
     # -- connection life -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -108,6 +108,9 @@ class Connection(asyncio.Protocol):
         for charge in self.charges:
             charge.release()
         self.charges.clear()
+        if self.spooled is not None:
+            self.spooled.close()
+            self.spooled = None
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -217,15 +220,22 @@ class Connection(asyncio.Protocol):
                 self.table.authenticated(self)
                 self.authenticated = True
             self.charges.append(ledger.take(who, "streams", 1, control=control))
-            if length:
+            if length and not self.method.spool:
                 self.charges.append(ledger.take(who, "request_bytes", length, control=control))
+        body = bytearray()
+        if self.method.spool:
+            body, charge = self.routes.spool(who, length)
+            self.charges.append(charge)
+            self.spooled = body
         self.expects_continue = headers.get("expect", "").lower() == "100-continue"
-        self.request = Call(f"{verb} {self.url.decode('latin-1')[:200]}", self.headers, who, None, bytearray(),
-                            self.peer, params)
+        self.request = Call(f"{verb} {self.url.decode('latin-1')[:200]}", self.headers, who, None, body, self.peer, params)
         return length
 
     def on_body(self, data: bytes) -> None:
-        self.request.message += data
+        if self.spooled is not None:
+            self.spooled.write(data)
+        else:
+            self.request.message += data
 
     def on_message_complete(self) -> None:
         self.state = RUN

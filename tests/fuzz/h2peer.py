@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import io
 import struct
+import tempfile
 from types import SimpleNamespace
 
 import h2.config
@@ -24,7 +25,8 @@ from rtd.errors import Code, RtdError
 TOKEN, ADMIN = "good-token", "admin-token"
 LIMITS = TransportLimits(max_message_bytes=1 << 20, max_connections=8, max_connections_per_peer=8, max_streams_per_connection=16,
                          auth_timeout_s=30.0, idle_timeout_s=60.0, send_timeout_s=30.0)
-PER_TENANT = {"streams": 64, "connections": 8, "request_bytes": 4 << 20, "requests": 64}
+STATE_DIR = tempfile.mkdtemp(prefix="rtd-h2peer-")   # uploads spool here (unlinked files: nothing stays)
+PER_TENANT = {"streams": 64, "connections": 8, "request_bytes": 4 << 20, "requests": 64, "package_bytes": 4 << 20}
 
 
 class Transport:
@@ -63,7 +65,8 @@ class Supervisor:
         tenant = SimpleNamespace(id="acme", token_sha256=[digest], unsafe_anonymous=False)
         self.config = SimpleNamespace(limits=SimpleNamespace(max_message_bytes=max_message_bytes), tenants=[tenant],
                                       admin_token_sha256=[hashlib.sha256(ADMIN.encode()).hexdigest()],
-                                      metrics_token_sha256=[])
+                                      metrics_token_sha256=[], state_dir=STATE_DIR)
+        self.ledger = Ledger(PER_TENANT, {}, ["acme"])
         self.tenants = Tenants(self.config)
         self.events = EventLog(io.StringIO())   # the front's audit lines, kept off the test's stderr
 
@@ -98,8 +101,9 @@ class Supervisor:
 
 
 def server(supervisor: Supervisor | None = None) -> tuple[ConnectionTable, grpc_front.Front]:
-    front = grpc_front.Front(supervisor or Supervisor(), reload=lambda: None)
-    return ConnectionTable(LIMITS, Ledger(PER_TENANT, {}, ["acme"])), front
+    supervisor = supervisor or Supervisor()
+    front = grpc_front.Front(supervisor, reload=lambda: None)
+    return ConnectionTable(LIMITS, supervisor.ledger), front
 
 
 def connect(table: ConnectionTable, front: grpc_front.Front) -> tuple[grpc_h2.Connection, Transport]:
