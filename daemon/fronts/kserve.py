@@ -11,6 +11,7 @@ from rtd.errors import Code, RtdError
 from rtd.proto import FILE_PREFIX
 
 SERVER_NAME = "rtd"
+SPOOL_RESERVE = 4    # uploads may not spool into the last quarter of the state directory's disk (256 MiB at most)
 EXTENSIONS = ["model_repository", "model_configuration", "binary_tensor_data"]
 
 
@@ -65,15 +66,26 @@ def model_statistics(supervisor, tenant, name: str, version: str) -> list[dict]:
 
 def spool(supervisor, who: str, length: int):
     """Where an upload's body goes as it arrives: an unlinked file in the state directory's
-    spool/ (nothing survives a crash), charged to the tenant's package budget until the call
-    ends. (SpooledBody, its charge)."""
+    spool/ (nothing survives a crash), its whole length allocated at once (so a full disk
+    refuses the upload now, not half way), charged to the tenant's package budget until the
+    call ends, and refused while it would leave less than SPOOL_RESERVE of the disk to the
+    registry's writes. (SpooledBody, its charge)."""
     charge = supervisor.ledger.take(who, "package_bytes", length)
     directory = os.path.join(supervisor.config.state_dir, "spool")
+    fd = -1
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
+        disk = os.statvfs(directory)
+        reserve = min(disk.f_blocks * disk.f_frsize // SPOOL_RESERVE, 256 << 20)
+        if disk.f_bavail * disk.f_frsize - length < reserve:
+            raise OSError(errno.ENOSPC, f"{length} bytes would leave less than {reserve} bytes free")
         fd = os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        if length:
+            os.posix_fallocate(fd, 0, length)
     except OSError as e:
         charge.release()
+        if fd >= 0:
+            os.close(fd)
         code = Code.E_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
         raise RtdError(code, f"spooling an upload: {e.strerror}") from None
     return SpooledBody(fd, length), charge

@@ -8,9 +8,12 @@ is let in, hands the handler the body as bytes, and writes the reply's parts as 
 It never looks inside a body.
 """
 import dataclasses
+import errno
 import mmap
 import os
 import typing
+
+from rtd.errors import Code, RtdError
 
 WRITE_HIGH_WATER = 1 << 20        # a connection's write buffer past which its responses wait for the socket
 MAX_HEADER_LIST = 1 << 14         # one call's headers (HTTP/2 header list, HTTP/1.1 head)
@@ -76,10 +79,16 @@ class SpooledBody:
         self.fd, self.expected, self.size = fd, expected, 0
 
     def write(self, data) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
-        self.size += len(data)
+        """Append; a write the disk refuses is the call's E_STORAGE_FULL (or E_INTERNAL)."""
+        view = memoryview(data).cast("B")
+        try:
+            while view:
+                written = os.pwrite(self.fd, view, self.size)
+                self.size += written
+                view = view[written:]
+        except OSError as e:
+            code = Code.E_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
+            raise RtdError(code, f"spooling the body: {e.strerror}") from None
 
     def __len__(self) -> int:
         return self.size

@@ -232,10 +232,14 @@ class Connection(asyncio.Protocol):
         return length
 
     def on_body(self, data: bytes) -> None:
-        if self.spooled is not None:
-            self.spooled.write(data)
-        else:
+        if self.spooled is None:
             self.request.message += data
+            return
+        try:
+            self.spooled.write(data)
+        except RtdError as e:
+            self._refuse(e)
+            raise _Stop from None
 
     def on_message_complete(self) -> None:
         self.state = RUN
