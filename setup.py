@@ -1,5 +1,6 @@
 """Maps the top-level folders onto the rtd.* namespace; every folder with an __init__.py is a package.
-Builds the compiled CPU kernels (kernels/native, cffi) at install time: the service compiles nothing."""
+Builds the compiled CPU kernels (kernels/native, cffi) and the GPU worker's SIGSYS handler (sandbox/sigsys.c)
+at install time: the service compiles nothing."""
 import pathlib
 
 from setuptools import setup
@@ -14,4 +15,5 @@ def packages():
             yield ".".join((package, *init.parent.relative_to(folder).parts))
 
 
-setup(packages=list(packages()), package_dir=FOLDERS, cffi_modules=["kernels/native/build_native.py:ffibuilder"])
+setup(packages=list(packages()), package_dir=FOLDERS,
+      cffi_modules=["kernels/native/build_native.py:ffibuilder", "sandbox/build_sigsys.py:ffibuilder"])

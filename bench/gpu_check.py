@@ -1,13 +1,17 @@
-"""The sections of bench/gpu_check.sh that are Python: each appends its rows to the markdown file
-as it goes (a section cut short by its timeout keeps what it wrote) and ends with "not run:
-<why>" where the host cannot do it.
+"""The sections of bench/gpu_check.sh that are Python: each appends its `| check | result |` rows
+to the dated table in the markdown file as it goes (a section cut short by its timeout keeps
+what it wrote), "not run: <why>" in each row the host cannot do; the zoo's own table comes last.
 
-    python bench/gpu_check.py zoo OUT.md        (b) the zoo on rtd-cuda vs torch eager vs ORT's CUDA provider
-    python bench/gpu_check.py serve OUT.md      (c) confined worker start with a GPU, (d) per-request overhead
-    python bench/gpu_check.py budget OUT.md     (e) raw cudaMalloc past the tenant's GPU budget in a confined worker
-                                                (the NVML watcher's poll→kill latency), a request past it through the daemon
+    python bench/gpu_check.py calls OUT.md      (a) CUDA's calls after start-up against the GPU filter   } gpu_check_sandbox.py
+    python bench/gpu_check.py confined OUT.md   (b)-(d), (a') CUDA in the real worker root, its device,  }
+                                                its graph capture, the audit filter                       }
+    python bench/gpu_check.py watch OUT.md      (e) the NVML watcher in a pod-like pid namespace         }
+    python bench/gpu_check.py budget OUT.md     (f) raw cudaMalloc past the budget in a confined worker (the watcher's
+                                                poll→kill latency), (g) a request past it through the daemon
+    python bench/gpu_check.py serve OUT.md      (h) confined start with a GPU, (i) per-request serving overhead
+    python bench/gpu_check.py zoo OUT.md        (k) the zoo on rtd-cuda vs rtd-cpu vs torch eager vs ORT's CUDA provider
 
-Every section exits 0 after printing "no GPU: <reason>" on a host without CuPy and a device.
+Every section exits 0; on a host without CuPy and a device every row says "not run: no GPU: <reason>".
 """
 import json
 import os
@@ -24,7 +28,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # tests.zoo
 
-from rtd.kernels import backend_cupy, compile_model  # noqa: E402  (after the path line above)
+from bench import gpu_check_sandbox  # noqa: E402  (after the path line above)
+from bench.gpu_check_sandbox import row  # noqa: E402
+from rtd.kernels import backend_cupy, compile_model  # noqa: E402
 
 ZOO_RUNS = (("resnet50", {"batch": 1}), ("bert_base", {"batch": 1, "seq": 128}),
             ("bert_base", {"batch": 8, "seq": 128}), ("minilm", {"batch": 8, "seq": 128}))
@@ -97,7 +103,7 @@ def _zoo_row(name: str, dims: dict) -> str:
 
 def section_zoo(out: str) -> None:
     import torch
-    write(out, "", f"### (b) the zoo on {torch.cuda.get_device_name(0)}: median ms per request, host arrays in and out",
+    write(out, "", f"### (k) the zoo on {torch.cuda.get_device_name(0)}: median ms per request, host arrays in and out",
           "", "| model | dims | rtd cuda vs rtd cpu | rtd cuda | torch eager | ORT CUDA | eager / rtd | graphed |",
           "|---|---|---|---|---|---|---|---|")
     for name, dims in ZOO_RUNS:
@@ -179,10 +185,11 @@ def _confinement_reason() -> str | None:
 
 
 def section_serve(out: str) -> None:
-    write(out, "", "### (c) confined worker start with a GPU, (d) per-request serving overhead on the GPU", "")
+    checks = SECTION_ROWS["serve"]
     reason = _confinement_reason()
     if reason:
-        write(out, f"(c), (d) not run: {reason}")
+        for check in checks:
+            row(out, check, f"not run: {reason}")
         return
     import tritonclient.grpc as tc
     root = tempfile.mkdtemp(prefix="rtd-gpu-check-")
@@ -191,8 +198,7 @@ def section_serve(out: str) -> None:
         daemon = Daemon(root)
         model = _mlp()
         cpu_s, gpu_s = daemon.load("cpu", "mlp", model), daemon.load("gpu", "mlp", model)
-        write(out, f"(c) load to READY (spawn, confinement, compile, warm-up): GPU tenant {gpu_s * 1e3:.0f} ms, "
-                   f"CPU tenant {cpu_s * 1e3:.0f} ms")
+        row(out, checks[0], f"GPU tenant {gpu_s * 1e3:.0f} ms, CPU tenant {cpu_s * 1e3:.0f} ms")
         x = np.random.default_rng(1).standard_normal((8, 256)).astype(np.float32)
         in_process = compile_model(model, device="cuda")
         in_process.run({"X": x})
@@ -204,17 +210,17 @@ def section_serve(out: str) -> None:
         got = client.infer("mlp", [request], headers=headers).as_numpy("Y")
         np.testing.assert_allclose(got, in_process.run({"X": x})["Y"], rtol=1e-4, atol=1e-5)
         served_ms = median_ms(lambda: client.infer("mlp", [request], headers=headers))
-        write(out, f"(d) MLP 8×256 on the GPU: tritonclient → rtd {served_ms:.3f} ms, in-process rtd-cuda {in_ms:.3f} ms, "
-                   f"serving overhead {served_ms - in_ms:.3f} ms")
+        row(out, checks[1], f"MLP 8×256: tritonclient → rtd {served_ms:.3f} ms, in-process rtd-cuda {in_ms:.3f} ms, "
+                            f"overhead {served_ms - in_ms:.3f} ms")
     except Exception as e:
-        write(out, f"(c), (d) error: {type(e).__name__}: {str(e)[:200]}")
+        row(out, checks[0], f"error: {type(e).__name__}: {str(e)[:200]}")
     finally:
         if daemon is not None:
             daemon.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _raw_malloc_row() -> str:
+def _raw_malloc_result() -> str:
     """(e)'s kill: tests/daemon/gpu_hog.py in a fresh process (the zygote must fork from one
     in which CUDA never initialised), a confined worker raw-mallocing past GPU_BUDGET under
     the supervisor's NVML watcher."""
@@ -223,30 +229,30 @@ def _raw_malloc_row() -> str:
         done = subprocess.run([sys.executable, "-m", "tests.daemon.gpu_hog", str(GPU_BUDGET)], cwd=repo,
                               capture_output=True, text=True, timeout=25)
     except subprocess.TimeoutExpired:
-        return "(e) raw cupy.cuda.runtime.malloc past the budget: error: no answer in 25 s"
+        return "error: no answer in 25 s"
     if done.returncode != 0 or not done.stdout.strip():
-        return f"(e) raw cupy.cuda.runtime.malloc past the budget: error (exit {done.returncode}): {done.stderr.strip()[-200:]}"
+        return f"error (exit {done.returncode}): {done.stderr.strip()[-200:]}"
     from tests.daemon import gpu_hog
     result = json.loads(done.stdout.splitlines()[-1])
     if "not_run" in result:
-        return f"(e) raw cupy.cuda.runtime.malloc past the budget: not run: {result['not_run']}"
+        return f"not run: {result['not_run']}"
     how, held = gpu_hog.stopped(result), result["held"] >> 20
     if how == "gpu":
         kill = result["kill"]
-        return (f"(e) raw cupy.cuda.runtime.malloc past the budget in a confined worker: killed by the NVML watcher "
-                f"(layer gpu), poll→kill {kill['latency_ms']:.3f} ms, kill→exit reported {kill['kill_to_exit_ms']:.1f} ms; "
-                f"it held {held} MiB of raw malloc (NVML counts its CUDA context too): `{kill['event']}`")
+        return (f"killed by the NVML watcher (layer gpu), poll→kill {kill['latency_ms']:.3f} ms, kill→exit reported "
+                f"{kill['kill_to_exit_ms']:.1f} ms; it held {held} MiB of raw malloc (NVML counts its CUDA context too): "
+                f"`{kill['event']}`")
     if how == "dmem":
-        return f"(e) raw cupy.cuda.runtime.malloc past the budget in a confined worker: refused by dmem.max at {held} MiB"
-    return f"(e) raw cupy.cuda.runtime.malloc past the budget: NOT stopped: held {held} MiB, exit {result['status']}"
+        return f"refused by dmem.max at {held} MiB"
+    return f"NOT stopped: held {held} MiB, exit {result['status']}"
 
 
 def section_budget(out: str) -> None:
-    write(out, "", f"### (e) past the GPU budget ({GPU_BUDGET >> 20} MiB)", "")
-    write(out, _raw_malloc_row())
+    checks = SECTION_ROWS["budget"]
+    row(out, checks[0], _raw_malloc_result())
     reason = _confinement_reason()
     if reason:
-        write(out, f"(e) a request past the budget through the daemon: not run: {reason}")
+        row(out, checks[1], f"not run: {reason}")
         return
     from rtd.cli.client import Client
     root = tempfile.mkdtemp(prefix="rtd-gpu-check-")
@@ -267,28 +273,41 @@ def section_budget(out: str) -> None:
                 outcome = "served (NOT stopped)"
             except Exception as e:
                 outcome = f"{type(e).__name__}: {str(e)[:120]}"
-            write(out, f"(e) a request needing {elements * 4 >> 20} MiB on the GPU: {outcome} after "
-                       f"{time.perf_counter() - start:.3f} s (rtd's allocator cap: a clean refusal, not a kill)")
+            row(out, checks[1], f"{elements * 4 >> 20} MiB asked: {outcome} after {time.perf_counter() - start:.3f} s "
+                                "(rtd's allocator cap: a clean refusal, not a kill)")
     except Exception as e:
-        write(out, f"(e) error: {type(e).__name__}: {str(e)[:200]}")
+        row(out, checks[1], f"error: {type(e).__name__}: {str(e)[:200]}")
     finally:
         if daemon is not None:
             daemon.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
-SECTIONS = {"zoo": section_zoo, "serve": section_serve, "budget": section_budget}
+SECTION_ROWS = {   # the rows each section writes, for the host that cannot run it
+    "budget": ("(f) raw cupy.cuda.runtime.malloc past the GPU budget in a confined worker (the daemon's NVML watcher)",
+               "(g) a request past the GPU budget through the daemon"),
+    "serve": ("(h) load to READY: spawn, confinement (CUDA's start-up too), compile, warm-up",
+              "(i) per-request serving overhead on the GPU"),
+    "zoo": ("(k) the zoo on rtd-cuda vs rtd-cpu, torch eager and ORT's CUDA provider",),
+}
+
+
+SECTIONS = {"calls": gpu_check_sandbox.section_calls, "confined": gpu_check_sandbox.section_confined,
+            "watch": gpu_check_sandbox.section_watch, "budget": section_budget, "serve": section_serve, "zoo": section_zoo}
 
 
 def main(argv: list) -> int:
     if len(argv) != 2 or argv[0] not in SECTIONS:
         print(f"usage: gpu_check.py {{{'|'.join(SECTIONS)}}} OUT.md", file=sys.stderr)
         return 2
-    reason = backend_cupy.unavailable_reason()
-    if reason is not None:
-        write(argv[1], f"section {argv[0]} not run: no GPU: {reason}")
-        return 0
-    SECTIONS[argv[0]](argv[1])
+    section, out = argv
+    if section in SECTION_ROWS:   # these start CUDA here; the sandbox sections must not (their workers fork from us)
+        reason = backend_cupy.unavailable_reason()
+        if reason is not None:
+            for check in SECTION_ROWS[section]:
+                row(out, check, f"not run: no GPU: {reason}")
+            return 0
+    SECTIONS[section](out)
     return 0
 
 

@@ -66,10 +66,14 @@ def _host_table(report: dict):
         host.add_row(row, ", ".join(found) if isinstance(found, list) else f"[yellow]{found}[/yellow]")
     style = "green" if report["gpu_seccomp"].startswith("compiles") else "red"
     host.add_row("GPU seccomp filter", f"[{style}]{report['gpu_seccomp']}[/{style}]")
+    gate = report["gpu_driver"]
+    style = "green" if gate.startswith("enforced") else "red" if gate.startswith("refuses") else "yellow"
+    host.add_row("GPU driver gate", f"[{style}]{gate}[/{style}]")
     limit = report["gpu_memory_limit"]
     style = "green" if limit.startswith("enforced") else "yellow" if limit.startswith("advisory") else "red"
     host.add_row("GPU memory limit", f"[{style}]{limit}[/{style}]")
-    host.add_row("NVML", f"{report['nvml']}; {report['nvml_gpus']}")
+    style = "red" if report["nvml_gpus"].startswith("cannot attribute") else "default"
+    host.add_row("NVML", f"[{style}]{report['nvml']}; {report['nvml_gpus']}[/{style}]")
     host.add_row("MPS", str(report["mps"]))
     host.add_row("CPU kernels", "[green]compiled (kernels/native, built at install)[/green]" if report["cpu_kernels"] == "compiled"
                  else "[yellow]numpy (the compiled kernels are not installed: slower, same results)[/yellow]")

@@ -6,7 +6,19 @@ CuPy is optional: without it (or without a GPU) `array_module()` refuses with
 E_OP_UNSUPPORTED and `init_device()` with E_LAYER_UNAVAILABLE.
 
 Compiled kernels stay in memory: CUPY_CACHE_IN_MEMORY is set before CuPy is imported (CuPy
-reads it at every compile), so a worker never writes a kernel cache file.
+reads it at every compile), so a worker never writes a kernel cache file; CUDA_CACHE_DISABLE
+is set before CUDA initialises, so the driver's PTX JIT never makes its cache directory
+(~/.nv/ComputeCache: a mkdir and writes the GPU filter refuses).
+
+Everything CUDA may open or map is touched in `init_device`, before the worker's seccomp
+filter (which refuses new executable mappings, so a library loaded later would fail): each
+library a plan can reach is loaded by running what reaches it (WARM_UP: cuBLAS, which links
+cuBLASLt; cuSOLVER for Det; Thrust for sorts, TopK and Unique; CUB for reductions; NVRTC
+with and without CuPy's headers), a CUDA graph is captured and replayed once (the graph
+machinery initialised), and the pinned staging pool (kernels/staging.py, STAGING_BYTES) is
+taken from the driver, so no pinned allocation happens once confined. rtd's ops use neither
+cuRAND nor cuFFT (random ops draw on the host); tests/kernels/test_backend_cupy.py fails when
+an op starts to call a library-backed CuPy function WARM_UP does not cover.
 
 Memory hygiene: CUDA does not promise that memory fresh from cudaMalloc is clean, so a block
 the driver hands over may hold what another tenant's process left on the device. Every
@@ -24,8 +36,19 @@ import numpy as np
 from rtd.errors import Code, RtdError
 
 from .cuda_source import CTYPES, ROW_THREADS, ROW_TYPES, chain_body, layernorm_source, softmax_source
+from .staging import StagingPool
+
+STAGING_BYTES = 64 << 20   # pinned host memory for the graphed plans' inputs and outputs, taken at start
+# What the warm-up runs, and the library-backed CuPy functions each covers (the ops call them as xp.<name>)
+WARM_UP = {
+    "cuBLAS (and cuBLASLt, which it links)": ("matmul", "dot", "tensordot", "einsum"),
+    "cuSOLVER": ("linalg",),
+    "Thrust": ("sort", "argsort", "partition", "argpartition", "unique"),
+    "CUB": ("sum", "prod", "mean", "max", "min", "argmax", "argmin", "cumsum", "nonzero"),
+}
 
 os.environ["CUPY_CACHE_IN_MEMORY"] = "1"   # before the import: no kernel cache files, ever
+os.environ["CUDA_CACHE_DISABLE"] = "1"     # before CUDA initialises: no PTX JIT cache directory either
 
 try:  # imported at module import, never lazily: workers run under seccomp
     import cupy
@@ -92,6 +115,7 @@ class DeviceBudget:
 
 
 _budget: DeviceBudget | None = None   # set once per process by _set_up
+_staging: StagingPool | None = None   # the pinned staging pool, taken by _start
 
 
 def budget() -> DeviceBudget:
@@ -115,17 +139,30 @@ def _set_up(memory_limit: int) -> None:
 
 
 def _start(memory_limit: int) -> None:
-    """Device 0 of those this process sees, its context, the budgeted zeroing pool, and what
-    needs files loaded now: NVRTC and its builtins (a kernel compiled and run), cuBLAS (a
-    handle and one GEMM), a CuPy reduction and element-wise kernel (CuPy's headers)."""
-    global _budget
+    """Device 0 of those this process sees, its context, the budgeted zeroing pool, the pinned
+    staging pool, and what needs files loaded now (WARM_UP, NVRTC and its builtins, CuPy's
+    headers, a CUDA graph's capture and replay)."""
+    global _budget, _staging
     cupy.cuda.Device(0).use()
     starting = DeviceBudget(memory_limit)
     cupy.cuda.set_allocator(starting.new_pool().malloc)
     a = cupy.ones((4, 4), np.float32)
-    (a @ a).sum().get()                                  # cuBLAS, a CuPy reduction
-    softmax_rows(a, 1.0, a)                              # NVRTC on a header-free raw kernel
-    cupy.add(a, a).get()                                 # a CuPy element-wise kernel: its headers through NVRTC
+    v = cupy.arange(8, dtype=np.float32)[::-1].copy()
+    (a @ a).sum().get()                                   # cuBLAS, a CUB reduction
+    cupy.einsum("ij,jk->ik", a, a)
+    cupy.linalg.det(a + cupy.eye(4, dtype=np.float32))    # cuSOLVER
+    for thrust in (cupy.sort, cupy.argsort, cupy.unique, cupy.cumsum):   # Thrust (CUB's scan for cumsum)
+        thrust(v)
+    cupy.partition(v, 3)
+    softmax_rows(a, 1.0, a)                               # NVRTC on a header-free raw kernel
+    cupy.add(a, a).get()                                  # a CuPy element-wise kernel: its headers through NVRTC
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        cupy.add(a, a, out=a)
+        stream.end_capture().launch(stream=stream)        # the graph machinery, before the filter
+    stream.synchronize()
+    _staging = StagingPool(cupyx.empty_pinned((STAGING_BYTES,), np.uint8))
     cupy.cuda.get_current_stream().synchronize()
     _budget = starting   # set up: later calls find it
 
@@ -159,8 +196,40 @@ def to_host(value):
 
 
 def pinned_empty(shape, dtype):
-    """A host array in page-locked memory: copies from and to it are queued without the host waiting."""
-    return cupyx.empty_pinned(shape, dtype)
+    """A host array in the pinned staging pool (copies from and to it are queued without the host
+    waiting; keep the array itself while it is in use), or in ordinary memory once the pool is full."""
+    array = _staging.take(shape, dtype) if _staging is not None else None
+    return array if array is not None else np.empty(shape, dtype)
+
+
+class Transfers:
+    """A partitioned plan's copies (kernels/partition.py), on a stream of their own: an upload
+    is queued there and the computing stream waits for it on the device, the host does not; a
+    download is queued once the computing stream has produced the value, into pinned staging,
+    and the host waits for it only where a host step reads it (AwaitHost)."""
+
+    def __init__(self):
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def to_device(self, x):
+        computing = cupy.cuda.get_current_stream()
+        with self.stream:
+            on_device = cupy.empty(x.shape, x.dtype)
+            on_device.set(x, stream=self.stream)
+        computing.wait_event(self.stream.record())
+        return on_device
+
+    def to_host(self, x):
+        self.stream.wait_event(cupy.cuda.get_current_stream().record())
+        host = pinned_empty(x.shape, x.dtype)
+        x.get(stream=self.stream, out=host, blocking=False)
+        return host, self.stream.record()   # pending until AwaitHost
+
+    @staticmethod
+    def await_host(pending):
+        host, copied = pending
+        copied.synchronize()
+        return host
 
 
 def chain_kernel(links: list, n_inputs: int, out_dtype):

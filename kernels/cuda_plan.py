@@ -14,6 +14,10 @@ to anything else; blocks freed during capture are reused in the same order on ev
 Inputs are copied into the graph's input buffers before a replay and the outputs read from
 its output buffers, so one replay runs at a time per plan (a lock).
 
+A partitioned plan (kernels/partition.py: ops the GPU backend lacks run on the host) takes its
+feeds on the host, uploads what the device needs itself, and is never graphed (host steps
+sit between device ones).
+
 Fallback, documented: a plan with a value whose shape is not fixed by the signature
 (NonZero, Unique, ..., and random ops, which lower.shapes never counts as fixed: a replay
 would repeat their numbers), a plan whose capture fails because a
@@ -44,7 +48,7 @@ class CudaPlan:
 
     def __init__(self, plan, static: set):
         self.plan, self.peak_bytes = plan, plan.peak_bytes
-        self.graphable = all(o in static for node in plan.graph.nodes for o in node.outputs if o)
+        self.graphable = not plan.partitioned and all(o in static for node in plan.graph.nodes for o in node.outputs if o)
         self.graph = self.pool = None
         self.device_inputs, self.device_outputs, self.pinned_inputs, self.pinned_outputs = [], [], [], []
         self._lock = threading.Lock()
@@ -65,6 +69,8 @@ class CudaPlan:
             if self.graph is not None:   # eager, profiled: the capturing thread's buffers are the graph's
                 with self._lock:
                     return self._download(self.plan.run([cupy.asarray(v) for v in feeds], profile), stream)
+            if self.plan.partitioned:   # its feeds stay on the host: the plan uploads what the device reads
+                return self._download(self.plan.run(list(feeds), profile), stream)
             return self._download(self.plan.run([cupy.asarray(v) for v in feeds], profile), stream)
 
     @staticmethod

@@ -10,6 +10,8 @@ generated element-wise kernel, LayerNorm and Softmax (Attention's too) one row k
 (half precision, a non-contiguous view, per-element gamma, Softmax off the last axis, an
 attention mask) the same steps run as CuPy array ops, still on the device.
 """
+import math
+
 import numpy as np
 
 from rtd.errors import Code, RtdError
@@ -72,9 +74,11 @@ class Gelu(Fused):
     """x * Φ(x): the Erf form (approximate "none") or the Tanh form of exporters (the Gelu op's kernel)."""
 
     approximate = "none"
+    scale_op, scale = "Mul", math.sqrt(0.5)  # the Erf form: how the exporter scaled x for erf (Mul or Div by scale)
 
     def setup(self, make_kernel):
         self.gelu = Gelu_20({"approximate": self.approximate}, self.xp)
+        self.gelu.erf_scale_op, self.gelu.erf_scale = self.scale_op, self.scale
         self.on_device = OnDevice(self.gelu) if self.xp is not np else None
 
     def run(self, x, out=None):

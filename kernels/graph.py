@@ -33,11 +33,27 @@ def op_refusal(e: RtdError, node: Node, opsets: dict) -> RtdError:
     return RtdError(e.code, f"{node.domain or 'ai.onnx'} {node.op_type} (opset {opsets[node.domain]}): {e.detail}")
 
 
+class OnHost:
+    """A host-only kernel (`on_device` False) in a device graph's interpreter: its device inputs
+    brought to the host and its outputs taken back, a copy each way per call (a planned run
+    cuts the graph where fewest bytes cross instead: kernels/partition.py)."""
+
+    def __init__(self, kernel, xp):
+        self.kernel, self.xp, self.needs_scope = kernel, xp, kernel.needs_scope
+
+    def run(self, *inputs, **scope):
+        results = self.kernel.run(*(self.xp.asnumpy(x) if isinstance(x, self.xp.ndarray) else x for x in inputs), **scope)
+        return tuple(self.xp.asarray(v) if isinstance(v, np.ndarray) and v.dtype != object else v for v in results)
+
+
 def make_kernel(node: Node, opsets: dict, xp=np):
-    """The kernel instance for one node; GRAPH attributes become subgraph runners."""
+    """The kernel instance for one node; GRAPH attributes become subgraph runners; a host-only
+    kernel in a device graph is built on NumPy and wrapped (OnHost)."""
     if node.domain == RTD_DOMAIN:
         return fused_kernel(node, xp, lambda inner: make_kernel(inner, opsets, xp))
     cls = lookup(node.domain, node.op_type, opsets[node.domain])
+    if not cls.on_device and xp is not np:
+        return OnHost(make_kernel(node, opsets, np), xp)
     attrs = {}
     for key, value in node.attrs.items():
         if isinstance(value, Graph):

@@ -22,6 +22,7 @@ from .graph import GraphRunner
 from .ir import from_onnx
 from .lower import PASSES, lower, lower_signature
 from .ops._ml import ML_DOMAIN
+from .partition import apply, partition
 from .plan import Plan
 from .profile import Profile
 
@@ -151,8 +152,12 @@ class CompiledModel:
         if any(isinstance(v, list) or v is None for v in values):
             return None, outputs  # sequence/optional feeds: interpret, no shape plan
         graph, shapes, static = lower_signature(self.graph, dict(env.maps[0], **dict(zip(self.graph.inputs, on_device))), self.disable)
-        plan = Plan(graph, shapes, static, self.xp)
-        if self.xp is not np:
+        if self.xp is np:
+            plan = Plan(graph, shapes, static, self.xp)
+        else:   # ops the GPU backend lacks run on the host, the graph cut where fewest bytes cross
+            cut = partition(graph, shapes)
+            graph, shapes, where = apply(graph, cut, shapes)
+            plan = Plan(graph, shapes, static, self.xp, where, backend_cupy.Transfers() if cut.host else None)
             plan = CudaPlan(plan, static)   # its stream, staged copies, a CUDA graph where shapes are static
         if self.arena_limit is not None and plan.peak_bytes > self.arena_limit:
             raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"input shapes {[list(v.shape) for v in values]} need a "

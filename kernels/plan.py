@@ -14,11 +14,17 @@ from .fused import Fused
 from .graph import make_kernel
 from .ir import Graph
 from .memory import Aliases, Request, place
+from .partition import HOST, TRANSFER_DOMAIN, Transfer
 
 
 class Plan:
-    def __init__(self, graph: Graph, shapes: dict, static: set, xp=np):
+    """`where` (kernels/partition.apply): per node, HOST for one that runs on NumPy in a device
+    plan; transfer nodes copy through `transfers` (the device's copy stream)."""
+
+    def __init__(self, graph: Graph, shapes: dict, static: set, xp=np, where: list | None = None, transfers=None):
         self.graph, self.xp = graph, xp
+        self.where = where or []
+        self.partitioned = HOST in self.where
         names = ["", "#discard"] + list(graph.constants) + [n for n in graph.inputs if n not in graph.constants]
         names += [o for node in graph.nodes for o in node.outputs if o and o not in names]
         names += sorted({n for node in graph.nodes for n in node.inputs + node.implicit if n} - set(names))
@@ -27,7 +33,11 @@ class Plan:
         self.input_slots = [self.slot[n] for n in graph.inputs]
         self.output_slots = [self.slot[n] for n in graph.outputs]
         self.constant_slots = {self.slot[n] for n in graph.constants}
-        kernels = [make_kernel(node, graph.opsets, xp) for node in graph.nodes]
+        on_host = [w == HOST for w in self.where] or [False] * len(graph.nodes)
+        kernels = [Transfer(node.op_type, transfers) if node.domain == TRANSFER_DOMAIN else
+                   make_kernel(node, graph.opsets, np if host else xp) for node, host in zip(graph.nodes, on_host)]
+        self.host_constants = {n for node, host in zip(graph.nodes, on_host) if host
+                               for n in node.inputs + node.implicit if n in graph.constants}
         buffers = self._buffers(kernels, shapes, static)
         frees = self._frees()
         self.labels, self.steps = [], []
@@ -108,7 +118,7 @@ class Plan:
         if template is None:
             template = [None] * len(self.names)
             for name, value in self.graph.constants.items():
-                template[self.slot[name]] = self.xp.asarray(value)
+                template[self.slot[name]] = np.asarray(value) if name in self.host_constants else self.xp.asarray(value)
             arena = self.xp.empty(max(self.peak_bytes, 1), np.uint8)
             for slot, (req, shape, dtype) in zip(self.buffer_slots, self.requests):
                 template[slot] = arena[req.offset : req.offset + req.nbytes].view(dtype).reshape(shape)
@@ -145,4 +155,4 @@ class Plan:
         for node in self.graph.nodes:
             ops[node.op_type] = ops.get(node.op_type, 0) + 1
         return {"steps": len(self.steps), "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
-                "naive_bytes": self.naive_bytes, "ops": ops}
+                "naive_bytes": self.naive_bytes, "ops": ops, "host_steps": self.where.count(HOST)}

@@ -56,6 +56,8 @@ class Code(enum.Enum):
     E_CONTAINMENT = "a confinement layer failed to apply", "INTERNAL"
     E_SANDBOX_KILLED = "the confined process was killed by a confinement layer", "UNAVAILABLE"
     E_ARCH_UNSUPPORTED = "unsupported architecture: rtd knows the syscall numbers of x86_64 and aarch64 only", "FAILED_PRECONDITION"
+    E_SYSCALL_REFUSED = "the GPU worker's seccomp filter refused a call the driver or CUDA made: the filter, not the model, failed", "INTERNAL"
+    E_GPU_UNATTRIBUTED = "NVML cannot attribute GPU memory to rtd's workers, so no GPU budget is enforced", "FAILED_PRECONDITION"
     # serving (daemon)
     E_UNAUTHENTICATED = "missing or unknown credentials", "UNAUTHENTICATED"
     E_MODEL_NOT_FOUND = "no such model for this tenant", "NOT_FOUND"

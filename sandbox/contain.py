@@ -65,7 +65,7 @@ class Spec:
     identity: object
     procs_files: list
     layers: dict
-    bpf: bytes | None
+    bpf: seccomp.Filter | None
     grant: gpu.Grant | None = None    # what a worker granted GPUs gets (None: no device at all)
     gpu_init: Callable | None = None  # its initialiser, gpu.initializer(grant.init), imported before the fork
 
@@ -79,13 +79,13 @@ class Job:
 
 
 def prepare(policy, identity, instance: str, worker: str, layout: Layout | None = None,
-            driver: gpu.Driver = gpu.DRIVER) -> tuple[WorkerCgroup, dict, bytes | None, gpu.Grant | None]:
+            driver: gpu.Driver = gpu.DRIVER) -> tuple[WorkerCgroup, dict, seccomp.Filter | None, gpu.Grant | None]:
     """Launcher side: decide the layers, refuse or warn, work out the GPU grant (a GPU
     policy's nodes, libraries and initialiser must all be there), make the worker's leaf
     (below the tenant's node of this rtd instance), compile seccomp."""
     if os.geteuid() != 0:
         raise RtdError(Code.E_LAYER_UNAVAILABLE, "the launcher must run as root")
-    grant = gpu.grant(policy.limits, driver)
+    grant = gpu.grant(policy.limits, driver, audit=policy.unsafe_gpu_audit)
     if grant is not None:
         gpu.initializer(grant.init)
     layout = layout or detect_layout()
@@ -101,12 +101,14 @@ def prepare(policy, identity, instance: str, worker: str, layout: Layout | None 
     return cg, layers, seccomp_program(layers, policy), grant
 
 
-def seccomp_program(layers: dict, policy) -> bytes | None:
+def seccomp_program(layers: dict, policy) -> seccomp.Filter | None:
     """The compiled filter when the seccomp layer is in force (off by policy or host: None):
-    the GPU variant for a policy that grants GPUs."""
+    a GPU variant for a policy that grants GPUs, the audit one where it turns unsafe_gpu_audit on."""
     if not layers["seccomp"].startswith("enforced"):
         return None
-    return seccomp.compiled("gpu" if policy.limits.gpu_devices else "cpu")
+    if not policy.limits.gpu_devices:
+        return seccomp.compiled("cpu")
+    return seccomp.compiled("gpu-audit" if policy.unsafe_gpu_audit else "gpu")
 
 
 def launch(spec: Spec, job: Job | None = None, go: socket.socket | None = None,

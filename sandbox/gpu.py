@@ -26,16 +26,24 @@ compile. Where CuPy points it (cupy/_core/core.pyx, assemble_cupy_compiler_optio
 cuda-pathfinder's find_nvidia_header_directory("cudart") names (a pip wheel's nvidia/cu13/include
 or nvidia/cuda_runtime/include, conda's, $CUDA_PATH's or $CUDA_HOME's include, a system
 toolkit's). The grant binds those directories read-only at their host paths, so the absolute
--I options CuPy builds inside the worker name the same files."""
+-I options CuPy builds inside the worker name the same files.
+
+The driver gate (as gVisor's nvproxy has one): the GPU filter's ioctl numbers come from NVIDIA's
+headers of particular releases, so a GPU worker starts only on a driver whose release is on the
+known-good list (policies/nvidia_drivers.toml, written by scripts/check_nvidia_ioctls.py); on
+any other it is refused in one line, unless the tenant's policy sets unsafe_gpu_audit (the
+audit filter: seccomp)."""
 import dataclasses
 import functools
 import glob
+import importlib.resources
 import importlib.util
 import os
 import re
 import site
 import stat
 import subprocess
+import tomllib
 from typing import Callable
 
 from rtd.errors import Code, RtdError
@@ -60,6 +68,7 @@ CUDA_HEADER = "cuda_runtime.h"   # what cuda-pathfinder looks for to name CUDA's
 CUDA_HEADER_ENV = ("CUDA_PATH", "CUDA_HOME")
 CUDA_HEADER_WHEELS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include")
 CUDA_HEADER_SYSTEM = "/usr/local/cuda/include"
+DRIVER_VERSION = "/sys/module/nvidia/version"   # the loaded kernel module's version, e.g. "570.86.15"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +76,13 @@ class Driver:
     """Where this host's GPU pieces are: its device nodes (under `dev_root`), the driver's
     libraries (in `lib_dirs`; None: wherever the ldconfig cache finds them), the function,
     `module:function`, that initialises the GPU inside a worker, and the header directories
-    its kernels compile against (`include_dirs`; None: CuPy's and CUDA's, see header_dirs)."""
+    its kernels compile against (`include_dirs`; None: CuPy's and CUDA's, see header_dirs), and
+    the file that holds the loaded driver's version (`version_file`)."""
     dev_root: str = "/dev"
     lib_dirs: tuple[str, ...] | None = None
     init: str = CUDA_INIT
     include_dirs: tuple[str, ...] | None = None
+    version_file: str = DRIVER_VERSION
 
 
 DRIVER = Driver()
@@ -223,9 +234,50 @@ def header_dirs(include_dirs: tuple[str, ...] | None = None) -> tuple[str, ...]:
     return tuple(os.path.normpath(d) for d in dirs)
 
 
-def grant(limits, driver: Driver = DRIVER) -> Grant | None:
+@functools.cache
+def known_drivers() -> frozenset[str]:
+    """The driver releases the GPU filter's ioctl numbers were checked against (policies/nvidia_drivers.toml)."""
+    text = importlib.resources.files("rtd.policies").joinpath("nvidia_drivers.toml").read_text()
+    return frozenset(tomllib.loads(text)["versions"])
+
+
+def driver_version(version_file: str = DRIVER_VERSION) -> str | None:
+    """The loaded NVIDIA kernel module's version (None: no module, or a file that says nothing sensible)."""
+    try:
+        with open(version_file) as f:
+            version = f.read(64).strip()
+    except OSError:
+        return None
+    return version if re.fullmatch(r"\d+\.\d+(\.\d+)?", version) else None
+
+
+def check_driver(version: str | None, audit: bool) -> str:
+    """The driver gate: "known", or "audit" where the policy's unsafe_gpu_audit lets an unknown
+    driver run under the audit filter; E_LAYER_UNAVAILABLE otherwise."""
+    if version in known_drivers():
+        return "known"
+    if audit:
+        return "audit"
+    raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: NVIDIA driver {version or '(version unreadable)'} is not on the "
+                                             "GPU filter's known-good list (policies/nvidia_drivers.toml): its ioctl "
+                                             "numbers are unchecked; unsafe_gpu_audit runs it under the audit filter")
+
+
+def driver_status(version_file: str = DRIVER_VERSION) -> str:
+    """For rtctl doctor: the loaded driver's release and what the gate does with it."""
+    version = driver_version(version_file)
+    if version is None:
+        return "unavailable: no NVIDIA kernel module loaded (no version in " + version_file + ")"
+    if version in known_drivers():
+        return f"enforced ({version}: on the known-good list, policies/nvidia_drivers.toml; ioctl numbers checked against its headers)"
+    return (f"refuses ({version}: not on the known-good list: GPU tenants' workers are refused unless their policy "
+            "sets unsafe_gpu_audit, which runs them under the audit filter)")
+
+
+def grant(limits, driver: Driver = DRIVER, audit: bool = False) -> Grant | None:
     """The worker's GPU grant under `limits` (None when it names no GPU); E_LAYER_UNAVAILABLE
-    when a node is missing, the host has no libcuda or a header directory is missing."""
+    when a node is missing, the host has no libcuda, a header directory is missing, or the
+    driver is not known-good and `audit` (the policy's unsafe_gpu_audit) is off."""
     if not limits.gpu_devices:
         return None
     nodes = device_nodes(limits.gpu_devices, driver.dev_root)
@@ -233,6 +285,7 @@ def grant(limits, driver: Driver = DRIVER) -> Grant | None:
     if not any(os.path.basename(p).startswith("libcuda.so") for p in libraries):
         where = ", ".join(driver.lib_dirs) if driver.lib_dirs is not None else "the ldconfig cache"
         raise RtdError(Code.E_LAYER_UNAVAILABLE, f"gpu: no libcuda.so (the NVIDIA driver's user space) in {where}")
+    check_driver(driver_version(driver.version_file), audit)
     return Grant(tuple(limits.gpu_devices), limits.gpu_memory_bytes, nodes, libraries, driver.init,
                  header_dirs(driver.include_dirs))
 

@@ -58,6 +58,7 @@ def host_report() -> dict:
         "gpu": gpu.devices() or "unavailable: no NVIDIA device nodes in /dev",
         "gpu_libraries": list(gpu.driver_libraries()) or "unavailable: no NVIDIA driver library in the ldconfig cache",
         "gpu_seccomp": seccomp.gpu_status(),
+        "gpu_driver": gpu.driver_status(),
         "nvml": gpu_memory.nvml_library() or "unavailable: no libnvidia-ml",
         "mps": (f"runs at {gpu_memory.mps_pipe_directory()}: not used as a limit (workers' roots do not hold its pipe "
                 "directory)") if gpu_memory.mps_pipe_directory() else "unavailable: no MPS control daemon",

@@ -43,6 +43,7 @@ class Policy:
     ro_binds: tuple[str, ...]
     disable_userns: bool
     unsafe_disable_seccomp: bool
+    unsafe_gpu_audit: bool
     limits: Limits
 
     def to_dict(self) -> dict:
@@ -136,7 +137,7 @@ def _build(data: dict) -> Policy:
         raise RtdError(Code.E_POLICY_INVALID, f"cgroup_parent {parent!r} must be 'auto' or a clean absolute path")
     return Policy(strict=data["strict"], mandatory=tuple(data["mandatory"]), cgroup_parent=parent,
                   ro_binds=tuple(data["ro_binds"]), disable_userns=data["disable_userns"],
-                  unsafe_disable_seccomp=data["unsafe_disable_seccomp"], limits=lim)
+                  unsafe_disable_seccomp=data["unsafe_disable_seccomp"], unsafe_gpu_audit=data["unsafe_gpu_audit"], limits=lim)
 
 
 def _merge(base: dict, overrides: dict) -> dict:

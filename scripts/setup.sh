@@ -11,11 +11,11 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 stamp=.venv/.rtd-installed
-want=$(cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py | sha256sum | cut -d' ' -f1)  # a changed C file rebuilds
+want=$(cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py | sha256sum | cut -d' ' -f1)  # a changed C file rebuilds
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v WARNING || true
   .venv/bin/pip install -q -e '.[test]' 2>&1 | grep -vE 'WARNING|^ *$|!!' || true
-  .venv/bin/python -c "import rtd.kernels, rtd.loader, rtd.sandbox, rtd.daemon, rtd.kernels.native._compiled"
+  .venv/bin/python -c "import rtd.kernels, rtd.loader, rtd.sandbox, rtd.daemon, rtd.kernels.native._compiled, rtd.sandbox._sigsys"
   echo "$want" > "$stamp"
 fi

@@ -7,7 +7,8 @@ gets no answer within the operator's `request_timeout_s` marks the instance hung
 kills it; a client's deadline never does (the owner keeps the request's slot until the
 worker answers and drops the result). How an instance ended is classified once, from the
 zygote's exit report, for the owner to count: a crash, a request-caused resource kill
-(the memory layer, or the GPU memory layer's watcher), a hang, or a stop of ours.
+(the memory layer, or the GPU memory layer's watcher), a containment kill (a GPU worker's
+seccomp filter: the filter too tight for the driver, not the model), a hang, or a stop of ours.
 """
 import asyncio
 import collections
@@ -22,12 +23,14 @@ from rtd.signature import Signature
 
 WORKER_ENTRY = "rtd.daemon.worker.main:serve"
 RESOURCE_LAYERS = ("memory", "gpu")   # limits a request can run into: its doing, not the model's
+EXIT_GRACE_S = 0.5   # how long a worker whose socket closed has to end by itself before it is killed
 
 
 class Ending(enum.Enum):
     STOPPED = "stopped"        # by us: unload, eviction, replacement, shutdown
     CRASHED = "crashed"        # the worker died on its own, or by seccomp or another layer
     RESOURCE = "resource"      # killed by its memory or GPU memory limit while serving: the request's doing
+    CONTAINMENT = "containment"   # a GPU worker killed by its seccomp filter: a call the filter does not know
     HUNG = "hung"              # no answer within request_timeout_s
 
 
@@ -41,6 +44,7 @@ class Instance:
         self.started = self.last_used = time.monotonic()
         self.ending: Ending | None = None
         self.reason, self.layer = "", None
+        self.device = "cpu"                   # "cuda" once started for a tenant that names GPUs
         self.ended = asyncio.Event()          # set once the ending is known (classified)
         self.queue: collections.deque = collections.deque()   # requests sent and not answered, in order
         self.watchdog = None                  # the hang timer of the request at the head of the queue
@@ -60,6 +64,7 @@ class Instance:
         max_elements, threads — the tenant's whole CPU cores — and device, "cuda" when the
         tenant's policy names GPUs), wait for its signature, parsed here once; raises RtdError
         and leaves nothing running on failure."""
+        self.device = serve_as.get("device", "cpu")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             self.handle = await asyncio.get_running_loop().run_in_executor(None, spawn, theirs)
@@ -137,18 +142,32 @@ class Instance:
         if self.ending is None:    # not our doing: the exit report says what it was
             self.ending, self.reason = Ending.CRASHED, error.detail
             asyncio.get_running_loop().create_task(self._classify())
-            if self.handle is not None:
-                self.handle.kill()
         else:
             self.ended.set()
             self.on_end(self)
 
+    def _ended_by_itself(self):
+        """The exit status of a worker whose socket closed: its own end if it comes within
+        EXIT_GRACE_S (a worker's socket can close before its exit signal is final, and our kill
+        would then stand in its place: a seccomp kill read as ours), else our kill's."""
+        status = self.handle.wait(EXIT_GRACE_S)
+        if status is None:
+            self.handle.kill()
+            status = self.handle.wait(2.0)
+        return status
+
     async def _classify(self) -> None:
-        status = await asyncio.get_running_loop().run_in_executor(None, self.handle.wait, 2.0)
+        status = await asyncio.get_running_loop().run_in_executor(None, self._ended_by_itself)
         if status is not None:
             self.reason, self.layer = f"{status.layer or 'crash'}: {status.reason}", status.layer
             if status.layer in RESOURCE_LAYERS:
                 self.ending = Ending.RESOURCE
+            elif status.layer == "seccomp" and self.device == "cuda":
+                # the GPU filter names and refuses (EPERM) every call it knows to be harmless; a kill is a
+                # call it does not know, made by the driver or CUDA far likelier than by the model
+                self.ending = Ending.CONTAINMENT
+                self.reason = ("seccomp: SIGSYS: a call outside the GPU filter's lists (not the model's crash; "
+                               "unsafe_gpu_audit names it)")
         self.ended.set()
         self.on_end(self)
 
@@ -161,6 +180,8 @@ class Instance:
         await self.ended.wait()
         if self.ending == Ending.STOPPED:
             return RtdError(Code.E_MODEL_UNAVAILABLE, f"the instance was stopped ({self.reason})")
+        if self.ending == Ending.CONTAINMENT:
+            return RtdError(Code.E_CONTAINMENT, f"the model's worker ended ({self.reason}); it is being restarted")
         code = Code.E_SANDBOX_KILLED if self.layer else Code.E_WORKER_CRASHED
         return RtdError(code, f"the model's worker ended ({self.reason}); it is being restarted")
 

@@ -11,6 +11,8 @@ How an instance ended decides what the version does next:
     by unload + load; the identical signed package may be sent again.
   - a kill by the memory layer (or the GPU memory layer) is a resource error caused by a request: counted apart,
     forgotten after `resource_error_window_s`, never a reason for FAILED by itself;
+  - a GPU worker killed by its seccomp filter is a containment error (the filter does not know a call the
+    driver or CUDA made): logged as such, restarted after the back-off, never counted as the model's crash;
   - our own stop (eviction, unload, replacement, shutdown) counts for nothing.
 A dead instance is restarted after an exponential back-off; an evicted one when a request
 needs it. While no instance is live the model is UNAVAILABLE and requests wait for one
@@ -139,6 +141,9 @@ class ModelVersion:
                 self.resource_errors.popleft()
             services.emit("resource_kill", model=self.owner.name, version=self.version_dir, reason=instance.reason,
                           in_window=len(self.resource_errors))
+        elif instance.ending == Ending.CONTAINMENT:
+            services.emit("containment", level="error", model=self.owner.name, version=self.version_dir,
+                          code=Code.E_CONTAINMENT.name, reason=instance.reason)
         if instance.ending != Ending.STOPPED:
             services.metrics.instance_ended(services.tenant, self.owner.name, instance.ending.value)
             if not self.retired and self.crashes < services.limits.crash_limit:

@@ -79,6 +79,7 @@ class Supervisor:
         self.io = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="rtd-io")   # hashing, fsync
         self.started, self.draining = False, False
         self.gpu_watch: GpuWatch | None = None   # started when a tenant names GPUs and NVML initialises
+        self.gpu_unattributed = ""               # why the watcher refused to start: NVML's memory is nobody's we can tell
         self.metrics.status_source = self.status
 
     def _budget_refused(self, who: str, resource: str) -> None:
@@ -154,9 +155,16 @@ class Supervisor:
         if not budgets:
             return
         loop = asyncio.get_running_loop()
+        gpus = {tid: t.policy.limits.gpu_devices for tid, t in self.tenancies.items() if tid in budgets}
         try:
-            self.gpu_watch = await loop.run_in_executor(None, GpuWatch.start, budgets, self._gpu_killed, self._gpu_health)
+            self.gpu_watch = await loop.run_in_executor(None, lambda: GpuWatch.start(budgets, self._gpu_killed, self._gpu_health,
+                                                                                     tenant_gpus=gpus))
         except RtdError as e:
+            if e.code is Code.E_GPU_UNATTRIBUTED:   # NVML runs, but its memory is nobody's we can tell: not ready
+                self.gpu_unattributed = e.detail
+                self.events.emit("gpu_watch_refused", level="error", code=e.code.name, reason=e.detail,
+                                 detail="GPU tenants' models are not ready: no GPU budget can be enforced")
+                return
             self.events.emit("gpu_watch_unavailable", level="error", reason=e.detail,
                              detail="GPU tenants' memory is not watched; rtctl doctor says which limit holds")
             return
@@ -365,13 +373,14 @@ class Supervisor:
         return [views[name] for name in sorted(views)]
 
     def model_ready(self, tenant: TenantConfig, name: str, version: str = "") -> bool:
-        """READY, and for a tenant that names GPUs, NVML answering for each of them (where the watcher runs)."""
+        """READY, and for a tenant that names GPUs, NVML answering for each of them and their memory
+        attributed (where the watcher runs; a watcher that refused to start for want of attribution: never)."""
         tenancy = self._tenancy(tenant)
         model = tenancy.models.get(name)
         gpus = tenancy.policy.limits.gpu_devices
         return (model is not None and model.state == ModelState.READY and model.serving is not None
                 and (not version or version == model.serving.version_dir)
-                and (not gpus or self.gpu_watch is None or self.gpu_watch.healthy(gpus)))
+                and (not gpus or (not self.gpu_unattributed and (self.gpu_watch is None or self.gpu_watch.healthy(gpus)))))
 
     def metadata(self, tenant: TenantConfig, name: str, version: str = "") -> dict:
         serving = self._model(tenant, name).version_for(version)
@@ -436,7 +445,10 @@ class Supervisor:
     def _failed(self, tenancy: Tenancy, name: str, version: str, timing: Timing, error: BaseException) -> None:
         """Count a failed request in its model version's series, with Triton's reason: CANCELED
         (the caller went away), REJECTED (refused or timed out before it ran), BACKEND (it
-        failed once running) or OTHER; a name the tenant does not serve has no series."""
+        failed once running) or OTHER; a name the tenant does not serve has no series. A call
+        the GPU worker's filter refused is the operator's to see: logged, naming the call."""
+        if isinstance(error, RtdError) and error.code is Code.E_SYSCALL_REFUSED:
+            self.events.emit("syscall_refused", tenancy.tenant.id, level="error", model=name, reason=error.detail)
         series = timing.series
         if series is None:
             model = tenancy.models.get(name)

@@ -25,19 +25,21 @@ MAX_JSON_OUTPUT_VALUES = 1 << 20
 ENCODINGS = ("grpc", "rest")
 
 
-def _refusal(e: BaseException) -> dict:
+def _refusal(e: BaseException) -> tuple[Code, str]:
     if isinstance(e, RtdError):
-        return {"code": e.code.name, "detail": e.detail[:500]}
+        return e.code, e.detail[:500]
     if isinstance(e, MemoryError):
-        return {"code": Code.E_RESOURCE_EXHAUSTED.name, "detail": "allocation failed"}
-    return {"code": Code.E_INTERNAL.name, "detail": f"{type(e).__name__}: {e}"[:200]}
+        return Code.E_RESOURCE_EXHAUSTED, "allocation failed"
+    return Code.E_INTERNAL, f"{type(e).__name__}: {e}"[:200]
 
 
 class Serving:
-    """What a worker serves and within which limits (from its LOAD frame)."""
+    """What a worker serves and within which limits (from its LOAD frame). `refuse(code,
+    detail) -> dict` makes a request's refusal (the worker names calls its filter refused)."""
 
-    def __init__(self, model, name: str, version: str, caps: kserve_codec.Caps, max_response_bytes: int, max_batch: int):
-        self.model, self.name, self.version = model, name, version
+    def __init__(self, model, name: str, version: str, caps: kserve_codec.Caps, max_response_bytes: int, max_batch: int,
+                 refuse=lambda code, detail: {"code": code.name, "detail": detail}):
+        self.model, self.name, self.version, self.refuse = model, name, version, refuse
         self.caps, self.max_response_bytes, self.max_batch = caps, max_response_bytes, max_batch
         self.outputs = [spec.name for spec in model.outputs]
 
@@ -75,7 +77,7 @@ class Serving:
             try:
                 decoded[i] = self._decode(spec, frame)
             except Exception as e:   # this request's refusal, not its neighbours'
-                results[i] = _refusal(e)
+                results[i] = self.refuse(*_refusal(e))
         decoding = time.perf_counter_ns()
         outputs = {}
         for group in self._groups(decoded):
@@ -83,7 +85,7 @@ class Serving:
                 outputs.update(self._run(group, decoded))
             except Exception as e:
                 for i in group:
-                    results[i] = _refusal(e)
+                    results[i] = self.refuse(*_refusal(e))
         running = time.perf_counter_ns()
         blobs = {}
         for i, values in outputs.items():
@@ -102,7 +104,7 @@ class Serving:
                 blobs[str(i)] = wire.Blob(parts)
                 results[i] = {"rows": request.rows, "json_length": json_length}
             except Exception as e:
-                results[i] = _refusal(e)
+                results[i] = self.refuse(*_refusal(e))
         ns = {"decode": decoding - started, "run": running - decoding, "encode": time.perf_counter_ns() - running}
         return {"results": results, "ns": ns}, blobs
 

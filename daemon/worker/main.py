@@ -9,6 +9,10 @@ serves the weights as read-only views of those memfds, compiles and warms the mo
 answers INFER frames in the order they arrive (the supervisor pipelines them): it decodes the
 requests the supervisor passed on unread and builds their responses (infer.py). It never opens
 a path and never sends anything but wire frames; its socket's EOF is its end.
+
+In a GPU worker, a call its seccomp filter trapped while a frame was handled (sandbox/sigsys:
+the call failed with EPERM) turns that frame's failure into E_SYSCALL_REFUSED naming the call:
+the filter refused what the driver or CUDA asked, and the operator, not the model, must act.
 """
 import os
 import socket
@@ -26,6 +30,7 @@ from rtd.daemon.worker.kserve_codec import Caps
 from rtd.errors import Code, RtdError
 from rtd.kernels import native
 from rtd.loader import onnx_guard
+from rtd.sandbox import seccomp, sigsys
 from rtd.signature import Signature, TensorSpec
 # The BLAS libraries' thread controls, found now, in the zygote: finding them reads
 # /proc/self/maps, which a confined worker cannot; setting them later is a plain call.
@@ -92,8 +97,8 @@ def _weights(proto, views: dict) -> dict:
 class Worker:
     """Holds the one compiled model of this instance and what it serves it as."""
 
-    def __init__(self):
-        self.model, self.serving = None, None
+    def __init__(self, refusals: sigsys.Refusals):
+        self.model, self.serving, self.refusals = None, None, refusals
         self.allowed_ops = set(rtd.kernels.ops.supported())
 
     def load(self, frame: wire.Frame) -> tuple[dict, dict]:
@@ -129,7 +134,8 @@ class Worker:
             _warm_up(model)
         wire.release_freed_heap()   # the parsed protobuf is gone; its heap need not stay with the worker
         self.model = model
-        self.serving = Serving(model, name, version, caps, caps.max_bytes, max_batch)
+        self.serving = Serving(model, name, version, caps, caps.max_bytes, max_batch,
+                               refuse=lambda code, detail: _failure(code, detail, self.refusals))
         return Signature(tuple(_spec(s) for s in model.inputs), tuple(_spec(s) for s in model.outputs)).to_json(), {}
 
     def infer(self, frame: wire.Frame) -> tuple[dict, dict]:
@@ -150,25 +156,34 @@ class Worker:
         raise RtdError(Code.E_WORKER_PROTOCOL, f"unexpected frame kind {frame.kind.name}")
 
 
-def _answer(sock, arena: wire.Arena, frame: wire.Frame, worker: Worker) -> None:
+def _failure(code: Code, detail: str, refusals: sigsys.Refusals) -> dict:
+    """An ERROR head: E_SYSCALL_REFUSED naming the calls the filter trapped meanwhile, if any."""
+    trapped = refusals.new()
+    if trapped:
+        calls = ", ".join(dict.fromkeys(seccomp.describe(t.nr, t.args) for t in trapped))
+        return {"code": Code.E_SYSCALL_REFUSED.name, "detail": f"{calls}; then {code.name}: {detail}"}
+    return {"code": code.name, "detail": detail}
+
+
+def _answer(sock, arena: wire.Arena, frame: wire.Frame, worker: Worker, refusals: sigsys.Refusals) -> None:
+    refusals.new()   # what the filter trapped before this frame is not this frame's doing
     try:
         head, tensors = worker.handle(frame)
         wire.send(sock, wire.Kind.OK, frame.request_id, head, tensors, arena=arena)
     except RtdError as e:
-        wire.send(sock, wire.Kind.ERROR, frame.request_id, {"code": e.code.name, "detail": e.detail})
+        wire.send(sock, wire.Kind.ERROR, frame.request_id, _failure(e.code, e.detail, refusals))
     except MemoryError:
-        wire.send(sock, wire.Kind.ERROR, frame.request_id, {"code": Code.E_RESOURCE_EXHAUSTED.name,
-                                                            "detail": "allocation failed"})
+        wire.send(sock, wire.Kind.ERROR, frame.request_id, _failure(Code.E_RESOURCE_EXHAUSTED, "allocation failed", refusals))
     except Exception as e:  # a bug or an executor failure on this input: answer, keep serving
-        wire.send(sock, wire.Kind.ERROR, frame.request_id, {"code": Code.E_INTERNAL.name,
-                                                            "detail": f"{type(e).__name__}: {e}"[:200]})
+        wire.send(sock, wire.Kind.ERROR, frame.request_id, _failure(Code.E_INTERNAL, f"{type(e).__name__}: {e}"[:200], refusals))
 
 
 def serve(sock, *args) -> None:
     """The worker's main loop: frames in, one answer each, in order, until the supervisor hangs up."""
     if not isinstance(sock, socket.socket):
         sock = socket.socket(fileno=sock)
-    worker, arena = Worker(), wire.Arena()
+    refusals = sigsys.Refusals()
+    worker, arena = Worker(refusals), wire.Arena()
     reader = wire.Reader(sock, wire.PeerArena())
     while True:
         try:
@@ -177,7 +192,7 @@ def serve(sock, *args) -> None:
             return
         try:
             arena.release(frame.head.pop("released", []))
-            _answer(sock, arena, frame, worker)
+            _answer(sock, arena, frame, worker, refusals)
         finally:
             for fd in frame.fds:
                 os.close(fd)

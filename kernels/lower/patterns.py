@@ -159,13 +159,13 @@ def fuse_gelu(graph: Graph) -> Graph:
             factor = index.scalar(scaled.inputs[1])
             if not near(factor, math.sqrt(2) if scaled.op_type == "Div" else 1 / math.sqrt(2)):
                 continue
-            approximate = "none"
+            attrs = {"approximate": "none", "scale": factor, "scale_op": scaled.op_type}  # erf's argument as the graph rounds it
         else:
             x = _tanh_core_input(index, node)
-            approximate = "tanh"
+            attrs = {"approximate": "tanh"}
         last = x and _gelu_tail(index, node, x)
         if last:
-            replace_node(graph, last, _fused("Gelu", [x], [last.outputs[0]], approximate=approximate))
+            replace_node(graph, last, _fused("Gelu", [x], [last.outputs[0]], **attrs))
     return graph
 
 

@@ -21,6 +21,7 @@ class MlKernel(Kernel):
     string tensors exist only there); `refuse` names the op and attribute of a model rtd cannot run."""
 
     domain = ML_DOMAIN
+    on_device = False
 
     def compute(self, *inputs) -> tuple:
         raise NotImplementedError

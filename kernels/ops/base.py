@@ -21,6 +21,7 @@ class Kernel:
     domain = ""  # "" is ai.onnx
     attributes: dict = {}  # name -> default, or REQUIRED
     needs_scope = False  # control flow: run(..., scope=outer_values) to see enclosing names
+    on_device = True  # False: computes on the host whatever `xp` is (strings, host loops, host draws); kernels/partition.py
     n_outputs: int | None = None  # the node's output count (Split into equal parts, MaxPool indices)
 
     def __init_subclass__(cls, **kw):

@@ -12,6 +12,11 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 class Gelu_20(Elementwise):
     attributes = {"approximate": "none"}
+    # erf's argument x/√2 as x·(1/√2). A GELU fused from an exporter's Erf pattern takes the step its
+    # graph wrote instead (fuse_gelu: Div by its √2 or Mul by its 1/√2), so it rounds as the unfused
+    # graph does: x/1.4142135 and x·0.70710677 differ in the last bit for about 4 in 10 float32 x, and a
+    # DynamicQuantizeLinear downstream turns a last-bit difference into a whole quantum now and then.
+    erf_scale_op, erf_scale = "Mul", math.sqrt(0.5)
 
     def setup(self) -> None:
         if self.approximate not in ("none", "tanh"):
@@ -21,7 +26,7 @@ class Gelu_20(Elementwise):
     def cuda(self):
         if self.approximate == "tanh":
             return f"0.5 * in0 * (1 + tanh({_SQRT_2_OVER_PI!r} * (in0 + 0.044715 * in0 * in0 * in0)))"
-        return f"0.5 * in0 * (1 + erf(in0 * {math.sqrt(0.5)!r}))"
+        return f"0.5 * in0 * (1 + erf(in0 {'/' if self.erf_scale_op == 'Div' else '*'} {self.erf_scale!r}))"
 
     def compute(self, x, out=None):
         if blockable(self.xp, x, out):
@@ -37,7 +42,8 @@ class Gelu_20(Elementwise):
             gate *= x
             xp.tanh(gate, out=gate)
         else:
-            gate = xp.multiply(x, x.dtype.type(math.sqrt(0.5)))  # typed: bfloat16 * float is float32
+            scale = x.dtype.type(self.erf_scale)  # typed: bfloat16 * float is float32
+            gate = xp.divide(x, scale) if self.erf_scale_op == "Div" else xp.multiply(x, scale)
             _erf.erf(xp, gate, out=gate)
         gate += 1
         gate *= 0.5

@@ -6,6 +6,7 @@ from .base import Kernel
 
 
 class Multinomial_7(Kernel):
+    on_device = False   # drawn on the host (kernels/ops/_random.py)
     attributes = {"dtype": 6, "sample_size": 1, "seed": None}
 
     def run(self, logits):

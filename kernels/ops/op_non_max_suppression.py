@@ -15,6 +15,7 @@ def _corners(boxes, center_point_box):
 
 
 class NonMaxSuppression_10(Kernel):
+    on_device = False   # a loop over boxes on the host
     attributes = {"center_point_box": 0}
 
     def scalar(self, value, default, kind):

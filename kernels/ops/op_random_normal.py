@@ -4,6 +4,7 @@ from .base import REQUIRED, Kernel
 
 
 class RandomNormal_1(Kernel):
+    on_device = False   # drawn on the host (kernels/ops/_random.py)
     attributes = {"dtype": 1, "mean": 0.0, "scale": 1.0, "seed": None, "shape": REQUIRED}
 
     def run(self):

@@ -4,6 +4,7 @@ from .base import Kernel
 
 
 class RandomNormalLike_1(Kernel):
+    on_device = False   # drawn on the host (kernels/ops/_random.py)
     attributes = {"dtype": None, "mean": 0.0, "scale": 1.0, "seed": None}
 
     def run(self, like):

@@ -4,6 +4,7 @@ from .base import REQUIRED, Kernel
 
 
 class RandomUniform_1(Kernel):
+    on_device = False   # drawn on the host (kernels/ops/_random.py)
     attributes = {"dtype": 1, "high": 1.0, "low": 0.0, "seed": None, "shape": REQUIRED}
 
     def run(self):

@@ -3,8 +3,11 @@
  * processes read from the file named by $RTD_NVML_STANDIN at every call, so a test can
  * change them while a daemon runs. Lines:
  *   gpu <minor> <uuid> <total bytes> <utilization %> <power mW>
- *   proc <minor> <pid> <used bytes>
+ *   proc <minor> <pid> <used bytes>  (or "na": NVML_VALUE_NOT_AVAILABLE, no per-process figure)
+ *   mps <minor> <pid> <used bytes>   (an MPS client: nvmlDeviceGetMPSComputeRunningProcesses_v3)
  *   fail <minor> <nvmlReturn_t>      (that GPU's process query returns this error)
+ * The pids are written as the driver would report them: the test chooses the host's (a driver
+ * that does not translate pids into a container's namespace) or the caller's (one that does).
  * Built by tests/daemon/test_gpu_watch.py with gcc -shared -Wl,-soname,libnvidia-ml.so.1. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +15,12 @@
 
 #define MAX_GPUS 8
 #define MAX_PROCS 256
+#define NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL   /* NVML_VALUE_NOT_AVAILABLE for an unsigned long long */
 enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
        NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_UNKNOWN = 999 };
 
 typedef struct { unsigned minor; char uuid[96]; unsigned long long total; unsigned util, power_mw; int fail; } gpu_t;
-typedef struct { unsigned minor, pid; unsigned long long used; } proc_t;
+typedef struct { unsigned minor, pid; unsigned long long used; int mps; } proc_t;
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
 typedef struct { unsigned gpu, memory; } nvmlUtilization_t;
@@ -33,13 +37,18 @@ static int load(void) {
     n_gpus = n_procs = 0;
     while (fgets(line, sizeof line, f)) {
         gpu_t g = {0};
-        proc_t p;
+        proc_t p = {0};
         unsigned minor;
         int code;
+        char kind[8], used[24];
         if (n_gpus < MAX_GPUS && sscanf(line, "gpu %u %95s %llu %u %u", &g.minor, g.uuid, &g.total, &g.util, &g.power_mw) == 5)
             gpus[n_gpus++] = g;
-        else if (n_procs < MAX_PROCS && sscanf(line, "proc %u %u %llu", &p.minor, &p.pid, &p.used) == 3)
+        else if (n_procs < MAX_PROCS && sscanf(line, "%7s %u %u %23s", kind, &p.minor, &p.pid, used) == 4
+                 && (!strcmp(kind, "proc") || !strcmp(kind, "mps"))) {
+            p.mps = !strcmp(kind, "mps");
+            p.used = strcmp(used, "na") ? strtoull(used, NULL, 10) : NOT_AVAILABLE;
             procs[n_procs++] = p;
+        }
         else if (sscanf(line, "fail %u %d", &minor, &code) == 2)
             for (int i = 0; i < n_gpus; i++)
                 if (gpus[i].minor == minor) gpus[i].fail = code;
@@ -111,18 +120,18 @@ int nvmlDeviceGetName(void *handle, char *name, unsigned length) {
     return NVML_SUCCESS;
 }
 
-int nvmlDeviceGetComputeRunningProcesses_v3(void *handle, unsigned *count, nvmlProcessInfo_t *infos) {
+static int running(void *handle, unsigned *count, nvmlProcessInfo_t *infos, int mps) {
     gpu_t *g = device(handle);
     unsigned n = 0;
     if (!g) return NVML_ERROR_INVALID_ARGUMENT;
     if (g->fail) return g->fail;
     for (int i = 0; i < n_procs; i++)
-        if (procs[i].minor == g->minor) n++;
+        if (procs[i].minor == g->minor && procs[i].mps == mps) n++;
     if (n == 0) { *count = 0; return NVML_SUCCESS; }
     if (!infos || *count < n) { *count = n; return NVML_ERROR_INSUFFICIENT_SIZE; }
     n = 0;
     for (int i = 0; i < n_procs; i++)
-        if (procs[i].minor == g->minor) {
+        if (procs[i].minor == g->minor && procs[i].mps == mps) {
             nvmlProcessInfo_t info = {procs[i].pid, procs[i].used, 0xFFFFFFFF, 0xFFFFFFFF};
             infos[n++] = info;
         }
@@ -130,12 +139,20 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void *handle, unsigned *count, nvmlP
     return NVML_SUCCESS;
 }
 
+int nvmlDeviceGetComputeRunningProcesses_v3(void *handle, unsigned *count, nvmlProcessInfo_t *infos) {
+    return running(handle, count, infos, 0);
+}
+
+int nvmlDeviceGetMPSComputeRunningProcesses_v3(void *handle, unsigned *count, nvmlProcessInfo_t *infos) {
+    return running(handle, count, infos, 1);
+}
+
 int nvmlDeviceGetMemoryInfo(void *handle, nvmlMemory_t *memory) {
     gpu_t *g = device(handle);
     unsigned long long used = 0;
     if (!g) return NVML_ERROR_INVALID_ARGUMENT;
     for (int i = 0; i < n_procs; i++)
-        if (procs[i].minor == g->minor) used += procs[i].used;
+        if (procs[i].minor == g->minor && procs[i].used != NOT_AVAILABLE) used += procs[i].used;
     memory->total = g->total;
     memory->used = used;
     memory->free = used < g->total ? g->total - used : 0;

@@ -1,11 +1,15 @@
 """The NVML watcher against a stand-in NVML: a real shared library with NVML's C ABI
 (nvml_standin.c, built here with gcc, loaded by nvidia-ml-py as libnvidia-ml.so.1) whose
 GPUs and per-process usage come from a file the test writes. The processes it reports are
-real: sleeping children, a confined worker from the zygote, and the workers of a real
-`rtd serve` with two tenants, one of them with a GPU budget. This host has no GPU, so what
-a real driver would report is written by the test; everything downstream of NVML is real."""
+real: sleeping children, a confined worker from the zygote, the workers of a watcher run
+inside a real pid namespace as a pod's daemon is (pod_watch.py under unshare), and the
+workers of a real `rtd serve` with two tenants, one of them with a GPU budget. This host has
+no GPU, so what a real driver would report (its pids in the host's numbering or the
+caller's, no memory figure, MPS clients) is written by the test; everything downstream of
+NVML is real."""
 import asyncio
 import ctypes
+import json
 import os
 import re
 import shutil
@@ -46,9 +50,11 @@ def standin(tmp_path_factory):
     return root, state
 
 
-def write_state(path, procs: dict, fail: int | None = None, total: int = 80 << 30):
-    """GPU 0 and its processes {pid: bytes}; `fail`: the NVML error its process query returns."""
+def write_state(path, procs: dict, fail: int | None = None, total: int = 80 << 30, mps: dict | None = None):
+    """GPU 0 and its processes {pid: bytes, or "na" for no figure}; `fail`: the NVML error its
+    process query returns; `mps`: MPS clients {pid: bytes}."""
     lines = [f"gpu 0 {UUID} {total} 37 71500"] + [f"proc 0 {pid} {used}" for pid, used in procs.items()]
+    lines += [f"mps 0 {pid} {used}" for pid, used in (mps or {}).items()]
     if fail is not None:
         lines.append(f"fail 0 {fail}")
     tmp = f"{path}.tmp"
@@ -128,20 +134,197 @@ def test_an_nvml_error_makes_the_gpu_unhealthy_until_nvml_answers_again(in_proce
 
 
 def test_gauges_are_read_as_triton_exports_them(in_process):
-    write_state(in_process, {4242: 3 << 30}, total=80 << 30)
+    other = Child()   # another program on the GPU: in the gauges, nobody's budget
+    write_state(in_process, {other.pid: 3 << 30}, total=80 << 30)
     watch = start_watch({"acme": 1000}, [], [])
     try:
         watch.poll(0.0)   # a poll reads the gauges when they are due: the first one is
         (reading,) = watch.readings()
         assert (reading.uuid, reading.utilization, reading.memory_used_bytes, reading.memory_total_bytes,
                 reading.power_watts) == (UUID, 0.37, 3 << 30, 80 << 30, 71.5)
+        assert watch.healthy((0,)) and other.alive()
     finally:
         watch.stop()
+        other.proc.kill()
+        other.proc.wait()
+
+
+# -- attribution: never a silent zero -------------------------------------------------------
+
+@pytest.mark.parametrize("listed,why", [
+    ({"na": "na"}, "NVML gives no memory figure for pid {pid} on GPU 0 (usedGpuMemory not available"),
+    ({"gone": 5 << 20}, "NVML lists pid {pid} (5242880 bytes) on GPU 0, which is no process rtd's pid namespace can see"),
+    ({"mps": 5 << 20}, "NVIDIA MPS serves 1 client(s) on GPU 0"),
+], ids=["no_figure", "unseen_pid", "mps"])
+def test_the_watcher_refuses_to_start_when_it_cannot_attribute_gpu_memory(in_process, listed, why):
+    kind, used = next(iter(listed.items()))
+    child = Child()
+    pid = child.pid if kind == "na" else 2**22 + 17 if kind == "gone" else child.pid   # above pid_max: no process
+    write_state(in_process, {} if kind == "mps" else {pid: used}, mps={pid: used} if kind == "mps" else None)
+    try:
+        with pytest.raises(RtdError) as e:
+            start_watch({"acme": 1 << 30}, [], [])
+        assert e.value.code is Code.E_GPU_UNATTRIBUTED and why.format(pid=pid) in e.value.detail, e.value.detail
+        assert probe().startswith("cannot attribute GPU memory: ") and why.format(pid=pid) in probe()
+    finally:
+        child.proc.kill()
+        child.proc.wait()
+
+
+def test_a_gpu_that_becomes_blind_is_unhealthy_until_it_clears_and_what_is_attributed_still_counts(in_process):
+    mine, kills, health = Child(), [], []
+    write_state(in_process, {})
+    watch = start_watch({"acme": 1 << 20}, kills, health)
+    try:
+        watch.watch("acme", mine)
+        write_state(in_process, {2**22 + 17: 4 << 20, mine.pid: 1 << 19})   # a pid nobody here sees, and ours
+        assert watch.poll(time.monotonic()) == []   # 512 KiB is ours and within budget; the rest is nobody's we know
+        assert not watch.healthy((0,)) and f"NVML lists pid {2**22 + 17}" in watch.blind()[0]
+        assert health == [(0, f"cannot attribute GPU memory: {watch.blind()[0]}")]
+        write_state(in_process, {2**22 + 17: 4 << 20, mine.pid: 2 << 20})
+        (kill,) = watch.poll(time.monotonic())   # blind, and yet what it can attribute is over budget
+        assert kill.pid == mine.pid and mine.proc.wait(10) == -signal.SIGKILL
+        write_state(in_process, {})
+        watch.poll(time.monotonic())
+        assert watch.healthy((0,)) and watch.blind() == {} and health[-1] == (0, None)
+    finally:
+        watch.stop()
+        mine.proc.kill()
+        mine.proc.wait()
+
+
+def test_a_worker_nvml_does_not_list_makes_its_gpus_blind_after_the_grace(in_process):
+    from rtd.daemon.observe.gpu_watch import UNLISTED_GRACE_S
+    unlisted, health = Child(), []
+    write_state(in_process, {})
+    watch = start_watch({"acme": 1 << 30}, [], health)
+    try:
+        watch.watch("acme", unlisted)
+        now = time.monotonic()
+        watch.poll(now)
+        assert watch.healthy((0,))   # just handed over: NVML may not list its context yet
+        watch.poll(now + UNLISTED_GRACE_S + 1)
+        assert not watch.healthy((0,)) and f"worker pid {unlisted.pid} of tenant acme" in watch.blind()[0]
+        write_state(in_process, {unlisted.pid: 300 << 20})
+        watch.poll(now + UNLISTED_GRACE_S + 2)
+        assert watch.healthy((0,)) and unlisted.alive()
+    finally:
+        watch.stop()
+        unlisted.proc.kill()
+        unlisted.proc.wait()
+
+
+class Pod:
+    """pod_watch.py as PID 1 of a new pid namespace (as a pod's daemon), on the stand-in NVML:
+    `own_proc` mounts the namespace's own /proc (a pod), else it sees the host's."""
+
+    def __init__(self, standin, own_proc: bool):
+        root, state = standin
+        env = dict(os.environ, LD_LIBRARY_PATH=str(root), RTD_NVML_STANDIN=str(state),
+                   PYTHONPATH=os.path.dirname(os.path.dirname(HERE)))
+        command = ["unshare", "--pid", "--fork"] + (["--mount-proc"] if own_proc else []) + [
+            sys.executable, os.path.join(HERE, "pod_watch.py")]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.pids = self.read()["pids"]   # as the pod numbers them
+        self.host_pids = self._host_pids()
+
+    def _host_pids(self) -> list[int]:
+        """The workers' host pids: the processes of the pod's namespace whose NSpid ends with them."""
+        namespace = os.readlink(f"/proc/{self.proc.pid}/ns/pid_for_children")
+        found = {}
+        for entry in os.listdir("/proc"):
+            try:
+                if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                    with open(f"/proc/{entry}/status") as f:
+                        nspid = next(line.split()[1:] for line in f if line.startswith("NSpid:"))
+                    found[int(nspid[-1])] = int(entry)
+            except (FileNotFoundError, ProcessLookupError, PermissionError):   # gone, or not ours to read
+                continue
+        return [found[p] for p in self.pids]
+
+    def ask(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def read(self) -> dict:
+        line = self.proc.stdout.readline()
+        assert line, f"pod_watch.py ended (exit {self.proc.wait(10)})"
+        return json.loads(line)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(30)
+
+
+@pytest.fixture
+def pod(standin):
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a new pid namespace needs root and util-linux's unshare")
+    pods = []
+
+    def make(own_proc: bool) -> Pod:
+        pods.append(Pod(standin, own_proc))
+        return pods[-1]
+    yield make
+    for p in pods:
+        p.close()
+
+
+def test_in_a_pod_a_driver_that_reports_the_pods_pids_is_matched_directly(standin, pod):
+    p = pod(own_proc=True)
+    assert p.pids != p.host_pids   # the pod's numbering is not the host's
+    write_state(standin[1], {})
+    assert p.ask("start 1048576") == {"started": True}
+    write_state(standin[1], {p.pids[0]: 1 << 19, p.pids[1]: 1 << 20})   # a translating driver: the pod's numbers
+    got = p.ask("poll")
+    assert got["kills"] == [p.pids[1]] and got["alive"] == [True, False] and got["blind"] == {}
+
+
+def test_in_a_pod_a_driver_that_reports_host_pids_is_refused_never_read_as_zero(standin, pod):
+    p = pod(own_proc=True)
+    write_state(standin[1], {h: 1 << 20 for h in p.host_pids})   # the host's numbers, which the pod cannot see
+    refused = p.ask("start 1048576")
+    assert refused["refused"] == "E_GPU_UNATTRIBUTED" and f"NVML lists pid {p.host_pids[0]}" in refused["detail"]
+    write_state(standin[1], {})
+    assert p.ask("start 1048576") == {"started": True}   # an idle GPU: nothing to attribute yet
+    write_state(standin[1], {h: 4 << 20 for h in p.host_pids})   # the workers' memory appears, under host pids
+    got = p.ask("poll")
+    assert got["kills"] == [] and got["alive"] == [True, True]
+    assert "which is no process rtd's pid namespace can see" in got["blind"]["0"]
+    assert got["health"][-1][1].startswith("cannot attribute GPU memory: NVML lists pid")
+
+
+def test_in_a_container_sharing_the_hosts_proc_host_pids_are_matched_through_nspid(standin, pod):
+    p = pod(own_proc=False)
+    write_state(standin[1], {})
+    assert p.ask("start 1048576") == {"started": True}
+    write_state(standin[1], {p.host_pids[0]: 1 << 19, p.host_pids[1]: 1 << 20})   # host pids, seen in the host's /proc
+    got = p.ask("poll")
+    assert got["kills"] == [p.pids[1]] and got["alive"] == [True, False] and got["blind"] == {}
+
+
+def test_in_a_container_sharing_the_hosts_proc_a_process_outside_its_namespace_is_not_taken_for_its_own(standin, pod):
+    """A host process whose pid the pod's /proc shows, but that lives in no namespace of the pod's,
+    is nobody's the watcher can tell (NSpid alone would not say so where namespaces are siblings)."""
+    outside = Child()
+    try:
+        p = pod(own_proc=False)
+        write_state(standin[1], {})
+        assert p.ask("start 1048576") == {"started": True}
+        write_state(standin[1], {outside.pid: 4 << 20})
+        got = p.ask("poll")
+        assert got["kills"] == [] and f"NVML lists pid {outside.pid}" in got["blind"]["0"] and outside.alive()
+    finally:
+        outside.proc.kill()
+        outside.proc.wait()
 
 
 def test_doctor_probe_lists_the_gpus_nvml_sees_and_their_mig_mode(in_process):
     write_state(in_process, {})
-    assert probe() == f"initialises: /dev/nvidia0 {UUID} no MIG (the watcher polls every 5 ms)"
+    assert probe() == (f"initialises: /dev/nvidia0 {UUID} no MIG (every process NVML lists is one this pid namespace sees; "
+                       "the watcher polls every 5 ms)")
 
 
 def test_without_nvml_the_watcher_refuses_to_start(monkeypatch):
@@ -257,7 +440,8 @@ def test_daemon_exports_tritons_gpu_gauges_and_gpu_health_feeds_readiness(gpu_da
     d, state = gpu_daemon
     load_or_skip(d, "acme", mlp(), "mlp")
     load_or_skip(d, "beta", mlp(), "mlp")
-    write_state(state, {4242: 3 << 30})
+    other = Child()   # another program on the GPU, which the daemon sees: counted by no tenant
+    write_state(state, {other.pid: 3 << 30, **{pid: 1 << 20 for pid in d.pids("acme").values()}})
     wait_for(lambda: f'nv_gpu_memory_used_bytes{{gpu_uuid="{UUID}"}} 3221225472' in d.scrape(), "the gauges read")
     text = d.scrape()
     for family, help_text, value in (
@@ -274,8 +458,27 @@ def test_daemon_exports_tritons_gpu_gauges_and_gpu_health_feeds_readiness(gpu_da
     write_state(state, {}, fail=15)   # NVML_ERROR_GPU_IS_LOST on GPU 0
     wait_for(lambda: not ready("acme"), "acme's GPU model not ready")
     assert ready("beta") and "event=gpu_health gpu=0" in d.read_log()
-    write_state(state, {})
+    write_state(state, {other.pid: 3 << 30, **{pid: 1 << 20 for pid in d.pids("acme").values()}})
     wait_for(lambda: ready("acme"), "acme's model ready again")
+    write_state(state, {other.pid: 3 << 30, 2**22 + 17: 1 << 20})   # a pid nobody here sees: blind, so not ready
+    wait_for(lambda: not ready("acme"), "acme's model not ready while its GPU's memory is unattributed")
+    assert "cannot attribute GPU memory" in d.read_log() and ready("beta")
+    other.proc.kill()
+    other.proc.wait()
+
+
+def test_a_daemon_whose_nvml_lists_pids_it_cannot_see_refuses_its_watcher_and_says_why(tmp_path, standin, monkeypatch):
+    root, state = standin
+    write_state(state, {2**22 + 17: 1 << 30})   # host pids, as a non-translating driver gives them to a pod
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(root))
+    monkeypatch.setenv("RTD_NVML_STANDIN", str(state))
+    d = Daemon(tmp_path, policies={"acme": {"gpu_devices": [0], "gpu_memory_bytes": 1048576}}).start()
+    try:
+        log = d.read_log()
+        assert "event=gpu_watch_refused" in log and "code=E_GPU_UNATTRIBUTED" in log and f"NVML lists pid {2**22 + 17}" in log
+        assert "event=gpu_watch " not in log and "nv_gpu_" not in d.scrape()
+    finally:
+        assert d.stop() == 0
 
 
 def test_a_daemon_without_a_gpu_tenant_exports_no_gpu_gauges(tmp_path):

@@ -1,7 +1,11 @@
 """The GPU backend's pieces that a host without CuPy or a GPU can exercise: the refusals (one
-line, a stable code), the in-memory kernel cache switch, and which plans CudaPlan would
-capture as CUDA graphs. What needs a device is in test_gpu_exec.py."""
+line, a stable code), the in-memory kernel cache and the disabled JIT cache, the pinned
+staging pool's bookkeeping (over a NumPy buffer), that the warm-up before the worker's filter
+covers every library-backed CuPy function an op calls (the warm-up itself runs only on a GPU:
+test_gpu_exec.py, bench/gpu_check.sh), and which plans CudaPlan would capture as CUDA graphs."""
+import gc
 import os
+import re
 import subprocess
 import sys
 
@@ -11,6 +15,7 @@ import pytest
 from rtd.errors import Code, RtdError
 from rtd.kernels import backend_cupy, compile_model
 from rtd.kernels.cuda_plan import CudaPlan
+from rtd.kernels.staging import StagingPool
 
 from kernel_graphs import const, model, node
 
@@ -50,12 +55,51 @@ def test_no_generated_kernel_without_cupy_or_for_half():
         assert backend_cupy.chain_kernel(links, 1, np.float32) is None
 
 
-def test_kernel_cache_stays_in_memory_whatever_the_environment_said():
-    env = dict(os.environ, CUPY_CACHE_IN_MEMORY="0")
-    done = subprocess.run([sys.executable, "-c", "import os, rtd.kernels; print(os.environ['CUPY_CACHE_IN_MEMORY'])"],
-                          env=env, capture_output=True, text=True, timeout=120)
+def test_kernel_cache_stays_in_memory_and_cudas_jit_cache_off_whatever_the_environment_said():
+    env = dict(os.environ, CUPY_CACHE_IN_MEMORY="0", CUDA_CACHE_DISABLE="0")
+    done = subprocess.run([sys.executable, "-c", "import os, rtd.kernels; print(os.environ['CUPY_CACHE_IN_MEMORY'], "
+                           "os.environ['CUDA_CACHE_DISABLE'])"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "1"
+    assert done.stdout.strip() == "1 1"
+
+
+# CuPy functions that reach a CUDA library (loaded at first use, which a confined worker cannot do)
+LIBRARY_CALLS = {"matmul", "dot", "tensordot", "einsum", "linalg", "sort", "argsort", "partition", "argpartition", "unique",
+                 "lexsort", "searchsorted", "random", "fft", "cumsum", "cumprod", "nonzero", "sum", "prod", "mean", "max",
+                 "min", "argmax", "argmin"}
+
+
+def test_the_warm_up_covers_every_library_backed_call_an_op_makes():
+    ops = os.path.join(os.path.dirname(backend_cupy.__file__), "ops")
+    called = set()
+    for name in os.listdir(ops):
+        if name.endswith(".py"):
+            with open(os.path.join(ops, name)) as f:
+                called |= set(re.findall(r"\bxp\.([a-z_]+)", f.read()))
+    warmed = {fn for covered in backend_cupy.WARM_UP.values() for fn in covered}
+    assert called & LIBRARY_CALLS, "the scan found no library-backed call at all: it no longer reads the ops"
+    assert called & LIBRARY_CALLS <= warmed, f"ops call {sorted(called & LIBRARY_CALLS - warmed)}, which the warm-up does not load"
+
+
+def test_the_staging_pool_hands_out_aligned_pieces_and_takes_them_back_when_collected():
+    buffer = np.zeros(4096, np.uint8)   # pinned memory is page-aligned; pieces are aligned from the buffer's start
+    pool = StagingPool(buffer)
+    a = pool.take((10,), np.float32)       # 40 bytes: one 256-byte piece
+    b = pool.take((2, 300), np.float64)    # 4800 bytes: no room
+    assert a.shape == (10,) and a.dtype == np.float32 and b is None and pool.misses == 1
+    c = pool.take((512,), np.float64)      # 4096 bytes: more than what is left
+    d = pool.take((960,), np.float32)      # 3840 bytes: exactly what is left
+    assert c is None and d is not None and pool.free_bytes == 0
+    base = buffer.ctypes.data
+    assert (a.ctypes.data - base) % 256 == 0 and (d.ctypes.data - base) % 256 == 0 and a.ctypes.data != d.ctypes.data
+    a[:] = 1.0
+    d[:] = 2.0
+    assert (a == 1.0).all()   # the pieces do not overlap
+    del a, d
+    gc.collect()
+    assert pool.free_bytes == 4096   # given back and coalesced: one piece of all of it again
+    whole = pool.take((1024,), np.float32)
+    assert whole is not None and whole.nbytes == 4096
 
 
 def _plan(nodes, inputs, outputs, feeds, initializers=()):

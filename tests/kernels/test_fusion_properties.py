@@ -4,12 +4,14 @@ the unoptimised interpreter (`optimize=False`) on random shapes and values, and 
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper
 
 from rtd.kernels import compile_model
 
-from kernel_graphs import const, model, node
+from kernel_graphs import F, const, model, node
 
 SETTINGS = settings(max_examples=12, deadline=None)
 dim = st.integers(1, 6)
@@ -67,7 +69,31 @@ def test_gelu_erf_pattern(shape, seed, half_first, mul_form):
         nodes += [node("Mul", ["x", "e1"], ["xe"]), node("Mul", ["xe", "half"], ["y"])]
     inits = [const("s2", np.float32(math.sqrt(2))), const("rs2", np.float32(1 / math.sqrt(2))),
              const("one", np.float32(1)), const("half", np.float32(0.5))]
-    assert check(model(nodes, [("x", shape)], [("y", None)], inits), {"x": rand(seed, *shape) * 3}) == {"Gelu": 1}
+    # bit-equal, not merely close: a requantizing consumer must see the interpreter's values (test_gelu_before_dynamic_quantize_...)
+    assert check(model(nodes, [("x", shape)], [("y", None)], inits), {"x": rand(seed, *shape) * 3}, rtol=0, atol=0) == {"Gelu": 1}
+
+
+@pytest.mark.parametrize("op, factor", [("Div", math.sqrt(2)), ("Mul", 1 / math.sqrt(2)), ("Div", 1.4142), ("Mul", 0.7071)])
+def test_fused_gelu_scales_erf_argument_as_its_graph_does(op, factor):
+    """The graph's own step and constant (a rounded one too: the pass accepts 1.4142), over a dense grid."""
+    nodes = [node(op, ["x", "k"], ["xs"]), node("Erf", ["xs"], ["e"]), node("Add", ["e", "one"], ["e1"]),
+             node("Mul", ["x", "e1"], ["xe"]), node("Mul", ["xe", "half"], ["y"])]
+    inits = [const("k", np.float32(factor)), const("one", np.float32(1)), const("half", np.float32(0.5))]
+    feeds = {"x": np.linspace(-8, 8, 20001, dtype=np.float32)}
+    assert check(model(nodes, [("x", [20001])], [("y", None)], inits), feeds, rtol=0, atol=0) == {"Gelu": 1}
+
+
+def test_gelu_before_dynamic_quantize_requantizes_as_the_interpreter():
+    """minilm_qdyn's FFN: Div(x, √2)/Erf/Add/Mul/Mul, then DynamicQuantizeLinear. The fused GELU
+    once computed x·(1/√2) for the graph's x/√2, one bit off for 1.298813: 1.17282283 against
+    the graph's 1.17282295, which over the scale 14.588772/255 is 20.5 against 20.500002, so the quantized
+    value was 20 against the interpreter's 21 (and the MiniLM's outputs moved by 5e-2)."""
+    nodes = [node("Div", ["x", "s2"], ["xs"]), node("Erf", ["xs"], ["e"]), node("Add", ["e", "one"], ["e1"]),
+             node("Mul", ["x", "e1"], ["xe"]), node("Mul", ["xe", "half"], ["g"]), node("DynamicQuantizeLinear", ["g"], ["q", "s", "z"])]
+    inits = [const("s2", np.float32(math.sqrt(2))), const("one", np.float32(1)), const("half", np.float32(0.5))]
+    outputs = [helper.make_tensor_value_info(name, t, None) for name, t in (("q", TensorProto.UINT8), ("s", F), ("z", TensorProto.UINT8))]
+    feeds = {"x": np.array([1.298813, 14.588772], np.float32)}  # gelu(14.588772) is itself: the range's top
+    assert check(model(nodes, [("x", [2])], outputs, inits), feeds, rtol=0, atol=0) == {"Gelu": 1, "DynamicQuantizeLinear": 1}
 
 
 @SETTINGS

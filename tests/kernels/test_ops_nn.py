@@ -4,19 +4,21 @@ Each case is a one-node ONNX model run through rtd and through onnxruntime on th
 inputs; the shapes are picked to drive every plan the kernels choose between (pointwise,
 depthwise, pixel-major and channel-major convolution; pooled Indices in both storage orders;
 ragged bidirectional recurrences). Scratch buffers are per thread, so concurrent runs are
-checked too, and refusals are checked for their stable codes.
+checked too, and refusals are checked for their stable codes. Where onnxruntime's uint8 × int8
+product saturates on this host, the reference is its exact u8u8 path (quantized_reference.py).
 """
 import threading
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
+
+from tests.kernels.quantized_reference import PAIR_SAFE_WEIGHT, onnxruntime_reference
 
 RNG = np.random.default_rng(11)
 
@@ -39,14 +41,14 @@ def _against_ort(op, inputs, consts=(), n_out=1, opset=21, rtol=1e-4, atol=1e-5,
     model = _model(op, inputs, consts, n_out, opset, **attrs)
     feeds = {f"in{i}": x for i, x in enumerate(inputs)}
     ours = compile_model(model).run(feeds)
-    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for i, expected in enumerate(theirs):
+    reference = onnxruntime_reference(model)
+    for i, expected in enumerate(reference.run(feeds)):
         got = ours[f"out{i}"]
         assert got.dtype == expected.dtype and got.shape == expected.shape, (op, i, got.shape, expected.shape)
         if expected.dtype.kind == "f":
-            np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, err_msg=f"{op} output {i}")
+            np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, err_msg=f"{op} output {i} against {reference}")
         else:
-            np.testing.assert_array_equal(got, expected, err_msg=f"{op} output {i}")
+            np.testing.assert_array_equal(got, expected, err_msg=f"{op} output {i} against {reference}")
     return ours
 
 
@@ -197,7 +199,7 @@ def test_refusals_carry_stable_codes():
 
 
 def _ms_against_ort(op, inputs, consts=(), outputs=(0,), rtol=1e-4, atol=1e-5, **attrs):
-    """A com.microsoft contrib node against onnxruntime, which implements the domain natively."""
+    """A com.microsoft contrib node against onnxruntime, which implements the domain natively; returns the reference."""
     names = [f"in{i}" for i in range(len(inputs))]
     inits = [numpy_helper.from_array(c, f"c{i}") for i, c in enumerate(consts) if c is not None]
     const_names = [f"c{i}" if c is not None else "" for i, c in enumerate(consts)]
@@ -211,9 +213,10 @@ def _ms_against_ort(op, inputs, consts=(), outputs=(0,), rtol=1e-4, atol=1e-5, *
                                                                    helper.make_opsetid("com.microsoft", 1)]).SerializeToString()
     feeds = {n: x for n, x in zip(names, inputs)}
     ours = compile_model(model).run(feeds)
-    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for i, expected in zip(outputs, theirs):
-        np.testing.assert_allclose(ours[f"out{i}"], expected, rtol=rtol, atol=atol, err_msg=f"{op} output {i}")
+    reference = onnxruntime_reference(model)
+    for i, expected in zip(outputs, reference.run(feeds)):
+        np.testing.assert_allclose(ours[f"out{i}"], expected, rtol=rtol, atol=atol, err_msg=f"{op} output {i} against {reference}")
+    return reference
 
 
 def test_contrib_activations_and_fused_matmul_match_onnxruntime():
@@ -229,13 +232,17 @@ def test_contrib_skip_layer_normalization_matches_onnxruntime():
     _ms_against_ort("SkipLayerNormalization", [x, skip], [_f32(16), _f32(16), _f32(16)], outputs=(0, 3), epsilon=1e-5)
 
 
-def test_contrib_quantized_matmuls_match_onnxruntime():
+@pytest.mark.parametrize("bound", [127, PAIR_SAFE_WEIGHT])
+def test_contrib_quantized_matmuls_match_onnxruntime(bound):
+    """uint8 × int8 weights within ±bound; within ±PAIR_SAFE_WEIGHT no two products can leave int16, so
+    onnxruntime's own u8s8 kernels are the reference on every host."""
     a = _f32(4, 6, 16)
-    b = RNG.integers(-127, 127, (16, 5), dtype=np.int8)
+    b = RNG.integers(-bound, bound + 1, (16, 5), dtype=np.int8)
     b_scale = np.float32(0.03)
-    _ms_against_ort("DynamicQuantizeMatMul", [a], [b, b_scale, np.int8(0), _f32(5)], rtol=0, atol=1e-5)
+    references = [_ms_against_ort("DynamicQuantizeMatMul", [a], [b, b_scale, np.int8(0), _f32(5)], rtol=0, atol=1e-5)]
     qa = RNG.integers(0, 255, (4, 16), dtype=np.uint8)
-    _ms_against_ort("MatMulIntegerToFloat", [qa], [b, np.float32(0.02), b_scale, np.uint8(128), np.int8(0), _f32(5)])
+    references.append(_ms_against_ort("MatMulIntegerToFloat", [qa], [b, np.float32(0.02), b_scale, np.uint8(128), np.int8(0), _f32(5)]))
+    assert bound > PAIR_SAFE_WEIGHT or not any(r.reexpressed for r in references), references
 
 
 @pytest.mark.parametrize("op, attrs", [
@@ -265,8 +272,9 @@ def test_onnxruntime_dynamic_quantizer_output_matches_onnxruntime(tmp_path, weig
     model = (tmp_path / "q.onnx").read_bytes()
     assert {n.op_type for n in onnx.load_from_string(model).graph.node} >= {"DynamicQuantizeLinear", "MatMulInteger"}
     x = _f32(5, 32)
-    expected = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(compile_model(model).run({"x": x})["y"], expected, rtol=1e-6, atol=1e-5)
+    reference = onnxruntime_reference(model)
+    np.testing.assert_allclose(compile_model(model).run({"x": x})["y"], reference.run({"x": x})[0], rtol=1e-6, atol=1e-5,
+                               err_msg=str(reference))
 
 
 @pytest.mark.parametrize("mask_kind", ["none", "lengths", "raw", "unidirectional", "past"])

@@ -1,4 +1,5 @@
-"""8-bit QLinear kernels against onnxruntime, which is the anchor (onnx.reference lacks com.microsoft).
+"""8-bit QLinear kernels against onnxruntime, which is the anchor (onnx.reference lacks com.microsoft);
+where its uint8 × int8 product saturates on this host, against its exact u8u8 path (quantized_reference.py).
 
 Each case is a one-node model built with onnx.helper over odd shapes, uint8 and int8, per-tensor
 and (QLinearConv, QLinearMatMul) per-channel parameters; the scales and zero points are random
@@ -11,7 +12,6 @@ QLinearMatMul 186,000, QLinearGlobalAveragePool 117,000.
 """
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
@@ -20,6 +20,7 @@ from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
 from rtd.kernels.ops import supported
 
+from tests.kernels.quantized_reference import PAIR_SAFE_WEIGHT, onnxruntime_reference
 from tests.zoo.models import ZOO
 
 RNG = np.random.default_rng(90)
@@ -44,17 +45,22 @@ def _model(op, inputs, consts, inputs_order=None, domain="com.microsoft", out_dt
 
 
 def _exact(op, inputs, consts, **kw):
+    """rtd's output equal to the reference's; returns the reference (which session judged it)."""
     model = _model(op, inputs, consts, **kw)
     feeds = {f"in{i}": x for i, x in enumerate(inputs)}
     ours = compile_model(model).run(feeds)["out"]
-    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    reference = onnxruntime_reference(model)
+    theirs = reference.run(feeds)[0]
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, (op, ours.shape, theirs.shape)
-    np.testing.assert_array_equal(ours, theirs, err_msg=op)
+    np.testing.assert_array_equal(ours, theirs, err_msg=f"{op} against {reference}")
+    return reference
 
 
-def _q(dtype, shape):
+def _q(dtype, shape, bound=None):
+    """Random values of an 8-bit type, or within ±bound."""
     info = np.iinfo(dtype)
-    return RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+    lo, hi = (info.min, info.max) if bound is None else (-bound, bound)
+    return RNG.integers(lo, hi + 1, shape).astype(dtype)
 
 
 def _zp(dtype):
@@ -169,29 +175,42 @@ CONV_CASES = [  # every plan of _conv; 300 input channels take the float64 accum
 ]
 
 
-@pytest.mark.parametrize("x_type, w_type", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
+# (x type, w type, w's bound): uint8 × int8 over the whole int8 range, then within ±PAIR_SAFE_WEIGHT,
+# where no two u8·s8 products can leave int16, so onnxruntime's own u8s8 path is the anchor on every host.
+PRODUCT_TYPES = [pytest.param(np.uint8, np.int8, None, id="uint8-int8"),
+                 pytest.param(np.uint8, np.int8, PAIR_SAFE_WEIGHT, id="uint8-int8_pairs_within_int16"),
+                 pytest.param(np.uint8, np.uint8, None, id="uint8-uint8"),
+                 pytest.param(np.int8, np.int8, None, id="int8-int8")]
+
+
+def _judged_as_written(reference, w_bound):
+    """Weights within ±PAIR_SAFE_WEIGHT keep the model as written: onnxruntime's u8s8 kernel itself is compared."""
+    assert w_bound is None or not reference.reexpressed, reference
+
+
+@pytest.mark.parametrize("x_type, w_type, w_bound", PRODUCT_TYPES)
 @pytest.mark.parametrize("per_channel", [0, 1])
 @pytest.mark.parametrize("x_shape, w_shape, attrs", CONV_CASES, ids=str)
-def test_qlinear_conv_matches_onnxruntime(x_type, w_type, per_channel, x_shape, w_shape, attrs):
+def test_qlinear_conv_matches_onnxruntime(x_type, w_type, w_bound, per_channel, x_shape, w_shape, attrs):
     m = w_shape[0]
     w_zp = (RNG.integers(100, 150, m) if per_channel else RNG.integers(100, 150)) if w_type == np.uint8 else \
         (np.zeros(m) if per_channel else 0)
     w_scale = RNG.uniform(0.001, 0.01, m if per_channel else ()).astype(np.float32)
-    consts = [np.float32(0.02), _zp(x_type), _q(w_type, w_shape), w_scale, np.asarray(w_zp).astype(w_type),
+    consts = [np.float32(0.02), _zp(x_type), _q(w_type, w_shape, w_bound), w_scale, np.asarray(w_zp).astype(w_type),
               _scale(0.05, 0.5), _zp(x_type), RNG.integers(-5000, 5000, m).astype(np.int32)]
-    _exact("QLinearConv", [_q(x_type, x_shape)], consts, domain="", **attrs)
+    _judged_as_written(_exact("QLinearConv", [_q(x_type, x_shape)], consts, domain="", **attrs), w_bound)
 
 
-@pytest.mark.parametrize("a_type, b_type", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
+@pytest.mark.parametrize("a_type, b_type, b_bound", PRODUCT_TYPES)
 @pytest.mark.parametrize("per_column", [0, 1])
 @pytest.mark.parametrize("a_shape, b_shape", [((5, 7), (7, 3)), ((2, 4, 600), (600, 9)), ((2, 3, 5, 8), (8, 6))],
                          ids=str)
-def test_qlinear_matmul_matches_onnxruntime(a_type, b_type, per_column, a_shape, b_shape):
+def test_qlinear_matmul_matches_onnxruntime(a_type, b_type, b_bound, per_column, a_shape, b_shape):
     n = b_shape[-1]
     b_scale = RNG.uniform(0.001, 0.01, n if per_column else ()).astype(np.float32)
-    b_zp = _q(b_type, (n,)) if per_column else _zp(b_type)
-    consts = [np.float32(0.02), _zp(a_type), _q(b_type, b_shape), b_scale, b_zp, _scale(0.5, 5), _zp(a_type)]
-    _exact("QLinearMatMul", [_q(a_type, a_shape)], consts, domain="")
+    b_zp = _q(b_type, (n,), b_bound) if per_column else _zp(b_type)
+    consts = [np.float32(0.02), _zp(a_type), _q(b_type, b_shape, b_bound), b_scale, b_zp, _scale(0.5, 5), _zp(a_type)]
+    _judged_as_written(_exact("QLinearMatMul", [_q(a_type, a_shape)], consts, domain=""), b_bound)
 
 
 @pytest.mark.parametrize("op, attrs, needle", [
@@ -238,10 +257,10 @@ def test_quantized_cnn_passes_the_workers_guard_and_matches_onnxruntime_exactly(
     data = open(path, "rb").read()
     onnx_guard.check_model(data, allowed_ops=set(supported()))
     ours = compile_model(data)
-    reference = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    reference = onnxruntime_reference(data)
     for seed in range(20):
         feeds = {"image": np.random.default_rng(seed).standard_normal((3, 3, 32, 32), dtype=np.float32)}
-        np.testing.assert_array_equal(ours.run(feeds)["logits"], reference.run(None, feeds)[0])
+        np.testing.assert_array_equal(ours.run(feeds)["logits"], reference.run(feeds)[0], err_msg=str(reference))
     assert {n.op_type for n in onnx.load(path).graph.node} >= {
         "QLinearConv", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
         "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearMatMul"}

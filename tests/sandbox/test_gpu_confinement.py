@@ -1,13 +1,17 @@
 """A GPU tenant's worker, confined for real on a host without a GPU: a fake device root of
-real character devices (os.mknod with NVIDIA's majors) and a fake driver library directory
-stand for the host's /dev and driver, and a stand-in initialiser, run by the worker exactly
-where CUDA's would be (after the mounts, before privileges and seccomp), records what the
-worker sees. What it cannot show here (CUDA itself initialising in that root) needs a GPU
-host: see bench/gpu_check.sh.
+real character devices (os.mknod with NVIDIA's majors), a fake driver library directory and
+version file stand for the host's /dev and driver, and a stand-in initialiser, run by the
+worker exactly where CUDA's would be (after the mounts, before privileges and seccomp),
+records what the worker sees. The GPU filter's decisions are the calls' own, made in the
+confined worker: NVIDIA's ioctl numbers on a memfd (the kernel answers ENOTTY when the filter
+lets one by), the learned calls (EPERM, and the SIGSYS handler's record naming them), the
+forbidden ones (the kill). What it cannot show here (CUDA itself initialising in that root,
+the calls it makes after the filter) needs a GPU host: see bench/gpu_check.sh.
 
 The fake root lives in /var/tmp, not /tmp: the worker's new root is a tmpfs mounted over /tmp
 in its mount namespace, which would hide a source there."""
 import ctypes
+import dataclasses
 import errno
 import importlib.util
 import json
@@ -15,16 +19,16 @@ import mmap
 import os
 import shutil
 import signal
-import tempfile
+import threading
 
 import platform
 
 import pyseccomp
 import pytest
-from sandbox_workers import proc_status, start_echo, stop
+from sandbox_workers import fake_gpu_driver, proc_status, start_echo, stop
 
 from rtd.errors import Code, RtdError
-from rtd.sandbox import SandboxKilled, TenantIdentity, gpu, load_policy, run_confined, seccomp
+from rtd.sandbox import SandboxKilled, TenantIdentity, gpu, load_policy, run_confined, seccomp, sigsys
 from rtd.sandbox.escapes import OBSERVED
 from rtd.sandbox.syscalls import libc
 from rtd.sandbox.zygote import Zygote
@@ -34,6 +38,8 @@ pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="device nodes (mknod)
 BUDGET = 1 << 30
 GPU1 = load_policy({"limits": {"gpu_devices": [1], "gpu_memory_bytes": BUDGET}})
 CPU = load_policy()
+AUDIT1 = load_policy({"unsafe_gpu_audit": True, "limits": {"gpu_devices": [1], "gpu_memory_bytes": BUDGET}})
+KNOWN_DRIVER = "570.86.15"   # on policies/nvidia_drivers.toml
 SEEN: dict = {}   # what the stand-in initialiser saw, in the worker (read back by the worker's target)
 PROT_EXEC_READ = mmap.PROT_READ | mmap.PROT_EXEC
 
@@ -95,37 +101,11 @@ def name_thread() -> int:
 
 @pytest.fixture(scope="module")
 def driver():
-    """/var/tmp/rtd-gpu-*/dev with nvidiactl, nvidia0, nvidia1, nvidia-uvm, nvidia-uvm-tools and
-    nvidia-modeset as real character devices, lib/ with a libcuda and a libnvidia-ml, each a
-    versioned file and its soname link, and two header directories: cupy/include (with
-    cupy/complex.cuh) and cuda-13.0/include (cuda_fp16.h), the latter granted through the
-    link cuda -> cuda-13.0 as a toolkit's often is; every header writable by anyone (only the
-    filter and the read-only bind refuse). secret.h beside them is not granted."""
-    top = tempfile.mkdtemp(prefix="rtd-gpu-", dir="/var/tmp")
-    os.chmod(top, 0o755)   # a user-namespace worker binds from here as the tenant's uid
-    dev, lib = os.path.join(top, "dev"), os.path.join(top, "lib")
-    os.mkdir(dev, 0o755)
-    os.mkdir(lib, 0o755)
-    uvm = gpu.uvm_major() or 237   # no driver here: any free major stands for nvidia-uvm
-    for name, major, minor in (("nvidiactl", 195, 255), ("nvidia0", 195, 0), ("nvidia1", 195, 1),
-                               ("nvidia-modeset", 195, 254), ("nvidia-uvm", uvm, 0), ("nvidia-uvm-tools", uvm, 1)):
-        os.mknod(os.path.join(dev, name), 0o600 | 0o020000, os.makedev(major, minor))
-        os.chmod(os.path.join(dev, name), 0o666)   # as the driver makes them (mknod's mode goes through the umask)
-    for stem in ("libcuda.so", "libnvidia-ml.so"):
-        with open(os.path.join(lib, stem + ".999.1"), "wb") as f:
-            f.write(b"\x7fELF" + bytes(8188))
-        os.chmod(os.path.join(lib, stem + ".999.1"), 0o666)   # writable by anyone: only the read-only bind refuses
-        os.symlink(stem + ".999.1", os.path.join(lib, stem + ".1"))
-    SEEN["links"] = [os.path.join(lib, "libcuda.so.1")]
-    for header in ("cupy/include/cupy/complex.cuh", "cuda-13.0/include/cuda_fp16.h", "secret.h"):
-        os.makedirs(os.path.dirname(os.path.join(top, header)), 0o755, exist_ok=True)
-        with open(os.path.join(top, header), "w") as f:
-            f.write(f"// {header}\n")
-        os.chmod(os.path.join(top, header), 0o666)
-    os.symlink("cuda-13.0", os.path.join(top, "cuda"))
-    includes = (os.path.join(top, "cupy/include"), os.path.join(top, "cuda/include"))
-    yield gpu.Driver(dev_root=dev, lib_dirs=(lib,), init=f"{__name__}:stand_in_init", include_dirs=includes)
-    shutil.rmtree(top)
+    """A fake driver (sandbox_workers.fake_gpu_driver) of a known-good version, whose initialiser records what it sees."""
+    fake = fake_gpu_driver(f"{__name__}:stand_in_init", KNOWN_DRIVER)
+    SEEN["links"] = [os.path.join(fake.lib_dirs[0], "libcuda.so.1")]
+    yield fake
+    shutil.rmtree(os.path.dirname(fake.dev_root))
 
 
 def test_a_worker_gets_the_nodes_its_gpus_need_and_no_others(driver):
@@ -162,7 +142,7 @@ def test_a_node_that_is_not_the_drivers_device_is_refused(driver):
 
 
 def test_no_libcuda_refuses_the_worker(driver, tmp_path):
-    empty = gpu.Driver(driver.dev_root, (str(tmp_path),), driver.init)
+    empty = gpu.Driver(driver.dev_root, (str(tmp_path),), driver.init, version_file=driver.version_file)
     with pytest.raises(RtdError) as e:
         run_confined(seen, policy=GPU1, driver=empty)
     assert e.value.code is Code.E_LAYER_UNAVAILABLE and "libcuda" in e.value.detail
@@ -197,28 +177,133 @@ def test_a_cpu_worker_has_no_dev_at_all():
 NVIDIA_ALLOWED = [seccomp.nvidia_ioctl(seccomp.NVIDIA_IOCTLS["NV_ESC_RM_CONTROL"]) | 0x20 << 16,   # any size
                   seccomp.nvidia_ioctl(seccomp.NVIDIA_IOCTLS["NV_ESC_CARD_INFO"]) | 0x2A0 << 16,
                   seccomp.UVM_IOCTLS["UVM_INITIALIZE"], seccomp.UVM_IOCTLS["UVM_MM_INITIALIZE"]]
-NVIDIA_REFUSED = [seccomp.nvidia_ioctl(0x99),                   # an NV_ESC number not listed
-                  0x80004600 | seccomp.NVIDIA_IOCTLS["NV_ESC_RM_CONTROL"],   # listed number, _IOR not _IOWR
-                  62]                                            # UVM_TOOLS_READ_PROCESS_MEMORY
+# Outside the list, learned: refused with EPERM, named; (command, what the name says)
+NVIDIA_LEARNED = [(seccomp.nvidia_ioctl(211) | 0x18 << 16, "NVIDIA 211 NV_ESC_IOCTL_XFER_CMD"),   # large parameters
+                  (seccomp.nvidia_ioctl(209) | 0x08 << 16, "NVIDIA 209 NV_ESC_STATUS_CODE"),
+                  (seccomp.nvidia_ioctl(0x99), "NVIDIA 153,"),                                    # a number no header names
+                  (0x80004600 | seccomp.NVIDIA_IOCTLS["NV_ESC_RM_CONTROL"], "NVIDIA 42 NV_ESC_RM_CONTROL"),   # _IOR, not _IOWR
+                  (2047, "UVM 2047 UVM_IS_8_SUPPORTED"), (71, "UVM 71 UVM_POPULATE_PAGEABLE"), (8, "an unlisted command")]
+# Forbidden: a kill in every variant
+NVIDIA_FORBIDDEN = [62,                                                         # UVM_TOOLS_READ_PROCESS_MEMORY
+                    36,                                                         # UVM_DEBUG_ACCESS_MEMORY
+                    seccomp.nvidia_ioctl(seccomp.NVIDIA_UNLISTED["NV_ESC_RM_I2C_ACCESS"]),
+                    seccomp.nvidia_ioctl(seccomp.NVIDIA_UNLISTED["NV_ESC_RM_ACCESS_REGISTRY"]) & ~0xC0000000]
+
+
+def trapped(fn, *args) -> dict:
+    """In the worker: the call's outcome, and what the GPU filter's SIGSYS handler recorded meanwhile."""
+    refusals = sigsys.Refusals()
+    refusals.new()
+    outcome = fn(*args)
+    return {"outcome": outcome, "named": [seccomp.describe(t.nr, t.args) for t in refusals.new()]}
 
 
 @pytest.mark.parametrize("cmd", NVIDIA_ALLOWED, ids=hex)
 def test_the_gpu_filter_lets_nvidia_ioctls_reach_the_kernel(driver, cmd):
-    assert run_confined(ioctl_errno, cmd, policy=GPU1, driver=driver) == "ENOTTY"
+    assert run_confined(trapped, ioctl_errno, cmd, policy=GPU1, driver=driver) == {"outcome": "ENOTTY", "named": []}
 
 
-@pytest.mark.parametrize("cmd", NVIDIA_REFUSED, ids=hex)
-def test_the_gpu_filter_kills_on_other_ioctls(driver, cmd):
+@pytest.mark.parametrize("cmd,name", NVIDIA_LEARNED, ids=[hex(c) for c, _ in NVIDIA_LEARNED])
+def test_the_gpu_filter_refuses_and_names_nvidia_ioctls_outside_its_list(driver, cmd, name):
+    got = run_confined(trapped, ioctl_errno, cmd, policy=GPU1, driver=driver)
+    assert got["outcome"] == "EPERM" and len(got["named"]) == 1, got
+    assert got["named"][0].startswith(f"ioctl {cmd:#x} (") and name in got["named"][0], got
+
+
+@pytest.mark.parametrize("cmd", NVIDIA_FORBIDDEN, ids=hex)
+@pytest.mark.parametrize("policy", [GPU1, AUDIT1], ids=["gpu", "gpu_audit"])
+def test_the_gpu_filter_kills_on_forbidden_ioctls(driver, cmd, policy):
     with pytest.raises(SandboxKilled) as e:
-        run_confined(ioctl_errno, cmd, policy=GPU1, driver=driver)
+        run_confined(ioctl_errno, cmd, policy=policy, driver=driver)
     assert e.value.signal == signal.SIGSYS and e.value.layer == "seccomp"
 
 
-@pytest.mark.parametrize("cmd", NVIDIA_ALLOWED, ids=hex)
+@pytest.mark.parametrize("cmd", NVIDIA_ALLOWED + [c for c, _ in NVIDIA_LEARNED], ids=hex)
 def test_the_cpu_filter_still_kills_on_nvidia_ioctls(cmd):
     with pytest.raises(SandboxKilled) as e:
         run_confined(ioctl_errno, cmd)
     assert e.value.signal == signal.SIGSYS and e.value.layer == "seccomp"
+
+
+def _exec_map() -> str:
+    fd = os.memfd_create("code", os.MFD_CLOEXEC)
+    os.ftruncate(fd, 4096)
+    try:
+        return _errno_of(lambda: mmap.mmap(fd, 4096, mmap.MAP_PRIVATE, PROT_EXEC_READ))
+    finally:
+        os.close(fd)
+
+
+# The learned calls as CUDA, its libraries or glibc under them make them: (call, how, what the name says)
+LEARNED_CALLS = {
+    "sysinfo": (lambda: raw_errno("sysinfo", ctypes.create_string_buffer(128)), "sysinfo"),
+    "get_mempolicy": (lambda: raw_errno("get_mempolicy", 0, 0, 0, 0, 0), "get_mempolicy"),   # libnuma's probe
+    "set_mempolicy": (lambda: raw_errno("set_mempolicy", 0, 0, 0), "set_mempolicy"),
+    "readlink": (lambda: _errno_of(os.readlink, "/proc/self/exe"), "readlink"),
+    "mkdir": (lambda: _errno_of(os.mkdir, "/scratch/.nv"), "mkdir"),   # CUDA's JIT cache directory
+    "mmap_exec": (_exec_map, "mmap with PROT_EXEC"),                    # a library dlopened after the filter
+}
+
+
+@pytest.mark.parametrize("call", sorted(LEARNED_CALLS))
+def test_the_gpu_filter_refuses_and_names_the_harmless_calls_cuda_may_make(driver, call):
+    make, name = LEARNED_CALLS[call]
+    got = run_confined(trapped, make, policy=GPU1, driver=driver)
+    assert got["outcome"] == "EPERM" and got["named"] and got["named"][-1].startswith(name), got
+
+
+@pytest.mark.parametrize("call", ["sysinfo", "get_mempolicy", "readlink"])
+def test_the_cpu_filter_kills_on_them(call):
+    with pytest.raises(SandboxKilled) as e:
+        run_confined(LEARNED_CALLS[call][0])
+    assert e.value.signal == signal.SIGSYS and e.value.layer == "seccomp"
+
+
+@pytest.mark.parametrize("call", ["ptrace", "unshare", "execve", "socket"])
+@pytest.mark.parametrize("policy", [GPU1, AUDIT1], ids=["gpu", "gpu_audit"])
+def test_dangerous_calls_still_kill_a_gpu_worker(driver, call, policy):
+    args = {"ptrace": (16, 1, 0, 0), "unshare": (0x10000000,), "execve": (b"/usr/bin/env", 0, 0), "socket": (2, 1, 0)}[call]
+    with pytest.raises(SandboxKilled) as e:
+        run_confined(raw_errno, call, *args, policy=policy, driver=driver)
+    assert e.value.signal == signal.SIGSYS and e.value.layer == "seccomp"
+
+
+def test_in_audit_mode_learned_calls_go_through_and_unknown_ones_are_named_instead_of_killing(driver):
+    # learned: let through (the kernel logs them), so the call reaches the kernel and nothing is named
+    assert run_confined(trapped, LEARNED_CALLS["sysinfo"][0], policy=AUDIT1, driver=driver) == {"outcome": "ok", "named": []}
+    assert run_confined(trapped, ioctl_errno, NVIDIA_LEARNED[0][0], policy=AUDIT1, driver=driver) == {
+        "outcome": "ENOTTY", "named": []}
+    assert run_confined(trapped, _exec_map, policy=AUDIT1, driver=driver) == {"outcome": "ok", "named": []}
+    # unknown (neither allowed, learned nor forbidden): refused and named, where the enforcing filter kills
+    got = run_confined(trapped, raw_errno, "getpriority", 0, 0, policy=AUDIT1, driver=driver)
+    assert got == {"outcome": "EPERM", "named": ["getpriority"]}
+    with pytest.raises(SandboxKilled):
+        run_confined(raw_errno, "getpriority", 0, 0, policy=GPU1, driver=driver)
+
+
+def test_a_call_trapped_on_another_thread_is_named_too(driver):
+    """CUDA's helper threads make calls too: the handler runs on the thread the filter trapped."""
+    def on_a_thread():
+        box = []
+        worker = threading.Thread(target=lambda: box.append(LEARNED_CALLS["sysinfo"][0]()))
+        worker.start()
+        worker.join()
+        return box[0]
+    assert run_confined(trapped, on_a_thread, policy=GPU1, driver=driver) == {"outcome": "EPERM", "named": ["sysinfo"]}
+
+
+def test_an_unknown_driver_is_refused_unless_the_policy_audits(driver, tmp_path):
+    (tmp_path / "version").write_text("999.1.2\n")
+    unknown = gpu.Driver(driver.dev_root, driver.lib_dirs, driver.init, driver.include_dirs, str(tmp_path / "version"))
+    with pytest.raises(RtdError) as e:
+        run_confined(seen, policy=GPU1, driver=unknown)
+    assert e.value.code is Code.E_LAYER_UNAVAILABLE and "999.1.2 is not on the GPU filter's known-good list" in e.value.detail
+    assert run_confined(trapped, raw_errno, "getpriority", 0, 0, policy=AUDIT1, driver=unknown)["named"] == ["getpriority"]
+    missing = gpu.Driver(driver.dev_root, driver.lib_dirs, driver.init, driver.include_dirs, str(tmp_path / "absent"))
+    with pytest.raises(RtdError) as e:
+        run_confined(seen, policy=GPU1, driver=missing)
+    assert "(version unreadable)" in e.value.detail
+    assert KNOWN_DRIVER in gpu.known_drivers() and gpu.check_driver(KNOWN_DRIVER, audit=False) == "known"
 
 
 def test_gpu_workers_may_name_their_threads_and_cpu_workers_may_not(driver):
@@ -229,15 +314,22 @@ def test_gpu_workers_may_name_their_threads_and_cpu_workers_may_not(driver):
 
 
 def test_each_variant_compiles_once():
-    gpu_program = seccomp.compiled("gpu")
-    assert seccomp.compiled("gpu") is gpu_program and gpu_program != seccomp.compiled("cpu")
+    gpu_filter = seccomp.compiled("gpu")
+    assert seccomp.compiled("gpu") is gpu_filter and len(gpu_filter.programs) == 2 and gpu_filter.traps
+    assert gpu_filter.programs != seccomp.compiled("gpu-audit").programs != seccomp.compiled("cpu").programs
     assert seccomp.gpu_status().startswith("compiles")
+
+
+def test_aligned_blocks_match_exactly_the_numbers_given():
+    numbers = set(range(256)) - {3, 57, 77, 200, 255}
+    blocks = seccomp.aligned_blocks(numbers, 8)
+    assert {n for n in range(256) if any(n & mask == value for mask, value in blocks)} == numbers and len(blocks) < 40
 
 
 def test_the_default_initialiser_without_cupy_refuses_the_worker(driver):
     if importlib.util.find_spec("cupy"):
         pytest.skip("CuPy is installed: the default initialiser runs (bench/gpu_check.sh on a GPU host)")
-    real = gpu.Driver(driver.dev_root, driver.lib_dirs)   # gpu.CUDA_INIT
+    real = gpu.Driver(driver.dev_root, driver.lib_dirs, version_file=driver.version_file)   # gpu.CUDA_INIT
     with pytest.raises(RtdError) as e:
         run_confined(seen, policy=GPU1, driver=real)
     assert e.value.code is not Code.E_INTERNAL and ("cupy" in e.value.detail.lower() or "init_device" in e.value.detail)
@@ -315,7 +407,7 @@ def test_the_grant_names_the_header_directories(driver):
 
 @pytest.mark.parametrize("missing", ["relative/include", "/var/tmp/rtd-no-such-include"])
 def test_a_header_directory_that_is_not_there_refuses_the_worker(driver, missing):
-    bad = gpu.Driver(driver.dev_root, driver.lib_dirs, driver.init, include_dirs=(missing,))
+    bad = dataclasses.replace(driver, include_dirs=(missing,))
     with pytest.raises(RtdError) as e:
         run_confined(seen, policy=GPU1, driver=bad)
     assert e.value.code is Code.E_LAYER_UNAVAILABLE and missing in e.value.detail
@@ -336,7 +428,7 @@ def test_without_include_dirs_the_grant_finds_cupys_and_cudas(driver, tmp_path, 
     monkeypatch.setenv("CUDA_PATH", str(tmp_path / "cuda"))
     gpu._found_header_dirs.cache_clear()
     try:
-        found = gpu.grant(GPU1.limits, gpu.Driver(driver.dev_root, driver.lib_dirs, driver.init)).headers
+        found = gpu.grant(GPU1.limits, dataclasses.replace(driver, include_dirs=None)).headers
     finally:
         gpu._found_header_dirs.cache_clear()
     assert found[:2] == (str(tmp_path / "site/cupy/_core/include"), str(tmp_path / "cuda/include"))
@@ -382,3 +474,16 @@ def test_legacy_open_is_filtered_on_its_own_flags_argument_and_stat_is_gpu_only(
     with pytest.raises(SandboxKilled) as e:
         run_confined(stat_errno, "/usr/bin/env")
     assert e.value.signal == signal.SIGSYS and e.value.layer == "seccomp"
+
+
+def test_the_gpu_checks_filter_evaluator_answers_as_the_kernel_did():
+    """bench/filter_eval.py reads the compiled filter's BPF; on the calls the confined workers
+    above made, it answers what the kernel did (allow, trap: EPERM and named, kill)."""
+    from bench.filter_eval import verdict
+    assert {verdict("gpu", "ioctl", (3, cmd))[0] for cmd in NVIDIA_ALLOWED} == {"allow"}
+    assert {verdict("gpu", "ioctl", (3, cmd))[0] for cmd, _ in NVIDIA_LEARNED} == {"trap"}
+    assert {verdict(v, "ioctl", (3, cmd))[0] for cmd in NVIDIA_FORBIDDEN for v in ("gpu", "gpu-audit")} == {"kill"}
+    assert [verdict("gpu", name)[0] for name in ("sysinfo", "get_mempolicy", "readlink", "getpriority", "unshare")] == \
+        ["trap", "trap", "trap", "kill", "kill"]
+    assert [verdict("gpu-audit", name)[0] for name in ("sysinfo", "getpriority", "unshare")] == ["log", "trap", "kill"]
+    assert verdict("cpu", "sysinfo")[0] == "kill" and verdict("cpu", "openat", (0, 0, 0)) == ("errno", 1)
