@@ -9,6 +9,7 @@ the transport holds to CONTROL_MESSAGE_BYTES, and of a load's parameters.
 """
 import base64
 import binascii
+import functools
 import json
 import re
 import urllib.parse
@@ -71,7 +72,9 @@ class Front:
     def __init__(self, supervisor):
         self.supervisor, self.ledger = supervisor, supervisor.ledger
         self.max_bytes = supervisor.config.limits.max_message_bytes
-        public, control, work, upload = dict(public=True), dict(control=True), {}, dict(spool=True)
+        public, control = dict(public=True), dict(control=True)
+        work = dict(spool=functools.partial(kserve.request_body, supervisor.ledger))
+        upload = dict(spool=functools.partial(kserve.upload_spool, supervisor))
         self.routes = [(verb, re.compile(pattern), Method(handler, **kind)) for verb, pattern, handler, kind in (
             ("GET", r"/v2/health/live", self.live, public), ("GET", r"/v2/health/ready", self.ready, public),
             ("GET", r"/v2", self.server_metadata, public),
@@ -87,9 +90,6 @@ class Front:
         return self.supervisor.tenants.authenticate(metadata).id
 
     describe = staticmethod(describe)
-
-    def spool(self, who: str, length: int):
-        return kserve.spool(self.supervisor, who, length)
 
     def route(self, verb: str, target: str) -> tuple[Method, dict]:
         path = target.split("?", 1)[0]

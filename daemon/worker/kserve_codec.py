@@ -65,12 +65,14 @@ class _Budget:
                                                      "request (send numbers as raw binary tensors)")
 
 
-def array_from_raw(name: str, declared: tuple, raw, budget: _Budget) -> np.ndarray:
+def array_from_raw(name: str, declared: tuple, raw, budget: _Budget | None) -> np.ndarray:
     """A tensor from its raw bytes (a view of them, for every type but BYTES); `declared` is
-    its (dtype row, shape, element count)."""
+    its (dtype row, shape, element count); BYTES elements count against `budget` (None: they
+    were counted already, as the JSON values they came from)."""
     row, shape, count = declared
     if row.wire == "bytes":
-        budget.take(count, f"input {name!r}")
+        if budget is not None:
+            budget.take(count, f"input {name!r}")
         flat = dtypes.decode_bytes(raw, count)
         if isinstance(flat, str):
             raise _bad(f"input {name!r}: {flat}")
@@ -174,11 +176,11 @@ def decode_rest(body, json_length: int | None, caps: Caps) -> Request:
             size = field(parameters, "binary_data_size", int, where)
             if "data" in given or not 0 <= size <= len(binary) - offset:
                 raise _bad(f"{where}: binary_data_size {size} with data, or past the binary part")
-            raw = binary[offset:offset + size]
+            raw, counted = binary[offset:offset + size], budget
             offset += size
         else:
-            raw = raw_from_json(name, datatype, field(given, "data", list, where))
-        inputs[name] = array_from_raw(name, tensor_shape(name, datatype, shape, caps.max_bytes), raw, budget)
+            raw, counted = raw_from_json(name, datatype, field(given, "data", list, where)), None
+        inputs[name] = array_from_raw(name, tensor_shape(name, datatype, shape, caps.max_bytes), raw, counted)
     if offset != len(binary):
         raise _bad(f"{len(binary) - offset} bytes after the inference header that no input claims")
     parameters = field(doc, "parameters", dict, "request", {})
