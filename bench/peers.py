@@ -57,13 +57,14 @@ WARMUP_S = 1.5
 # ---- the client processes: tritonclient.grpc, one channel each, driven by JSON lines ----
 
 def client_process() -> None:
-    """Read jobs {url, headers, model, feeds, start, end} from stdin; call back to back from
+    """Say "ready", then read jobs {url, headers, model, feeds, start, end} from stdin; call back to back from
     `start` until `end` (CLOCK_MONOTONIC, shared by all processes); answer each job with one line
     {latencies, errors, error, finished, cpu}: the seconds of each call, the last answer's time and
     this process's CPU seconds over the job."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import np_to_triton_dtype
     channels, prepared = {}, {}
+    print("ready", flush=True)
     for line in sys.stdin:
         job = json.loads(line)
         if job["url"] not in channels:
@@ -97,9 +98,12 @@ def client_process() -> None:
 class ClientPool:
     """`count` client processes started once; a block gives the first `clients` of them a job."""
 
-    def __init__(self, count: int):
-        self.procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client"], stdin=subprocess.PIPE,
+    def __init__(self, count: int, prefix: list[str]):
+        self.procs = [subprocess.Popen([*prefix, sys.executable, os.path.abspath(__file__), "--client"], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True) for _ in range(count)]
+        for proc in self.procs:   # imported: a job's start time is then not spent importing
+            if proc.stdout.readline() != "ready\n":
+                sys.exit("a client process did not start")
 
     def block(self, clients: int, url: str, headers: dict, model: str, feeds: str, seconds: float) -> dict:
         start = time.monotonic() + 0.2
@@ -230,12 +234,59 @@ def process_tree_cpu(root: int) -> dict:
     return tree
 
 
+class CpuGroups:
+    """A cgroup of equal CPU weight for each server and one for the clients, siblings at the top
+    of the v1 cpu hierarchy, each side's process tree inside its own: under contention each then
+    gets the same share of the CPU however many processes and threads it runs (tritonserver alone
+    runs ~100 threads, MLServer two processes). Without them rtd's workers would compete as one
+    entity with every other rtd daemon's workers on the host (the tenant cgroups sit below a
+    shared "rtd" node) while each peer process competes on its own. Where the cpu controller is on
+    cgroup v2 (rtd's "auto" parent there needs a delegated subtree) the sides run ungrouped and
+    the run says so."""
+
+    def __init__(self, names: list[str]):
+        from rtd.sandbox.cgroup import detect_layout
+        layout = detect_layout()
+        self.base = os.path.join(layout.v1_roots["cpu"], f"rtd-peers-{os.getpid()}") if layout.home("cpu") == "v1" else None
+        for name in names if self.base else ():
+            os.makedirs(os.path.join(self.base, name))
+            with open(os.path.join(self.base, name, "cpu.shares"), "w") as f:
+                f.write("1024")
+
+    def describe(self) -> str:
+        return (f"each side in a cgroup of its own, equal cpu.shares ({self.base})" if self.base else
+                "the sides run ungrouped (the cpu controller is not on cgroup v1)")
+
+    def prefix(self, name: str) -> list[str]:
+        """argv that puts the process into `name`'s group and then execs the rest (no preexec hook in a threaded parent)."""
+        if self.base is None:
+            return []
+        return ["sh", "-c", f'echo $$ > {os.path.join(self.base, name, "cgroup.procs")} && exec "$@"', "sh"]
+
+    def remove(self, timeout: float = 10.0) -> None:
+        """Bottom-up: what the servers left (rtd prunes its own tenant nodes as workers end) and the groups."""
+        if self.base is None:
+            return
+        deadline = time.monotonic() + timeout
+        while os.path.exists(self.base) and time.monotonic() < deadline:
+            for top, dirs, _ in os.walk(self.base, topdown=False):
+                for d in dirs:
+                    try:
+                        os.rmdir(os.path.join(top, d))
+                    except OSError:
+                        pass   # still has processes for a moment
+            try:
+                os.rmdir(self.base)
+            except OSError:
+                time.sleep(0.1)
+
+
 class PeerProcess:
     """A peer server started in a session of its own, so that stopping it ends all it started."""
 
-    def __init__(self, name: str, argv: list, env: dict, workdir: str):
+    def __init__(self, name: str, argv: list, env: dict, workdir: str, groups: CpuGroups):
         self.name, self.log = name, os.path.join(workdir, f"{name}.log")
-        self.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(groups.prefix(name) + argv, env={**os.environ, **env}, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      start_new_session=True, cwd=workdir)
 
     def failed(self) -> str:
@@ -254,7 +305,7 @@ class PeerProcess:
                 self.proc.wait()
 
 
-def start_mlserver(python: str, models: list[Model], workdir: str, free_port) -> tuple[PeerProcess, str]:
+def start_mlserver(python: str, models: list[Model], workdir: str, free_port, groups: CpuGroups) -> tuple[PeerProcess, str]:
     repository = os.path.join(workdir, "mlserver")
     port = free_port()
     os.makedirs(repository)
@@ -268,10 +319,10 @@ def start_mlserver(python: str, models: list[Model], workdir: str, free_port) ->
             json.dump({"name": model.name, "implementation": "peers_mlserver.OnnxRuntimeModel",
                        "parameters": {"uri": model.path}}, f)
     mlserver = os.path.join(os.path.dirname(python), "mlserver")
-    return PeerProcess("MLServer", [mlserver, "start", repository], {"PYTHONPATH": BENCH}, workdir), f"127.0.0.1:{port}"
+    return PeerProcess("MLServer", [mlserver, "start", repository], {"PYTHONPATH": BENCH}, workdir, groups), f"127.0.0.1:{port}"
 
 
-def start_pytriton(python: str, models: list[Model], workdir: str, free_port) -> tuple[PeerProcess, str]:
+def start_pytriton(python: str, models: list[Model], workdir: str, free_port, groups: CpuGroups) -> tuple[PeerProcess, str]:
     def specs(tensors: dict) -> list:
         return [[name, value.dtype.str, list(value.shape)] for name, value in tensors.items()]
     port = free_port()
@@ -281,15 +332,18 @@ def start_pytriton(python: str, models: list[Model], workdir: str, free_port) ->
                    "models": [{"name": m.name, "path": m.path, "inputs": specs(m.feeds), "outputs": specs(m.reference)}
                               for m in models]}, f)
     env = {"LD_LIBRARY_PATH": ":".join(filter(None, [sysconfig.get_config_var("LIBDIR"), os.environ.get("LD_LIBRARY_PATH")]))}
-    return (PeerProcess("PyTriton", [python, os.path.join(BENCH, "peers_pytriton.py"), spec], env, workdir),
+    return (PeerProcess("PyTriton", [python, os.path.join(BENCH, "peers_pytriton.py"), spec], env, workdir, groups),
             f"127.0.0.1:{port}")
 
 
-def start_rtd(models: list[Model], workdir: str, free_port):
+def start_rtd(models: list[Model], workdir: str, free_port, groups: CpuGroups):
+    """rtd serve inside the rtd group: its tenant cgroups ("auto": below the supervisor's own) land there too."""
     from tests.daemon.conftest import Daemon
     port = free_port()
     daemon = Daemon(os.path.join(workdir, "rtd"), tenants=(TENANT,), max_concurrency=8, max_queue=64, memory_bytes=2 << 30,
-                    listen=f'[listen]\nunsafe_plaintext_tcp = "127.0.0.1:{port}"\n').start()
+                    listen=f'[listen]\nunsafe_plaintext_tcp = "127.0.0.1:{port}"\n')
+    daemon.prefix = groups.prefix("rtd")
+    daemon.start()
     for model in models:
         daemon.client(TENANT).load(model.name, daemon.package(TENANT, model.data, model.name))
     return daemon, f"127.0.0.1:{port}"
@@ -389,14 +443,15 @@ def main() -> int:
           f"{versions(pythons['pytriton'], ['nvidia-pytriton', 'onnxruntime'])}; {versions(sys.executable, ['tritonclient'])} "
           f"(clients); onnxruntime {onnxruntime.__version__} (reference); {os.cpu_count()} CPUs", flush=True)
     workdir = tempfile.mkdtemp(prefix="rtd-peers-")
+    groups = CpuGroups([*SERVERS, "clients"])
     peers, daemon, pool = [], None, None
     try:
         models = load_models(args.models.split(","), workdir)
-        mlserver, mlserver_url = start_mlserver(pythons["mlserver"], models, workdir, free_port)
+        mlserver, mlserver_url = start_mlserver(pythons["mlserver"], models, workdir, free_port, groups)
         peers.append(mlserver)
-        pytriton, pytriton_url = start_pytriton(pythons["pytriton"], models, workdir, free_port)
+        pytriton, pytriton_url = start_pytriton(pythons["pytriton"], models, workdir, free_port, groups)
         peers.append(pytriton)
-        daemon, rtd_url = start_rtd(models, workdir, free_port)
+        daemon, rtd_url = start_rtd(models, workdir, free_port, groups)
         servers = {"rtd": (rtd_url, {"authorization": f"Bearer {daemon.tokens[TENANT]}"}, daemon.proc.pid, lambda: ""),
                    "MLServer": (mlserver_url, {}, mlserver.proc.pid, mlserver.failed),
                    "PyTriton": (pytriton_url, {}, pytriton.proc.pid, pytriton.failed)}
@@ -406,7 +461,7 @@ def main() -> int:
                 check_answers(url, headers, server, model)
         print(f"all three serve {', '.join(m.name for m in models)}; answers match onnxruntime "
               f"({time.monotonic() - started:.0f} s to here)", flush=True)
-        pool = ClientPool(max(clients))
+        pool = ClientPool(max(clients), groups.prefix("clients"))
         for model in models:
             for url, headers, _, _ in servers.values():
                 pool.block(max(clients), url, headers, model.name, model.feeds_path, WARMUP_S)
@@ -441,7 +496,8 @@ def main() -> int:
         floors = {m.name: compute_floor(m) for m in models}
         print(f"\n{args.rounds} rounds × {args.seconds:g} s blocks per server, model and client count, servers in rotating "
               f"order; one-minute load average during the run {min(loads):.1f}–{max(loads):.1f} (mean "
-              f"{sum(loads) / len(loads):.1f}) on {os.cpu_count()} CPUs; wall time {time.monotonic() - started:.0f} s\n"
+              f"{sum(loads) / len(loads):.1f}) on {os.cpu_count()} CPUs; wall time {time.monotonic() - started:.0f} s; "
+              f"{groups.describe()}\n"
               f"server CPU ms/req: rtd = supervisor + its workers; the others, their whole process tree\n")
         print(report(models, clients, cells, floors))
     finally:
@@ -451,6 +507,7 @@ def main() -> int:
             peer.stop()
         if daemon is not None:
             daemon.stop()
+        groups.remove()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
