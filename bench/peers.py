@@ -16,8 +16,10 @@ tritonclient.grpc from client processes of their own (one channel each; 1 and 8 
 warmed up, then measured in blocks interleaved server by server and rotated every round, so drift
 in a shared machine's speed hits all servers alike. Reported per model, clients and server: p50,
 p99, throughput, CPU per request of the server's processes (rtd split into supervisor and the
-rest) and of the clients; the in-process compute floor (onnxruntime and rtd's executor, 1
-thread); the ratios rtd/MLServer and rtd/PyTriton; the load average during the run.
+rest), the time they waited runnable for a CPU (what a loaded machine adds) and the clients' CPU;
+the in-process compute floor (onnxruntime and rtd's executor, 1 thread); the ratios rtd/MLServer
+and rtd/PyTriton; the load average during the run. Each server's process tree runs in a cgroup
+of its own with equal CPU weight, the clients in another (CpuGroups).
 
 MLServer and PyTriton live in virtualenvs of their own under .bench-venvs/ (git-ignored), made
 from PyPI on first use and reused while their requirements stay the same: MLServer 1.7.1 needs
@@ -187,8 +189,9 @@ def load_models(names: list[str], workdir: str) -> list[Model]:
     return models
 
 
-def compute_floor(model: Model, runs: int = 30) -> tuple[float, float]:
-    """p50 seconds of one in-process run: onnxruntime as the peers run it, rtd's executor; 1 thread each."""
+def compute_floor(model: Model, runs: int = 30) -> dict:
+    """One in-process run, 1 thread each: onnxruntime as the peers run it, then rtd's executor:
+    {side: (p50 wall seconds, mean CPU seconds)}; CPU time is what a loaded machine changes least."""
     import onnxruntime
     import threadpoolctl
     from rtd.kernels import compile_model, native
@@ -198,23 +201,25 @@ def compute_floor(model: Model, runs: int = 30) -> tuple[float, float]:
     native.set_threads(1)
     compiled = compile_model(model.path)
     with threadpoolctl.threadpool_limits(1):
-        return tuple(p50(timed(fn, runs)) for fn in (lambda: session.run(None, model.feeds), lambda: compiled.run(model.feeds)))
+        return {"onnxruntime": timed(lambda: session.run(None, model.feeds), runs), "rtd": timed(lambda: compiled.run(model.feeds), runs)}
 
 
-def timed(fn, runs: int) -> list:
+def timed(fn, runs: int) -> tuple[float, float]:
     fn()
-    out = []
+    walls, cpu = [], time.process_time()
     for _ in range(runs):
         start = time.perf_counter()
         fn()
-        out.append(time.perf_counter() - start)
-    return out
+        walls.append(time.perf_counter() - start)
+    return p50(walls), (time.process_time() - cpu) / runs
 
 
 # ---- the servers ----
 
-def process_tree_cpu(root: int) -> dict:
-    """{pid: (name, CPU seconds)} of `root` and every live descendant (rtd's workers included)."""
+def process_tree_usage(root: int) -> dict:
+    """{pid: (name, CPU seconds, run-queue seconds)} of `root` and every live descendant (rtd's
+    workers included). CPU from /proc/PID/stat (dead threads included); the time its live threads
+    waited, runnable, for a CPU from their schedstat: what a loaded machine adds to a latency."""
     tick = os.sysconf("SC_CLK_TCK")
     stats = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -229,9 +234,40 @@ def process_tree_cpu(root: int) -> dict:
     while frontier:
         pid = frontier.pop()
         if pid in stats:
-            tree[pid] = stats[pid][1:]
+            tree[pid] = (*stats[pid][1:], run_queue_seconds(pid))
             frontier += [child for child, (parent, _, _) in stats.items() if parent == pid]
     return tree
+
+
+def run_queue_seconds(pid: int) -> float:
+    waited = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                waited += int(f.read().split()[1])
+    except OSError:
+        pass   # gone meanwhile
+    return waited / 1e9
+
+
+class Cell:
+    """What one server did for one model at one client count, over all its blocks."""
+
+    def __init__(self, split: bool):
+        self.latencies, self.window, self.errors, self.error, self.client_cpu = [], 0.0, 0, "", 0.0
+        self.split = split                      # rtd: the supervisor apart from its zygote and workers
+        self.server_cpu = [0.0, 0.0] if split else [0.0]
+        self.server_wait = 0.0
+
+    def add(self, block: dict, root: int, before: dict, after: dict) -> None:
+        self.latencies += block["latencies"]
+        self.window += block["window"]
+        self.errors += block["errors"]
+        self.error = self.error or block["error"]
+        self.client_cpu += block["cpu"]
+        for pid, (_, cpu, waited) in after.items():
+            self.server_cpu[1 if self.split and pid != root else 0] += cpu - before.get(pid, (None, 0.0, 0.0))[1]
+            self.server_wait += max(0.0, waited - before.get(pid, (None, 0.0, 0.0))[2])
 
 
 class CpuGroups:
@@ -393,8 +429,8 @@ def p99(samples: list) -> float:
 
 
 def report(models: list[Model], clients: list[int], cells: dict, floors: dict) -> str:
-    lines = ["| model (inputs) | clients | server | p50 ms | p99 ms | req/s | server CPU ms/req | client CPU ms/req | errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model (inputs) | clients | server | p50 ms | p99 ms | req/s | server CPU ms/req | server run-queue wait ms/req | "
+             "client CPU ms/req | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
     ratios = ["| model | clients | p50 rtd/MLServer | p50 rtd/PyTriton | req/s rtd/MLServer | req/s rtd/PyTriton | rtd ahead of both |",
               "|---|---|---|---|---|---|---|"]
     for model in models:
@@ -402,20 +438,22 @@ def report(models: list[Model], clients: list[int], cells: dict, floors: dict) -
             stats = {}
             for server in SERVERS:
                 cell = cells[model.name, c, server]
-                n = len(cell["latencies"])
-                stats[server] = (p50(cell["latencies"]), p99(cell["latencies"]), n / cell["window"])
-                cpu = " + ".join(f"{seconds / n * 1e3:.2f}" for seconds in cell["server_cpu"])
+                n = len(cell.latencies)
+                stats[server] = (p50(cell.latencies), p99(cell.latencies), n / cell.window)
+                cpu = " + ".join(f"{seconds / n * 1e3:.2f}" for seconds in cell.server_cpu)
                 lines.append(f"| {model.name} ({model.shapes()}) | {c} | {server} | {stats[server][0] * 1e3:.2f} | "
-                             f"{stats[server][1] * 1e3:.2f} | {stats[server][2]:.0f} | {cpu} | {cell['client_cpu'] / n * 1e3:.2f} | "
-                             f"{cell['errors']}{' (' + cell['error'] + ')' if cell['error'] else ''} |")
+                             f"{stats[server][1] * 1e3:.2f} | {stats[server][2]:.0f} | {cpu} | {cell.server_wait / n * 1e3:.2f} | "
+                             f"{cell.client_cpu / n * 1e3:.2f} | {cell.errors}{' (' + cell.error + ')' if cell.error else ''} |")
             r, m, t = stats["rtd"], stats["MLServer"], stats["PyTriton"]
             ahead = r[0] < min(m[0], t[0]) and r[2] > max(m[2], t[2])
             ratios.append(f"| {model.name} | {c} | {r[0] / m[0]:.2f} | {r[0] / t[0]:.2f} | {r[2] / m[2]:.2f} | {r[2] / t[2]:.2f} | "
                           f"{'yes' if ahead else 'NO'} |")
-    floor = ["| model | ONNX bytes served (sha256) | onnxruntime in-process p50 ms | rtd executor in-process p50 ms | executor/onnxruntime |",
-             "|---|---|---|---|---|"]
-    floor += [f"| {m.name} | {len(m.data)} ({hashlib.sha256(m.data).hexdigest()[:12]}) | {floors[m.name][0] * 1e3:.2f} | "
-              f"{floors[m.name][1] * 1e3:.2f} | {floors[m.name][1] / floors[m.name][0]:.2f} |" for m in models]
+    floor = ["| model | ONNX bytes served (sha256) | onnxruntime p50 ms | onnxruntime CPU ms/run | rtd executor p50 ms | "
+             "rtd executor CPU ms/run | executor/onnxruntime CPU |", "|---|---|---|---|---|---|---|"]
+    for m in models:
+        (ort_wall, ort_cpu), (rtd_wall, rtd_cpu) = floors[m.name]["onnxruntime"], floors[m.name]["rtd"]
+        floor.append(f"| {m.name} | {len(m.data)} ({hashlib.sha256(m.data).hexdigest()[:12]}) | {ort_wall * 1e3:.2f} | "
+                     f"{ort_cpu * 1e3:.2f} | {rtd_wall * 1e3:.2f} | {rtd_cpu * 1e3:.2f} | {rtd_cpu / ort_cpu:.2f} |")
     return "\n".join(lines + [""] + ratios + [""] + floor)
 
 
@@ -466,30 +504,16 @@ def main() -> int:
             for url, headers, _, _ in servers.values():
                 pool.block(max(clients), url, headers, model.name, model.feeds_path, WARMUP_S)
         loads = [os.getloadavg()[0]]
-        cells = {(m.name, c, s): {"latencies": [], "window": 0.0, "errors": 0, "error": "", "client_cpu": 0.0,
-                                  "server_cpu": [0.0, 0.0] if s == "rtd" else [0.0]}
-                 for m in models for c in clients for s in SERVERS}
+        cells = {(m.name, c, s): Cell(split=s == "rtd") for m in models for c in clients for s in SERVERS}
         for round_index in range(args.rounds):
             order = SERVERS[round_index % 3:] + SERVERS[:round_index % 3]
             for model in models:
                 for c in clients:
                     for server in order:
                         url, headers, pid, _ = servers[server]
-                        before = process_tree_cpu(pid)
+                        before = process_tree_usage(pid)
                         block = pool.block(c, url, headers, model.name, model.feeds_path, args.seconds)
-                        after = process_tree_cpu(pid)
-                        used = {p: after[p][1] - before.get(p, (None, 0.0))[1] for p in after}
-                        cell = cells[model.name, c, server]
-                        cell["latencies"] += block["latencies"]
-                        cell["window"] += block["window"]
-                        cell["errors"] += block["errors"]
-                        cell["error"] = cell["error"] or block["error"]
-                        cell["client_cpu"] += block["cpu"]
-                        if server == "rtd":   # the supervisor, then its zygote and workers
-                            cell["server_cpu"][0] += used.get(pid, 0.0)
-                            cell["server_cpu"][1] += sum(v for p, v in used.items() if p != pid)
-                        else:
-                            cell["server_cpu"][0] += sum(used.values())
+                        cells[model.name, c, server].add(block, pid, before, process_tree_usage(pid))
                         loads.append(os.getloadavg()[0])
             print(f"round {round_index + 1}/{args.rounds} done ({time.monotonic() - started:.0f} s; "
                   f"load average {loads[-1]:.1f})", flush=True)
@@ -498,7 +522,8 @@ def main() -> int:
               f"order; one-minute load average during the run {min(loads):.1f}–{max(loads):.1f} (mean "
               f"{sum(loads) / len(loads):.1f}) on {os.cpu_count()} CPUs; wall time {time.monotonic() - started:.0f} s; "
               f"{groups.describe()}\n"
-              f"server CPU ms/req: rtd = supervisor + its workers; the others, their whole process tree\n")
+              f"server CPU ms/req: rtd = supervisor + its zygote and workers; the others, their whole process tree; "
+              f"run-queue wait: the time the server's threads were runnable but had no CPU (schedstat), summed over its threads, per request\n")
         print(report(models, clients, cells, floors))
     finally:
         if pool is not None:

@@ -33,7 +33,7 @@ def test_rtd_serves_the_client_load_inside_its_cpu_group(tmp_path):
         assert len(block["latencies"]) > 2 and block["window"] >= 1.0 and np.all(np.array(block["latencies"]) > 0)
 
         workers = set(daemon.pids(peers.TENANT).values())
-        assert workers and workers <= set(peers.process_tree_cpu(daemon.proc.pid)), "the workers count as rtd's CPU"
+        assert workers and workers <= set(peers.process_tree_usage(daemon.proc.pid)), "the workers count as rtd's CPU"
         if groups.base is not None:
             group = "/" + os.path.relpath(os.path.join(groups.base, "rtd"), os.path.dirname(groups.base))
             for pid in workers | {daemon.proc.pid}:
