@@ -41,11 +41,11 @@ import sysconfig
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 VENVS = os.path.join(REPO, ".bench-venvs")
 PEER_REQUIREMENTS = {"mlserver": ["mlserver==1.7.1", "uvloop<0.21"], "pytriton": ["nvidia-pytriton==0.7.0"]}
