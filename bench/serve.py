@@ -3,7 +3,10 @@
 1. Latency of one small ModelInfer request: rtd serve (gRPC over a Unix socket, a confined
    worker) against a plain Python gRPC server that echoes the request (grpcio, the same
    Unix socket kind) and the in-process executor. Overhead = rtd p50 − echo p50 − in-process p50.
-2. Throughput with 1, 4 and 16 concurrent clients (threads, one channel each), rtd vs echo.
+   The supervisor's CPU time per request (its process's user + system time over the rtd
+   requests of this part, from /proc/PID/stat) is reported beside it.
+2. Throughput with 1, 4 and 16 concurrent clients (threads, one channel each), rtd vs echo,
+   with the supervisor's CPU time per request at each.
 3. A 64 MB tensor supervisor → confined worker → supervisor over the worker wire (sealed
    memfd arenas, no gRPC) against memcpy of the same bytes.
 4. Fairness: one tenant's p50 alone and while another tenant floods the daemon with 10× its
@@ -123,7 +126,15 @@ def interleaved(calls: dict, n: int) -> dict:
     return samples
 
 
-def throughput(client_factory, call, clients: int, seconds: float) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads, not its children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(client_factory, call, clients: int, seconds: float) -> tuple[float, int]:
+    """Requests per second and the number of requests made."""
     stop, counts = time.monotonic() + seconds, [0] * clients
 
     def run(i):
@@ -136,7 +147,7 @@ def throughput(client_factory, call, clients: int, seconds: float) -> float:
         t.start()
     for t in threads:
         t.join()
-    return sum(counts) / seconds
+    return sum(counts) / seconds, sum(counts)
 
 
 class Daemon:
@@ -299,7 +310,10 @@ def main() -> int:
             "plain Python gRPC echo": lambda: echo_client.infer("mlp", {"X": x}),
             "rtd over gRPC (confined worker)": lambda: rtd_client.infer("mlp", {"X": x}),
         }
+        cpu_before = cpu_seconds(daemon.proc.pid)
         rows = interleaved(calls, args.requests)
+        rtd_requests = len(rows["rtd over gRPC (confined worker)"]) + 50   # with the warm-up calls
+        latency_cpu = (cpu_seconds(daemon.proc.pid) - cpu_before) / rtd_requests
         print(f"latency, one [1,64] MLP request, {args.requests} requests each, in alternating blocks of {BLOCK}")
         stats = {name: percentiles(s) for name, s in rows.items()}
         for name, (p50, p99) in stats.items():
@@ -307,11 +321,15 @@ def main() -> int:
         inproc, echo_p, rtd_p = (stats[k][0] for k in rows)
         print(f"  rtd overhead over the echo (p50): {rtd_p - echo_p - inproc:.1f} µs (goal ≤ 150 µs); "
               f"rtd/echo p50 ratio {rtd_p / echo_p:.2f}")
+        print(f"  supervisor CPU per request, one client: {latency_cpu * 1e6:.0f} µs")
         print(f"throughput, {args.seconds:.0f} s each")
         for clients in (1, 4, 16):
-            r = throughput(lambda: daemon.client("calm"), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
-            e = throughput(lambda: Client(f"unix:{echo_path}", None), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
-            print(f"  {clients:2d} clients: rtd {r:8.0f} req/s   echo {e:8.0f} req/s   ratio {r / e:.2f} (goal ≥ 0.8 at 16)")
+            cpu_before = cpu_seconds(daemon.proc.pid)
+            r, made = throughput(lambda: daemon.client("calm"), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
+            cpu = (cpu_seconds(daemon.proc.pid) - cpu_before) / max(made, 1)
+            e, _ = throughput(lambda: Client(f"unix:{echo_path}", None), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
+            print(f"  {clients:2d} clients: rtd {r:8.0f} req/s   echo {e:8.0f} req/s   ratio {r / e:.2f} (goal ≥ 0.8 at 16)   "
+                  f"supervisor CPU {cpu * 1e6:.0f} µs/request")
         rt = memfd_round_trip(zygote)
         print(f"64 MB tensor supervisor→worker→supervisor: {rt['round_trip_ms']:.1f} ms "
               f"({rt['transfer_GBps']:.2f} GB/s moved) vs memcpy {rt['memcpy_ms']:.1f} ms ({rt['memcpy_GBps']:.2f} GB/s): "
