@@ -54,7 +54,10 @@ class WorkerChannel:
         request_id = next(self.ids)
         out = wire.encode(kind, request_id, head, tensors, fds, self.arena)
         self.waiting[request_id] = (future, out.region, on_done)
-        self.outbox.append([memoryview(b"".join(wire._as_bytes(memoryview(p)) for p in out.parts)), out.fds])
+        # the channel's own copies of the fds, closed once sent: the caller may close its fds
+        # meanwhile (a request whose client went away), and an fd closed before it left would end the channel
+        owned = [os.dup(fd) for fd in out.fds]
+        self.outbox.append([memoryview(b"".join(wire._as_bytes(memoryview(p)) for p in out.parts)), owned])
         self._write()
         return future
 
@@ -64,7 +67,9 @@ class WorkerChannel:
                 data, fds = self.outbox[0]
                 ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
                 sent = self.sock.sendmsg([data], ancillary)
-                self.outbox[0] = [data[sent:], []]   # fds go with the first byte only
+                for fd in fds:   # they went with the first byte
+                    os.close(fd)
+                self.outbox[0] = [data[sent:], []]
                 if sent == len(data):
                     self.outbox.popleft()
         except BlockingIOError:
@@ -135,6 +140,10 @@ class WorkerChannel:
             if not future.done():
                 future.set_exception(error)
                 future.exception()   # retrieved: nobody may be waiting any more
+        for _, fds in self.outbox:   # what never left
+            for fd in fds:
+                os.close(fd)
+        self.outbox.clear()
         self.reader.close()
         self.sock.close()
         self.arena.close()

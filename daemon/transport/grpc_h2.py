@@ -88,7 +88,7 @@ class _Stream:
 class Connection(asyncio.Protocol):
     """One client connection: its HTTP/2 session, streams and what it holds. `routes` is the gRPC
     front: `methods` ({path: Method}), `authenticate(metadata, method) -> payer`,
-    `describe(RtdError) -> str` (the public text of a refusal) and `spool(who, length)`."""
+    `describe(RtdError) -> str` (the public text of a refusal)."""
 
     def __init__(self, table, routes, peer_of):
         self.table, self.routes, self.peer_of = table, routes, peer_of
@@ -291,7 +291,7 @@ class Connection(asyncio.Protocol):
         if length > limit:
             raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{length} bytes, the limit is {limit}")
         if stream.method.spool:
-            stream.spool, charge = self.routes.spool(stream.call.who, length)
+            stream.spool, charge = stream.method.spool(stream.call.who, length)
             stream.charges.append(charge)
             stream.spool.write(memoryview(stream.body)[PREFIX.size:])
             del stream.body[PREFIX.size:]
