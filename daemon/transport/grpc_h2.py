@@ -182,7 +182,7 @@ class Connection(asyncio.Protocol):
             status, events, stash = self.session.feed(data)
             if status:
                 code, why = FATAL.get(status, (PROTOCOL_ERROR, "protocol error"))
-                self.close(code, why)
+                self._drop_connection(code, why) if code == ENHANCE_YOUR_CALM else self.close(code, why)
                 return
             self._handle(events, stash)
         finally:
@@ -210,7 +210,13 @@ class Connection(asyncio.Protocol):
         and the client nothing: they cost the connection's frame budget (REFUSAL_COST), which
         also bounds what a client that never reads can make it buffer in refusals."""
         if not self._admit_headers(sid, block) and not self.session.charge(REFUSAL_COST):
-            self.close(ENHANCE_YOUR_CALM, "too many refused calls")
+            self._drop_connection(ENHANCE_YOUR_CALM, "too many refused calls")
+
+    def _drop_connection(self, code: int, why: str) -> None:
+        """Close a connection past its budget, and say so (once per connection)."""
+        self.table.refused["frame_budget"] += 1
+        log.warning("closing an HTTP/2 connection of %s: %s", self.peer, why)
+        self.close(code, why)
 
     def _admit_headers(self, sid: int, block: bytes) -> bool:
         items = block.decode("latin-1").split("\0")     # name, value, ..., "" (h2session.c lower-cases nothing:

@@ -397,6 +397,8 @@ int rtd_h2_feed(rtd_h2 *h, const char *data, size_t length) {
         ssize_t rv = nghttp2_session_mem_recv(s->session, (const uint8_t *)data, allowed);
         if (s->failed)
             return s->failed;
+        if (rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS)
+            return s->failed = RTD_H2_ABUSE;   /* nghttp2's own limits: unanswered PINGs and SETTINGS, a header block's frames */
         if (rv < 0)
             return (int)rv;
     }

@@ -24,7 +24,7 @@
 #define RTD_H2_CLOSED 4
 #define RTD_H2_GOAWAY 5
 
-#define RTD_H2_ABUSE 1        /* feed: the client is past its frame budget */
+#define RTD_H2_ABUSE 1        /* feed: the client is past its frame budget (or nghttp2's flood limits) */
 #define RTD_H2_HEADER_LIST 2  /* feed: a header block past header_list bytes */
 #define RTD_H2_NOMEM 3        /* feed or pump: out of memory */
 

@@ -14,6 +14,7 @@ budget charge (streams, connections, request bytes) has been given back.
 import asyncio
 import logging
 
+import h2.events
 import h2.settings
 import pytest
 from hypothesis import strategies as st
@@ -171,3 +172,49 @@ def test_a_call_the_client_already_closed_is_dropped_quietly(method, then):
     _, raised, _, failed = asyncio.run(h2peer.exchange(write))
     assert raised is None, f"{type(raised).__name__} escaped data_received: {raised}"
     assert not failed, f"the call's task failed: {failed}"
+
+
+# -- the frame budget --------------------------------------------------------------------------------
+def test_a_well_behaved_client_never_comes_near_the_frame_budget():
+    """2000 calls on one connection from h2 (the tests' peer), every tenth answered with 48 KiB
+    (several DATA frames), each answer's DATA acknowledged as it arrives (WINDOW_UPDATEs on
+    the stream and the connection), a PING every 20 calls and a SETTINGS every 200: the
+    budget's low point stays above half of it."""
+    from rtd.daemon.transport.h2session import FRAME_ALLOWANCE
+    from rtd.proto import grpc_service_pb2 as pb
+
+    def request(values: int) -> bytes:
+        tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[values])
+        return pb.ModelInferRequest(model_name="m", inputs=[tensor], raw_input_contents=[b"\0" * 4 * values]).SerializeToString()
+
+    async def session():
+        conn, transport = h2peer.connect(*h2peer.server())
+        c = h2peer.client()
+        answered = 0
+        for i in range(2000):
+            sid, body = c.get_next_available_stream_id(), h2peer.grpc_body(request(12 << 10 if i % 10 == 0 else 4))
+            c.send_headers(sid, h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
+            for at in range(0, len(body), c.max_outbound_frame_size):
+                c.send_data(sid, body[at:at + c.max_outbound_frame_size])
+            c.end_stream(sid)
+            if i % 20 == 0:
+                c.ping(i.to_bytes(8, "big"))
+            if i % 200 == 0:
+                c.update_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: 1 << 14})
+            conn.data_received(c.data_to_send())
+            await h2peer.settle(4)
+            for event in c.receive_data(bytes(transport.written)):
+                if isinstance(event, h2.events.DataReceived):
+                    c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                answered += isinstance(event, h2.events.StreamEnded)
+            transport.written.clear()
+            assert not transport.closing, f"the connection was closed after {i + 1} calls"
+        lowest = conn.session.h.lowest
+        transport.close()
+        await h2peer.settle()
+        return answered, lowest
+
+    answered, lowest = asyncio.run(session())
+    assert answered == 2000
+    print(f"budget low point {lowest:.0f} of {FRAME_ALLOWANCE}")
+    assert lowest > FRAME_ALLOWANCE / 2, f"a well-behaved client took the budget down to {lowest:.0f} of {FRAME_ALLOWANCE}"
