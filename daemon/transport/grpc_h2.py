@@ -47,8 +47,8 @@ GRPC_STATUS = {"OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DE
                "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
                "DATA_LOSS": 15, "UNAUTHENTICATED": 16}
 TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-FATAL = {h2session.ABUSE: (ENHANCE_YOUR_CALM, "too many frames"),
-         HEADER_LIST: (ENHANCE_YOUR_CALM, "header list too large"), h2session.lib.RTD_H2_NOMEM: (INTERNAL_ERROR, "")}
+FATAL = {h2session.ABUSE: (ENHANCE_YOUR_CALM, "too many frames"), HEADER_LIST: (ENHANCE_YOUR_CALM, "header list too large"),
+         h2session.NOMEM: (INTERNAL_ERROR, "")}
 
 
 def grpc_message(text: str) -> str:
@@ -93,7 +93,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, table, routes, peer_of):
         self.table, self.routes, self.peer_of = table, routes, peer_of
         self.opened = 0.0
-        self.peer, self.transport, self.session = "?", None, None
+        self.peer, self.transport, self.session, self.loop = "?", None, None, None
         self.paused = self.closed = self.authenticated = self.draining = False
         self.streams: dict[int, _Stream] = {}
         self.payers: dict = {}      # tenant -> its connection charge
@@ -105,6 +105,7 @@ class Connection(asyncio.Protocol):
     # -- connection life -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.loop = asyncio.get_running_loop()   # once: each asyncio.get_running_loop() is a getpid() system call
         try:
             self.peer = self.peer_of(transport.get_extra_info("socket"))
         except OSError:
@@ -116,7 +117,7 @@ class Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=h2session.WRITE_HIGH_WATER)
         self.session = h2session.Session(self.table.limits, lambda sid: self.streams[sid].views)
         self.flush()   # the server's SETTINGS
-        asyncio.get_running_loop().call_later(self.table.limits.auth_timeout_s, self._auth_expired)
+        self.loop.call_later(self.table.limits.auth_timeout_s, self._auth_expired)
 
     def _auth_expired(self) -> None:
         if not self.authenticated and not self.closed:
@@ -259,7 +260,7 @@ class Connection(asyncio.Protocol):
             self.authenticated = True
         self.streams[sid] = stream
         if timeout is not None:
-            stream.timer = asyncio.get_running_loop().call_later(timeout, self._deadline_hit, stream)
+            stream.timer = self.loop.call_later(timeout, self._deadline_hit, stream)
         return True
 
     def _charge_payer(self, who: str, method: Method) -> None:
@@ -321,7 +322,7 @@ class Connection(asyncio.Protocol):
         if stream.method.public or stream.method.control:
             self.start(stream)   # cheap calls, and the operator's, never wait their turn
         else:
-            self.table.take_turn(stream.call.who, lambda: self.start(stream))
+            self.table.take_turn(stream.call.who, self.loop, lambda: self.start(stream))
 
     @staticmethod
     def _received(stream: _Stream) -> int:
@@ -330,7 +331,7 @@ class Connection(asyncio.Protocol):
 
     def start(self, stream: _Stream) -> None:
         if not stream.done and not self.closed:
-            stream.task = asyncio.get_running_loop().create_task(self._run(stream))
+            stream.task = self.loop.create_task(self._run(stream))
 
     def _closed(self, sid: int, code: int) -> None:
         """The stream closed: its answer went out whole (the call earns the connection's frame
@@ -396,7 +397,7 @@ class Connection(asyncio.Protocol):
             stream.refused = True
             delay = min(BACKOFF_S * 2 ** self.refusals, BACKOFF_MAX_S)
             self.refusals += 1
-            asyncio.get_running_loop().call_later(delay, self._refuse_now, stream, error)
+            self.loop.call_later(delay, self._refuse_now, stream, error)
             return
         self._refuse_now(stream, error)
 

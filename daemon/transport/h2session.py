@@ -11,7 +11,7 @@ from rtd.daemon.transport._h2session import ffi, lib
 from rtd.daemon.transport.contract import MAX_HEADER_LIST, WRITE_HIGH_WATER, TransportLimits
 
 HEADERS, DATA, END, CLOSED, GOAWAY = lib.RTD_H2_HEADERS, lib.RTD_H2_DATA, lib.RTD_H2_END, lib.RTD_H2_CLOSED, lib.RTD_H2_GOAWAY
-ABUSE, HEADER_LIST = lib.RTD_H2_ABUSE, lib.RTD_H2_HEADER_LIST
+ABUSE, HEADER_LIST, NOMEM = lib.RTD_H2_ABUSE, lib.RTD_H2_HEADER_LIST, lib.RTD_H2_NOMEM
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, CANCEL, ENHANCE_YOUR_CALM = 0x0, 0x1, 0x2, 0x8, 0xb   # RFC 9113 error codes
 MORE, OVER = 1, 2                # rtd_h2_pump: more waits to be written; the session is over
 
