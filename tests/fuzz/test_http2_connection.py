@@ -20,6 +20,7 @@ import pytest
 from hypothesis import strategies as st
 
 from rtd.daemon.fronts import grpc as grpc_front
+from rtd.daemon.transport import grpc_h2
 from rtd.daemon.serving.budgets import OPERATOR
 
 from . import h2peer
@@ -218,3 +219,66 @@ def test_a_well_behaved_client_never_comes_near_the_frame_budget():
     assert answered == 2000
     print(f"budget low point {lowest:.0f} of {FRAME_ALLOWANCE}")
     assert lowest > FRAME_ALLOWANCE / 2, f"a well-behaved client took the budget down to {lowest:.0f} of {FRAME_ALLOWANCE}"
+
+
+def test_a_large_answer_reaches_the_transport_as_views_of_the_reply_itself():
+    """No copy of a reply's large part in the supervisor: its slices go to the transport as
+    views of the part (the socket's copy is the only one), the frames around them are right,
+    and the reply's charge is released once its last byte has been handed over."""
+    from rtd.daemon.transport.contract import Method, Reply
+    part = bytes(range(256)) * 4096   # 1 MiB
+    released = []
+
+    class Charge:
+        def release(self):
+            released.append(True)
+
+    class Routes:
+        async def answer(call):
+            return Reply([part], [Charge()])
+        methods = {"/t.T/Big": Method(answer, public=True)}
+        describe = staticmethod(str)
+
+    class Recording(h2peer.Transport):
+        views = 0
+
+        def writelines(self, pieces):
+            for piece in pieces:
+                if isinstance(piece, memoryview) and piece.obj is part:
+                    self.views += piece.nbytes
+            super().writelines(pieces)
+
+    async def session():
+        table, _ = h2peer.server()
+        conn = grpc_h2.Connection(table, Routes(), lambda sock: "uid:1000")
+        transport = Recording(conn)
+        conn.connection_made(transport)
+        c = h2peer.client()
+        c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
+        c.increment_flow_control_window(1 << 24)
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, h2peer.call_headers(b"/t.T/Big", None))
+        c.send_data(sid, h2peer.grpc_body(b""), end_stream=True)
+        body, trailers = bytearray(), None
+        for _ in range(50):
+            conn.data_received(c.data_to_send())
+            await h2peer.settle(4)
+            for event in c.receive_data(bytes(transport.written)):
+                if isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.TrailersReceived):
+                    trailers = dict(event.headers)
+            transport.written.clear()
+            if trailers is not None:
+                break
+        transport.close()
+        await h2peer.settle()
+        return transport.views, bytes(body), trailers
+
+    views, body, trailers = asyncio.run(session())
+    assert trailers == {b"grpc-status": b"0"}
+    assert body == h2peer.grpc_body(part), "the message arrived whole and in order"
+    # slices under 4 KiB (here the 5 bytes a frame's prefix displaced) are copied with the frame headers
+    assert len(part) - views < 4096, f"{views} of {len(part)} bytes went to the transport as views of the reply's part"
+    assert released == [True]
