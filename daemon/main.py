@@ -2,8 +2,9 @@
 
 Order matters: the sandbox zygote is forked FIRST, before any thread exists (forking a
 threaded process is unsafe); then the soft fd limit is raised to the hard one, the event
-loop starts, the supervisor restores its models, the listeners come up, and only then
-systemd hears READY=1. WATCHDOG=1 pings come from the event loop itself, so a stuck loop
+loop starts, the supervisor restores its models, the listeners come up, systemd hears
+READY=1, and only then each tenant's `load` list loads from its model repository, in the
+background (a tenant's repository delays nobody else). WATCHDOG=1 pings come from the event loop itself, so a stuck loop
 stops them. SIGHUP reloads tenant tokens and trust stores (a bad config keeps the old one
 and says why); SIGTERM/SIGINT drain: no new connections or calls, requests in flight
 finish within `drain_grace_s`, then the workers and the zygote stop.
@@ -160,6 +161,7 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
                     max_connections=table.limits.max_connections)
         print(f"rtd: serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
         sd_notify("READY=1")
+        supervisor.load_at_start()   # each tenant's `load` list, in the background: nobody waits for another's repository
         watchdog = loop.create_task(_watchdog())
         await stop.wait()
         sd_notify("STOPPING=1")

@@ -59,8 +59,9 @@ class InferHead:
     raw: list = dataclasses.field(default_factory=list)        # (start, end) of each raw_input_contents
 
 
-class _Reader:
-    """Fields of one protobuf message within buf[start:end], sharing one field budget."""
+class FieldReader:
+    """Fields of one protobuf message within buf[start:end], sharing one field budget. `buf` is
+    anything indexable by position and slice (a load request reads its spool file this way)."""
 
     def __init__(self, buf, budget: list):
         self.buf, self.budget = buf, budget
@@ -123,7 +124,7 @@ def _expect(wire: int, want: int, what: str) -> None:
         raise _bad(f"{what} has the wrong wire type")
 
 
-def _parameter(r: _Reader, span, what: str):
+def _parameter(r: FieldReader, span, what: str):
     """An InferParameter's one value (bool, int, str or float)."""
     value = None
     for number, wire, v in r.fields(*span):
@@ -142,7 +143,7 @@ def _parameter(r: _Reader, span, what: str):
     return value
 
 
-def _map_entry(r: _Reader, span, into: dict, what: str) -> None:
+def _map_entry(r: FieldReader, span, into: dict, what: str) -> None:
     if len(into) >= MAX_PARAMETERS:
         raise _bad(f"{what} has more than {MAX_PARAMETERS} parameters")
     key, value = "", None
@@ -156,7 +157,7 @@ def _map_entry(r: _Reader, span, into: dict, what: str) -> None:
     into[key] = value
 
 
-def _input(r: _Reader, span) -> TensorHead:
+def _input(r: FieldReader, span) -> TensorHead:
     t = TensorHead()
     shape = []
     for number, wire, v in r.fields(*span):
@@ -189,7 +190,7 @@ def _input(r: _Reader, span) -> TensorHead:
     return t
 
 
-def _output(r: _Reader, span) -> OutputHead:
+def _output(r: FieldReader, span) -> OutputHead:
     o = OutputHead()
     for number, wire, v in r.fields(*span):
         if number == 1:
@@ -204,7 +205,7 @@ def _output(r: _Reader, span) -> OutputHead:
 def scan(message) -> InferHead:
     """The header of a serialized ModelInferRequest (any bytes-like) and its tensors' places."""
     buf = memoryview(message).cast("B")
-    r, head = _Reader(buf, [MAX_FIELDS]), InferHead()
+    r, head = FieldReader(buf, [MAX_FIELDS]), InferHead()
     for number, wire, v in r.fields(0, len(buf)):
         if number in (1, 2, 3):
             _expect(wire, LENGTH, "model_name, model_version or id")

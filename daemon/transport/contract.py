@@ -9,7 +9,6 @@ It never looks inside a body.
 """
 import dataclasses
 import errno
-import mmap
 import os
 import typing
 
@@ -73,7 +72,7 @@ class Method:
 class SpooledBody:
     """A call's body written to a file as it arrives (an unlinked file of the state directory,
     from the routes' `spool(who, length)`), so an upload is never held in the supervisor's
-    memory; the handler reads it by offset (`view`) and the file goes when the call ends."""
+    memory; the handler reads it by offset through `fd` and the file goes when the call ends."""
 
     def __init__(self, fd: int, expected: int):
         self.fd, self.expected, self.size = fd, expected, 0
@@ -92,10 +91,6 @@ class SpooledBody:
 
     def __len__(self) -> int:
         return self.size
-
-    def view(self) -> memoryview:
-        """The body, mapped read-only (pages are read on demand, not held)."""
-        return memoryview(mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ)) if self.size else memoryview(b"")
 
     def close(self) -> None:
         if self.fd >= 0:
