@@ -49,9 +49,14 @@ class Repository:
                 self._root = None
 
     def open_model(self, name: str) -> Dir:
-        root = self.root()
         layout.check_component(name)
-        if not root.exists(name):
+        try:
+            root = self.root()
+        except RtdError as e:
+            if e.code is not Code.E_FILE_MISSING:
+                raise
+            root = None   # not made yet: it holds nothing
+        if root is None or not root.exists(name):
             raise RtdError(Code.E_MODEL_NOT_FOUND, f"{name!r} is not in the model repository")
         return root.subdir(name)
 

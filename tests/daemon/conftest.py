@@ -1,6 +1,7 @@
 """A real `rtd serve` subprocess on a real Unix socket with two tenants (acme, beta), each
 with its own RSA key, trust store and token, plus helpers that build small ONNX models
 with onnx.helper and sign them with the loader's own packer."""
+import json
 import os
 import secrets
 import signal
@@ -151,6 +152,21 @@ token_sha256 = ["{token_hash(self.admin_token)}"]
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+    def state_file(self, tenant: str, name: str) -> str:
+        """A tenant's durable state file: registry.json or rollback.json (each with its .last-good)."""
+        return os.path.join(self.state, "tenants", tenant, name)
+
+    def registry(self) -> dict:
+        """{tenant: {model: entry}} as the registry's files on disk say."""
+        found = {}
+        for tenant in sorted(os.listdir(os.path.join(self.state, "tenants"))):
+            try:
+                with open(self.state_file(tenant, "registry.json")) as f:
+                    found[tenant] = json.load(f)["models"]
+            except FileNotFoundError:
+                continue
+        return {t: models for t, models in found.items() if models}
 
     def read_log(self) -> str:
         with open(self.log, errors="replace") as f:
