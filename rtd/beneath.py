@@ -171,8 +171,8 @@ class Dir:
     # -- resolution -------------------------------------------------------------------------------
     def _resolve(self, parts: list[str], flags: int) -> int:
         """An fd of parts (opened with `flags`), every component beneath the root, none a link."""
-        if self.use_openat2:
-            return _openat2(self.fd, "/".join(parts) or ".", flags)
+        if self.use_openat2:   # RESOLVE_NO_SYMLINKS refuses a trailing link too (ELOOP), where O_NOFOLLOW says ENOTDIR
+            return _openat2(self.fd, "/".join(parts) or ".", flags & ~os.O_NOFOLLOW)
         cur = os.dup(self.fd)
         try:
             for i, part in enumerate(parts):
