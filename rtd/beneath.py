@@ -237,7 +237,7 @@ class Dir:
         """(name, kind) of each entry of directory `rel`, sorted, at most `limit` (E_FILE_UNLISTED past it);
         kind as refusals name it ("a regular file", "a directory", "a symlink", "a FIFO", ...), from the
         directory entry itself, never followed."""
-        with self.subdir(rel) if rel else Dir(os.dup(self.fd), self.label, self.dev, self.use_openat2) as d:
+        with self.subdir(rel) as d:   # opened afresh even for "": a listing has its own offset, whoever else lists
             found = []
             with os.scandir(d.fd) as listing:
                 for entry in listing:

@@ -82,6 +82,7 @@ class Supervisor:
         self.repositories = {t.id: Repository(t.model_repository) for t in config.tenants if t.model_repository}
         self.io = {t.id: TenantIO(t.id) for t in config.tenants}   # each tenant's file work, on threads of its own
         self.at_start: dict[str, dict] = {}                        # tenant -> its load-at-start: {model: state}
+        self.repository_refusals: dict[str, dict] = {}             # tenant -> {model: why its last load from the repository failed}
         self.background: list[asyncio.Task] = []
         self.tenancies: dict[str, Tenancy] = {}
         self.started, self.draining = False, False
@@ -406,7 +407,7 @@ class Supervisor:
             else:
                 pkg, held = await self._verified_files(tid, name, files, record, upload)
         except RtdError as e:
-            raise self._refused(tid, name, e) from None
+            raise self._refused(tid, name, e, from_repository=files is None) from None
         model = tenancy.model(name)
         version = None
         try:
@@ -423,9 +424,10 @@ class Supervisor:
             if model.serving is None and model.loading is None:
                 del tenancy.models[name]
             if isinstance(e, RtdError):
-                raise self._refused(tid, name, e) from None
+                raise self._refused(tid, name, e, from_repository=files is None) from None
             raise
         model.commit(version)
+        self.repository_refusals.get(tid, {}).pop(name, None)
         self.events.emit("load", tid, model=name, version=pkg.version_dir, semver=pkg.version,
                          instances=version.count, ms=round((time.monotonic() - started) * 1000))
 
@@ -512,7 +514,9 @@ class Supervisor:
         except OSError as e:   # the start raises marks to the registry's counters again
             self.events.emit("rollback_write_failed", tenant, level="error", model=name, reason=e.strerror)
 
-    def _refused(self, tenant: str, name: str, error: RtdError) -> RtdError:
+    def _refused(self, tenant: str, name: str, error: RtdError, from_repository: bool = False) -> RtdError:
+        if from_repository:   # the repository index says why it is not loaded
+            self.repository_refusals.setdefault(tenant, {})[name] = str(error)
         self.metrics.refused(tenant, error.code.name)
         self.events.emit("load_refused", tenant, level="warning", model=name, code=error.code.name, reason=error.detail)
         return error
@@ -547,7 +551,7 @@ class Supervisor:
     async def models(self, tenant: TenantConfig) -> list[dict]:
         """The tenant's models: those loaded, and those of its model repository not loaded
         (UNAVAILABLE, as Triton's repository index lists them, with the reason one cannot be
-        loaded or failed to load at start). The directory is read on the tenant's threads; a
+        loaded, or why its last load from the repository was refused). The directory is read on the tenant's threads; a
         repository that cannot be read at all is E_REPOSITORY_UNAVAILABLE (one not made yet is empty)."""
         tid = tenant.id
         on_disk = []
@@ -559,12 +563,12 @@ class Supervisor:
                     raise
         loaded = self._tenancy(tenant).models
         views = {name: m.view() for name, m in loaded.items()}
-        failed = {name: state for name, state in self.at_start.get(tid, {}).items() if state.startswith("not loaded")}
+        refused = self.repository_refusals.get(tid, {})
         for found in on_disk:
             name = found["name"]
             if name not in loaded:
                 views[name] = {"name": name, "state": "UNAVAILABLE", "version": found["version"],
-                               "reason": found.get("reason") or failed.get(name, "unloaded"),
+                               "reason": found.get("reason") or refused.get(name, "unloaded"),
                                "semver": "", "serving": None, "loading": None}
         return [views[name] for name in sorted(views)]
 

@@ -81,19 +81,21 @@ class Daemon:
 
     def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20,
                  listen: str = "", limits: dict | None = None, tenants=TENANTS, repository: str = "",
-                 metrics: str = "", policies: dict | None = None):
-        """`policies`: per tenant, [limits] keys of its sandbox policy over memory_bytes (e.g. gpu_devices)."""
+                 metrics: str = "", policies: dict | None = None, loads: dict | None = None):
+        """`policies`: per tenant, [limits] keys of its sandbox policy over memory_bytes (e.g. gpu_devices);
+        `loads`: per tenant, its `load` list (models of its repository loaded at start)."""
         self.root = str(root)
         self.state = os.path.join(self.root, "state")
         self.socket = os.path.join(self.state, "rtd.sock")
         self.metrics_port = free_port()
-        self.tokens, self.keys = {}, {}
+        self.tokens, self.keys, self.trust = {}, {}, {}
         self.admin_token = secrets.token_urlsafe(32)
         self.metrics_token = secrets.token_urlsafe(32)
         tenant_tables = []
         for i, tenant in enumerate(tenants):
             key_dir, trust = os.path.join(self.root, "keys", tenant), os.path.join(self.root, "trust", tenant)
             os.makedirs(trust)
+            self.trust[tenant] = trust
             private, public = keys.write_keypair(key_dir)
             os.link(public, os.path.join(trust, os.path.basename(public)))
             self.keys[tenant] = keys.load_private(private)
@@ -105,6 +107,7 @@ token_sha256 = ["{token_hash(self.tokens[tenant])}"]
 trusted_keys = "{trust}"
 uid = {62000 + i}
 gid = {62000 + i}
+{f"load = {json.dumps((loads or {})[tenant])}" if tenant in (loads or {}) else ""}
 policy = {{ limits = {{ {", ".join(f"{k} = {v!r}" for k, v in
                         {"memory_bytes": memory_bytes, **(policies or {}).get(tenant, {})}.items())} }} }}
 """)
