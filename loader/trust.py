@@ -175,7 +175,7 @@ class RollbackStore:
 
     def _refuse_if_unusable(self) -> None:
         if self.unusable:
-            raise RtdError(Code.E_STATE_DAMAGED, f"{self.unusable}; loads are refused until `{REPAIR}`")
+            raise RtdError(Code.E_STATE_DAMAGED, f"until `{REPAIR}`: {self.unusable}")
 
     def raise_floor(self, tenant: str, name: str, counter: int, manifest_sha256: str | None) -> None:
         """A mark known from elsewhere, held in memory only (it never lowers one)."""

@@ -97,7 +97,8 @@ class Copies:
         """Why neither copy can be used although one exists (None: one is usable, or neither was ever written)."""
         if self.usable() is not None or not self.present:
             return None
-        return "; ".join(self.problems) or f"{self.name}: unusable"
+        first = self.problems[0] if self.problems else f"{self.name}: unusable"
+        return f"{self.name} and its last good copy are unusable ({first})"
 
 
 def read_copies(directory: Dir, name: str, parse, max_bytes: int, allow_links: bool = False) -> Copies:
@@ -116,7 +117,7 @@ def read_copies(directory: Dir, name: str, parse, max_bytes: int, allow_links: b
         try:
             value = parse(data)
         except json.JSONDecodeError as e:   # its msg is the grammar's expectation, never the text found
-            copies.problems.append(f"{rel}: not JSON ({e.msg} at line {e.lineno} column {e.colno})")
+            copies.problems.append(f"{rel}: not JSON ({e.msg}: line {e.lineno} column {e.colno})")
             continue
         except (ValueError, RtdError) as e:
             copies.problems.append(f"{rel}: {e.detail if isinstance(e, RtdError) else e}")

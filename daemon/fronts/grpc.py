@@ -162,7 +162,7 @@ class Front:
 
         async def repair():
             done.extend(await self.supervisor.repair(tenant))
-        await self._audited(call, "repair", repair(), tenant=tenant[:64])
+        await self._audited(call, "repair", repair(), repaired=tenant[:64])
         return Reply([json.dumps({"tenant": tenant, "done": done}).encode()])
 
     # -- work ------------------------------------------------------------------------------------

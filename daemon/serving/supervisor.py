@@ -22,6 +22,7 @@ from rtd.daemon.serving.lifecycle import ManagedModel, ModelState
 from rtd.daemon.observe.metrics import Metrics, Timing
 from rtd.daemon.state.registry import Registry
 from rtd.daemon.state.repository import Repository, check_version_policy, package_size
+from rtd.daemon.state.revocations import Revocations
 from rtd.daemon.serving.tenant_io import TenantIO
 from rtd.daemon.serving.instances import WORKER_ENTRY
 from rtd.daemon.serving.scheduler import InferRequest
@@ -78,7 +79,9 @@ class Supervisor:
         self.rollback = {t.id: RollbackStore(os.path.join(self.registry.tenants_dir, t.id, "rollback.json"))
                          for t in config.tenants}
         self._split_earlier_marks()
-        self.trust = {t.id: TrustStore(t.trusted_keys) for t in config.tenants}
+        self.revocations = {t.id: Revocations(os.path.join(self.registry.tenants_dir, t.id, "revoked.json"))
+                            for t in config.tenants}
+        self.trust = {t.id: self._remembered(t.id, TrustStore(t.trusted_keys)) for t in config.tenants}
         self.repositories = {t.id: Repository(t.model_repository) for t in config.tenants if t.model_repository}
         self.io = {t.id: TenantIO(t.id) for t in config.tenants}   # each tenant's file work, on threads of its own
         self.at_start: dict[str, dict] = {}                        # tenant -> its load-at-start: {model: state}
@@ -120,16 +123,27 @@ class Supervisor:
             if marks.floors and tid not in self.registry.written and tid not in self.registry.unusable:
                 self.registry.unusable[tid] = "registry.json and its last good copy are gone while rollback.json holds marks"
 
+    def _remembered(self, tid: str, trust: TrustStore) -> TrustStore:
+        """The store, revoking what it ever revoked (the daemon's record), its revocations recorded."""
+        memory = self.revocations[tid]
+        if not trust.unusable:
+            try:
+                memory.remember(trust.revoked)
+            except OSError as e:   # held in memory; written with the next change
+                self.events.emit("revocations_write_failed", tid, level="error", reason=e.strerror)
+        trust.revoked |= memory.known
+        return trust
+
     def state_damage(self, tid: str) -> str | None:
         """Why a tenant's durable state cannot be trusted to hold its floors (None: it can)."""
         trust = self.trust[tid]
-        return (self.registry.unusable.get(tid) or self.rollback[tid].unusable
+        return (self.registry.unusable.get(tid) or self.rollback[tid].unusable or self.revocations[tid].unusable
                 or (f"trusted_keys: {trust.unusable}" if trust.unusable else None))
 
     def _refuse_damaged_state(self, tid: str) -> None:
         damage = self.state_damage(tid)
         if damage:
-            raise RtdError(Code.E_STATE_DAMAGED, f"{damage}; loads are refused until `{REPAIR.format(tid)}`")
+            raise RtdError(Code.E_STATE_DAMAGED, f"until `{REPAIR.format(tid)}`: {damage}")
 
     async def repair(self, tid: str) -> list[str]:
         """The operator's `rtctl state repair`: each of the tenant's damaged state files written
@@ -150,7 +164,9 @@ class Supervisor:
         if trust.unusable:
             raise RtdError(Code.E_STATE_DAMAGED, f"trusted_keys: {trust.unusable}: fix or remove that file (rtctl trust "
                                                  "writes both copies), then repair again")
-        self.trust[tid] = trust
+        if self.revocations[tid].unusable:
+            done.append(self.revocations[tid].repair(trust.revoked))
+        self.trust[tid] = self._remembered(tid, trust)
         if tid in self.registry.unusable:
             done.append(self.registry.repair(tid))
         if self.rollback[tid].unusable:
@@ -208,7 +224,7 @@ class Supervisor:
                 self.registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
                 self.events.emit("restore_failed", tenant_id, level="error", model=name, reason=reason)
         for tid, marks in self.rollback.items():
-            self.registry.damaged += [f"{tid}: {line}" for line in marks.problems]
+            self.registry.damaged += [f"{tid}: {line}" for line in marks.problems + self.revocations[tid].problems]
             self.registry.damaged += [f"{tid}: trusted_keys: {line}" for line in self.trust[tid].problems]
             if self.state_damage(tid):
                 self.registry.damaged.append(f"{tid}: {self.state_damage(tid)}: its loads are refused until "
@@ -334,7 +350,7 @@ class Supervisor:
             raise RtdError(Code.E_CONFIG_INVALID, "limits changed: restart rtd")
         if any(new[tid].model_repository != old[tid].model_repository for tid in new):
             raise RtdError(Code.E_CONFIG_INVALID, "model_repository changed: restart rtd")
-        trust = {t.id: TrustStore(t.trusted_keys) for t in config.tenants}
+        trust = {t.id: self._remembered(t.id, TrustStore(t.trusted_keys)) for t in config.tenants}
         for tid, store in trust.items():   # a damaged store refuses its own tenant's loads, nobody else's
             if store.unusable:
                 self.events.emit("trust_damaged", tid, level="error", reason=store.unusable)

@@ -118,7 +118,7 @@ class Registry:
                 continue
             entries[name] = entry
         self.entries[tenant] = entries
-        if entries != models or copies.main is None:   # what is served from now on is what the index says
+        if copies.present and (entries != models or copies.main is None):   # what is served from now on is what it says
             try:
                 self._flush(tenant, entries)
             except OSError as e:
