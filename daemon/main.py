@@ -39,6 +39,7 @@ from rtd.sandbox import Zygote, cleanup_instance, detect_layout, load_policy
 from rtd.sandbox.syscalls import check_architecture
 
 WORKER_MODULE = "rtd.daemon.worker.main"
+DECODER_MODULE = "rtd.daemon.worker.upload"   # the confined upload decoder (serving/uploads.py)
 LOCK_WAIT_S = 5.0
 FD_RESERVE_FRACTION = 4   # a quarter of the fd limit stays for workers' sockets, memfds and files
 
@@ -204,7 +205,7 @@ def lock_state_dir(state_dir: str) -> int:
 def serve(config: configuration.Config, reread) -> int:
     lock_state_dir(config.state_dir)
     instance = instance_id(config)
-    zygote = Zygote.start(preload=(WORKER_MODULE,), instance=instance)  # before any thread
+    zygote = Zygote.start(preload=(WORKER_MODULE, DECODER_MODULE), instance=instance)  # before any thread
     try:
         layout = detect_layout()
         for parent in {load_policy(t.policy or None).cgroup_parent for t in config.tenants}:

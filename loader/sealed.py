@@ -9,7 +9,8 @@ the supervisor.
 
 A file of a spooled upload or of the registry's blobs (`FileExtent`) is copied into its memfd
 by the kernel (seal_copy: copy_file_range or sendfile), sealed, and only then hashed from the
-sealed memfd in chunks: never held whole in the supervisor's memory.
+sealed memfd in chunks: never held whole in the supervisor's memory. A memfd a confined
+decoder filled is taken over the same way (seal_memfd).
 """
 import concurrent.futures
 import fcntl
@@ -89,15 +90,29 @@ def seal_from_fd(name: str, src_fd: int, size: int, offset: int = 0,
 
 def seal_copy(name: str, src_fd: int, size: int, offset: int = 0, short_code: Code = Code.E_DIGEST_MISMATCH) -> SealedFile:
     """`size` bytes from `offset` of a file nobody changes meanwhile, copied into a new memfd by
-    the kernel and sealed; the digest is then read from the sealed memfd itself (1 MiB at a
-    time), so it is of exactly the bytes held. A file that ends early is refused with `short_code`."""
+    the kernel, sealed and hashed (seal_memfd). A file that ends early is refused with `short_code`."""
     fd = _new_memfd(name)
     try:
+        copy_fd(src_fd, fd, size, offset)
+    except OSError as e:
+        os.close(fd)
+        raise RtdError(short_code, f"{name}: {e.strerror}") from None
+    return seal_memfd(name, fd, size, short_code)
+
+
+def seal_memfd(name: str, fd: int, size: int, code: Code = Code.E_DIGEST_MISMATCH) -> SealedFile:
+    """A memfd someone else filled (the kernel's copy, a confined decoder), taken over: sealed
+    against any further change (refused with `code` if it cannot be: not a memfd, sealing not
+    allowed, a writable mapping still open), checked to hold exactly `size` bytes, then hashed
+    from the sealed memfd itself, 1 MiB at a time, so the digest is of exactly the bytes held.
+    The fd is the SealedFile's from here on, or closed."""
+    try:
         try:
-            copy_fd(src_fd, fd, size, offset)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
         except OSError as e:
-            raise RtdError(short_code, f"{name}: {e.strerror}") from None
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            raise RtdError(code, f"{name} cannot be sealed: {e.strerror}") from None
+        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS or os.fstat(fd).st_size != size:
+            raise RtdError(code, f"{name} does not hold the {size} bytes it was said to")
         digest, buf, done = hashlib.sha256(), memoryview(bytearray(min(_CHUNK, size))), 0
         while done < size:
             n = os.preadv(fd, [buf[:size - done]], done)

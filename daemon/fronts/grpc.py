@@ -17,7 +17,7 @@ from rtd.daemon.serving.budgets import OPERATOR
 from rtd.daemon.transport.contract import Call, Method, Reply
 from rtd.daemon.fronts import kserve
 from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, deadline_of, describe, model_statistics, repository_index
-from rtd.daemon.fronts.upload import read_grpc_load
+from rtd.daemon.serving.uploads import from_grpc
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.infer_request import declared_inputs, scan
 from rtd.errors import Code, RtdError
@@ -182,8 +182,8 @@ class Front:
         return Reply([result.body], result.charges)
 
     async def repository_load(self, call):
-        """Find the package's files in the spooled request (a bounded walk, upload.py) and load them
-        from there: the package never passes through the supervisor's memory."""
-        name, upload = read_grpc_load(call.message)
+        """Find the package's files in the spooled request (a bounded walk, rtd/load_request.py) and
+        load them from there: the package never passes through the supervisor's memory."""
+        name, upload = from_grpc(call.message)
         await self._audited(call, "load", kserve.load(self.supervisor, self._tenant(call), name, upload), model=name)
         return _reply(pb.RepositoryModelLoadResponse())

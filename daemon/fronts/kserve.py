@@ -22,7 +22,7 @@ def describe(error: RtdError) -> str:
 
 
 async def load(supervisor, tenant, name: str, upload) -> None:
-    """Load what a spooled load request names (upload.py read it): its files, or with none the
+    """Load what a spooled load request names (serving/uploads.py found it): its files, or with none the
     model of the tenant's repository; the spool's fd is closed once the intake is done with it."""
     if not upload:
         upload.close()

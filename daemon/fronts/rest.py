@@ -5,8 +5,8 @@ call onto the Supervisor API and back, as the gRPC front does; the transport
 
 Statistics are those of the gRPC front (kserve.model_statistics). An inference body is handed
 on unread (the worker parses it); the JSON parsed here is that of control calls, whose bodies
-the transport holds to CONTROL_MESSAGE_BYTES. A load's JSON stays in its spool, scanned in
-place (upload.py).
+the transport holds to CONTROL_MESSAGE_BYTES. A load's JSON stays in its spool and is decoded
+by the tenant's confined upload decoder (serving/uploads.py).
 """
 import json
 import re
@@ -19,7 +19,6 @@ from rtd.daemon.transport.contract import Call, Method, Reply
 from rtd.daemon.transport.rest_h1 import length_of
 from rtd.daemon.fronts import kserve
 from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, describe, model_statistics, repository_index
-from rtd.daemon.fronts.upload import read_rest_load
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.errors import Code, RtdError
 
@@ -145,10 +144,11 @@ class Front:
 
     # -- work ------------------------------------------------------------------------------------
     async def load(self, request):
-        """Find the package's files in the spooled JSON (a bounded scan, upload.py) and load them
-        from there: the package never passes through the supervisor's memory."""
-        upload = read_rest_load(request.message)
-        await kserve.load(self.supervisor, self._tenant(request), request.params["name"], upload)
+        """The package's files, decoded from the spooled JSON by the tenant's confined upload decoder
+        (serving/uploads.py), loaded from there: the supervisor never parses the upload."""
+        tenant = self._tenant(request)
+        upload = await self.supervisor.rest_upload(tenant, request.message)
+        await kserve.load(self.supervisor, tenant, request.params["name"], upload)
         return _ok()
 
     async def infer(self, request):

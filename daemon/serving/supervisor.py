@@ -8,6 +8,7 @@ stops; a failed write changes nothing. Tenants are authenticated by the fronts; 
 per tenant. The supervisor never parses a model graph.
 """
 import asyncio
+import dataclasses
 import functools
 import os
 import time
@@ -24,6 +25,7 @@ from rtd.daemon.state.registry import Registry
 from rtd.daemon.state.repository import Repository, check_version_policy, package_size
 from rtd.daemon.state.revocations import Revocations
 from rtd.daemon.serving.tenant_io import TenantIO
+from rtd.daemon.serving.uploads import DECODER_ENTRY, SMALL_BODY, Upload, from_rest
 from rtd.daemon.serving.instances import WORKER_ENTRY
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.daemon.serving.tenancy import Tenancy
@@ -514,6 +516,24 @@ class Supervisor:
                                      discard=lambda late: (late.close(), held.release()),
                                      abandon=lambda: (held.release(), source.dir.close()))
         return pkg, held
+
+    async def rest_upload(self, tenant: TenantConfig, spool) -> Upload:
+        """A spooled REST load request's files and config, read by the tenant's confined upload
+        decoder (serving/uploads.py) on the tenant's threads; the package never passes through
+        the supervisor's memory and its decoding is charged to the tenant's cgroups."""
+        upload, tenancy, limits = Upload(spool), self._tenancy(tenant), self._intake_limits
+        caps = {"max_files": limits.max_files, "max_file_bytes": limits.max_file_bytes, "max_total_bytes": limits.max_total_bytes}
+        cpu_only = dataclasses.replace(tenancy.policy.limits, gpu_devices=(), gpu_memory_bytes=0)
+        policy, identity = dataclasses.replace(tenancy.policy, limits=cpu_only), TenantIdentity(tenant.id, tenant.uid, tenant.gid)
+
+        def spawn(sock):
+            return self.zygote.spawn(DECODER_ENTRY, policy=policy, identity=identity, sock=sock, args=())
+        timeout, started = self.config.limits.load_timeout_s, time.monotonic()
+        await self.io[tenant.id].run(from_rest, upload, spawn, caps, timeout, timeout=timeout + 30,
+                                     what="decoding the upload", discard=Upload.close, abandon=upload.close)
+        self.events.emit("upload_decoded", tenant.id, files=len(upload), bytes=sum(len(f) for f in upload.values()),
+                         confined=upload.size > SMALL_BODY, ms=round((time.monotonic() - started) * 1000))
+        return upload
 
     @property
     def _intake_limits(self) -> IntakeLimits:

@@ -1,18 +1,39 @@
-"""daemon/fronts/upload.py: a load request read in place from its spool file. The files it
-finds seal to exactly the bytes protobuf (gRPC) or json+base64 (REST) would have decoded,
-malformed requests are E_REQUEST_INVALID, and reading a big request allocates a bounded
-amount of memory whatever its size (tracemalloc's peak, not a clock)."""
+"""A load request read where it lies, in its spool file: the gRPC walk (rtd/load_request.py via
+serving/uploads.py) and the REST lexer the confined upload decoder runs (daemon/worker/upload.py).
+The files found seal to exactly the bytes protobuf or json+base64 would have decoded, malformed
+requests are E_REQUEST_INVALID, and reading a big request allocates a bounded amount of memory
+whatever its size (tracemalloc's peak, not a clock). Against a real `rtd serve`, a REST upload
+bigger than a control call is decoded by a confined process of the tenant's."""
 import base64
 import json
 import os
 import random
+import subprocess
 import tracemalloc
 
+import numpy as np
 import pytest
 
-from rtd.daemon.fronts.upload import read_grpc_load, read_rest_load
+from rtd.daemon.serving.uploads import SMALL_BODY, DecodedFile, Upload, from_grpc
+from tests.daemon.conftest import mlp
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
+
+CAPS = {"max_files": 64, "max_file_bytes": 1 << 40, "max_total_bytes": 1 << 40}
+
+
+def read_grpc_load(spool):
+    return from_grpc(spool)
+
+
+def read_rest_load(spool):
+    """The lexer the decoder runs, in this process (from_rest reads a body up to SMALL_BODY in place)."""
+    from rtd.daemon.worker.upload import read_load_request
+    upload = Upload(spool)
+    files, upload.config = read_load_request(upload.fd, upload.size, CAPS)
+    for f in files:
+        upload.add(f.path, DecodedFile(f.fd, f.size))
+    return upload
 
 
 class Spool:
@@ -139,3 +160,39 @@ def test_reading_a_big_request_allocates_a_bounded_amount(tmp_path, protocol):
     assert f.size == 48 << 20 and peak < 8 << 20, f"{peak} bytes allocated reading a {48 << 20}-byte file"
     f.close()
     upload.close()
+
+
+def rest_load(d, name: str, body: bytes, tmp_path) -> tuple[int, bytes]:
+    path = tmp_path / "body.json"
+    path.write_bytes(body)
+    done = subprocess.run(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", "--unix-socket", os.path.join(d.state, "rtd-rest.sock"),
+                           "-H", f"Authorization: Bearer {d.tokens['acme']}", "--data-binary", f"@{path}",
+                           f"http://rtd/v2/repository/models/{name}/load"], capture_output=True, timeout=120)
+    body, _, status = done.stdout.rpartition(b"\n")
+    return int(status), body
+
+
+def test_a_rest_upload_is_decoded_by_a_confined_process_of_the_tenant(fresh_daemon, tmp_path):
+    d = fresh_daemon()
+    files = d.package("acme", mlp(1, inner=8192), "wide")
+    body = rest_body(files)
+    assert len(body) > SMALL_BODY
+    status, answer = rest_load(d, "wide", body, tmp_path)
+    assert status == 200, answer
+    assert d.client("acme").infer("wide", {"X": np.ones((1, 4), np.float32)})["Y"].shape == (1, 8192)
+    assert "event=upload_decoded tenant=acme files=4" in d.read_log() and "confined=True" in d.read_log()
+    bad = body[:-200] + b'!' * 100 + body[-100:]                       # not base64, past what root reads in place
+    status, answer = rest_load(d, "wide", bad, tmp_path)
+    assert status == 400 and json.loads(answer)["error"].startswith("E_REQUEST_INVALID"), answer
+
+
+def test_a_decoder_past_the_tenants_memory_is_killed_and_only_that_upload_fails(fresh_daemon, tmp_path):
+    d = fresh_daemon(memory_bytes=64 << 20, limits={"max_message_bytes": 256 << 20})
+    d.client("beta").load("b", d.package("beta", mlp(2), "b"))
+    files = d.package("acme", mlp(1), "big")
+    files["1/padding.bin"] = os.urandom(120 << 20)    # decoded into memfds charged to acme's cgroup: past 64 MiB
+    status, answer = rest_load(d, "big", rest_body(files), tmp_path)
+    assert status in (500, 503) and "E_SANDBOX_KILLED" in json.loads(answer)["error"], answer
+    assert "memory" in json.loads(answer)["error"]
+    assert d.client("beta").infer("b", {"X": np.ones((1, 4), np.float32)})["Y"].shape == (1, 3)
+    d.client("acme").load("small", d.package("acme", mlp(3), "small"))   # acme's next load is fine
