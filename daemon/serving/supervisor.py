@@ -523,7 +523,9 @@ class Supervisor:
         the supervisor's memory and its decoding is charged to the tenant's cgroups."""
         upload, tenancy, limits = Upload(spool), self._tenancy(tenant), self._intake_limits
         caps = {"max_files": limits.max_files, "max_file_bytes": limits.max_file_bytes, "max_total_bytes": limits.max_total_bytes}
-        cpu_only = dataclasses.replace(tenancy.policy.limits, gpu_devices=(), gpu_memory_bytes=0)
+        # no GPU; files as big as a package file may be (memfds count against RLIMIT_FSIZE), its memory cgroup as ever
+        cpu_only = dataclasses.replace(tenancy.policy.limits, gpu_devices=(), gpu_memory_bytes=0,
+                                       fsize_bytes=max(tenancy.policy.limits.fsize_bytes, limits.max_file_bytes))
         policy, identity = dataclasses.replace(tenancy.policy, limits=cpu_only), TenantIdentity(tenant.id, tenant.uid, tenant.gid)
 
         def spawn(sock):

@@ -130,7 +130,8 @@ def _decode(upload: Upload, spawn, caps: dict, timeout: float) -> None:
             status = handle.wait(5)
             if status is not None and status.layer:
                 raise RtdError(Code.E_SANDBOX_KILLED, f"the upload decoder: {status.layer} layer ({status.reason})") from None
-            raise RtdError(Code.E_WORKER_CRASHED, "the upload decoder ended without an answer") from None
+            how = f"exit {status.code}, signal {status.signal}" if status is not None else "still running"
+            raise RtdError(Code.E_WORKER_CRASHED, f"the upload decoder ended without an answer ({how})") from None
         _take(upload, frame, caps)
     finally:
         ours.close()

@@ -212,6 +212,8 @@ def decode(sock, *args) -> None:
                   fds=[f.fd for f in files])
     except RtdError as e:
         wire.send(sock, wire.Kind.ERROR, head={"code": e.code.name, "detail": e.detail})
+    except OSError as e:   # a memfd past RLIMIT_FSIZE, the spool unreadable
+        wire.send(sock, wire.Kind.ERROR, head={"code": Code.E_IO.name, "detail": f"decoding the upload: {e.strerror}"})
     finally:
         for fd in frame.fds + [f.fd for f in files]:
             os.close(fd)

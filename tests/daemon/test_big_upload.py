@@ -114,6 +114,9 @@ def test_a_300_mb_package_streams_to_disk_with_only_max_message_bytes_raised(big
             rounds.append(beta_round(d, 3 + len(rounds)))
         done = loading.result()
     peak = status_kb(pid, "VmHWM")
+    print(f"\n{protocol}: {size} bytes in {sum(rounds) if rounds else 0:.1f}+ s; supervisor VmRSS before {before >> 20} MiB, "
+          f"VmHWM during {peak >> 20} MiB (+{(peak - before) >> 20} MiB); beta's rounds max {max(rounds or [0]):.2f} s "
+          f"(usually {usual:.2f} s)")
     if protocol == "rest":
         assert done.returncode == 0 and done.stdout.endswith(b"\n200"), (done.stdout[-300:], done.stderr)
     assert peak - before < RSS_GROWTH, f"the supervisor's resident memory grew by {(peak - before) >> 20} MiB"
