@@ -6,7 +6,7 @@ import json
 
 import grpc
 
-from rtd.daemon.fronts.grpc import ADMIN_SERVICE, SERVICE
+from rtd.proto import ADMIN_SERVICE, SERVICE
 from rtd.proto import FILE_PREFIX, PROFILE_PARAMETER
 from rtd.tensors import decode_response, encode_inputs
 from rtd.errors import Code, RtdError

@@ -5,6 +5,7 @@ mapped through the ONE table (`Code.status`) in `kserve.describe`; anything unex
 "Internal server error" with no details. RPCs not listed here (shared memory, trace/log
 settings, streaming) are answered UNIMPLEMENTED by the transport.
 """
+import functools
 import json
 import math
 
@@ -21,10 +22,9 @@ from rtd.daemon.serving.uploads import from_grpc
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.infer_request import declared_inputs, scan
 from rtd.errors import Code, RtdError
+from rtd.proto import ADMIN_SERVICE, SERVICE
 from rtd.proto import grpc_service_pb2 as pb
 
-SERVICE = "inference.GRPCInferenceService"
-ADMIN_SERVICE = "rtd.Admin"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 def _message(cls, call: Call | memoryview):
     """The call's request message; one that does not parse is the client's error."""
@@ -45,7 +45,9 @@ class Front:
         """`reload()`: re-read tenant tokens and trust stores as SIGHUP does, or raise RtdError."""
         self.supervisor, self.reload = supervisor, reload
         self.max_bytes = supervisor.config.limits.max_message_bytes
-        public, control, work, upload = dict(public=True), dict(control=True), {}, dict(spool=True)
+        public, control = dict(public=True), dict(control=True)
+        work = dict(spool=functools.partial(kserve.request_body, supervisor.ledger))
+        upload = dict(spool=functools.partial(kserve.upload_spool, supervisor))
         routes = {
             (SERVICE, "ServerLive"): (self.server_live, public), (SERVICE, "ServerReady"): (self.server_ready, public),
             (SERVICE, "ServerMetadata"): (self.server_metadata, public),
@@ -62,9 +64,6 @@ class Front:
         self.methods = {f"/{service}/{rpc}": Method(handler, **kind) for (service, rpc), (handler, kind) in routes.items()}
 
     describe = staticmethod(describe)
-
-    def spool(self, who: str, length: int):
-        return kserve.spool(self.supervisor, who, length)
 
     def authenticate(self, metadata, method: Method) -> str:
         """Who pays for a call: the operator for admin calls, else the caller's tenant."""
@@ -169,7 +168,7 @@ class Front:
     async def model_infer(self, call):
         """Read the request's header (bounded, its tensors untouched), check it against the
         model and hand the bytes on; the worker decodes them and builds the response."""
-        head = scan(call.message)
+        head = scan(call.message.view())
         declared = declared_inputs(head, self.max_bytes)
         inputs = {name: (row.wire, shape) for name, (row, shape, _) in declared.items()}
         firsts = {shape[0] if shape else None for _, shape in inputs.values()}

@@ -6,10 +6,11 @@ import errno
 import os
 import time
 
-from rtd.daemon.transport.contract import SpooledBody
+from rtd.daemon.transport.contract import BufferBody, SpooledBody
 from rtd.errors import Code, RtdError
 
 SERVER_NAME = "rtd"
+MEMFD_BODY_BYTES = 1 << 16   # inference bodies at least this big go to a memfd (passed to the worker as it is)
 SPOOL_RESERVE = 4    # uploads may not spool into the last quarter of the state directory's disk (256 MiB at most)
 EXTENSIONS = ["model_repository", "model_configuration", "binary_tensor_data"]
 
@@ -66,7 +67,7 @@ class UploadSpool(SpooledBody):
         self.charge = charge
 
 
-def spool(supervisor, who: str, length: int):
+def upload_spool(supervisor, who: str, length: int):
     """Where an upload's body goes as it arrives: an unlinked file in the state directory's
     spool/ (nothing survives a crash), its whole length allocated at once (so a full disk
     refuses the upload now, not half way), charged to the tenant's package budget until the
@@ -91,3 +92,17 @@ def spool(supervisor, who: str, length: int):
         code = Code.E_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
         raise RtdError(code, f"spooling an upload: {e.strerror}") from None
     return UploadSpool(fd, length, charge), charge
+
+
+def request_body(ledger, who: str, length: int):
+    """Where an inference request's body goes as it arrives, charged as the tenant's request
+    bytes: a small one to a buffer, a large one to a memfd of its own that the worker maps as
+    it is (the supervisor never maps more of it than the header it reads). (body, its charge)."""
+    charge = ledger.take(who, "request_bytes", length)
+    if length < MEMFD_BODY_BYTES:
+        return BufferBody(), charge
+    try:
+        return SpooledBody.memfd(length), charge
+    except OSError as e:
+        charge.release()
+        raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"a memfd for the request body: {e.strerror}") from None

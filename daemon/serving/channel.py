@@ -53,8 +53,23 @@ class WorkerChannel:
             head["released"] = released
         request_id = next(self.ids)
         out = wire.encode(kind, request_id, head, tensors, fds, self.arena)
+        # the channel's own copies of the fds, closed once sent: the caller may close its fds
+        # meanwhile (a request whose client went away), and an fd closed before it left would end the channel
+        owned = []
+        try:
+            for fd in out.fds:
+                owned.append(os.dup(fd))
+        except OSError as e:   # the caller's fd is already gone (a package closed meanwhile): this request fails alone
+            for fd in owned:
+                os.close(fd)
+            if out.region is not None:
+                self.arena.release([out.region])
+            if on_done is not None:
+                on_done(False)
+            future.set_exception(RtdError(Code.E_MODEL_UNAVAILABLE, f"a file of the request is gone ({e.strerror})"))
+            return future
         self.waiting[request_id] = (future, out.region, on_done)
-        self.outbox.append([memoryview(b"".join(wire._as_bytes(memoryview(p)) for p in out.parts)), out.fds])
+        self.outbox.append([memoryview(b"".join(wire._as_bytes(memoryview(p)) for p in out.parts)), owned])
         self._write()
         return future
 
@@ -64,7 +79,9 @@ class WorkerChannel:
                 data, fds = self.outbox[0]
                 ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
                 sent = self.sock.sendmsg([data], ancillary)
-                self.outbox[0] = [data[sent:], []]   # fds go with the first byte only
+                for fd in fds:   # they went with the first byte
+                    os.close(fd)
+                self.outbox[0] = [data[sent:], []]
                 if sent == len(data):
                     self.outbox.popleft()
         except BlockingIOError:
@@ -135,6 +152,10 @@ class WorkerChannel:
             if not future.done():
                 future.set_exception(error)
                 future.exception()   # retrieved: nobody may be waiting any more
+        for _, fds in self.outbox:   # what never left
+            for fd in fds:
+                os.close(fd)
+        self.outbox.clear()
         self.reader.close()
         self.sock.close()
         self.arena.close()

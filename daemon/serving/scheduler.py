@@ -35,7 +35,7 @@ class InferRequest:
     model: str
     version: str                 # "" for the serving one
     encoding: str                # "grpc" | "rest": how the worker reads `body` and writes the answer
-    body: object                 # the request as received (bytes-like), passed on unread
+    body: object                 # the request as received (the transport's body, or bytes-like), passed on unread
     deadline: float = math.inf   # time.monotonic(); inf: none (request_timeout_s still bounds the wait)
     inputs: dict | None = None   # {name: (wire dtype, shape)} from gRPC headers; None: the worker checks
     outputs: list | None = None  # outputs asked for (gRPC headers); None: all, or the worker knows
@@ -60,10 +60,13 @@ class _Pending:
 
 
 def infer_frame(requests: list) -> tuple[dict, dict]:
-    """(head, tensors) of the INFER frame that passes `requests` (InferRequest) to a worker unread."""
+    """(head, tensors) of the INFER frame that passes `requests` (InferRequest) to a worker
+    unread: each body as the transport's body object makes it a tensor (a large one in its own
+    sealed memfd), or a bytes-like body as it is."""
     head = {"requests": [{"encoding": r.encoding, "tensor": str(i), "json_length": r.json_length, "received": r.received}
                          for i, r in enumerate(requests)]}
-    return head, {str(i): np.frombuffer(r.body, np.uint8) for i, r in enumerate(requests)}
+    return head, {str(i): r.body.as_tensor() if hasattr(r.body, "as_tensor") else np.frombuffer(r.body, np.uint8)
+                  for i, r in enumerate(requests)}
 
 
 def parse_answer(reply: wire.Frame, count: int, max_bytes: int) -> tuple[list, dict]:

@@ -9,9 +9,14 @@ It never looks inside a body.
 """
 import dataclasses
 import errno
+import fcntl
+import mmap
 import os
 import typing
 
+import numpy as np
+
+from rtd import wire
 from rtd.errors import Code, RtdError
 
 WRITE_HIGH_WATER = 1 << 20        # a connection's write buffer past which its responses wait for the socket
@@ -62,7 +67,8 @@ class Method:
     handler: object                 # async (Call) -> Reply
     public: bool = False            # answered without credentials (liveness, readiness)
     control: bool = False           # cheap calls that may use the budgets' reserve
-    spool: bool = False             # the body goes to a spool file as it arrives (uploads), never to memory
+    spool: object = None            # (who, length) -> (body, its charge): where the body goes as it arrives, when
+                                    # not in a buffer of the transport's (a file, a memfd); the route charges it
 
     def body_limit(self, limits: TransportLimits) -> int:
         """The most a call of this route may send."""
@@ -70,12 +76,19 @@ class Method:
 
 
 class SpooledBody:
-    """A call's body written to a file as it arrives (an unlinked file of the state directory,
-    from the routes' `spool(who, length)`), so an upload is never held in the supervisor's
-    memory; the handler reads it by offset through `fd` and the file goes when the call ends."""
+    """A call's body written to a file as it arrives — an unlinked file of the state directory
+    for an upload, a memfd for a large inference request — so the supervisor never holds it in
+    its own memory; the handler reads it by offset (`view`, pages mapped only as read) or
+    passes the fd on (`as_tensor`, sealed first: then nobody can change or shrink it). The file goes when
+    the call ends."""
 
     def __init__(self, fd: int, expected: int):
         self.fd, self.expected, self.size = fd, expected, 0
+
+    @classmethod
+    def memfd(cls, expected: int) -> "SpooledBody":
+        fd = os.memfd_create("rtd-body", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        return cls(fd, expected)
 
     def write(self, data) -> None:
         """Append; a write the disk refuses is the call's E_STORAGE_FULL (or E_INTERNAL)."""
@@ -92,10 +105,36 @@ class SpooledBody:
     def __len__(self) -> int:
         return self.size
 
+    def view(self) -> memoryview:
+        """The body, mapped read-only (pages are read on demand, not held)."""
+        return memoryview(mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ)) if self.size else memoryview(b"")
+
+    def as_tensor(self) -> wire.FdTensor:
+        """The (memfd) body as a frame's tensor, sealed first: nobody can change or shrink it."""
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, wire.TENSOR_SEALS)
+        return wire.FdTensor(self.fd, self.size)
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+class BufferBody(bytearray):
+    """A small body, in the transport's memory (charged as request bytes)."""
+
+    def write(self, data) -> None:
+        self += data
+
+    def view(self) -> memoryview:
+        return memoryview(self)
+
+    def as_tensor(self) -> np.ndarray:
+        """The body as a frame's tensor (copied into the frame or the channel's arena)."""
+        return np.frombuffer(self, np.uint8)
+
+    def close(self) -> None:
+        pass
 
 
 class Connection(typing.Protocol):

@@ -299,7 +299,7 @@ class Connection(asyncio.Protocol):
                 if length > limit:
                     raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{length} bytes, the limit is {limit}")
                 if stream.method.spool:
-                    stream.spool, charge = self.routes.spool(stream.call.who, length)
+                    stream.spool, charge = stream.method.spool(stream.call.who, length)
                     stream.charges.append(charge)
                     stream.spool.write(stream.body[PREFIX.size:])
                     del stream.body[PREFIX.size:]

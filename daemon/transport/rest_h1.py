@@ -224,7 +224,7 @@ class Connection(asyncio.Protocol):
                 self.charges.append(ledger.take(who, "request_bytes", length, control=control))
         body = bytearray()
         if self.method.spool:
-            body, charge = self.routes.spool(who, length)
+            body, charge = self.method.spool(who, length)
             self.charges.append(charge)
             self.spooled = body
         self.expects_continue = headers.get("expect", "").lower() == "100-continue"

@@ -1,8 +1,12 @@
-"""Gelu: x * Phi(x) exactly (erf) or by the tanh approximation (`approximate="tanh"`)."""
+"""Gelu: x * Phi(x) exactly (erf) or by the tanh approximation (`approximate="tanh"`); float32 by the
+compiled activations (native/activation.py), in the same order of operations as the NumPy form here."""
 import math
 
 from rtd.errors import Code, RtdError
 
+import numpy as np
+
+from ..native.activation import GELU, GELU_TANH, activation
 from . import _erf
 from ._blocked import blockable, in_blocks
 from .base import Elementwise
@@ -29,6 +33,8 @@ class Gelu_20(Elementwise):
         return f"0.5 * in0 * (1 + erf(in0 {'/' if self.erf_scale_op == 'Div' else '*'} {self.erf_scale!r}))"
 
     def compute(self, x, out=None):
+        if self.xp is np and (y := activation(GELU_TANH if self.approximate == "tanh" else GELU, x, out)) is not None:
+            return y
         if blockable(self.xp, x, out):
             return in_blocks(self._gelu, x, out)
         return self._gelu(x, out)

@@ -9,7 +9,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from rtd.daemon.fronts.grpc import SERVICE
+from rtd.proto import SERVICE
 
 
 class RawClient:
