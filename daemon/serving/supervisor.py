@@ -1,44 +1,36 @@
 """The Supervisor: the ONE serving API (load, unload, infer, list, metadata, config, status)
 that every front (gRPC, rtctl, tests, benchmarks) translates onto, on the daemon's event
-loop. It holds the budgets (budgets.Ledger) every front inherits, verifies packages with the
-loader, hands each tenant's models to that tenant's Tenancy, and keeps the durable state
-(registry, rollback marks) consistent with what it serves: a load is persisted before it
+loop. It holds the budgets (budgets.Ledger) every front inherits, verifies packages through its
+Intake, hands each tenant's models to that tenant's Tenancy, and keeps the durable state
+(state.keeper: registry, rollback marks) consistent with what it serves: a load is persisted before it
 is answered and before the new version serves; an unload is persisted before anything
 stops; a failed write changes nothing. Tenants are authenticated by the fronts; names are
 per tenant. The supervisor never parses a model graph.
 """
 import asyncio
-import dataclasses
 import functools
-import os
 import time
 
-from google.protobuf import json_format
-
-from rtd.daemon.serving.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.config import ALL_MODELS, Config, TenantConfig
 from rtd.daemon.observe.events import EventLog
-from rtd.daemon.observe.gpu_watch import GpuKill, GpuWatch
-from rtd.daemon.serving.lifecycle import ManagedModel, ModelState
+from rtd.daemon.observe.gpu_events import start_watch
+from rtd.daemon.observe.gpu_watch import GpuWatch
 from rtd.daemon.observe.metrics import Metrics, Timing
-from rtd.daemon.state.registry import Registry
-from rtd.daemon.state.repository import Repository, check_version_policy, package_size
-from rtd.daemon.state.revocations import Revocations
-from rtd.daemon.serving.tenant_io import TenantIO
-from rtd.daemon.serving.uploads import DECODER_ENTRY, SMALL_BODY, Upload, from_rest
+from rtd.daemon.serving import model_views
+from rtd.daemon.serving.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.serving.instances import WORKER_ENTRY
+from rtd.daemon.serving.intake import Intake, check_config_override, close_all
+from rtd.daemon.serving.lifecycle import ManagedModel, ModelState
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.daemon.serving.tenancy import Tenancy
+from rtd.daemon.serving.tenant_io import TenantIO
 from rtd.daemon.serving.tenants import Tenants
-from rtd.dtypes import BY_CONFIG, BY_KSERVE
+from rtd.daemon.serving.uploads import Upload
+from rtd.daemon.state.keeper import StateKeeper
+from rtd.daemon.state.repository import Repository
 from rtd.errors import Code, RtdError
-from rtd.loader import IntakeLimits, RollbackStore, TrustStore, verify_package
-from rtd.loader.directory import ModelDir
 from rtd.proto import model_config_pb2 as mc
 from rtd.sandbox import TenantIdentity, load_policy
-
-PLATFORM = "rtd_onnx"
-REPAIR = "rtctl state repair --tenant {}"
 
 
 async def _to_the_end(work) -> None:
@@ -77,15 +69,9 @@ class Supervisor:
         per_tenant, total = budgets_of(config)
         self.ledger = Ledger(per_tenant, total, [t.id for t in config.tenants], on_refusal=self._budget_refused)
         self.tenants = Tenants(config)
-        self.registry = Registry(config.state_dir)
-        self.rollback = {t.id: RollbackStore(os.path.join(self.registry.tenants_dir, t.id, "rollback.json"))
-                         for t in config.tenants}
-        self._split_earlier_marks()
-        self.revocations = {t.id: Revocations(os.path.join(self.registry.tenants_dir, t.id, "revoked.json"))
-                            for t in config.tenants}
-        self.trust = {t.id: self._remembered(t.id, TrustStore(t.trusted_keys)) for t in config.tenants}
-        self.repositories = {t.id: Repository(t.model_repository) for t in config.tenants if t.model_repository}
+        self.state = StateKeeper(config, self.events)
         self.io = {t.id: TenantIO(t.id) for t in config.tenants}   # each tenant's file work, on threads of its own
+        self.intake = Intake(config, self.ledger, self.state, self.io, zygote, self.events)
         self.at_start: dict[str, dict] = {}                        # tenant -> its load-at-start: {model: state}
         self.repository_refusals: dict[str, dict] = {}             # tenant -> {model: why its last load from the repository failed}
         self.background: list[asyncio.Task] = []
@@ -99,85 +85,17 @@ class Supervisor:
         self.metrics.budget_refused(who, resource)
         self.events.emit("budget_refused", None if who == OPERATOR else who, level="warning", resource=resource)
 
-    def _split_earlier_marks(self) -> None:
-        """A state directory of the earlier layout kept every tenant's marks in one rollback.json:
-        each tenant's go to its own store, once, and the old file is kept as rollback.json.migrated."""
-        old = os.path.join(self.config.state_dir, "rollback.json")
-        if not (os.path.exists(old) or os.path.exists(old + ".last-good")):
-            return
-        earlier = RollbackStore(old)
-        if earlier.unusable:
-            self.registry.damaged.append(f"the earlier rollback.json could not be split: {earlier.unusable}")
-        for (tenant, name), (counter, digest) in earlier.floors.items():
-            if tenant in self.rollback:
-                self.rollback[tenant].record(tenant, name, counter, digest)
-        for path in (old, old + ".last-good"):
-            if os.path.exists(path):
-                os.replace(path, path + ".migrated")
-
-    def _check_state_witnesses(self) -> None:
-        """A tenant's registry index and rollback marks vouch for each other: once it loaded
-        anything both exist, so one whose file and copy are both gone while the other is there
-        was lost, not never written."""
-        for tid, marks in self.rollback.items():
-            if not marks.present and tid in self.registry.written:
-                marks.missing("its registry.json is there")
-            if marks.floors and tid not in self.registry.written and tid not in self.registry.unusable:
-                self.registry.unusable[tid] = "registry.json and its last good copy are gone while rollback.json holds marks"
-
-    def _remembered(self, tid: str, trust: TrustStore) -> TrustStore:
-        """The store, revoking what it ever revoked (the daemon's record), its revocations recorded."""
-        memory = self.revocations[tid]
-        if not trust.unusable:
-            try:
-                memory.remember(trust.revoked)
-            except OSError as e:   # held in memory; written with the next change
-                self.events.emit("revocations_write_failed", tid, level="error", reason=e.strerror)
-        trust.revoked |= memory.known
-        return trust
-
-    def state_damage(self, tid: str) -> str | None:
-        """Why a tenant's durable state cannot be trusted to hold its floors (None: it can)."""
-        trust = self.trust[tid]
-        return (self.registry.unusable.get(tid) or self.rollback[tid].unusable or self.revocations[tid].unusable
-                or (f"trusted_keys: {trust.unusable}" if trust.unusable else None))
-
-    def _refuse_damaged_state(self, tid: str) -> None:
-        damage = self.state_damage(tid)
-        if damage:
-            raise RtdError(Code.E_STATE_DAMAGED, f"until `{REPAIR.format(tid)}`: {damage}")
-
     async def repair(self, tid: str) -> list[str]:
-        """The operator's `rtctl state repair`: each of the tenant's damaged state files written
-        again from what the daemon knows now (the damaged copies kept aside), its trust store
-        read again (on the tenant's threads). Refused, changing nothing, while its trust store
-        is still damaged."""
-        if tid not in self.rollback:
+        """The operator's `rtctl state repair` (state.keeper), on the tenant's threads, no load of
+        the tenant meanwhile."""
+        if tid not in self.io:
             raise RtdError(Code.E_MODEL_NOT_FOUND, f"no tenant {tid[:64]!r}")
+        repair = functools.partial(self.state.repair, tid, self.tenants.by_id[tid].trusted_keys)
         tenancy = self.tenancies.get(tid)
         if tenancy is None:
-            return await self.io[tid].run(self._repair, tid, timeout=None, what="repairing its state")
-        async with tenancy.load_lock:   # no load of the tenant meanwhile
-            return await self.io[tid].run(self._repair, tid, timeout=None, what="repairing its state")
-
-    def _repair(self, tid: str) -> list[str]:
-        done = []
-        trust = TrustStore(self.tenants.by_id[tid].trusted_keys)
-        if trust.unusable:
-            raise RtdError(Code.E_STATE_DAMAGED, f"trusted_keys: {trust.unusable}: fix or remove that file (rtctl trust "
-                                                 "writes both copies), then repair again")
-        if self.revocations[tid].unusable:
-            done.append(self.revocations[tid].repair(trust.revoked))
-        self.trust[tid] = self._remembered(tid, trust)
-        if tid in self.registry.unusable:
-            done.append(self.registry.repair(tid))
-        if self.rollback[tid].unusable:
-            for _, name, entry in (e for e in self.registry.listing() if e[0] == tid):
-                self.rollback[tid].raise_floor(tid, name, entry["counter"], entry["manifest_sha256"])
-            done.append(self.rollback[tid].repair())
-        done.append(f"trusted_keys read again: {len(trust.keys)} key(s), {len(trust.revoked)} revocation(s)")
-        self.events.emit("state_repaired", tid, level="warning", detail="; ".join(done))
-        return done
+            return await self.io[tid].run(repair, timeout=None, what="repairing its state")
+        async with tenancy.load_lock:
+            return await self.io[tid].run(repair, timeout=None, what="repairing its state")
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -189,7 +107,8 @@ class Supervisor:
             identity = TenantIdentity(name=tenant.id, uid=tenant.uid, gid=tenant.gid)
             self.tenancies[tenant.id] = Tenancy(tenant, self.config.limits, policy, self.events, self.metrics,
                                                 functools.partial(self._spawn, tenant.id, policy, identity))
-        await self._start_gpu_watch()
+        self.gpu_watch, self.gpu_unattributed = await start_watch({tid: t.policy for tid, t in self.tenancies.items()},
+                                                                  self.events, self.metrics)
         for tenancy in self.tenancies.values():
             # a confined spare per tenant, armed now, makes its first worker start as fast as a
             # restart; one that cannot be armed is no refusal: the first spawn reports the same
@@ -199,40 +118,23 @@ class Supervisor:
                                                                                  gid=tenancy.tenant.gid))
             except RtdError as e:
                 self.events.emit("spare_not_armed", tenancy.tenant.id, level="warning", reason=e.detail)
-        self._check_state_witnesses()
-        for tenant_id, name, entry in self.registry.listing():
-            # rollback marks at least as high as what the registry holds (rollback.json may lag or be reset):
-            # in memory first, then on disk if there is room
-            marks = self.rollback.get(tenant_id)
-            if marks is None:
-                continue
-            marks.raise_floor(tenant_id, name, entry["counter"], entry["manifest_sha256"])
-            try:
-                marks.record(tenant_id, name, entry["counter"], entry["manifest_sha256"])
-            except OSError as e:
-                self.events.emit("rollback_write_failed", tenant_id, level="error", model=name, reason=e.strerror)
-        for tenant_id, name, entry in self.registry.listing():
+        self.state.raise_floors()
+        registry = self.state.registry
+        for tenant_id, name, entry in registry.listing():
             tenancy = self.tenancies.get(tenant_id)
             if tenancy is None:
-                self.registry.damaged.append(f"{tenant_id}/{name}: tenant no longer configured, not restored")
+                registry.damaged.append(f"{tenant_id}/{name}: tenant no longer configured, not restored")
                 continue
             try:
-                files = await self.io[tenant_id].run(self.registry.files_of, entry, timeout=None, what="reading its blobs",
-                                                     discard=_close_all)
+                files = await self.io[tenant_id].run(registry.files_of, entry, timeout=None, what="reading its blobs",
+                                                     discard=close_all)
                 await self._load(tenancy, name, files, record=False)
                 self.events.emit("restore", tenant_id, model=name, version=entry.get("version_dir"))
             except (RtdError, OSError) as e:
                 reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
-                self.registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
+                registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
                 self.events.emit("restore_failed", tenant_id, level="error", model=name, reason=reason)
-        for tid, marks in self.rollback.items():
-            self.registry.damaged += [f"{tid}: {line}" for line in marks.problems + self.revocations[tid].problems]
-            self.registry.damaged += [f"{tid}: trusted_keys: {line}" for line in self.trust[tid].problems]
-            if self.state_damage(tid):
-                self.registry.damaged.append(f"{tid}: {self.state_damage(tid)}: its loads are refused until "
-                                             f"`{REPAIR.format(tid)}`")
-        for line in self.registry.damaged:
-            self.events.emit("registry_damaged", level="error", detail=line)
+        self.state.report()
         self.started = True
 
     def load_at_start(self) -> None:
@@ -247,7 +149,7 @@ class Supervisor:
         names, progress = tenancy.tenant.load_at_start, self.at_start.setdefault(tid, {})
         if ALL_MODELS in names:
             try:
-                names = [m["name"] for m in await self._repository(tid, "listing it", Repository.models)]
+                names = [m["name"] for m in await self.intake.repository(tid, "listing it", Repository.models)]
             except RtdError as e:
                 progress[ALL_MODELS] = f"not loaded: {e}"
                 self.events.emit("load_at_start_failed", tid, level="error", reason=str(e))
@@ -265,39 +167,6 @@ class Supervisor:
             self.gpu_watch.watch(tenant, handle)
         return handle
 
-    async def _start_gpu_watch(self) -> None:
-        """The NVML watcher, when some tenant names GPUs (off the loop: NVML calls block);
-        without NVML the daemon serves without it and says so."""
-        budgets = {tid: t.policy.limits.gpu_memory_bytes for tid, t in self.tenancies.items() if t.policy.limits.gpu_devices}
-        if not budgets:
-            return
-        loop = asyncio.get_running_loop()
-        gpus = {tid: t.policy.limits.gpu_devices for tid, t in self.tenancies.items() if tid in budgets}
-        try:
-            self.gpu_watch = await loop.run_in_executor(None, lambda: GpuWatch.start(budgets, self._gpu_killed, self._gpu_health,
-                                                                                     tenant_gpus=gpus))
-        except RtdError as e:
-            if e.code is Code.E_GPU_UNATTRIBUTED:   # NVML runs, but its memory is nobody's we can tell: not ready
-                self.gpu_unattributed = e.detail
-                self.events.emit("gpu_watch_refused", level="error", code=e.code.name, reason=e.detail,
-                                 detail="GPU tenants' models are not ready: no GPU budget can be enforced")
-                return
-            self.events.emit("gpu_watch_unavailable", level="error", reason=e.detail,
-                             detail="GPU tenants' memory is not watched; rtctl doctor says which limit holds")
-            return
-        self.metrics.gpu_source = self.gpu_watch.readings
-        self.events.emit("gpu_watch", gpus=",".join(f"{g.minor}:{g.uuid}" for g in self.gpu_watch.gpus),
-                         tenants=",".join(sorted(budgets)), poll_ms=self.gpu_watch.poll_s * 1000)
-
-    def _gpu_killed(self, kill: GpuKill) -> None:
-        """The watcher's thread killed a worker over its tenant's GPU budget (EventLog is thread-safe)."""
-        self.events.emit("gpu_kill", kill.tenant, level="warning", pid=kill.pid, tenant_bytes=kill.tenant_bytes,
-                         worker_bytes=kill.worker_bytes, budget_bytes=kill.budget_bytes, latency_ms=kill.latency_ms)
-
-    def _gpu_health(self, minor: int, error: str | None) -> None:
-        self.events.emit("gpu_health", level="error" if error else "info", gpu=minor,
-                         state=f"unhealthy: {error}" if error else "healthy")
-
     async def _load_at_start(self, tenancy: Tenancy, name: str) -> str:
         """Load a model the tenant lists in `load` from its repository, unless the registry
         already restored that very version; a failure costs that model only. Its outcome, for status."""
@@ -310,14 +179,6 @@ class Supervisor:
             reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
             self.events.emit("load_at_start_failed", tid, level="error", model=name, reason=reason[:200])
             return f"not loaded: {reason[:200]}"
-
-    async def _repository(self, tid: str, what: str, fn, *args, discard=None):
-        """fn(the tenant's Repository, *args) on the tenant's own threads, within repository_timeout_s."""
-        repository = self.repositories.get(tid)
-        if repository is None:
-            raise RtdError(Code.E_MODEL_NOT_FOUND, "the tenant has no model repository")
-        return await self.io[tid].run(fn, repository, *args, timeout=self.config.limits.repository_timeout_s,
-                                      what=f"the model repository, {what},", discard=discard)
 
     def ready(self) -> bool:
         return self.started and not self.draining
@@ -352,11 +213,8 @@ class Supervisor:
             raise RtdError(Code.E_CONFIG_INVALID, "limits changed: restart rtd")
         if any(new[tid].model_repository != old[tid].model_repository for tid in new):
             raise RtdError(Code.E_CONFIG_INVALID, "model_repository changed: restart rtd")
-        trust = {t.id: self._remembered(t.id, TrustStore(t.trusted_keys)) for t in config.tenants}
-        for tid, store in trust.items():   # a damaged store refuses its own tenant's loads, nobody else's
-            if store.unusable:
-                self.events.emit("trust_damaged", tid, level="error", reason=store.unusable)
-        self.tenants, self.trust, self.config = Tenants(config), trust, config
+        self.state.trust = self.state.reread_trust(config)
+        self.tenants, self.config = Tenants(config), config
         for tenancy in self.tenancies.values():
             tenancy.tenant = new[tenancy.tenant.id]
 
@@ -387,7 +245,7 @@ class Supervisor:
                 charge = self.ledger.take(tenant.id, "requests", 1)
         except BaseException:
             if files:
-                _close_all(files)
+                close_all(files)
             raise
         if not files and not tenant.model_repository:
             async with tenancy.load_lock:
@@ -410,29 +268,29 @@ class Supervisor:
         try:
             try:
                 if record:
-                    self._refuse_damaged_state(tid)
+                    self.state.refuse_damaged(tid)
                 if name not in tenancy.models and len(tenancy.models) >= self.config.limits.max_models:
                     raise RtdError(Code.E_BUDGET_EXCEEDED, f"models: tenant {tid} holds {len(tenancy.models)} of "
                                                            "limits.max_models")
             except BaseException:
                 if files is not None:
-                    _close_all(files)
+                    close_all(files)
                 raise
             if files is None:
-                pkg, held = await self._verified_from_repository(tenancy, name, at_start)
+                pkg, held = await self.intake.from_repository(tenancy, name, at_start)
                 if pkg is None:
                     return   # at start: the registry restored that very version
             else:
-                pkg, held = await self._verified_files(tid, name, files, record, upload)
+                pkg, held = await self.intake.files(tid, name, files, record, upload)
         except RtdError as e:
             raise self._refused(tid, name, e, from_repository=files is None) from None
         model = tenancy.model(name)
         version = None
         try:
-            self._check_config_param(pkg, config_json)
+            check_config_override(pkg, config_json)
             version = await model.prepare(pkg, held)
             if record:
-                await asyncio.shield(self.io[tid].run(self._persist, tid, name, pkg, timeout=None, what="recording it"))
+                await asyncio.shield(self.io[tid].run(self.state.record, tid, name, pkg, timeout=None, what="recording it"))
         except BaseException as e:
             if version is not None:
                 model.abort(version)
@@ -449,108 +307,9 @@ class Supervisor:
         self.events.emit("load", tid, model=name, version=pkg.version_dir, semver=pkg.version,
                          instances=version.count, ms=round((time.monotonic() - started) * 1000))
 
-    def _verify(self, tid: str, name: str, source, record: bool):
-        return verify_package(source, trust=self.trust[tid], tenant=tid, rollback=self.rollback[tid] if record else None,
-                              expected_name=name, limits=self._intake_limits)
-
-    async def _verified_files(self, tid: str, name: str, files: dict, record: bool, upload) -> tuple:
-        """(package, its package_bytes charge) of an upload's or a restored package's files, read
-        and verified on the tenant's threads; the files' fds are closed there once read."""
-        size = sum(len(f) for f in files.values())
-        held = upload.charge.split(size) if upload is not None else None
-        try:
-            if held is None or held.amount < size:
-                more = self.ledger.take(tid, "package_bytes", size - (held.amount if held else 0))
-                held = held.merge(more) if held is not None else more
-        except BaseException:
-            if held is not None:
-                held.release()
-            _close_all(files)
-            raise
-
-        def verify():
-            try:
-                return self._verify(tid, name, files, record)
-            except BaseException:
-                held.release()   # whatever failed, the bytes are no longer held
-                raise
-            finally:
-                _close_all(files)
-        pkg = await self.io[tid].run(verify, timeout=self.config.limits.load_timeout_s, what="reading the package",
-                                     discard=lambda late: (late.close(), held.release()),
-                                     abandon=lambda: (held.release(), _close_all(files)))
-        return pkg, held
-
-    async def _verified_from_repository(self, tenancy: Tenancy, name: str, at_start: bool) -> tuple:
-        """(package, its charge) of the version of `name` the repository picks, or (None, None) at
-        start when the registry restored that very version. Read beneath the repository on the
-        tenant's threads; the model directory's fd is used and closed there only."""
-        tid = tenancy.tenant.id
-        source, size = await self._repository(tid, f"choosing a version of {name}", _choose, name,
-                                              discard=lambda late: late[0].dir.close())
-        model = tenancy.models.get(name)
-        if at_start and model is not None and model.serving is not None and model.serving.version_dir == source.version:
-            source.dir.close()
-            return None, None
-        try:
-            held = self.ledger.take(tid, "package_bytes", size)
-        except BaseException:
-            source.dir.close()
-            raise
-
-        def verify():
-            try:
-                pkg = self._verify(tid, name, source, True)
-                try:
-                    check_version_policy(pkg.config, source)
-                except BaseException:
-                    pkg.close()
-                    raise
-                return pkg
-            except BaseException:
-                held.release()
-                raise
-            finally:
-                source.dir.close()
-        pkg = await self.io[tid].run(verify, timeout=self.config.limits.load_timeout_s, what=f"reading {name}",
-                                     discard=lambda late: (late.close(), held.release()),
-                                     abandon=lambda: (held.release(), source.dir.close()))
-        return pkg, held
-
     async def rest_upload(self, tenant: TenantConfig, spool) -> Upload:
-        """A spooled REST load request's files and config, read by the tenant's confined upload
-        decoder (serving/uploads.py) on the tenant's threads; the package never passes through
-        the supervisor's memory and its decoding is charged to the tenant's cgroups."""
-        upload, tenancy, limits = Upload(spool), self._tenancy(tenant), self._intake_limits
-        caps = {"max_files": limits.max_files, "max_file_bytes": limits.max_file_bytes, "max_total_bytes": limits.max_total_bytes}
-        # no GPU; files as big as a package file may be (memfds count against RLIMIT_FSIZE), its memory cgroup as ever
-        cpu_only = dataclasses.replace(tenancy.policy.limits, gpu_devices=(), gpu_memory_bytes=0,
-                                       fsize_bytes=max(tenancy.policy.limits.fsize_bytes, limits.max_file_bytes))
-        policy, identity = dataclasses.replace(tenancy.policy, limits=cpu_only), TenantIdentity(tenant.id, tenant.uid, tenant.gid)
-
-        def spawn(sock):
-            return self.zygote.spawn(DECODER_ENTRY, policy=policy, identity=identity, sock=sock, args=())
-        timeout, started = self.config.limits.load_timeout_s, time.monotonic()
-        await self.io[tenant.id].run(from_rest, upload, spawn, caps, timeout, timeout=timeout + 30,
-                                     what="decoding the upload", discard=Upload.close, abandon=upload.close)
-        self.events.emit("upload_decoded", tenant.id, files=len(upload), bytes=sum(len(f) for f in upload.values()),
-                         confined=upload.size > SMALL_BODY, ms=round((time.monotonic() - started) * 1000))
-        return upload
-
-    @property
-    def _intake_limits(self) -> IntakeLimits:
-        """What one package may hold: the tenant's package budget, also for one file (a big
-        model's external data); model.onnx itself stays under the worker guard's cap."""
-        budget = self.config.limits.tenant_package_bytes
-        return IntakeLimits(max_file_bytes=budget, max_total_bytes=budget)
-
-    def _persist(self, tenant: str, name: str, pkg) -> None:
-        self.rollback[tenant].ensure()   # before the first index: an index without marks then means marks lost
-        self.registry.record(tenant, name, pkg, self.config.limits.tenant_disk_bytes)
-        try:
-            self.rollback[tenant].record(tenant, name, pkg.counter, pkg.manifest_sha256)
-        except OSError as e:   # the start raises marks to the registry's counters again
-            self.events.emit("rollback_write_failed", tenant, level="error", model=name, reason=e.strerror)
+        """A spooled REST load request's files and config, decoded by the tenant's confined upload decoder."""
+        return await self.intake.rest_upload(self._tenancy(tenant), spool)
 
     def _refused(self, tenant: str, name: str, error: RtdError, from_repository: bool = False) -> RtdError:
         if from_repository:   # the repository index says why it is not loaded
@@ -558,19 +317,6 @@ class Supervisor:
         self.metrics.refused(tenant, error.code.name)
         self.events.emit("load_refused", tenant, level="warning", model=name, code=error.code.name, reason=error.detail)
         return error
-
-    @staticmethod
-    def _check_config_param(pkg, config_json: str | None) -> None:
-        """tritonclient may send `config` JSON; only the signed config.pbtxt counts, so a
-        `config` that says anything else is refused rather than silently ignored."""
-        if not config_json:
-            return
-        try:
-            given = json_format.Parse(config_json, mc.ModelConfig())
-        except json_format.ParseError as e:
-            raise RtdError(Code.E_CONFIG_INVALID, f"config parameter: {e}") from None
-        if given != (pkg.config or mc.ModelConfig()):
-            raise RtdError(Code.E_CONFIG_INVALID, "the config parameter differs from the signed config.pbtxt")
 
     async def unload(self, tenant: TenantConfig, name: str) -> None:
         """Forget the model on disk first, then drain its requests and stop its instances;
@@ -580,7 +326,7 @@ class Supervisor:
         async def run():
             async with tenancy.load_lock:
                 model = self._model(tenant, name)
-                await self.io[tenant.id].run(self.registry.forget, tenant.id, name, timeout=None, what="forgetting it")
+                await self.io[tenant.id].run(self.state.registry.forget, tenant.id, name, timeout=None, what="forgetting it")
                 await model.unload()
                 tenancy.models.pop(name, None)
             self.events.emit("unload", tenant.id, model=name)
@@ -595,7 +341,7 @@ class Supervisor:
         on_disk = []
         if tenant.model_repository:
             try:
-                on_disk = await self._repository(tid, "listing it", Repository.models)
+                on_disk = await self.intake.repository(tid, "listing it", Repository.models)
             except RtdError as e:
                 if e.code is not Code.E_FILE_MISSING:
                     raise
@@ -621,40 +367,10 @@ class Supervisor:
                 and (not gpus or (not self.gpu_unattributed and (self.gpu_watch is None or self.gpu_watch.healthy(gpus)))))
 
     def metadata(self, tenant: TenantConfig, name: str, version: str = "") -> dict:
-        serving = self._model(tenant, name).version_for(version)
-        config = serving.package.config
-        if config is not None and (config.input or config.output):
-            batch = [-1] if config.max_batch_size > 0 else []
-
-            def from_config(t):
-                row = BY_CONFIG.get(mc.DataType.Name(t.data_type))
-                return {"name": t.name, "datatype": row.kserve if row else "", "shape": batch + list(t.dims)}
-            inputs, outputs = [from_config(t) for t in config.input], [from_config(t) for t in config.output]
-        else:
-            def from_spec(spec):
-                return {"name": spec.name, "datatype": spec.datatype, "shape": spec.public_shape()}
-            inputs = [from_spec(spec) for spec in serving.signature.inputs]
-            outputs = [from_spec(spec) for spec in serving.signature.outputs]
-        platform = (config.platform or config.backend) if config is not None else ""
-        return {"name": name, "versions": [serving.version_dir], "platform": platform or PLATFORM,
-                "inputs": inputs, "outputs": outputs}
+        return model_views.metadata(name, self._model(tenant, name).version_for(version))
 
     def model_config(self, tenant: TenantConfig, name: str, version: str = "") -> mc.ModelConfig:
-        serving = self._model(tenant, name).version_for(version)
-        if serving.package.config is not None:
-            config = mc.ModelConfig()
-            config.CopyFrom(serving.package.config)
-            config.name = config.name or name
-            return config
-        meta = self.metadata(tenant, name, version)
-
-        def enum(datatype):
-            row = BY_KSERVE.get(datatype)
-            return mc.DataType.Value(row.config) if row else 0
-        return mc.ModelConfig(
-            name=name, platform=meta["platform"],
-            input=[mc.ModelInput(name=t["name"], data_type=enum(t["datatype"]), dims=t["shape"]) for t in meta["inputs"]],
-            output=[mc.ModelOutput(name=t["name"], data_type=enum(t["datatype"]), dims=t["shape"]) for t in meta["outputs"]])
+        return model_views.model_config(name, self._model(tenant, name).version_for(version))
 
     # -- inference ------------------------------------------------------------------------------
     async def infer(self, tenant: TenantConfig, request: InferRequest) -> InferResult:
@@ -716,26 +432,9 @@ class Supervisor:
 
     # -- operator views --------------------------------------------------------------------------
     def status(self) -> dict:
-        return {"ready": self.ready(), "state_dir": self.config.state_dir, "damaged": list(self.registry.damaged),
+        return {"ready": self.ready(), "state_dir": self.config.state_dir, "damaged": list(self.state.registry.damaged),
                 "budgets": self.ledger.usage(),
-                "tenants": [{**t.view(), "budgets": self.ledger.usage(tid), "state_damaged": self.state_damage(tid),
+                "tenants": [{**t.view(), "budgets": self.ledger.usage(tid), "state_damaged": self.state.damage(tid),
                              "load_at_start": dict(self.at_start.get(tid, {}))} for tid, t in self.tenancies.items()]}
 
 
-def _choose(repository: Repository, name: str) -> tuple[ModelDir, int]:
-    """The version of `name` to load, open, and the bytes it will take (on the tenant's thread)."""
-    source = repository.version(name)
-    try:
-        return source, package_size(source)
-    except BaseException:
-        source.dir.close()
-        raise
-
-
-def _close_all(files: dict) -> None:
-    """Close what a package's files hold open: each file's fd, and the upload's (a dict with close())."""
-    for f in files.values():
-        if hasattr(f, "close"):
-            f.close()
-    if hasattr(files, "close"):
-        files.close()
