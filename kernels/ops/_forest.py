@@ -136,43 +136,75 @@ class LeafTable:
         return best
 
 
+class NodeIds:
+    """The v1/v3 naming of nodes by (tree id, node id), looked up in bulk: each pair as one int64 key
+    (the tree id's rank, then the node id's offset) in a sorted array, found by binary search."""
+
+    def __init__(self, op: str, treeids, nodeids):
+        self.op = op
+        t, i = np.asarray(treeids, np.int64).reshape(-1), np.asarray(nodeids, np.int64).reshape(-1)
+        self.trees = np.unique(t)
+        self.low = int(i.min()) if len(i) else 0
+        self.span = int(i.max()) - self.low + 1 if len(i) else 1
+        if len(self.trees) * self.span >= 1 << 62:
+            raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: node ids spread over more than 2^62 values")
+        keys = self._keys(t, i)
+        self.order = np.argsort(keys, kind="stable")
+        self.sorted = keys[self.order]
+        if (self.sorted[1:] == self.sorted[:-1]).any():
+            raise RtdError(Code.E_MODEL_INVALID, f"{op}: two nodes share a (tree id, node id)")
+
+    def _keys(self, t: np.ndarray, i: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.trees, t).astype(np.int64) * self.span + (i - self.low)
+
+    def slots(self, treeids, nodeids, what: str) -> np.ndarray:
+        """The slot of each (tree id, node id) pair; a pair that names no node is refused."""
+        t, i = np.asarray(treeids, np.int64).reshape(-1), np.asarray(nodeids, np.int64).reshape(-1)
+        rank = np.minimum(np.searchsorted(self.trees, t), len(self.trees) - 1)
+        known = (self.trees[rank] == t) & (i >= self.low) & (i < self.low + self.span)
+        keys = np.where(known, rank * self.span + (i - self.low), -1)
+        at = np.minimum(np.searchsorted(self.sorted, keys), len(self.sorted) - 1)
+        missing = ~known | (self.sorted[at] != keys)
+        if missing.any():
+            k = int(np.flatnonzero(missing)[0])
+            raise RtdError(Code.E_MODEL_INVALID, f"{self.op}: {what} names node {(int(t[k]), int(i[k]))}, which does not exist")
+        return self.order[at]
+
+
 def from_node_lists(op: str, treeids, nodeids, modes, featureids, values, truenodeids, falsenodeids,
-                    missing_true) -> tuple[Forest, dict]:
+                    missing_true) -> tuple[Forest, NodeIds]:
     """A Forest from the v1/v3 attribute lists (nodes named by (tree id, node id)), and that naming."""
     n = len(nodeids)
     lists = {"nodes_treeids": treeids, "nodes_modes": modes, "nodes_featureids": featureids, "nodes_values": values,
              "nodes_truenodeids": truenodeids, "nodes_falsenodeids": falsenodeids}
     if any(v is None or len(v) != n for v in lists.values()) or (missing_true and len(missing_true) != n):
         raise RtdError(Code.E_MODEL_INVALID, f"{op}: the nodes_* lists differ in length")
-    unknown = set(modes) - set(MODES)
+    names, codes = np.unique(np.asarray(modes, dtype=object).astype(str), return_inverse=True)
+    unknown = set(names.tolist()) - set(MODES)
     if unknown:
         raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: nodes_modes {sorted(unknown)}")
-    slot = {(t, i): k for k, (t, i) in enumerate(zip(treeids, nodeids))}
-    if len(slot) != n:
-        raise RtdError(Code.E_MODEL_INVALID, f"{op}: two nodes share a (tree id, node id)")
+    mode = np.array([MODES[m] for m in names.tolist()], np.int8)[codes.reshape(-1)] if n else np.zeros(0, np.int8)
+    ids = NodeIds(op, treeids, nodeids)
+    tree = np.asarray(treeids, np.int64).reshape(-1)
+    branch = np.flatnonzero(mode != LEAF)
 
-    def successor(ids):
-        try:
-            return [slot[t, i] if m != "LEAF" else k for k, (t, i, m) in enumerate(zip(treeids, ids, modes))]
-        except KeyError as e:
-            raise RtdError(Code.E_MODEL_INVALID, f"{op}: a branch names node {e.args[0]}, which does not exist") from None
+    def successor(targets):
+        next_slot = np.arange(n)   # a leaf's successors are itself
+        next_slot[branch] = ids.slots(tree[branch], np.asarray(targets, np.int64).reshape(-1)[branch], "a branch")
+        return next_slot
 
-    roots = {}
-    for k, t in enumerate(treeids):  # a tree's root is its first node, as onnxruntime takes it
-        roots.setdefault(t, k)
-    forest = Forest(op, featureids, values, [MODES[m] for m in modes], successor(truenodeids), successor(falsenodeids),
-                    missing_true or [0] * n, [roots[t] for t in sorted(roots)])
-    return forest, slot
+    # a tree's root is its first node, as onnxruntime takes it (trees in id order)
+    first = np.unique(tree, return_index=True)[1]
+    forest = Forest(op, featureids, values, mode, successor(truenodeids), successor(falsenodeids),
+                    missing_true or [0] * n, first)
+    return forest, ids
 
 
-def leaf_slots(op: str, slot: dict, treeids, nodeids) -> list:
+def leaf_slots(op: str, ids: NodeIds, treeids, nodeids) -> np.ndarray:
     """The slots of the (tree id, node id) pairs that carry leaf weights."""
     if treeids is None or nodeids is None or len(treeids) != len(nodeids):
         raise RtdError(Code.E_MODEL_INVALID, f"{op}: leaf tree and node id lists differ in length")
-    try:
-        return [slot[t, i] for t, i in zip(treeids, nodeids)]
-    except KeyError as e:
-        raise RtdError(Code.E_MODEL_INVALID, f"{op}: a leaf weight names node {e.args[0]}, which does not exist") from None
+    return ids.slots(treeids, nodeids, "a leaf weight")
 
 
 class Scorer:
