@@ -231,8 +231,11 @@ class ModelVersion:
 class ManagedModel:
     """The one owner of one of a tenant's model names."""
 
-    def __init__(self, name: str, services: TenantServices):
+    def __init__(self, name: str, services: TenantServices, make_version=None):
+        """`make_version(owner, package, held, services)`: the version a package serves as
+        (ModelVersion; the tenancy also builds ensembles and staged models)."""
         self.name, self.services = name, services
+        self.make_version = make_version or ModelVersion
         self.state, self.reason = ModelState.LOADING, ""
         self.serving: ModelVersion | None = None
         self.loading: ModelVersion | None = None
@@ -249,7 +252,7 @@ class ManagedModel:
     async def prepare(self, package, held) -> ModelVersion:
         """Start a new version beside the serving one (which keeps serving); the caller
         persists it and then calls `commit`, or `abort` on any failure."""
-        version = ModelVersion(self, package, held, self.services)
+        version = self.make_version(self, package, held, self.services)
         self.loading = version
         if self.serving is None:
             self._transition(ModelState.LOADING, f"version {version.version_dir} loading")
@@ -289,7 +292,7 @@ class ManagedModel:
         if self.serving is None or self.state == ModelState.UNLOADING:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} has no version to reload")
         old = self.serving
-        version = ModelVersion(self, old.package, old.held, self.services)   # the same verified bytes and their charge
+        version = self.make_version(self, old.package, old.held, self.services)   # the same verified bytes and their charge
         version.measured = old.measured
         self.loading = version
         try:

@@ -169,7 +169,12 @@ def _answer(sock, arena: wire.Arena, frame: wire.Frame, worker: Worker, refusals
     refusals.new()   # what the filter trapped before this frame is not this frame's doing
     try:
         head, tensors = worker.handle(frame)
-        wire.send(sock, wire.Kind.OK, frame.request_id, head, tensors, arena=arena)
+        try:
+            wire.send(sock, wire.Kind.OK, frame.request_id, head, tensors, arena=arena)
+        finally:   # a step's sealed tensors went with the frame: the supervisor holds them now
+            for tensor in tensors.values():
+                if isinstance(tensor, wire.FdTensor):
+                    tensor.close()
     except RtdError as e:
         wire.send(sock, wire.Kind.ERROR, frame.request_id, _failure(e.code, e.detail, refusals))
     except MemoryError:
