@@ -42,15 +42,20 @@ def _pack(args) -> int:
     private_key = keys.load_private(args.key)
     siblings = {}
     if args.model.endswith(".pbtxt"):   # an ensemble: its config is the package, its steps are other models
-        if args.config:
-            raise RtdError(Code.E_USAGE, "an ensemble's config.pbtxt is the package itself: no --config")
+        if args.config or args.stages is not None:
+            raise RtdError(Code.E_USAGE, "an ensemble's config.pbtxt is the package itself: no --config or --stages")
         files = pack.ensemble_files(_read(args.model), name=args.name, version=args.version, private_key=private_key,
                                     counter=args.counter, expires=args.expires, min_rtd_version=args.min_rtd_version)
     else:
         model = _read(args.model)
         siblings = pack.external_files(model, os.path.dirname(os.path.abspath(args.model)))
+        config = _read(args.config)
+        if args.stages is not None:
+            if not 1 <= args.stages <= 8:
+                raise RtdError(Code.E_USAGE, "--stages: 1 to 8")
+            config = pack.with_stages(config, args.stages)
         files = pack.package_files(model, name=args.name, version=args.version, private_key=private_key,
-                                   counter=args.counter, expires=args.expires, config_bytes=_read(args.config),
+                                   counter=args.counter, expires=args.expires, config_bytes=config,
                                    min_rtd_version=args.min_rtd_version, siblings=siblings)
     pack.write_package(files, args.out, args.name)
     trust = TrustStore(None)
@@ -96,6 +101,8 @@ def register(commands) -> None:
     p.add_argument("--counter", type=int, default=1, help="monotonic counter, also the version directory")
     p.add_argument("--expires", help="UTC expiry YYYY-MM-DDTHH:MM:SSZ")
     p.add_argument("--config", help="config.pbtxt to include")
+    p.add_argument("--stages", type=int, help="serve the model cut into K pipeline stages, each its own worker "
+                                              "(sets the config parameter rtd_stages)")
     p.add_argument("--min-rtd-version", dest="min_rtd_version", help="oldest rtd (X.Y.Z) that may load the package")
     p.set_defaults(func=_pack)
 

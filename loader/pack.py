@@ -12,6 +12,7 @@ import os
 import tarfile
 
 import onnx
+from google.protobuf import text_format
 
 from rtd import dtypes
 from rtd.errors import Code, RtdError
@@ -160,6 +161,18 @@ def config_signature(config) -> tuple[list[dict], list[dict], dict]:
             out.append({"name": t.name, "dtype": onnx_type, "shape": batch + [d if d >= 0 else None for d in t.dims]})
         return out
     return side(config.input), side(config.output), {}
+
+
+STAGES_PARAMETER = "rtd_stages"   # config.pbtxt parameter: serve the model cut into this many pipeline stages
+
+
+def with_stages(config_bytes: bytes | None, stages: int) -> bytes:
+    """A config.pbtxt asking for `stages` pipeline stages (the given one, or a new one)."""
+    config = parse_config(decode(config_bytes)) if config_bytes is not None else model_config.ModelConfig()
+    if config.platform == ENSEMBLE:
+        raise RtdError(Code.E_CONFIG_INVALID, "an ensemble is not cut into stages: its steps are models")
+    config.parameters[STAGES_PARAMETER].string_value = str(stages)
+    return text_format.MessageToString(config).encode()
 
 
 def ensemble_files(config_bytes: bytes, *, name: str, version: str, private_key, counter: int = 1,

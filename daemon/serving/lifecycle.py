@@ -57,9 +57,12 @@ def instance_count(config, max_instances: int) -> int:
 class ModelVersion:
     """One verified package of a model, the instances serving it and its scheduler."""
 
-    def __init__(self, owner: "ManagedModel", package, held, services: TenantServices):
+    def __init__(self, owner: "ManagedModel", package, held, services: TenantServices, load_extra: dict | None = None):
+        """`load_extra`: what else its workers' LOAD says (a stage's part and thread share: stages.py)."""
         self.owner, self.package, self.held = owner, package, held   # held: the package-bytes charge
         self.services = services
+        self.load_extra = load_extra or {}
+        self.load_reply: dict = {}           # the first instance's LOAD answer (a stage's cut: stages.py)
         limits = services.limits
         self.count = instance_count(package.config, limits.max_instances)
         self.instances: list[Instance] = []
@@ -106,7 +109,7 @@ class ModelVersion:
         self.instances.append(instance)
         serve_as = {"name": self.owner.name, "version": self.version_dir, "max_batch": self.max_batch,
                     "max_message_bytes": services.limits.max_message_bytes, "max_elements": services.limits.max_request_elements,
-                    "threads": services.threads, "device": services.device}
+                    "threads": services.threads, "device": services.device, **self.load_extra}
         try:
             signature = await instance.start(services.spawn, self.package.model.fd, services.limits.load_timeout_s,
                                              {name: f.fd for name, f in self.package.siblings.items()}, serve_as)
@@ -116,7 +119,7 @@ class ModelVersion:
             instance.stop(Ending.STOPPED, "start failed")
             raise
         if self.signature is None:
-            self.signature = signature
+            self.signature, self.load_reply = signature, instance.loaded
         self.measured = max(self.measured, instance.resident)
         self.live.set()
         self.owner.version_changed(self)

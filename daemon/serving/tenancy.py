@@ -17,14 +17,17 @@ from rtd.daemon.serving.ensemble import EnsembleVersion
 from rtd.daemon.serving.lifecycle import ManagedModel, ModelVersion
 from rtd.daemon.serving.scheduler import Answer, InferRequest
 from rtd.daemon.serving.services import TenantServices
+from rtd.daemon.serving.stages import StagedVersion, stage_count
 from rtd.errors import Code, RtdError
 
 
 def make_version(owner: ManagedModel, package, held, services: TenantServices):
-    """What a verified package serves as: an ensemble over the tenant's models, or one model
-    in its own workers."""
+    """What a verified package serves as: an ensemble over the tenant's models, one model cut
+    into stages (config parameter rtd_stages), or one model in its own workers."""
     if package.is_ensemble:
         return EnsembleVersion(owner, package, held, services)
+    if stage_count(package.config) > 1:
+        return StagedVersion(owner, package, held, services)
     return ModelVersion(owner, package, held, services)
 
 
