@@ -34,7 +34,8 @@ import onnx
 from rtd import dtypes
 from rtd.errors import Code, RtdError
 
-from .graph import TracedShape
+from .graph import GraphRunner, TracedShape
+from .ir import from_onnx
 from .model import compile_model
 from .profile import Profile
 
@@ -123,18 +124,18 @@ def zeros_for(proto: onnx.ModelProto) -> dict:
 
 
 def measure(proto: onnx.ModelProto, weights: dict | None, feeds: dict, runs: int = 2) -> Measured:
-    """Compile the whole model as it is served and run it on `feeds`: the shapes of every value
-    its first run traces, and each node's time, the fastest of `runs` profiled runs (a plan
+    """Run the model on `feeds`: the shapes of every value (the interpreter's trace), and, compiled
+    as it is served, each node's time, the fastest of `runs` profiled runs (a plan
     step's time goes to the node whose output it writes; a step that writes no node's output, a
     fused or renamed one, to the next that does)."""
-    model = compile_model(proto, weights=weights)
-    env = model.runner.trace(feeds)
+    env = GraphRunner(from_onnx(proto, weights)).trace(feeds)   # every value the model names, before fusion renames any
     shapes = {}
-    for name, value in [*model.graph.constants.items(), *env.items()]:
+    for name, value in env.items():
         if isinstance(value, (np.ndarray, np.generic, TracedShape)):
             shapes[name] = (tuple(np.shape(value)), np.dtype(value.dtype))
     for t in proto.graph.initializer:
         shapes.setdefault(t.name, (tuple(t.dims), np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))))
+    model = compile_model(proto, weights=weights)
     steps = model.step_names(feeds)
     best = None
     for _ in range(runs):
@@ -307,13 +308,13 @@ def plan(proto: onnx.ModelProto, count: int, measured: Measured, naive: bool = F
     ranges = tuple(zip(edges[:-1], edges[1:]))
     crossing = {name for a, _ in ranges[1:] for name in _reads_before(proto, a)}
     cut = Cut(ranges, {name: typed[name] for name in sorted(crossing) if name in typed})
-    stages = []
+    stages, prefix = [], np.concatenate([[0.0], np.cumsum(costs)])
     for a, b in ranges:
         ops = collections.Counter(node.op_type for node in nodes[a:b])
         stages.append({"nodes": [a, b], "ops": dict(ops.most_common(6)), "node_count": b - a,
                        "estimated_ms": round(sum(estimated[a:b]) / 1e6, 3),
                        "measured_ms": round(sum(measured.node_ns[a:b]) / 1e6, 3) if timed else None,
-                       "cost_ms": round(sum(costs[a:b]) / 1e6, 3),
+                       "cost_ms": round(float(_stage_costs(prefix, bounds.bytes, a, b)) / 1e6, 3),   # with its copies
                        "hands_on_bytes": int(bounds.bytes[b]) if b < len(nodes) else 0})
     report = {"stages": stages, "method": "node count" if naive else ("measured" if timed else "estimated"),
               "bottleneck_ms": max(s["cost_ms"] for s in stages),
