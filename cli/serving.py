@@ -232,7 +232,8 @@ def _show_pipeline(tenant: str, name: str, serving: dict) -> None:
         show(steps)
     cut = serving.get("stages")
     if cut:
-        stages = table(f"{tenant}/{name}: {cut['count']} stages, cut by {cut['method']} cost (slowest stage "
+        method = cut["method"] if cut["method"] == "node count" else f"{cut['method']} cost"
+        stages = table(f"{tenant}/{name}: {cut['count']} stages, cut by {method} (slowest stage "
                        f"{cut['bottleneck_ms']} ms; a cut by node count: {cut['node_count_bottleneck_ms']} ms)",
                        "stage", "nodes", "ops", "estimated ms", "measured ms", "served: requests, mean ms", "hands on")
         for s in cut["stages"]:

@@ -23,6 +23,7 @@ from rtd.kernels.stages import MAX_STAGES
 from rtd.signature import Signature
 
 STAGES_PARAMETER = "rtd_stages"
+CUT_PARAMETER = "rtd_stage_cut"   # "cost" (the default) or "nodes": equal node counts, to compare against
 MAX_REPORT_STAGES = MAX_STAGES
 
 
@@ -34,6 +35,15 @@ def stage_count(config) -> int:
     if not text.isdigit() or not 1 <= int(text) <= MAX_STAGES:
         raise RtdError(Code.E_CONFIG_INVALID, f"parameter {STAGES_PARAMETER}: {text[:20]!r} is not a count of 1..{MAX_STAGES}")
     return int(text)
+
+
+def cut_by(config) -> str:
+    if config is None or CUT_PARAMETER not in config.parameters:
+        return "cost"
+    by = config.parameters[CUT_PARAMETER].string_value
+    if by not in ("cost", "nodes"):
+        raise RtdError(Code.E_CONFIG_INVALID, f"parameter {CUT_PARAMETER}: {by[:20]!r} is not cost or nodes")
+    return by
 
 
 def _report(doc, count: int) -> dict:
@@ -70,7 +80,7 @@ class StagedVersion:
     def __init__(self, owner, package, held, services: TenantServices):
         self.owner, self.package, self.held, self.services = owner, package, held, services
         config = package.config
-        self.count = stage_count(config)
+        self.count, self.by = stage_count(config), cut_by(config)
         self.max_batch = config.max_batch_size if config is not None and config.max_batch_size > 0 else 0
         self.signature: Signature | None = None
         self.stages: list[ModelVersion] = []
@@ -111,7 +121,7 @@ class StagedVersion:
     # -- loading -------------------------------------------------------------------------------
     def _stage(self, index: int, cut: dict | None) -> ModelVersion:
         threads = max(1, self.services.threads // self.count)   # the tenant's cores, shared out
-        spec = {"count": self.count, "index": index, **({"cut": cut} if cut is not None else {})}
+        spec = {"count": self.count, "index": index, "by": self.by, **({"cut": cut} if cut is not None else {})}
         return ModelVersion(_StageOwner(self, index), self.package, self.held, self.services,
                             load_extra={"threads": threads, "stages": spec})
 

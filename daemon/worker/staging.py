@@ -33,8 +33,10 @@ def stage_part(proto: onnx.ModelProto, weights: dict, spec, signature) -> tuple[
         return stages.part(proto, stages.Cut.from_json(given, nodes, count), index), None
     if index != 0:
         raise _protocol("only the first stage makes the cut")
+    if spec.get("by", "cost") not in ("cost", "nodes"):
+        raise _protocol("by")
     measured = stages.measure(proto, weights, stages.zeros_for(proto))
-    cut, report = stages.plan(proto, count, measured)
+    cut, report = stages.plan(proto, count, measured, naive=spec.get("by") == "nodes")
     _, naive = stages.plan(proto, count, measured, naive=True)
     report.update(cut=cut.to_json(), signature=signature(measured.model),
                   node_count_bottleneck_ms=naive["bottleneck_ms"], node_count_ranges=[s["nodes"] for s in naive["stages"]])
