@@ -298,8 +298,9 @@ def staged(seconds: float, rounds: int, rows: list, parts: set) -> None:
                 results[variant] = (one, four, cut)
                 note = ""
                 if cut:
-                    note = (f"cut {[s['nodes'] for s in cut['stages']]}, predicted slowest stage {cut['bottleneck_ms']} ms "
-                            f"({cut['method']})")
+                    note = (f"cut {[s['nodes'] for s in cut['stages']]} by {cut['method']}: slowest stage predicted "
+                            f"{cut['bottleneck_ms']} ms; by node count {cut['node_count_ranges']} it would be "
+                            f"{cut['node_count_bottleneck_ms']} ms (the same load-time measurement)")
                 rows.append((f"{label} (load {load_average()})", variant, f"1 client p50 {one[0]:.1f} ms, {one[1]:.2f} req/s",
                              f"4 clients p50 {four[0]:.1f} ms, {four[1]:.2f} req/s", note))
                 print(rows[-1], flush=True)

@@ -24,7 +24,6 @@ from rtd.signature import Signature
 
 STAGES_PARAMETER = "rtd_stages"
 CUT_PARAMETER = "rtd_stage_cut"   # "cost" (the default) or "nodes": equal node counts, to compare against
-MAX_REPORT_STAGES = MAX_STAGES
 
 
 def stage_count(config) -> int:
@@ -114,6 +113,10 @@ class StagedVersion:
     @property
     def measured(self) -> int:
         return sum(stage.measured for stage in self.stages)
+
+    @measured.setter
+    def measured(self, value: int) -> None:
+        pass   # a reload's stages measure themselves again (ManagedModel.reload hands the old figure on)
 
     def estimate(self) -> int:
         return sum(stage.estimate() for stage in self.stages)
@@ -214,4 +217,5 @@ class StagedVersion:
                 "stages": {"count": self.count, "method": self.report.get("method"),
                            "bottleneck_ms": self.report.get("bottleneck_ms"),
                            "node_count_bottleneck_ms": self.report.get("node_count_bottleneck_ms"),
+                           "node_count_ranges": self.report.get("node_count_ranges"),
                            "crossing_bytes": self.report.get("crossing_bytes"), "stages": stages}}

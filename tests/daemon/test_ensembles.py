@@ -303,3 +303,25 @@ def test_rtctl_packs_loads_runs_and_unloads_an_ensemble(daemon, tmp_path):
     rtctl("unload", "chain", *conn)
     for name in STEPS:
         rtctl("unload", name, *conn)
+
+
+def test_an_ensemble_signed_in_the_tenants_repository_loads_by_name(fresh_daemon, tmp_path):
+    repo = tmp_path / "repo"
+    d = fresh_daemon(repository=str(repo))
+    load_steps(d, "acme")
+    version_dir = repo / "acme" / "chain" / "1"
+    version_dir.mkdir(parents=True)
+    (version_dir.parent / "config.pbtxt").write_bytes(CHAIN)
+    meta = pack.sign_version_dir(str(version_dir), d.keys["acme"])   # as `rtctl sign` does it in place
+    assert meta["name"] == "chain" and [i["name"] for i in meta["inputs"]] == ["pixels"]
+    client, auth = tc.InferenceServerClient(d.url()), headers(d, "acme")
+    client.load_model("chain", headers=auth)
+    x = np.random.default_rng(11).standard_normal((3, 4)).astype(np.float32)
+    given = tc.InferInput("pixels", list(x.shape), "FP32")
+    given.set_data_from_numpy(x)
+    np.testing.assert_allclose(client.infer("chain", [given], headers=auth).as_numpy("scores"), in_sequence(x)["scores"],
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(Exception) as e:   # beta's repository has no such ensemble, and acme's steps are not beta's
+        client.load_model("chain", headers=headers(d, "beta"))
+    assert "E_MODEL_NOT_FOUND" in str(e.value)
+    client.unload_model("chain", headers=auth)
