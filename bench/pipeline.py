@@ -1,5 +1,7 @@
 """Issue 21, measured against a real `rtd serve`, side by side in one run:
 
+0. hops: what the ensemble path itself costs, three tiny models as an ensemble and as three
+   chained calls (compute next to nothing).
 1. ocr: the OCR chain of rapidocr's PP-OCR models (detector → classifier → recogniser, the wheel's
    own .onnx files, bench/real_models.py's catalogue) as one ensemble, against the same three
    models called one after the other by a tritonclient gRPC client that does the glue between
@@ -14,7 +16,7 @@
 3. cut: the same models cut into 2 stages by cost (what rtd does) and by node count
    (`rtd_stage_cut: nodes`); the slowest stage as the cut predicted it, and throughput at 4 clients.
 
-    sudo .venv/bin/python bench/pipeline.py [--parts ocr,stages,cut] [--seconds 4] [--rounds 3]
+    sudo .venv/bin/python bench/pipeline.py [--parts hops,ocr,stages,cut] [--seconds 4] [--rounds 3]
 
 The variants of each comparison take turns (the host may be shared: each gets the same mix of
 its load), and each row says the load average when it was measured.
@@ -237,6 +239,51 @@ def ocr(seconds: float, rounds: int, rows: list) -> None:
         d.stop()
 
 
+def tiny(n_in: int, n_out: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["H"]), helper.make_node("Tanh", ["H"], ["Y"])], "tiny",
+                              [helper.make_tensor_value_info("X", F, ["N", n_in])], [helper.make_tensor_value_info("Y", F, ["N", n_out])],
+                              [numpy_helper.from_array(rng.standard_normal((n_in, n_out)).astype(np.float32), "W")])
+    return _bytes(graph)
+
+
+TINY_ENSEMBLE = b'''name: "chain" platform: "ensemble"
+input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 64 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ -1, 64 ] } ]
+ensemble_scheduling { step [
+  { model_name: "a" model_version: -1 input_map { key: "X" value: "x" } output_map { key: "Y" value: "h1" } },
+  { model_name: "b" model_version: -1 input_map { key: "X" value: "h1" } output_map { key: "Y" value: "h2" } },
+  { model_name: "c" model_version: -1 input_map { key: "X" value: "h2" } output_map { key: "Y" value: "y" } } ] }'''
+
+
+def hops(seconds: float, rounds: int, rows: list) -> None:
+    """What the ensemble path itself costs: three tiny models (a [1,64]·[64,64] MatMul each), as
+    an ensemble and as three chained client calls, where compute is next to nothing."""
+    d = Daemon(tempfile.mkdtemp(prefix="rtd-hops-"), max_concurrency=16, policies={"acme": {"cpu_cores": 2}},
+               limits={"max_queue": 64}).start()
+    try:
+        client = d.client("acme")
+        for i, name in enumerate("abc"):
+            client.load(name, d.package("acme", tiny(64, 64, i), name))
+        client.load("chain", pack.ensemble_files(TINY_ENSEMBLE, name="chain", version="1.0.0", private_key=d.keys["acme"]))
+        stubs, headers = grpc_clients(d, "acme", 8)
+        x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+
+        def chained(i):
+            h = infer(stubs[i], headers, "a", {"X": x}).as_numpy("Y")
+            h = infer(stubs[i], headers, "b", {"X": h}).as_numpy("Y")
+            return infer(stubs[i], headers, "c", {"X": h}).as_numpy("Y")
+        np.testing.assert_allclose(infer(stubs[0], headers, "chain", {"x": x}).as_numpy("y"), chained(0), rtol=1e-6)
+        for clients in (1, 4):
+            got = interleaved({"ensemble": lambda i: infer(stubs[i], headers, "chain", {"x": x}), "chained": chained},
+                              clients, seconds, rounds)
+            (e50, eps), (c50, cps) = got["ensemble"], got["chained"]
+            rows.append(("3 tiny steps", f"{clients} clients (load {load_average()})", f"ensemble p50 {e50:.1f} ms, {eps:.0f} req/s",
+                         f"3 chained calls p50 {c50:.1f} ms, {cps:.0f} req/s", f"{c50 / e50:.2f}× p50, {eps / cps:.2f}× req/s"))
+            print(rows[-1], flush=True)
+    finally:
+        d.stop()
+
+
 def zoo_model(name: str) -> bytes:
     """The zoo's export (tests/zoo/models.py), from its cache or exported now."""
     from tests.zoo.models import ZOO
@@ -317,11 +364,13 @@ def staged(seconds: float, rounds: int, rows: list, parts: set) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="ocr,stages,cut")
+    parser.add_argument("--parts", default="hops,ocr,stages,cut")
     parser.add_argument("--seconds", type=float, default=4.0, help="per variant per round")
     parser.add_argument("--rounds", type=int, default=3, help="turns each variant takes, alternating")
     args = parser.parse_args()
     parts, rows = set(args.parts.split(",")), []
+    if "hops" in parts:
+        hops(args.seconds, args.rounds, rows)
     if "ocr" in parts:
         ocr(args.seconds, args.rounds, rows)
     if parts & {"stages", "cut"}:
