@@ -14,9 +14,10 @@
    as 2 stages × 1 thread, as one worker × 2 threads and as one worker × 1 thread (tenants of
    2 and 1 cores); throughput and p50 at 1 and 4 clients.
 3. cut: the same models cut into 2 stages by cost (what rtd does) and by node count
-   (`rtd_stage_cut: nodes`); the slowest stage as the cut predicted it, and throughput at 4 clients.
+   (`rtd_stage_cut: nodes`); the slowest stage as the cut predicted it, and throughput at 4 clients;
+   cutparts: both cuts' parts compiled and timed alone in this process, the slowest part of each.
 
-    sudo .venv/bin/python bench/pipeline.py [--parts hops,ocr,stages,cut] [--seconds 4] [--rounds 3]
+    sudo .venv/bin/python bench/pipeline.py [--parts hops,ocr,stages,cut,cutparts] [--seconds 4] [--rounds 3] [--runs 15]
 
 The variants of each comparison take turns (the host may be shared: each gets the same mix of
 its load), and each row says the load average when it was measured.
@@ -362,11 +363,49 @@ def staged(seconds: float, rounds: int, rows: list, parts: set) -> None:
         d.stop()
 
 
+def cut_parts(runs: int, rows: list) -> None:
+    """Both cuts of each model, each part compiled and timed alone in this process (1 thread,
+    the parts of both cuts taking turns; the least CPU time of `runs`, which preemption by the
+    host's other work does not inflate): the slowest part is the pipeline's bottleneck."""
+    from rtd.kernels import compile_model, native, stages
+    native.set_threads(1)
+    for label, name in (("resnet18 (conv net)", "resnet18"), ("minilm (transformer encoder)", "minilm")):
+        import onnx
+        proto, feeds = onnx.load_from_string(zoo_model(name)), zoo_feeds(name)
+        measured = stages.measure_model(proto, None)
+        cuts = {by: stages.plan(proto, 2, measured, naive=by == "node count")[0] for by in ("cost", "node count")}
+        parts, inputs = {}, {}
+        for by, cut in cuts.items():
+            values = dict(feeds)
+            for k in range(2):
+                part = compile_model(stages.part(proto, cut, k))
+                inputs[by, k] = {spec.name: values[spec.name] for spec in part.inputs}
+                values.update(part.run(inputs[by, k]))
+                parts[by, k] = part
+        times = {key: [] for key in parts}
+        for _ in range(runs):
+            for key, part in parts.items():
+                start = time.process_time()   # CPU time: what the other tenants of this host do not add to
+                part.run(inputs[key])
+                times[key].append(time.process_time() - start)
+        medians = {key: float(np.min(t)) * 1e3 for key, t in times.items()}
+        slowest = {by: max(medians[by, 0], medians[by, 1]) for by in cuts}
+        rows.append((f"{label} (load {load_average()})", "2-stage cut, parts timed alone (1 thread)",
+                     f"cost cut {[list(r) for r in cuts['cost'].ranges]}: stages {medians['cost', 0]:.1f} + "
+                     f"{medians['cost', 1]:.1f} ms",
+                     f"node-count cut {[list(r) for r in cuts['node count'].ranges]}: stages {medians['node count', 0]:.1f} + "
+                     f"{medians['node count', 1]:.1f} ms",
+                     f"slowest stage {slowest['cost']:.1f} vs {slowest['node count']:.1f} ms: the cost cut's pipeline "
+                     f"{slowest['node count'] / slowest['cost']:.2f}× the throughput"))
+        print(rows[-1], flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="hops,ocr,stages,cut")
+    parser.add_argument("--parts", default="hops,ocr,stages,cut,cutparts")
     parser.add_argument("--seconds", type=float, default=4.0, help="per variant per round")
     parser.add_argument("--rounds", type=int, default=3, help="turns each variant takes, alternating")
+    parser.add_argument("--runs", type=int, default=15, help="cutparts: timed runs of each part")
     args = parser.parse_args()
     parts, rows = set(args.parts.split(",")), []
     if "hops" in parts:
@@ -375,6 +414,8 @@ def main() -> None:
         ocr(args.seconds, args.rounds, rows)
     if parts & {"stages", "cut"}:
         staged(args.seconds, args.rounds, rows, parts)
+    if "cutparts" in parts:
+        cut_parts(args.runs, rows)
     print("\n| model | setting | | | ratio / note |\n|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")

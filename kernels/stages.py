@@ -45,6 +45,7 @@ BYTES_PER_NS = 4.0        # memory traffic of one core, about
 COPY_BYTES_PER_NS = 2.0   # a value crossing a boundary: written into a memfd, faulted in by the next stage
 BALANCE_SLACK = 0.05      # cuts within this of the best bottleneck compete on bytes
 UNKNOWN_BYTES = 1024      # a value the run left unshaped
+MEASURE_DIM = 64          # the size of a free dim (not the batch) in the measured run
 RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
 
 
@@ -107,9 +108,9 @@ class Measured:
     model: object = None   # the whole model, compiled (its inputs and outputs state its signature)
 
 
-def zeros_for(proto: onnx.ModelProto) -> dict:
-    """Feeds for one run: zeros of the declared types, symbolic dims as 1; E_CONFIG_INVALID when
-    an input's type or rank is not declared."""
+def zeros_for(proto: onnx.ModelProto, free: int = 1) -> dict:
+    """Feeds for one run: zeros of the declared types, a symbolic first dim (the batch) as 1,
+    other symbolic dims as `free`; E_CONFIG_INVALID when an input's type or rank is not declared."""
     initializers = {t.name for t in proto.graph.initializer}
     feeds = {}
     for value in proto.graph.input:
@@ -118,12 +119,24 @@ def zeros_for(proto: onnx.ModelProto) -> dict:
         t = value.type.tensor_type
         if not value.type.HasField("tensor_type") or not t.elem_type or not t.HasField("shape"):
             raise _bad(f"input {value.name!r} has no declared tensor type and rank: the graph cannot be measured")
-        dims = [d if isinstance(d, int) else 1 for d in dtypes.declared_dims(t.shape)]
+        dims = [d if isinstance(d, int) else 1 if axis == 0 else free for axis, d in enumerate(dtypes.declared_dims(t.shape))]
         feeds[value.name] = np.zeros(dims, onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
     return feeds
 
 
-def measure(proto: onnx.ModelProto, weights: dict | None, feeds: dict, runs: int = 2) -> Measured:
+def measure_model(proto: onnx.ModelProto, weights: dict | None) -> Measured:
+    """`measure` at a size where costs resemble a real request's: free dims (a sequence, an image
+    side) at MEASURE_DIM — a transformer's attention at one token costs nothing — or, where the
+    graph will not run at that size, at 1."""
+    try:
+        return measure(proto, weights, zeros_for(proto, MEASURE_DIM))
+    except RtdError as e:
+        if e.code is Code.E_CONFIG_INVALID:
+            raise
+        return measure(proto, weights, zeros_for(proto))
+
+
+def measure(proto: onnx.ModelProto, weights: dict | None, feeds: dict, runs: int = 4) -> Measured:
     """Run the model on `feeds`: the shapes of every value (the interpreter's trace), and, compiled
     as it is served, each node's time, the fastest of `runs` profiled runs (a plan
     step's time goes to the node whose output it writes; a step that writes no node's output, a

@@ -35,7 +35,7 @@ def stage_part(proto: onnx.ModelProto, weights: dict, spec, signature) -> tuple[
         raise _protocol("only the first stage makes the cut")
     if spec.get("by", "cost") not in ("cost", "nodes"):
         raise _protocol("by")
-    measured = stages.measure(proto, weights, stages.zeros_for(proto))
+    measured = stages.measure_model(proto, weights)
     cut, report = stages.plan(proto, count, measured, naive=spec.get("by") == "nodes")
     _, naive = stages.plan(proto, count, measured, naive=True)
     report.update(cut=cut.to_json(), signature=signature(measured.model),

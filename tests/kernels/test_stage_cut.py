@@ -141,3 +141,19 @@ def test_a_cut_another_worker_states_is_checked():
         with pytest.raises(RtdError) as e:
             stages.Cut.from_json(doc, n, 2)
         assert e.value.code == Code.E_CONFIG_INVALID
+
+
+def test_the_cut_is_measured_at_a_request_sized_run_and_falls_back_where_the_graph_fixes_sizes():
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    free = model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                 [helper.make_tensor_value_info("x", F, ["N", "S", 4])], [helper.make_tensor_value_info("y", F, None)], [w])
+    assert stages.measure_model(free, None).shapes["y"][0] == (1, stages.MEASURE_DIM, 3)   # batch 1, the sequence at size
+    fixed = model([helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("MatMul", ["r", "w1"], ["y"])],
+                  [helper.make_tensor_value_info("x", F, ["N", "S"])], [helper.make_tensor_value_info("y", F, None)],
+                  [numpy_helper.from_array(np.array([1, 1], np.int64), "shape"), numpy_helper.from_array(np.ones((1, 3), np.float32), "w1")])
+    assert stages.measure_model(fixed, None).shapes["r"][0] == (1, 1)   # the Reshape holds only at 1: measured there
+    untyped = model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", F, None)],
+                    [helper.make_tensor_value_info("y", F, None)])
+    with pytest.raises(RtdError) as refused:
+        stages.measure_model(untyped, None)
+    assert refused.value.code is Code.E_CONFIG_INVALID
