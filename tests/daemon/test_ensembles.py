@@ -233,11 +233,11 @@ def test_a_crash_in_a_step_is_one_coded_error_naming_it_and_the_other_tenant_not
 def test_steps_of_different_requests_overlap_and_each_step_batches(fresh_daemon):
     d = fresh_daemon(max_concurrency=8)
     batched = b'max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 100000 }'
-    first, second = slow_model(60, 256), dense(256, 4, 5)
+    first, second = slow_model(60, 256), slow_model(60, 256)   # both slow: each step's run is long enough to be seen
     d.client("acme").load("first", d.package("acme", first, "first"))
     d.client("acme").load("second", d.package("acme", second, "second", config=batched))
     config = b'''name: "pair" platform: "ensemble"
-      input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 256 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]
+      input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 256 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ -1, 256 ] } ]
       ensemble_scheduling { step [
         { model_name: "first" model_version: -1 input_map { key: "X" value: "x" } output_map { key: "Y" value: "a" } },
         { model_name: "second" model_version: -1 input_map { key: "X" value: "a" } output_map { key: "Y" value: "y" } } ] }'''
