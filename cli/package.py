@@ -40,11 +40,23 @@ def _read(path: str | None) -> bytes | None:
 
 def _pack(args) -> int:
     private_key = keys.load_private(args.key)
-    model = _read(args.model)
-    siblings = pack.external_files(model, os.path.dirname(os.path.abspath(args.model)))
-    files = pack.package_files(model, name=args.name, version=args.version, private_key=private_key,
-                               counter=args.counter, expires=args.expires, config_bytes=_read(args.config),
-                               min_rtd_version=args.min_rtd_version, siblings=siblings)
+    siblings = {}
+    if args.model.endswith(".pbtxt"):   # an ensemble: its config is the package, its steps are other models
+        if args.config or args.stages is not None:
+            raise RtdError(Code.E_USAGE, "an ensemble's config.pbtxt is the package itself: no --config or --stages")
+        files = pack.ensemble_files(_read(args.model), name=args.name, version=args.version, private_key=private_key,
+                                    counter=args.counter, expires=args.expires, min_rtd_version=args.min_rtd_version)
+    else:
+        model = _read(args.model)
+        siblings = pack.external_files(model, os.path.dirname(os.path.abspath(args.model)))
+        config = _read(args.config)
+        if args.stages is not None:
+            if not 1 <= args.stages <= 8:
+                raise RtdError(Code.E_USAGE, "--stages: 1 to 8")
+            config = pack.with_stages(config, args.stages)
+        files = pack.package_files(model, name=args.name, version=args.version, private_key=private_key,
+                                   counter=args.counter, expires=args.expires, config_bytes=config,
+                                   min_rtd_version=args.min_rtd_version, siblings=siblings)
     pack.write_package(files, args.out, args.name)
     trust = TrustStore(None)
     trust.keys[keys.fingerprint(private_key.public_key())] = private_key.public_key()
@@ -80,8 +92,8 @@ def register(commands) -> None:
                    help=f"RSA modulus size (default {keys.DEFAULT_BITS}; at least {keys.MIN_BITS})")
     p.set_defaults(func=_keygen)
 
-    p = commands.add_parser("pack", help="build a signed package from an ONNX model")
-    p.add_argument("model", help="the ONNX model file")
+    p = commands.add_parser("pack", help="build a signed package from an ONNX model (or an ensemble's config.pbtxt)")
+    p.add_argument("model", help="the ONNX model file, or a config.pbtxt with platform \"ensemble\"")
     p.add_argument("--name", required=True, help="model name the package is signed for (what `rtctl run` calls)")
     p.add_argument("--version", required=True, help="semantic version X.Y.Z")
     p.add_argument("--key", required=True, help="private signing key (PEM)")
@@ -89,6 +101,8 @@ def register(commands) -> None:
     p.add_argument("--counter", type=int, default=1, help="monotonic counter, also the version directory")
     p.add_argument("--expires", help="UTC expiry YYYY-MM-DDTHH:MM:SSZ")
     p.add_argument("--config", help="config.pbtxt to include")
+    p.add_argument("--stages", type=int, help="serve the model cut into K pipeline stages, each its own worker "
+                                              "(sets the config parameter rtd_stages)")
     p.add_argument("--min-rtd-version", dest="min_rtd_version", help="oldest rtd (X.Y.Z) that may load the package")
     p.set_defaults(func=_pack)
 

@@ -215,6 +215,9 @@ def cmd_status(args) -> int:
             result.add_row(t["tenant"], name, m["version"], m["state"], f"{len(live)}/{configured} live",
                            f"{memory / 2**20:.1f} MiB", m["reason"])
     show(result)
+    for t in status["tenants"]:
+        for name, m in t["models"].items():
+            _show_pipeline(t["tenant"], name, m.get("serving") or {})
     for line in status["damaged"]:
         show(f"[yellow]state directory: {line}[/yellow]", stderr=True)
     for t in status["tenants"]:
@@ -238,6 +241,26 @@ def cmd_repair(args) -> int:
     for line in done:
         show(f"{args.tenant}: {line}")
     return 0
+
+
+def _show_pipeline(tenant: str, name: str, serving: dict) -> None:
+    """An ensemble's steps, or a staged model's cut: each stage's nodes, ops and costs."""
+    if serving.get("ensemble"):
+        steps = table(f"{tenant}/{name}: ensemble steps", "step", "model", "version", "state")
+        for i, step in enumerate(serving["ensemble"], 1):
+            steps.add_row(str(i), step["model"], step["version"], step["state"])
+        show(steps)
+    cut = serving.get("stages")
+    if cut:
+        method = cut["method"] if cut["method"] == "node count" else f"{cut['method']} cost"
+        stages = table(f"{tenant}/{name}: {cut['count']} stages, cut by {method} (slowest stage "
+                       f"{cut['bottleneck_ms']} ms; a cut by node count: {cut['node_count_bottleneck_ms']} ms)",
+                       "stage", "nodes", "ops", "estimated ms", "measured ms", "served: requests, mean ms", "hands on")
+        for s in cut["stages"]:
+            ops = ", ".join(f"{op} {n}" for op, n in (s["ops"] or {}).items())
+            stages.add_row(str(s["stage"]), "{}..{}".format(*s["nodes"]) if s["nodes"] else "", ops, str(s["estimated_ms"]),
+                           str(s["measured_ms"]), f"{s['requests']}, {s['mean_compute_ms']}", f"{s['hands_on_bytes']} B")
+        show(stages)
 
 
 def register(commands) -> None:

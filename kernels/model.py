@@ -196,6 +196,16 @@ class CompiledModel:
         plan, _ = self._plan(self._check(feeds))
         return {"nodes_in_model": len(self.runner.nodes), **(plan.stats() if plan else {})}
 
+    def step_names(self, feeds: dict) -> list[tuple]:
+        """Per step of the plan for these feeds' shapes, in the order a profiled run records
+        them, the names of the values it reads and writes (kernels/stages.py attributes time by them)."""
+        plan, _ = self._plan(self._check(feeds))
+        plan = getattr(plan, "plan", plan)   # a CUDA plan wraps the host one
+        if plan is None:
+            return []
+        return [(tuple(plan.names[i] for i in args if i), tuple(plan.names[i] for i in outs if i > 1))
+                for _, args, outs, _ in plan.steps]
+
     def profile_summary(self) -> dict:
         """Per op label: calls and total microseconds over every profiled run so far."""
         with self._lock:

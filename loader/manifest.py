@@ -48,7 +48,7 @@ def parse(data) -> dict[str, str]:
             raise RtdError(Code.E_MANIFEST_INVALID, f"line {number}: names are not sorted and unique")
         previous = raw_name
         entries[name] = digest.decode()
-    for required in (layout.MODEL, layout.METADATA):
+    for required in (layout.METADATA,):   # model.onnx too, except for an ensemble (package.py decides)
         if required not in entries:
             raise RtdError(Code.E_MANIFEST_INVALID, f"manifest does not list {required}")
     return entries

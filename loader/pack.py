@@ -12,11 +12,15 @@ import os
 import tarfile
 
 import onnx
+from google.protobuf import text_format
 
 from rtd import dtypes
 from rtd.errors import Code, RtdError
 from rtd.loader import layout, manifest, metadata, signing
+from rtd.loader.config import decode, parse_config
 from rtd.loader.intake import ARCHIVE_SUFFIXES
+from rtd.loader.package import ENSEMBLE
+from rtd.proto import model_config_pb2 as model_config
 
 _ONNX_DTYPES = {v: k for k, v in onnx.TensorProto.DataType.items()}
 
@@ -141,6 +145,50 @@ def package_files(model_bytes: bytes, *, name: str, version: str, private_key, c
     return sign_files(files, private_key)
 
 
+def config_signature(config) -> tuple[list[dict], list[dict], dict]:
+    """The inputs and outputs a config.pbtxt declares (an ensemble's, which has no graph), as
+    metadata.json states them: ONNX type names, -1 dims unknown, the batch dim first where
+    max_batch_size > 0."""
+    batch = [None] if config.max_batch_size > 0 else []
+
+    def side(tensors):
+        out = []
+        for t in tensors:
+            row = dtypes.BY_CONFIG.get(model_config.DataType.Name(t.data_type))
+            if row is None:
+                raise RtdError(Code.E_CONFIG_INVALID, f"tensor {t.name!r}: data_type {model_config.DataType.Name(t.data_type)}")
+            onnx_type = "STRING" if row.wire == "bytes" else _ONNX_DTYPES[onnx.helper.np_dtype_to_tensor_dtype(row.numpy)]
+            out.append({"name": t.name, "dtype": onnx_type, "shape": batch + [d if d >= 0 else None for d in t.dims]})
+        return out
+    return side(config.input), side(config.output), {}
+
+
+STAGES_PARAMETER = "rtd_stages"   # config.pbtxt parameter: serve the model cut into this many pipeline stages
+
+
+def with_stages(config_bytes: bytes | None, stages: int) -> bytes:
+    """A config.pbtxt asking for `stages` pipeline stages (the given one, or a new one)."""
+    config = parse_config(decode(config_bytes)) if config_bytes is not None else model_config.ModelConfig()
+    if config.platform == ENSEMBLE:
+        raise RtdError(Code.E_CONFIG_INVALID, "an ensemble is not cut into stages: its steps are models")
+    config.parameters[STAGES_PARAMETER].string_value = str(stages)
+    return text_format.MessageToString(config).encode()
+
+
+def ensemble_files(config_bytes: bytes, *, name: str, version: str, private_key, counter: int = 1,
+                   expires: str | None = None, **optional) -> dict[str, bytes]:
+    """A complete signed ensemble package as {path: bytes}: config.pbtxt (platform "ensemble")
+    and the version directory's metadata, no model (Triton's ensembles have none)."""
+    layout.check_component(name)
+    config = parse_config(decode(config_bytes))
+    if config.platform != ENSEMBLE or not config.ensemble_scheduling.step:
+        raise RtdError(Code.E_CONFIG_INVALID, 'an ensemble\'s config.pbtxt has platform "ensemble" and ensemble_scheduling steps')
+    meta = build_metadata(b"", name=name, version=version, counter=counter, expires=expires, config_bytes=config_bytes,
+                          signature=config_signature(config), **optional)
+    files = {f"{counter}/{layout.METADATA}": metadata.render(meta), layout.CONFIG: config_bytes}
+    return sign_files(files, private_key)
+
+
 def write_directory(files: dict[str, bytes], out: str) -> None:
     """Write a package as model directory `out` (which must not exist yet)."""
     os.makedirs(out)
@@ -202,9 +250,12 @@ def sign_version_dir(version_dir: str, private_key, *, name: str | None = None, 
         if meta["config_sha256"] != (hashlib.sha256(config_bytes).hexdigest() if config_bytes is not None else None):
             raise RtdError(Code.E_DIGEST_MISMATCH, "metadata.json binds a different config.pbtxt")
     else:
-        meta = build_metadata(files[f"{counter_text}/{layout.MODEL}"],
+        config = parse_config(decode(config_bytes)) if config_bytes is not None else None
+        ensemble = config is not None and config.platform == ENSEMBLE   # its signature is its config's: no graph
+        meta = build_metadata(b"" if ensemble else files[f"{counter_text}/{layout.MODEL}"],
                               name=name or os.path.basename(parent), version=version or f"{counter_text}.0.0",
-                              counter=int(counter_text), expires=expires, config_bytes=config_bytes)
+                              counter=int(counter_text), expires=expires, config_bytes=config_bytes,
+                              signature=config_signature(config) if ensemble else None)
         files[meta_path] = metadata.render(meta)
     if config_bytes is not None:
         files[layout.CONFIG] = config_bytes

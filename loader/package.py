@@ -22,6 +22,7 @@ from rtd.loader.intake import read_package
 from rtd.loader.sealed import SealedFile
 from rtd.loader.trust import RollbackStore, TrustStore
 
+ENSEMBLE = "ensemble"   # config.pbtxt's platform for Triton's ensembles
 VerifiedFile = SealedFile   # a SealedFile whose digest the signed manifest vouched for
 
 
@@ -37,6 +38,11 @@ class VerifiedPackage:
     files: Mapping[str, VerifiedFile]        # model-dir-relative path -> bytes ("1/model.onnx", "config.pbtxt")
     config_text: str | None
     config: object | None                    # rtd.proto.model_config_pb2.ModelConfig
+
+    @property
+    def is_ensemble(self) -> bool:
+        """A Triton ensemble: its config names steps over the tenant's other models, no model.onnx."""
+        return self.config is not None and self.config.platform == ENSEMBLE
 
     @property
     def model(self) -> VerifiedFile:
@@ -125,6 +131,18 @@ def _check_freshness(meta: dict, now: datetime.datetime | None) -> None:
         raise RtdError(Code.E_EXPIRED, f"expired {meta['expires']}")
 
 
+def _check_model_file(files, version: str, entries: dict, config) -> None:
+    """A model package holds model.onnx, refused by content if it is pickle or zip; an
+    ensemble's (platform "ensemble", as Triton's) holds none: its steps are other models."""
+    if config is not None and config.platform == ENSEMBLE:
+        if layout.MODEL in entries:
+            raise RtdError(Code.E_FILE_UNLISTED, "an ensemble package holds no model.onnx: its steps name the models")
+        return
+    if layout.MODEL not in entries:
+        raise RtdError(Code.E_MANIFEST_INVALID, f"manifest does not list {layout.MODEL}")
+    formats.refuse_unsafe(files[f"{version}/{layout.MODEL}"].data, layout.MODEL)
+
+
 def verify_package(source, *, trust: TrustStore, tenant: str, rollback: RollbackStore | None,
                    allow_rollback: bool = False, expected_name: str | None = None,
                    now: datetime.datetime | None = None,
@@ -146,7 +164,7 @@ def verify_package(source, *, trust: TrustStore, tenant: str, rollback: Rollback
         if rollback is not None:
             rollback.check(tenant, meta["name"], meta["counter"], manifest_sha256=manifest_sha256,
                            allow_rollback=allow_rollback)
-        formats.refuse_unsafe(files[f"{version}/{layout.MODEL}"].data, layout.MODEL)
+        _check_model_file(files, version, entries, parsed)
     except BaseException:
         fileset.close()
         raise

@@ -32,6 +32,7 @@ class Code(enum.Enum):
     E_VERSION_UNSUPPORTED = "the package needs a newer rtd", "FAILED_PRECONDITION"
     E_METADATA_INVALID = "metadata.json is not valid bounded JSON of the expected shape", "INVALID_ARGUMENT"
     E_CONFIG_INVALID = "config.pbtxt is not a valid model configuration", "INVALID_ARGUMENT"
+    E_ENSEMBLE_INVALID = "the ensemble's steps or maps do not fit the tenant's models", "INVALID_ARGUMENT"
     # safe intake (loader)
     E_PATH_UNSAFE = "a path is absolute, escapes its directory or is not clean UTF-8", "INVALID_ARGUMENT"
     E_LINK_FORBIDDEN = "symlinks and hardlinks are refused", "INVALID_ARGUMENT"

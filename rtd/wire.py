@@ -243,11 +243,42 @@ def _payload(name: str, value) -> tuple[str, list, list]:
 
 
 class FdTensor:
-    """Bytes that travel as one uint8 tensor in a file of their own (a sealed memfd), passed
-    with the frame: never copied, never mapped by the sender."""
+    """A tensor that travels in a file of its own (a sealed memfd), passed with the frame:
+    never copied, never mapped by the sender. By default its bytes are one uint8 vector; a
+    typed one names its wire dtype and shape (BYTES: Triton's length-prefixed form, `nbytes`
+    long). One a Reader kept (`keep_fds`) owns its fd: closed by `close()` or when dropped,
+    so it can be passed on to another peer unread."""
 
-    def __init__(self, fd: int, nbytes: int):
-        self.fd, self.nbytes = fd, nbytes
+    def __init__(self, fd: int, nbytes: int, dtype: str = "uint8", shape: list | None = None, owned: bool = False):
+        self.fd, self.nbytes, self.dtype = fd, nbytes, dtype
+        self.shape = [nbytes] if shape is None else list(shape)
+        self._closer = weakref.finalize(self, os.close, fd) if owned else None
+
+    def close(self) -> None:
+        if self._closer is not None:
+            self._closer()
+
+
+def sealed(name: str, value) -> FdTensor:
+    """One array written once into a memfd of its own, then sealed against any change: what a
+    worker hands on for another worker to map (the supervisor passes the fd, unread)."""
+    wire_name, shape, parts = _payload(name, value)
+    nbytes = sum(p.nbytes for p in parts)
+    cap = resource.getrlimit(resource.RLIMIT_FSIZE)[0]   # past it the write would raise SIGXFSZ
+    if cap != resource.RLIM_INFINITY and nbytes > cap:
+        raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"tensor {name!r}: {nbytes} bytes exceed the {cap}-byte file-size limit")
+    fd = os.memfd_create("rtd-tensor", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        at = 0
+        for part in parts:
+            while part.nbytes:
+                written = os.pwrite(fd, part, at)
+                at, part = at + written, part[written:]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, TENSOR_SEALS | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return FdTensor(fd, nbytes, wire_name, shape, owned=True)
 
 
 class Blob:
@@ -280,7 +311,9 @@ def encode(kind: Kind, request_id: int, head: dict | None = None, tensors: dict 
     placed = {}
     for name, value in list((tensors or {}).items()):
         if isinstance(value, FdTensor):
-            placed[name] = {"name": name, "dtype": "uint8", "shape": [value.nbytes], "fd": len(passed)}
+            placed[name] = {"name": name, "dtype": value.dtype, "shape": value.shape, "fd": len(passed)}
+            if value.dtype == "bytes":
+                placed[name]["nbytes"] = value.nbytes
             passed.append(value.fd)
     items = [(name, *_payload(name, value)) for name, value in (tensors or {}).items() if name not in placed]
     sizes = {name: sum(p.nbytes for p in parts) for name, _, _, parts in items}
@@ -356,8 +389,8 @@ class Reader:
     that reads an untrusted worker can hold it to what a worker legitimately sends."""
 
     def __init__(self, sock: socket.socket, peer: PeerArena | None = None, lease: bool = False,
-                 max_head: int = MAX_HEAD, max_body: int = MAX_BODY):
-        self.sock, self.peer, self.lease = sock, peer, lease
+                 max_head: int = MAX_HEAD, max_body: int = MAX_BODY, keep_fds: bool = False):
+        self.sock, self.peer, self.lease, self.keep_fds = sock, peer, lease, keep_fds
         self.max_head, self.max_body = max_head, max_body
         self.buf, self.start = bytearray(), 0   # start: stream offset of buf[0]
         self.scratch = None
@@ -421,7 +454,7 @@ class Reader:
             _close_all(fds)
             self.close()
             raise protocol_error(f"header claims {nfds} fds, {len(fds)} arrived with the frame")
-        return _parse(kind, request_id, data, head_len, fds, self.peer, self.lease)
+        return _parse(kind, request_id, data, head_len, fds, self.peer, self.lease, self.keep_fds)
 
     def close(self) -> None:
         for _, _, fds in self.fds:
@@ -429,7 +462,8 @@ class Reader:
         self.fds.clear()
 
 
-def _parse(kind: Kind, request_id: int, data: bytes, head_len: int, fds: list, peer, lease: bool) -> Frame:
+def _parse(kind: Kind, request_id: int, data: bytes, head_len: int, fds: list, peer, lease: bool,
+           keep_fds: bool = False) -> Frame:
     try:
         raw_head = data[HEADER.size: HEADER.size + head_len]
         body = memoryview(data)[HEADER.size + head_len:]
@@ -447,7 +481,8 @@ def _parse(kind: Kind, request_id: int, data: bytes, head_len: int, fds: list, p
             peer.replace(fds[i])
             used.add(i)
         region = head.pop("arena", None)
-        tensors, bases, span = _tensors(head.pop("tensors", []), body, peer, fds, used)
+        kept = {} if keep_fds else None
+        tensors, bases, span = _tensors(head.pop("tensors", []), body, peer, fds, used, kept)
         if region is not None:
             if not (isinstance(region, list) and len(region) == 2 and all(type(v) is int for v in region)):
                 raise protocol_error("bad arena region")
@@ -457,18 +492,22 @@ def _parse(kind: Kind, request_id: int, data: bytes, head_len: int, fds: list, p
                     weakref.finalize(base, holder.drop)
             elif lease:
                 peer.released.append(region)
-        for i in used:
+        for i in used - set(kept or ()):
             os.close(fds[i])  # the mapping keeps the memory alive; the fd is no longer needed
+        for i, (name, dtype, shape, nbytes) in (kept or {}).items():   # from here on each owns its fd
+            tensors[name] = FdTensor(fds[i], nbytes, dtype, shape, owned=True)
         return Frame(kind, request_id, head, tensors, [fd for i, fd in enumerate(fds) if i not in used])
     except BaseException:
         _close_all(fds)
         raise
 
 
-def _tensors(entries, body: memoryview, peer: PeerArena | None, fds: list, used: set) -> tuple[dict, list, tuple]:
+def _tensors(entries, body: memoryview, peer: PeerArena | None, fds: list, used: set,
+             kept: dict | None = None) -> tuple[dict, list, tuple]:
     """{name: array}, the arrays that own arena memory (every view of them keeps them alive)
     and the arena span they cover. A tensor in an fd of the frame ("fd": its index) is mapped
-    read-only; that fd is then `used`."""
+    read-only; that fd is then `used` — or, given `kept`, left unmapped and recorded there
+    ({index: (name, dtype, shape, nbytes)}) for the caller to wrap as an FdTensor."""
     if not isinstance(entries, list) or len(entries) > MAX_TENSORS:
         raise protocol_error("tensors is not a bounded list")
     out, bases, low, high = {}, [], MAX_ARENA, 0
@@ -502,6 +541,12 @@ def _tensors(entries, body: memoryview, peer: PeerArena | None, fds: list, used:
                 seals = 0
             if seals & TENSOR_SEALS != TENSOR_SEALS:
                 raise protocol_error(f"tensor {name!r}: its memfd is not sealed")
+            if kept is not None:
+                if os.fstat(fds[i]).st_size < nbytes:
+                    raise protocol_error(f"tensor {name!r}: its memfd is shorter than {nbytes} bytes")
+                kept[i] = (name, row.wire, list(shape), nbytes)
+                out[name] = None   # replaced by its FdTensor once the whole frame parsed
+                continue
             data = map_fd(fds[i], nbytes)[:nbytes]
         else:
             off = e.get("offset")

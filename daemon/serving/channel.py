@@ -28,7 +28,9 @@ class WorkerChannel:
         sock.setblocking(False)
         self.sock, self.on_lost = sock, on_lost
         self.loop = asyncio.get_running_loop()
-        self.reader = wire.Reader(sock, wire.PeerArena(), lease=True, max_body=MAX_REPLY_BODY)
+        # keep_fds: a tensor the worker sends in a sealed memfd of its own (a pipeline step's) stays an
+        # unmapped fd here, passed on to the next step's worker, never read
+        self.reader = wire.Reader(sock, wire.PeerArena(), lease=True, max_body=MAX_REPLY_BODY, keep_fds=True)
         self.arena = wire.Arena()
         self.ids = itertools.count(1)
         self.waiting: dict[int, tuple] = {}   # request id -> (future, arena region, on_done)

@@ -48,6 +48,7 @@ class Instance:
         self.ended = asyncio.Event()          # set once the ending is known (classified)
         self.queue: collections.deque = collections.deque()   # requests sent and not answered, in order
         self.watchdog = None                  # the hang timer of the request at the head of the queue
+        self.loaded: dict = {}                # the worker's LOAD answer
 
     @property
     def live(self) -> bool:
@@ -93,6 +94,7 @@ class Instance:
             raise
         self.resident = self.handle.usage().get("memory_bytes") or 0
         self.last_used = time.monotonic()
+        self.loaded = reply.head   # what else the LOAD answer said (a first stage's cut)
         return signature
 
     def send(self, kind: wire.Kind, head: dict, tensors: dict, request_timeout: float, on_done) -> asyncio.Future:

@@ -57,9 +57,12 @@ def instance_count(config, max_instances: int) -> int:
 class ModelVersion:
     """One verified package of a model, the instances serving it and its scheduler."""
 
-    def __init__(self, owner: "ManagedModel", package, held, services: TenantServices):
+    def __init__(self, owner: "ManagedModel", package, held, services: TenantServices, load_extra: dict | None = None):
+        """`load_extra`: what else its workers' LOAD says (a stage's part and thread share: stages.py)."""
         self.owner, self.package, self.held = owner, package, held   # held: the package-bytes charge
         self.services = services
+        self.load_extra = load_extra or {}
+        self.load_reply: dict = {}           # the first instance's LOAD answer (a stage's cut: stages.py)
         limits = services.limits
         self.count = instance_count(package.config, limits.max_instances)
         self.instances: list[Instance] = []
@@ -106,7 +109,7 @@ class ModelVersion:
         self.instances.append(instance)
         serve_as = {"name": self.owner.name, "version": self.version_dir, "max_batch": self.max_batch,
                     "max_message_bytes": services.limits.max_message_bytes, "max_elements": services.limits.max_request_elements,
-                    "threads": services.threads, "device": services.device}
+                    "threads": services.threads, "device": services.device, **self.load_extra}
         try:
             signature = await instance.start(services.spawn, self.package.model.fd, services.limits.load_timeout_s,
                                              {name: f.fd for name, f in self.package.siblings.items()}, serve_as)
@@ -116,7 +119,7 @@ class ModelVersion:
             instance.stop(Ending.STOPPED, "start failed")
             raise
         if self.signature is None:
-            self.signature = signature
+            self.signature, self.load_reply = signature, instance.loaded
         self.measured = max(self.measured, instance.resident)
         self.live.set()
         self.owner.version_changed(self)
@@ -231,8 +234,11 @@ class ModelVersion:
 class ManagedModel:
     """The one owner of one of a tenant's model names."""
 
-    def __init__(self, name: str, services: TenantServices):
+    def __init__(self, name: str, services: TenantServices, make_version=None):
+        """`make_version(owner, package, held, services)`: the version a package serves as
+        (ModelVersion; the tenancy also builds ensembles and staged models)."""
         self.name, self.services = name, services
+        self.make_version = make_version or ModelVersion
         self.state, self.reason = ModelState.LOADING, ""
         self.serving: ModelVersion | None = None
         self.loading: ModelVersion | None = None
@@ -249,7 +255,7 @@ class ManagedModel:
     async def prepare(self, package, held) -> ModelVersion:
         """Start a new version beside the serving one (which keeps serving); the caller
         persists it and then calls `commit`, or `abort` on any failure."""
-        version = ModelVersion(self, package, held, self.services)
+        version = self.make_version(self, package, held, self.services)
         self.loading = version
         if self.serving is None:
             self._transition(ModelState.LOADING, f"version {version.version_dir} loading")
@@ -289,7 +295,7 @@ class ManagedModel:
         if self.serving is None or self.state == ModelState.UNLOADING:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} has no version to reload")
         old = self.serving
-        version = ModelVersion(self, old.package, old.held, self.services)   # the same verified bytes and their charge
+        version = self.make_version(self, old.package, old.held, self.services)   # the same verified bytes and their charge
         version.measured = old.measured
         self.loading = version
         try:

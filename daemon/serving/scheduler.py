@@ -42,6 +42,7 @@ class InferRequest:
     rows: int | None = None      # the batch dim, where the headers tell it
     json_length: int | None = None   # REST: the inference header's length, where given
     received: float = 0.0        # time.monotonic() when its body was complete
+    step: object = None          # a pipeline step (pipeline.StepCall): its own frame entry and tensors
 
 
 @dataclasses.dataclass
@@ -50,6 +51,29 @@ class Answer:
     body: np.ndarray
     rows: int
     json_length: int | None
+
+
+@dataclasses.dataclass
+class Handed:
+    """A pipeline step's answer: the tensors it handed on, each a sealed memfd the supervisor
+    passes to the next step unread ({name: wire.FdTensor}), and the client's request."""
+    rows: int
+    outputs: dict
+    inputs: dict
+    request: wire.FdTensor | None
+
+    @classmethod
+    def parse(cls, result: dict, tensors: dict) -> "Handed":
+        def named(value) -> dict:
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(tensors.get(v), wire.FdTensor)
+                                                      for k, v in value.items()):
+                raise RtdError(Code.E_WORKER_PROTOCOL, "a step's answer names tensors that are not sealed memfds of its frame")
+            return {k: tensors[v] for k, v in value.items()}
+        rows, request = result.get("rows"), result.get("request")
+        if type(rows) is not int or rows < 0 or (request is not None and not isinstance(tensors.get(request), wire.FdTensor)):
+            raise RtdError(Code.E_WORKER_PROTOCOL, "a step's answer without its rows or request tensor")
+        return cls(rows, named(result.get("outputs", {})), named(result.get("inputs", {})),
+                   tensors[request] if request is not None else None)
 
 
 class _Pending:
@@ -63,14 +87,22 @@ def infer_frame(requests: list) -> tuple[dict, dict]:
     """(head, tensors) of the INFER frame that passes `requests` (InferRequest) to a worker
     unread: each body as the transport's body object makes it a tensor (a large one in its own
     sealed memfd), or a bytes-like body as it is."""
-    head = {"requests": [{"encoding": r.encoding, "tensor": str(i), "json_length": r.json_length, "received": r.received}
-                         for i, r in enumerate(requests)]}
-    return head, {str(i): r.body.as_tensor() if hasattr(r.body, "as_tensor") else np.frombuffer(r.body, np.uint8)
-                  for i, r in enumerate(requests)}
+    head, tensors = {"requests": []}, {}
+    for i, r in enumerate(requests):
+        entry = {"encoding": r.encoding, "tensor": str(i), "json_length": r.json_length, "received": r.received}
+        if r.body is not None:
+            tensors[str(i)] = r.body.as_tensor() if hasattr(r.body, "as_tensor") else np.frombuffer(r.body, np.uint8)
+        if r.step is not None:   # a pipeline's step: what it reads, hands on or answers (pipeline.py)
+            more, step_tensors = r.step.entry(str(i))
+            entry.update(more)
+            tensors.update(step_tensors)
+        head["requests"].append(entry)
+    return head, tensors
 
 
-def parse_answer(reply: wire.Frame, count: int, max_bytes: int) -> tuple[list, dict]:
-    """A worker's INFER answer for `count` requests: ([Answer | RtdError], its times in ns)."""
+def parse_answer(reply: wire.Frame, count: int, max_bytes: int, handing_on: frozenset = frozenset()) -> tuple[list, dict]:
+    """A worker's INFER answer for `count` requests: ([Answer | RtdError], its times in ns); the
+    requests at `handing_on` are pipeline steps that hand their tensors on (pipeline.Handed)."""
     results, ns = reply.head.get("results"), reply.head.get("ns")
     if not isinstance(results, list) or len(results) != count or not isinstance(ns, dict):
         raise RtdError(Code.E_WORKER_PROTOCOL, "an INFER answer without one result per request")
@@ -90,8 +122,11 @@ def parse_answer(reply: wire.Frame, count: int, max_bytes: int) -> tuple[list, d
                 raise RtdError(Code.E_WORKER_PROTOCOL, "an INFER refusal without a known code and a detail")
             out.append(RtdError(code, detail[:MAX_DETAIL]))
             continue
+        if i in handing_on:
+            out.append(Handed.parse(result, reply.tensors))
+            continue
         body, rows, json_length = reply.tensors.get(str(i)), result.get("rows"), result.get("json_length")
-        if (body is None or body.dtype != np.uint8 or body.ndim != 1 or type(rows) is not int or rows < 0
+        if (not isinstance(body, np.ndarray) or body.dtype != np.uint8 or body.ndim != 1 or type(rows) is not int or rows < 0
                 or (json_length is not None and (type(json_length) is not int or not 0 <= json_length <= body.size))):
             raise RtdError(Code.E_WORKER_PROTOCOL, "an INFER result without its response bytes, rows or JSON length")
         if body.size > max_bytes:
@@ -205,6 +240,7 @@ class Scheduler:
             timing = batch[0].timing
             timing.computing(*(p.timing for p in batch[1:]))
             head, tensors = infer_frame([p.request for p in batch])
+            handing_on = frozenset(i for i, p in enumerate(batch) if p.request.step is not None and p.request.step.hands_on)
             future = instance.send(wire.Kind.INFER, head, tensors, self.limits.request_timeout_s, finished)
             timing.sent()
         except BaseException as e:
@@ -218,7 +254,7 @@ class Scheduler:
             p.request.body = None   # in the worker's hands now: the supervisor keeps no copy
         try:
             reply = await future
-            answers, ns = parse_answer(reply, len(batch), self.limits.max_message_bytes)
+            answers, ns = parse_answer(reply, len(batch), self.limits.max_message_bytes, handing_on)
         except Lost:
             failure = await instance.failure()
             for p in batch:

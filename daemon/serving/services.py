@@ -21,6 +21,7 @@ class TenantServices:
     spawn: object                   # (socket) -> worker handle: a confined worker of this tenant (blocking)
     make_room: object               # async (need bytes, keep version) -> None: evict idle instances, or refuse
     slots: asyncio.Semaphore        # the tenant's max_concurrency requests in its workers
+    models: object = None           # (name) -> ManagedModel | None: the tenant's own models (an ensemble's steps)
 
     def emit(self, event: str, level: str = "info", **fields) -> None:
         self.events.emit(event, self.tenant, level=level, **fields)

@@ -13,10 +13,22 @@ import asyncio
 
 from rtd.daemon.config import TenantConfig
 from rtd.daemon.observe.metrics import Timing
+from rtd.daemon.serving.ensemble import EnsembleVersion
 from rtd.daemon.serving.lifecycle import ManagedModel, ModelVersion
 from rtd.daemon.serving.scheduler import Answer, InferRequest
 from rtd.daemon.serving.services import TenantServices
+from rtd.daemon.serving.stages import StagedVersion, stage_count
 from rtd.errors import Code, RtdError
+
+
+def make_version(owner: ManagedModel, package, held, services: TenantServices):
+    """What a verified package serves as: an ensemble over the tenant's models, one model cut
+    into stages (config parameter rtd_stages), or one model in its own workers."""
+    if package.is_ensemble:
+        return EnsembleVersion(owner, package, held, services)
+    if stage_count(package.config) > 1:
+        return StagedVersion(owner, package, held, services)
+    return ModelVersion(owner, package, held, services)
 
 
 class Tenancy:
@@ -26,13 +38,13 @@ class Tenancy:
         self.models: dict[str, ManagedModel] = {}
         self.load_lock = asyncio.Lock()
         self.services = TenantServices(tenant.id, limits, policy.limits, events, metrics, spawn, self.make_room,
-                                       asyncio.Semaphore(limits.max_concurrency))
+                                       asyncio.Semaphore(limits.max_concurrency), self.models.get)
 
     def model(self, name: str) -> ManagedModel:
         """The owner of `name`, made if the tenant has none yet (the caller loads it)."""
         model = self.models.get(name)
         if model is None:
-            model = self.models[name] = ManagedModel(name, self.services)
+            model = self.models[name] = ManagedModel(name, self.services, make_version)
         return model
 
     def versions(self) -> list[ModelVersion]:

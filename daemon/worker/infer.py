@@ -9,13 +9,14 @@ request, in order — `{"rows", "json_length"}` for a response (its bytes are th
 tensor of the same name) or `{"code", "detail"}` — and the time spent decoding, running and
 encoding, for the supervisor's phase counters.
 """
+import dataclasses
 import json
 import time
 
 import numpy as np
 
 from rtd import wire
-from rtd.daemon.worker import kserve_codec
+from rtd.daemon.worker import kserve_codec, steps
 from rtd.errors import Code, RtdError
 from rtd.kernels.profile import Profile
 from rtd.proto import TRACE_OUTPUT
@@ -43,8 +44,28 @@ class Serving:
         self.caps, self.max_response_bytes, self.max_batch = caps, max_response_bytes, max_batch
         self.outputs = [spec.name for spec in model.outputs]
 
-    def _decode(self, spec: dict, frame: wire.Frame) -> kserve_codec.Request:
-        if not isinstance(spec, dict) or spec.get("encoding") not in ENCODINGS or spec.get("tensor") not in frame.tensors:
+    def _decode(self, spec: dict, frame: wire.Frame, step: steps.Step | None) -> tuple[kserve_codec.Request, dict]:
+        """A request entry's request, and the client's inputs it hands on (a pipeline's first
+        step). A step's request asks for all its model's outputs; `wanted` keeps what the
+        client asked of the pipeline."""
+        if step is not None and step.inputs is not None:
+            request, passed = steps.later(step, frame), {}
+        else:
+            request = self._decode_body(spec, frame)
+            passed = steps.first(step, request) if step is not None else {}
+            if step is None:
+                for name in request.outputs or ():
+                    if name not in self.outputs:
+                        raise RtdError(Code.E_INPUT_INVALID, f"{self.name} has no output {name[:100]!r}")
+        if self.max_batch > 0 and (not request.inputs or any(a.ndim == 0 for a in request.inputs.values()) or
+                                   len({a.shape[0] for a in request.inputs.values()}) != 1 or
+                                   not 0 < request.rows <= self.max_batch):
+            raise RtdError(Code.E_INPUT_INVALID, f"{self.name} batches along dim 0: the inputs' first dims must agree "
+                                                 f"and be 1..{self.max_batch}")
+        return request, passed
+
+    def _decode_body(self, spec: dict, frame: wire.Frame) -> kserve_codec.Request:
+        if spec.get("encoding") not in ENCODINGS or spec.get("tensor") not in frame.tensors:
             raise RtdError(Code.E_WORKER_PROTOCOL, "INFER: a request entry without its encoding or body")
         body = frame.tensors[spec["tensor"]]
         if spec["encoding"] == "grpc":
@@ -56,14 +77,6 @@ class Serving:
             request = kserve_codec.decode_rest(body, json_length, self.caps)
             if request.timeout_us and time.monotonic() > spec.get("received", 0) + request.timeout_us / 1e6:
                 raise RtdError(Code.E_DEADLINE, "the request's timeout passed before it ran")
-        for name in request.outputs or ():
-            if name not in self.outputs:
-                raise RtdError(Code.E_INPUT_INVALID, f"{self.name} has no output {name[:100]!r}")
-        if self.max_batch > 0 and (not request.inputs or any(a.ndim == 0 for a in request.inputs.values()) or
-                                   len({a.shape[0] for a in request.inputs.values()}) != 1 or
-                                   not 0 < request.rows <= self.max_batch):
-            raise RtdError(Code.E_INPUT_INVALID, f"{self.name} batches along dim 0: the inputs' first dims must agree "
-                                                 f"and be 1..{self.max_batch}")
         return request
 
     def answer(self, frame: wire.Frame) -> tuple[dict, dict]:
@@ -72,10 +85,16 @@ class Serving:
         if not isinstance(specs, list) or not 0 < len(specs) <= max(self.max_batch, 1):
             raise RtdError(Code.E_WORKER_PROTOCOL, "INFER: requests is not a list within the batch size")
         started = time.perf_counter_ns()
-        results, decoded = [None] * len(specs), {}
+        results, decoded, stepping, passed, wanted = [None] * len(specs), {}, {}, {}, {}
         for i, spec in enumerate(specs):
+            stepping[i] = None
             try:
-                decoded[i] = self._decode(spec, frame)
+                if not isinstance(spec, dict):
+                    raise RtdError(Code.E_WORKER_PROTOCOL, "INFER: a request entry is not an object")
+                stepping[i] = steps.parse(spec)
+                decoded[i], passed[i] = self._decode(spec, frame, stepping[i])
+                if stepping[i] is not None:
+                    wanted[i], decoded[i].outputs = decoded[i].outputs, None
             except Exception as e:   # this request's refusal, not its neighbours'
                 results[i] = self.refuse(*_refusal(e))
         decoding = time.perf_counter_ns()
@@ -89,18 +108,26 @@ class Serving:
         running = time.perf_counter_ns()
         blobs = {}
         for i, values in outputs.items():
-            request = decoded[i]
+            request, step = decoded[i], stepping[i]
             try:
+                if step is not None:
+                    request = dataclasses.replace(request, outputs=wanted[i])   # the client's, of the pipeline
+                if step is not None and step.respond == "tensors":
+                    results[i], handed = steps.hand_on(i, step, request, values, passed[i])
+                    blobs.update(handed)
+                    continue
+                name, version = step.answer_as if step is not None else (self.name, self.version)
+                if step is not None:
+                    values = self._outputs(request, steps.response_values(step, values, frame))
                 size = sum(v.nbytes if v.dtype.kind not in "OSU" else sum(len(x) + 4 for x in v.reshape(-1))
                            for v in values.values())
                 if size > self.max_response_bytes:
                     raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"the outputs take {size} bytes, max_message_bytes is "
                                                              f"{self.max_response_bytes}")
-                if specs[i]["encoding"] == "grpc":
-                    parts, json_length = kserve_codec.encode_grpc(self.name, self.version, request, values)
+                if (step.respond if step is not None else specs[i]["encoding"]) == "grpc":
+                    parts, json_length = kserve_codec.encode_grpc(name, version, request, values)
                 else:
-                    parts, json_length = kserve_codec.encode_rest(self.name, self.version, request, values,
-                                                                  MAX_JSON_OUTPUT_VALUES)
+                    parts, json_length = kserve_codec.encode_rest(name, version, request, values, MAX_JSON_OUTPUT_VALUES)
                 blobs[str(i)] = wire.Blob(parts)
                 results[i] = {"rows": request.rows, "json_length": json_length}
             except Exception as e:

@@ -27,6 +27,7 @@ import rtd.kernels.ops
 from rtd import dtypes, wire
 from rtd.daemon.worker.infer import Serving
 from rtd.daemon.worker.kserve_codec import Caps
+from rtd.daemon.worker.staging import stage_part
 from rtd.errors import Code, RtdError
 from rtd.kernels import native
 from rtd.loader import onnx_guard
@@ -40,6 +41,10 @@ BLAS = threadpoolctl.ThreadpoolController()
 def _spec(spec) -> TensorSpec:
     row = dtypes.of_numpy(spec.dtype) if spec.dtype is not None else None
     return TensorSpec(spec.name, row.wire if row else None, spec.shape)
+
+
+def _signature(model) -> dict:
+    return Signature(tuple(_spec(s) for s in model.inputs), tuple(_spec(s) for s in model.outputs)).to_json()
 
 
 def _int(head: dict, key: str, low: int, high: int, default: int) -> int:
@@ -126,17 +131,20 @@ class Worker:
         views = {}   # the main graph's weights, left in the sealed memfds (shared by every instance)
         proto = onnx_guard.check_model(wire.map_fd(model_fd, os.fstat(model_fd).st_size), allowed_ops=self.allowed_ops,
                                        external=external or None, views=views)
+        weights, staged = _weights(proto, views), None
+        if "stages" in frame.head:   # one stage of a model cut into stages: its part of the graph
+            proto, staged = stage_part(proto, weights, frame.head["stages"], _signature)
         # on "cuda" the device was set up before confinement (backend_cupy.init_device); where
         # CuPy or a GPU is missing this refuses with E_OP_UNSUPPORTED, one line
-        model = rtd.kernels.compile_model(proto, device=device, weights=_weights(proto, views))
-        del proto, external, views
+        model = rtd.kernels.compile_model(proto, device=device, weights=weights)
+        del proto, external, views, weights
         if frame.head.get("warm_up", True):
             _warm_up(model)
         wire.release_freed_heap()   # the parsed protobuf is gone; its heap need not stay with the worker
         self.model = model
         self.serving = Serving(model, name, version, caps, caps.max_bytes, max_batch,
                                refuse=lambda code, detail: _failure(code, detail, self.refusals))
-        return Signature(tuple(_spec(s) for s in model.inputs), tuple(_spec(s) for s in model.outputs)).to_json(), {}
+        return {**_signature(model), **({"stages": staged} if staged else {})}, {}
 
     def infer(self, frame: wire.Frame) -> tuple[dict, dict]:
         if self.serving is None:
@@ -169,7 +177,12 @@ def _answer(sock, arena: wire.Arena, frame: wire.Frame, worker: Worker, refusals
     refusals.new()   # what the filter trapped before this frame is not this frame's doing
     try:
         head, tensors = worker.handle(frame)
-        wire.send(sock, wire.Kind.OK, frame.request_id, head, tensors, arena=arena)
+        try:
+            wire.send(sock, wire.Kind.OK, frame.request_id, head, tensors, arena=arena)
+        finally:   # a step's sealed tensors went with the frame: the supervisor holds them now
+            for tensor in tensors.values():
+                if isinstance(tensor, wire.FdTensor):
+                    tensor.close()
     except RtdError as e:
         wire.send(sock, wire.Kind.ERROR, frame.request_id, _failure(e.code, e.detail, refusals))
     except MemoryError:
