@@ -42,6 +42,8 @@ from tests.zoo.compare import mismatches, reference_session, run_reference  # no
 BIG_DIMS = {  # the benchmark sizes where the nominal one is not enough
     "bert_base": ({"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}),
     "minilm": ({"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}),
+    "lightgbm_trees": ({"batch": 1}, {"batch": 500}),   # one request, and a batch where the walk dominates
+    "xgboost_trees": ({"batch": 1}, {"batch": 500}),
 }
 QUICK_SKIP = {"bert_base", "resnet50", "minilm_dynamo", "resnet18_dynamo", "mlp_dynamo"}
 

@@ -8,6 +8,7 @@ steps each (sample, tree) pair rests on its leaf. Leaf contributions are a dense
 import numpy as np
 
 from rtd.errors import Code, RtdError
+from ..native import compiled
 
 LEAF = -1
 MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
@@ -15,6 +16,7 @@ MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRAN
 MEMBER = 6
 AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")  # TreeEnsemble-5 numbers them in this order
 BLOCK = 1 << 20  # (sample, tree) pairs walked at once
+_CTYPES = {np.dtype(np.int32): "int32_t[]", np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]"}
 
 
 def _compare(mode: int, v: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -134,40 +136,143 @@ class LeafTable:
         return best
 
 
+class NodeIds:
+    """The v1/v3 naming of nodes by (tree id, node id), looked up in bulk: each pair as one int64 key
+    (the tree id's rank, then the node id's offset) in a sorted array, found by binary search."""
+
+    def __init__(self, op: str, treeids, nodeids):
+        self.op = op
+        t, i = np.asarray(treeids, np.int64).reshape(-1), np.asarray(nodeids, np.int64).reshape(-1)
+        self.trees = np.unique(t)
+        self.low = int(i.min()) if len(i) else 0
+        self.span = int(i.max()) - self.low + 1 if len(i) else 1
+        if len(self.trees) * self.span >= 1 << 62:
+            raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: node ids spread over more than 2^62 values")
+        keys = self._keys(t, i)
+        self.order = np.argsort(keys, kind="stable")
+        self.sorted = keys[self.order]
+        if (self.sorted[1:] == self.sorted[:-1]).any():
+            raise RtdError(Code.E_MODEL_INVALID, f"{op}: two nodes share a (tree id, node id)")
+
+    def _keys(self, t: np.ndarray, i: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.trees, t).astype(np.int64) * self.span + (i - self.low)
+
+    def slots(self, treeids, nodeids, what: str) -> np.ndarray:
+        """The slot of each (tree id, node id) pair; a pair that names no node is refused."""
+        t, i = np.asarray(treeids, np.int64).reshape(-1), np.asarray(nodeids, np.int64).reshape(-1)
+        rank = np.minimum(np.searchsorted(self.trees, t), len(self.trees) - 1)
+        known = (self.trees[rank] == t) & (i >= self.low) & (i < self.low + self.span)
+        keys = np.where(known, rank * self.span + (i - self.low), -1)
+        at = np.minimum(np.searchsorted(self.sorted, keys), len(self.sorted) - 1)
+        missing = ~known | (self.sorted[at] != keys)
+        if missing.any():
+            k = int(np.flatnonzero(missing)[0])
+            raise RtdError(Code.E_MODEL_INVALID, f"{self.op}: {what} names node {(int(t[k]), int(i[k]))}, which does not exist")
+        return self.order[at]
+
+
 def from_node_lists(op: str, treeids, nodeids, modes, featureids, values, truenodeids, falsenodeids,
-                    missing_true) -> tuple[Forest, dict]:
+                    missing_true) -> tuple[Forest, NodeIds]:
     """A Forest from the v1/v3 attribute lists (nodes named by (tree id, node id)), and that naming."""
     n = len(nodeids)
     lists = {"nodes_treeids": treeids, "nodes_modes": modes, "nodes_featureids": featureids, "nodes_values": values,
              "nodes_truenodeids": truenodeids, "nodes_falsenodeids": falsenodeids}
     if any(v is None or len(v) != n for v in lists.values()) or (missing_true and len(missing_true) != n):
         raise RtdError(Code.E_MODEL_INVALID, f"{op}: the nodes_* lists differ in length")
-    unknown = set(modes) - set(MODES)
+    names, codes = np.unique(np.asarray(modes, dtype=object).astype(str), return_inverse=True)
+    unknown = set(names.tolist()) - set(MODES)
     if unknown:
         raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: nodes_modes {sorted(unknown)}")
-    slot = {(t, i): k for k, (t, i) in enumerate(zip(treeids, nodeids))}
-    if len(slot) != n:
-        raise RtdError(Code.E_MODEL_INVALID, f"{op}: two nodes share a (tree id, node id)")
+    mode = np.array([MODES[m] for m in names.tolist()], np.int8)[codes.reshape(-1)] if n else np.zeros(0, np.int8)
+    ids = NodeIds(op, treeids, nodeids)
+    tree = np.asarray(treeids, np.int64).reshape(-1)
+    branch = np.flatnonzero(mode != LEAF)
 
-    def successor(ids):
-        try:
-            return [slot[t, i] if m != "LEAF" else k for k, (t, i, m) in enumerate(zip(treeids, ids, modes))]
-        except KeyError as e:
-            raise RtdError(Code.E_MODEL_INVALID, f"{op}: a branch names node {e.args[0]}, which does not exist") from None
+    def successor(targets):
+        next_slot = np.arange(n)   # a leaf's successors are itself
+        next_slot[branch] = ids.slots(tree[branch], np.asarray(targets, np.int64).reshape(-1)[branch], "a branch")
+        return next_slot
 
-    roots = {}
-    for k, t in enumerate(treeids):  # a tree's root is its first node, as onnxruntime takes it
-        roots.setdefault(t, k)
-    forest = Forest(op, featureids, values, [MODES[m] for m in modes], successor(truenodeids), successor(falsenodeids),
-                    missing_true or [0] * n, [roots[t] for t in sorted(roots)])
-    return forest, slot
+    # a tree's root is its first node, as onnxruntime takes it (trees in id order)
+    first = np.unique(tree, return_index=True)[1]
+    forest = Forest(op, featureids, values, mode, successor(truenodeids), successor(falsenodeids),
+                    missing_true or [0] * n, first)
+    return forest, ids
 
 
-def leaf_slots(op: str, slot: dict, treeids, nodeids) -> list:
+def leaf_slots(op: str, ids: NodeIds, treeids, nodeids) -> np.ndarray:
     """The slots of the (tree id, node id) pairs that carry leaf weights."""
     if treeids is None or nodeids is None or len(treeids) != len(nodeids):
         raise RtdError(Code.E_MODEL_INVALID, f"{op}: leaf tree and node id lists differ in length")
-    try:
-        return [slot[t, i] for t, i in zip(treeids, nodeids)]
-    except KeyError as e:
-        raise RtdError(Code.E_MODEL_INVALID, f"{op}: a leaf weight names node {e.args[0]}, which does not exist") from None
+    return ids.slots(treeids, nodeids, "a leaf weight")
+
+
+class Scorer:
+    """A Forest and its leaves' weights as forest.c's node table, or None where that C is absent
+    or the trees use what it does not walk (set membership, a feature id past 2^24).
+
+    `scores(x, how)` is `LeafTable.aggregate(Forest.leaves(x), how)` computed in C: compared and
+    summed in x's precision as onnxruntime does (float32 thresholds and sums for float32 rows)."""
+
+    def __init__(self, forest: "Forest", slots, targets, weights, n_targets: int):
+        self.op, self.n_roots, self.n_features = forest.op, len(forest.roots), forest.n_features
+        leaf = forest.mode == LEAF
+        slots, targets = np.asarray(slots, np.int64), np.asarray(targets, np.int32)
+        weights = np.asarray(weights, np.float64)
+        order = np.argsort(slots, kind="stable")   # each leaf's weights together, in the order given
+        slots, targets, weights = slots[order], targets[order], weights[order]
+        first = np.searchsorted(slots, np.arange(len(leaf)))
+        count = np.searchsorted(slots, np.arange(len(leaf)), side="right") - first
+        key = (forest.feature | forest.mode.astype(np.int64) << 24 | forest.missing_true.astype(np.int64) << 27)
+        key = np.where(leaf, -1, key).astype(np.int32)
+        # a leaf's value is its first weight (what onnxruntime adds for a single target)
+        value = np.where(leaf, np.where(count > 0, weights[np.minimum(first, len(weights) - 1)] if len(weights) else 0.0, 0.0),
+                         forest.threshold)
+        arrays = (key, np.where(leaf, first, forest.false_next).astype(np.int32), np.where(leaf, count, forest.true_next).astype(np.int32),
+                  np.ascontiguousarray(value, np.float64), forest.roots.astype(np.int32), targets, weights)
+        self._arrays = arrays   # kept alive while the handle is made; forest.c copies them
+        ffi, lib = compiled.ffi, compiled.lib
+        status = ffi.new("int64_t *")
+        key_, false_next, true_next, value_, roots, targets_, weights_ = (ffi.from_buffer(_CTYPES[a.dtype], a) for a in arrays)
+        handle = lib.rtd_forest_new(len(key), key_, false_next, true_next, value_, len(roots), roots, forest.depth, len(weights),
+                                    targets_, weights_, n_targets, self.n_features, status)
+        del self._arrays
+        if handle == ffi.NULL:
+            raise RtdError(Code.E_MODEL_INVALID if status[0] == -2 else Code.E_INTERNAL,
+                           f"{self.op}: the compiled forest refused the trees (status {status[0]})")
+        self.handle = ffi.gc(handle, lib.rtd_forest_free, size=key.nbytes * 4 + weights.nbytes * 2)
+        self.n_targets = n_targets
+
+    @classmethod
+    def of(cls, forest: "Forest", slots, targets, weights, n_targets: int) -> "Scorer | None":
+        if compiled is None or forest.members is not None or forest.n_features > 1 << 24:
+            return None
+        return cls(forest, slots, targets, weights, n_targets)
+
+    def scores(self, x: np.ndarray, how: str) -> np.ndarray:
+        """Per row and target the trees' weights combined (float64 [N, targets]); NaN where no reached leaf carries the target."""
+        if x.shape[1] < self.n_features:
+            raise RtdError(Code.E_INPUT_INVALID, f"{self.op}: the trees read {self.n_features} features, the input has {x.shape[1]}")
+        x = np.ascontiguousarray(x)
+        ffi, lib = compiled.ffi, compiled.lib
+        out = np.empty((x.shape[0], self.n_targets), x.dtype)
+        has = np.empty(out.shape, np.uint8)
+        score = lib.rtd_forest_score_f32 if x.dtype == np.float32 else lib.rtd_forest_score_f64
+        status = score(self.handle, ffi.from_buffer(_CTYPES[x.dtype], x), x.size, x.shape[0], x.shape[1], AGGREGATES.index(how),
+                       ffi.from_buffer(_CTYPES[x.dtype], out), ffi.from_buffer("uint8_t[]", has), out.size)
+        if status == -2:
+            raise RtdError(Code.E_MODEL_INVALID, f"{self.op}: a tree walk ran past the trees' depth")
+        if status != 0:
+            raise RtdError(Code.E_INTERNAL, f"{self.op}: the compiled forest refused its arguments (status {status})")
+        total = out.astype(np.float64)
+        if how == "AVERAGE":
+            total /= self.n_roots
+        return np.where(has.view(bool), total, np.nan)
+
+
+def combined(forest: Forest, table: LeafTable, scorer: Scorer | None, x: np.ndarray, how: str) -> np.ndarray:
+    """The trees' weights per row and target (float64 [N, targets], NaN where no reached leaf scores one):
+    the compiled walk where there is one, else NumPy's. `x` is in the precision the trees compare in."""
+    if scorer is not None:
+        return scorer.scores(x, how)
+    return table.aggregate(forest.leaves(x), how)

@@ -5,7 +5,7 @@ membership (`membership_values`, one NaN-terminated set per such node, in node o
 Results are [N, n_targets] in the input's float type."""
 import numpy as np
 
-from ._forest import AGGREGATES, LEAF, MEMBER, Forest, LeafTable
+from ._forest import AGGREGATES, LEAF, MEMBER, Forest, LeafTable, Scorer, combined
 from ._ml import POST_TRANSFORMS, MlKernel, post_transform
 from .base import REQUIRED
 
@@ -44,8 +44,9 @@ class TreeEnsemble_5(MlKernel):
                              np.concatenate([successor(self.nodes_truenodeids, self.nodes_trueleafs), np.zeros(n_leaves)]),
                              np.concatenate([successor(self.nodes_falsenodeids, self.nodes_falseleafs), np.zeros(n_leaves)]),
                              list(missing) + [0] * n_leaves, self.tree_roots, members)
-        self.table = LeafTable(self.op_type, k + n_leaves, np.arange(k, k + n_leaves), self.leaf_targetids,
-                               np.asarray(self.leaf_weights).reshape(-1), self.n_targets)
+        leaves = (np.arange(k, k + n_leaves), self.leaf_targetids, np.asarray(self.leaf_weights).reshape(-1), self.n_targets)
+        self.table = LeafTable(self.op_type, k + n_leaves, *leaves)
+        self.scorer = Scorer.of(self.forest, *leaves)
 
     def _members(self, modes, n_slots):
         """The value sets of MEMBER nodes as NaN-padded rows over every slot, or None."""
@@ -65,7 +66,8 @@ class TreeEnsemble_5(MlKernel):
         if x.dtype.kind != "f":
             self.refuse(f"input dtype {x.dtype} is not a float type")
         flat = x.reshape(1, -1) if x.ndim == 1 else x
-        scores = np.nan_to_num(self.table.aggregate(self.forest.leaves(flat), AGGREGATES[self.aggregate_function]), nan=0.0)
+        flat = flat.astype(np.float64 if x.dtype == np.float64 else np.float32, copy=False)   # compared in the input's precision
+        scores = np.nan_to_num(combined(self.forest, self.table, self.scorer, flat, AGGREGATES[self.aggregate_function]), nan=0.0)
         transform = POST_TRANSFORMS[self.post_transform]
         if self.n_targets > 1 or transform == "PROBIT":
             scores = post_transform(scores.astype(np.float32), transform)

@@ -9,7 +9,7 @@ import numpy as np
 
 from rtd.errors import Code
 
-from ._forest import LeafTable, from_node_lists, leaf_slots
+from ._forest import LeafTable, Scorer, combined, from_node_lists, leaf_slots
 from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, labels_array, post_transform
 
 _ATTRIBUTES = {"base_values": None, "class_ids": None, "class_nodeids": None, "class_treeids": None,
@@ -33,8 +33,12 @@ class TreeEnsembleClassifier_1(MlKernel):
             self.nodes_truenodeids, self.nodes_falsenodeids, self.nodes_missing_value_tracks_true)
         weights = self.floats("class_weights", "class_weights_as_tensor")
         weights = np.zeros(0) if weights is None else weights
-        self.table = LeafTable(self.op_type, len(self.forest.mode), leaf_slots(self.op_type, slot, self.class_treeids,
-                               self.class_nodeids), self.class_ids or [], weights, max(n_classes, 2))
+        leaves = (leaf_slots(self.op_type, slot, self.class_treeids, self.class_nodeids), self.class_ids or [], weights,
+                  max(n_classes, 2))
+        self.table = LeafTable(self.op_type, len(self.forest.mode), *leaves)
+        self.scorer = Scorer.of(self.forest, *leaves)
+        # double thresholds (v3's tensors) compare and sum in float64, as onnxruntime does
+        self.precision = np.float64 if np.asarray(self.nodes_values_as_tensor).dtype == np.float64 else np.float32
         base = self.floats("base_values", "base_values_as_tensor")
         self.base = np.zeros(0) if base is None else base
         if n_classes > 2 and self.base.size not in (0, n_classes) or n_classes <= 2 and self.base.size > 2:
@@ -49,7 +53,7 @@ class TreeEnsembleClassifier_1(MlKernel):
         self.mixed = bool((weights < 0).any())
 
     def compute(self, x):
-        scores = self.table.aggregate(self.forest.leaves(self.features(x)), "SUM")
+        scores = combined(self.forest, self.table, self.scorer, self.features(x).astype(self.precision, copy=False), "SUM")
         if len(self.labels) > 2:
             if self.base.size:
                 scores = np.nan_to_num(scores) + self.base

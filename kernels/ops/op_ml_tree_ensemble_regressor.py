@@ -3,7 +3,7 @@ AVERAGE, MIN, MAX), plus base values, then a post transform; float32 [N, n_targe
 Version 3 may carry the float lists as double tensors (`*_as_tensor`)."""
 import numpy as np
 
-from ._forest import AGGREGATES, LeafTable, from_node_lists, leaf_slots
+from ._forest import AGGREGATES, LeafTable, Scorer, combined, from_node_lists, leaf_slots
 from ._ml import POST_TRANSFORMS, MlKernel, post_transform
 
 _ATTRIBUTES = {"aggregate_function": "SUM", "base_values": None, "n_targets": None, "nodes_falsenodeids": None,
@@ -27,9 +27,12 @@ class TreeEnsembleRegressor_1(MlKernel):
             self.nodes_featureids, self.floats("nodes_values", "nodes_values_as_tensor"),
             self.nodes_truenodeids, self.nodes_falsenodeids, self.nodes_missing_value_tracks_true)
         weights = self.floats("target_weights", "target_weights_as_tensor")
-        self.table = LeafTable(self.op_type, len(self.forest.mode), leaf_slots(self.op_type, slot, self.target_treeids,
-                               self.target_nodeids), self.target_ids or [], [] if weights is None else weights,
-                               self.n_targets)
+        leaves = (leaf_slots(self.op_type, slot, self.target_treeids, self.target_nodeids), self.target_ids or [],
+                  [] if weights is None else weights, self.n_targets)
+        self.table = LeafTable(self.op_type, len(self.forest.mode), *leaves)
+        self.scorer = Scorer.of(self.forest, *leaves)
+        # double thresholds (v3's tensors) compare and sum in float64, as onnxruntime does
+        self.precision = np.float64 if np.asarray(self.nodes_values_as_tensor).dtype == np.float64 else np.float32
         base = self.floats("base_values", "base_values_as_tensor")
         self.base = np.zeros(self.n_targets) if base is None else base
         if self.base.size != self.n_targets:
@@ -37,8 +40,8 @@ class TreeEnsembleRegressor_1(MlKernel):
 
     def compute(self, x):
         # a target no reached leaf scores is 0, base value or not (onnxruntime)
-        scores = np.nan_to_num(self.table.aggregate(self.forest.leaves(self.features(x)), self.aggregate_function)
-                               + self.base, nan=0.0)
+        x = self.features(x).astype(self.precision, copy=False)
+        scores = np.nan_to_num(combined(self.forest, self.table, self.scorer, x, self.aggregate_function) + self.base, nan=0.0)
         if self.n_targets == 1 and self.post_transform != "PROBIT":
             return (scores.astype(np.float32),)  # onnxruntime transforms a single score only by PROBIT
         return (post_transform(scores.astype(np.float32), self.post_transform),)

@@ -100,6 +100,31 @@ def small_image_feeds(rng: np.random.Generator, dims: dict) -> dict:
     return {"image": rng.standard_normal((dims["batch"], 3, 32, 32), dtype=np.float32)}
 
 
+TABULAR_FEATURES = 40
+
+
+def tabular_feeds(rng: np.random.Generator, dims: dict) -> dict:
+    x = rng.standard_normal((dims["batch"], TABULAR_FEATURES), dtype=np.float32)
+    x[rng.random(x.shape) < 0.05] = np.nan   # missing values take each split's default side
+    return {"X": x}
+
+
+def _tabular(classes: int, n: int = 8000):
+    """Fixed training rows for the tree ensembles: features [n, TABULAR_FEATURES] and class ids."""
+    rng = np.random.default_rng(classes)
+    x = rng.standard_normal((n, TABULAR_FEATURES)).astype(np.float32)
+    score = x[:, 0] * 1.5 - x[:, 1] + 0.5 * x[:, 2] * x[:, 3] + np.sin(3 * x[:, 4]) + 0.3 * rng.standard_normal(n)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    return x, np.digitize(score, np.quantile(score, np.linspace(0, 1, classes + 1)[1:-1]))
+
+
+def _export_trees(convert, model, **options) -> bytes:
+    """onnxmltools' converter (LightGBM or XGBoost) at opset 15, ai.onnx.ml 3: TreeEnsembleClassifier."""
+    from onnxmltools.convert.common.data_types import FloatTensorType
+    return convert(model, initial_types=[("X", FloatTensorType([None, TABULAR_FEATURES]))], target_opset=15,
+                   **options).SerializeToString()
+
+
 # ---- builders (each one's source is part of its cache key) ----
 
 _IMAGE = {"image": {0: "batch"}, "logits": {0: "batch"}}
@@ -196,6 +221,25 @@ def build_branchy_cnn() -> bytes:
     return export(net, (torch.randn(1, 3, 32, 32),), opset=13, inputs=["image"], outputs=["logits"], dynamic=_IMAGE)
 
 
+def build_lightgbm_trees() -> bytes:
+    """Gradient boosting as LightGBM grows it: 500 leaf-wise trees of up to 63 leaves (deep, unbalanced)."""
+    import lightgbm
+    import onnxmltools
+    x, y = _tabular(2)
+    model = lightgbm.LGBMClassifier(n_estimators=500, num_leaves=63, min_child_samples=5, verbose=-1, random_state=0,
+                                     n_jobs=1)   # its OpenMP threads spin against a busy host: 12 s alone, minutes at load 7
+    return _export_trees(onnxmltools.convert_lightgbm, model.fit(x, y), zipmap=False)
+
+
+def build_xgboost_trees() -> bytes:
+    """Gradient boosting as XGBoost grows it: 3 classes x 150 depth-wise trees of depth 7."""
+    import onnxmltools
+    import xgboost
+    x, y = _tabular(3)
+    model = xgboost.XGBClassifier(n_estimators=150, max_depth=7, tree_method="hist", random_state=0, n_jobs=1)
+    return _export_trees(onnxmltools.convert_xgboost, model.fit(x, y))
+
+
 def _quantize(base: str, quantize) -> bytes:
     """Run an onnxruntime.quantization entry point file-to-file (its API takes paths)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -266,6 +310,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
                                                        {"batch": 2, "height": 128, "width": 192})),
     ZooModel("small_cnn", build_small_cnn, small_image_feeds, ({"batch": 1}, {"batch": 4})),
     ZooModel("branchy_cnn", build_branchy_cnn, small_image_feeds, ({"batch": 1}, {"batch": 3})),
+    ZooModel("lightgbm_trees", build_lightgbm_trees, tabular_feeds, ({"batch": 1}, {"batch": 500}, {"batch": 7})),
+    ZooModel("xgboost_trees", build_xgboost_trees, tabular_feeds, ({"batch": 1}, {"batch": 500}, {"batch": 7})),
     ZooModel("minilm_qdyn", build_minilm_qdyn, token_feeds, ({"batch": 1, "seq": 128}, {"batch": 2, "seq": 50}),
              tolerance=DEEP_QUANTIZED_TOLERANCE, depends=("minilm",)),
     ZooModel("cnn_qdyn", build_cnn_qdyn, small_image_feeds, ({"batch": 1}, {"batch": 4}),

@@ -1,0 +1,22 @@
+/* Tree ensembles as a flat node table walked in C (forest.c); cffi reads the declarations below as
+   they are. A node is a branch (key = feature | mode << 24 | missing-goes-true << 27, mode 0..5 for
+   <=, <, >=, >, ==, != as TreeEnsemble-5 numbers them; false_next and true_next its successors) or a
+   leaf (key -1; false_next its first leaf weight, true_next how many; value its single-target score).
+   rtd_forest_new validates and copies the table (NULL and *status < 0 when it does not hold): every
+   successor, root, feature, weight range and target in range. A walk takes at most `max_depth` steps
+   (the caller's bound on every path, checked as it walks). */
+typedef struct rtd_forest rtd_forest;
+rtd_forest *rtd_forest_new(int64_t n_nodes, const int32_t *key, const int32_t *false_next, const int32_t *true_next,
+                           const double *value, int64_t n_roots, const int32_t *roots, int64_t max_depth,
+                           int64_t n_weights, const int32_t *weight_target, const double *weight_value,
+                           int64_t n_targets, int64_t n_features, int64_t *status);
+void rtd_forest_free(rtd_forest *forest);
+/* Per row of x (n_rows x n_columns, n_columns >= the largest feature + 1) and target: the trees'
+   leaf weights combined in tree order, in the input's precision (as onnxruntime sums them), into
+   scores and has_score (n_rows x n_targets each; 1 where some reached leaf carried the target).
+   aggregate 1 sums (0, AVERAGE, too: the caller divides), 2 takes the least, 3 the greatest.
+   Returns 0, or < 0 for arguments that do not fit (nothing written) or a walk past max_depth. */
+int64_t rtd_forest_score_f32(const rtd_forest *forest, const float *x, int64_t x_len, int64_t n_rows, int64_t n_columns,
+                             int64_t aggregate, float *scores, uint8_t *has_score, int64_t out_len);
+int64_t rtd_forest_score_f64(const rtd_forest *forest, const double *x, int64_t x_len, int64_t n_rows, int64_t n_columns,
+                             int64_t aggregate, double *scores, uint8_t *has_score, int64_t out_len);
