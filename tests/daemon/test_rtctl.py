@@ -121,7 +121,7 @@ def test_trust_add_list_revoke_against_a_running_daemon(daemon, tmp_path):
     assert added.returncode == 0 and "re-read its trust stores" in added.stderr, added.stderr
     listing = json.loads(cli("trust", "list", *where, "--json", cwd=work).stdout)
     fingerprint = added.stdout.split(": ", 1)[1].split()[0]
-    assert {"fingerprint": fingerprint, "file": f"{fingerprint[:16]}.pub.pem", "state": "trusted"} in listing["keys"]
+    assert {"fingerprint": fingerprint, "file": f"{fingerprint[:16]}.pub.pem", "state": "trusted", "dev_key": False} in listing["keys"]
     assert cli("load", "v2.tar", *serving, cwd=work).returncode == 0
 
     x = np.ones((2000, 4), np.float32)   # 6000 output values: all of them in --json
@@ -135,7 +135,7 @@ def test_trust_add_list_revoke_against_a_running_daemon(daemon, tmp_path):
     assert "…" not in shown and "READY" in shown and max(map(len, shown.splitlines())) <= 60, shown   # folded, not cut
 
     assert cli("trust", "revoke", fingerprint[:16], *where, cwd=work).returncode == 0
-    assert {"fingerprint": fingerprint, "file": f"{fingerprint[:16]}.pub.pem", "state": "revoked"} in \
+    assert {"fingerprint": fingerprint, "file": f"{fingerprint[:16]}.pub.pem", "state": "revoked", "dev_key": False} in \
         json.loads(cli("trust", "list", *where, "--json", cwd=work).stdout)["keys"]
     refused(cli("load", "v3.tar", *serving, cwd=work), "E_KEY_REVOKED")
     refused(cli("trust", "add", "keys/signing.pub.pem", *where, cwd=work), "E_KEY_REVOKED")
