@@ -8,6 +8,15 @@ stops them. SIGHUP reloads tenant tokens and trust stores (a bad config keeps th
 and says why); SIGTERM/SIGINT drain: no new connections or calls, requests in flight
 finish within `drain_grace_s`, then the workers and the zygote stop.
 """
+import os
+
+# Workers are thread-frugal: the compiled kernels run their own pool (one thread per core of the
+# tenant's) and BLAS runs single-threaded inside it. OpenBLAS sizes its thread server from this
+# variable when the library loads, here, before any import below brings NumPy in; without it every
+# worker would start one BLAS thread per host CPU (per OpenBLAS: NumPy's and SciPy's) against its
+# tenant's pids limit.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
 import argparse
 import asyncio
 import contextlib
@@ -15,7 +24,6 @@ import dataclasses
 import fcntl
 import grp
 import hashlib
-import os
 import resource
 import signal
 import socket
