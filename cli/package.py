@@ -10,7 +10,7 @@ import os
 
 from rtd.errors import Code, RtdError
 
-ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")   # rtd.loader.intake's, checked equal by tests/daemon/test_cli_speed.py
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")   # rtd.loader.intake's, checked equal by tests/test_cli_startup.py
 
 
 def check_package_path(path: str) -> str:
@@ -43,8 +43,9 @@ def _keygen(args) -> int:
             raise RtdError(Code.E_PATH_EXISTS, f"{os.path.join(args.out, name)}: keygen never replaces a key; "
                                                "choose another --out")
     private_path, public_path = keys.write_keypair(args.out, args.bits)
-    print(f"private key {private_path} (0600)\npublic key  {public_path}\n"
-          f"fingerprint {keys.fingerprint(keys.load_private(private_path).public_key())}")
+    with open(public_path, "rb") as f:
+        fingerprint = keys.fingerprint(keys.load_public(f.read(), public_path))
+    print(f"private key {private_path} (0600)\npublic key  {public_path}\nfingerprint {fingerprint}")
     return 0
 
 
@@ -74,7 +75,7 @@ def _pack(args) -> int:
         raise RtdError(Code.E_USAGE, f"--counter {args.counter}: expected 1 or more (raise it for each new version)")
     if os.path.lexists(args.out) and not args.force:
         raise RtdError(Code.E_PATH_EXISTS, f"--out {args.out} exists; pass --force to replace it, or choose another --out")
-    private_key = keys.load_private(args.key)
+    private_key = keys.load_private(args.key, unsafe_skip_validation=True)   # the package is verified below with its public half
     model = _read(args.model)
     siblings = pack.external_files(model, os.path.dirname(os.path.abspath(args.model)))
     files = pack.package_files(model, name=args.name, version=args.version, private_key=private_key,

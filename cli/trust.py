@@ -169,7 +169,7 @@ def _list(args) -> int:
         return 0
     result = table(f"tenant {store.tenant}: {store.directory}", "fingerprint", "file", "state")
     for row in rows:   # the fingerprint's first 16 hex digits (--json: all 64) name a key to revoke too
-        note = f" (rtd serve's dev key: {os.path.dirname(store.dev_key)}/signing.pem)" if row["dev_key"] else ""
+        note = " (rtd serve's dev key)" if row["dev_key"] else ""   # STATE/dev-keys/signing.pem
         result.add_row(row["fingerprint"][:16], row["file"], row["state"] + note)
     show(result)
     if trust.revocation_error:

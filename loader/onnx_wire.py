@@ -21,7 +21,7 @@ _DESCEND = {
 _FIXED = {1: 8, 5: 4}
 
 
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
+def varint(buf, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= end or shift > 63:
@@ -34,20 +34,20 @@ def _varint(buf, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf, pos: int, end: int):
+def fields(buf, pos: int, end: int):
     """(field, wire type, value) of one message: a varint's value, or (start, length) of a
     length-delimited field; fixed-width fields are skipped past."""
     while pos < end:
-        key, pos = _varint(buf, pos, end)
+        key, pos = varint(buf, pos, end)
         field, wire = key >> 3, key & 7
         if field == 0:
             raise RtdError(Code.E_ONNX_PARSE, f"field number 0 at byte {pos}")
         if wire == 0:
-            value, pos = _varint(buf, pos, end)
+            value, pos = varint(buf, pos, end)
         elif wire in _FIXED:
             value, pos = None, pos + _FIXED[wire]
         elif wire == 2:
-            length, pos = _varint(buf, pos, end)
+            length, pos = varint(buf, pos, end)
             value, pos = (pos, length), pos + length
         else:
             raise RtdError(Code.E_ONNX_PARSE, f"wire type {wire} at byte {pos}")
@@ -63,7 +63,7 @@ def scan(data: memoryview, *, max_depth: int, max_nodes: int) -> tuple[int, int]
     while stack:
         kind, pos, end, depth = stack.pop()
         children = _DESCEND.get(kind if kind != "subgraph" else "graph", {})
-        for field, wire, value in _fields(data, pos, end):
+        for field, wire, value in fields(data, pos, end):
             child = children.get(field) if wire == 2 else None
             if child == "subgraph":
                 if depth + 1 > max_depth:
@@ -87,14 +87,14 @@ def raw_data_spans(data: memoryview) -> dict[str, tuple[int, int]]:
     spans: dict[str, tuple[int, int]] = {}
     seen: set[str] = set()
     repeated: set[str] = set()
-    for field, wire, graph in _fields(data, 0, len(data)):
+    for field, wire, graph in fields(data, 0, len(data)):
         if field != 7 or wire != 2:
             continue
-        for field, wire, tensor in _fields(data, graph[0], graph[0] + graph[1]):
+        for field, wire, tensor in fields(data, graph[0], graph[0] + graph[1]):
             if field != 5 or wire != 2:
                 continue
             name, raw = None, None
-            for field, wire, value in _fields(data, tensor[0], tensor[0] + tensor[1]):
+            for field, wire, value in fields(data, tensor[0], tensor[0] + tensor[1]):
                 if wire == 2 and field == 8:
                     name = bytes(data[value[0]:value[0] + value[1]]).decode("utf-8", "replace")
                 elif wire == 2 and field == 9:

@@ -11,77 +11,38 @@ import io
 import os
 import tarfile
 
-import onnx
-
-from rtd import dtypes
 from rtd.errors import Code, RtdError
-from rtd.loader import layout, manifest, metadata, signing
+from rtd.loader import layout, manifest, metadata, onnx_io, signing
 from rtd.loader.intake import ARCHIVE_SUFFIXES
-
-_ONNX_DTYPES = {v: k for k, v in onnx.TensorProto.DataType.items()}
-
-
-def _tensor_signature(values, class_labels: dict) -> list[dict]:
-    out = []
-    for value in values:
-        if value.name in class_labels:   # a ZipMap's output, served as FLOAT [N, classes]
-            out.append({"name": value.name, "dtype": "FLOAT", "shape": [None, len(class_labels[value.name])]})
-            continue
-        tensor = value.type.tensor_type
-        out.append({"name": value.name, "dtype": _ONNX_DTYPES.get(tensor.elem_type, "UNDEFINED"),
-                    "shape": dtypes.declared_dims(tensor.shape)})
-    return out
-
-
-def _class_labels(graph) -> dict[str, list]:
-    """{output: labels} for each graph output a ZipMap makes: rtd serves it as the probability
-    tensor the ZipMap wraps, column i being labels[i] (kernels/ops/op_ml_zip_map.py)."""
-    outputs, labels = {v.name for v in graph.output}, {}
-    for node in graph.node:
-        if node.op_type == "ZipMap" and node.domain == "ai.onnx.ml" and node.output and node.output[0] in outputs:
-            for attr in node.attribute:
-                if attr.name == "classlabels_strings":
-                    labels[node.output[0]] = [s.decode("utf-8", "replace") for s in attr.strings]
-                elif attr.name == "classlabels_int64s":
-                    labels[node.output[0]] = list(attr.ints)
-    return labels
+from rtd.served_shapes import served_dims
 
 
 def graph_signature(model_bytes: bytes) -> tuple[list[dict], list[dict], dict[str, list]]:
-    """The inputs and outputs of a model's graph and the class labels of its ZipMap outputs
-    (the operator's tooling parses it; the daemon never does)."""
-    try:
-        graph = onnx.load_from_string(model_bytes).graph
-    except Exception as e:   # onnx raises DecodeError, RuntimeError or ValueError by backend
-        raise RtdError(Code.E_ONNX_PARSE, f"{type(e).__name__}: {e}") from None
-    initializers, labels = {t.name for t in graph.initializer}, _class_labels(graph)
-    return (_tensor_signature((v for v in graph.input if v.name not in initializers), {}),
-            _tensor_signature(graph.output, labels), labels)
+    """The inputs and outputs of a model's graph as it is served, and the class labels of its
+    ZipMap outputs (the operator's tooling reads them; the daemon never does). A ZipMap's output
+    is served as FLOAT [N, classes] (kernels/ops/op_ml_zip_map.py); an ai.onnx.ml classifier's
+    or regressor's with its input's rows (rtd/served_shapes.py)."""
+    graph = onnx_io.graph_io(memoryview(model_bytes))
+    outputs = {v.name for v in graph.outputs}
+    labels = {node.outputs[0]: node.labels for node in graph.nodes
+              if node.labels is not None and node.outputs and node.outputs[0] in outputs}
+    producers = {out: (node.domain, node.op_type, node.inputs) for node in graph.nodes for out in node.outputs if out}
+    inputs = [v for v in graph.inputs if v.name not in graph.initializers]
+    dims = {v.name: v.dims for v in inputs}
 
-
-def _tensors(graph):
-    """Every tensor a graph holds: initializers and tensor attributes, subgraphs included."""
-    graphs = [graph]
-    while graphs:
-        g = graphs.pop()
-        yield from g.initializer
-        for node in g.node:
-            for attr in node.attribute:
-                yield from ([attr.t] if attr.HasField("t") else []) + list(attr.tensors)
-                graphs += ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
+    def served(value) -> dict:
+        if value.name in labels:
+            return {"name": value.name, "dtype": "FLOAT", "shape": [None, len(labels[value.name])]}
+        return {"name": value.name, "dtype": value.dtype, "shape": served_dims(value.name, value.dims, producers, dims)}
+    return ([{"name": v.name, "dtype": v.dtype, "shape": v.dims} for v in inputs], [served(v) for v in graph.outputs],
+            labels)
 
 
 def external_files(model_bytes: bytes, model_dir: str) -> dict[str, bytes]:
     """The files the model's tensors keep their data in (onnx's external data), read from
     `model_dir` to travel signed beside the model: each must be a plain name in that directory."""
-    try:
-        model = onnx.load_from_string(model_bytes)
-    except Exception as e:   # onnx raises DecodeError, RuntimeError or ValueError by backend
-        raise RtdError(Code.E_ONNX_PARSE, f"{type(e).__name__}: {e}") from None
-    names = sorted({entry.value for tensor in _tensors(model.graph) for entry in tensor.external_data
-                    if entry.key == "location"})
     found = {}
-    for name in names:
+    for name in sorted(onnx_io.external_locations(memoryview(model_bytes))):
         layout.check_component(name)   # no path: the file sits beside the model, and beside it in the package
         try:
             with open(os.path.join(model_dir, name), "rb") as f:

@@ -106,3 +106,20 @@ def test_pack_names_the_flag_a_bad_value_came_from(workdir, flags, named):
     done = rtctl("pack", "model.onnx", "--name", "adder", "--key", "keys/signing.pem", "--out", "pkg", *flags, cwd=workdir)
     assert done.returncode == 2 and done.stderr.startswith("E_USAGE: ") and named in done.stderr, done.stderr
     assert "metadata.json" not in done.stderr and not (workdir / "pkg").exists()
+
+
+def test_pack_with_a_damaged_key_fails_its_own_verification_and_writes_nothing(workdir):
+    """pack skips OpenSSL's slow consistency check of the private key: the package it signs is
+    verified with the key's public half before it is moved into place, which a damaged key fails."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from rtd.loader import keys
+    n = keys.load_private(str(workdir / "keys" / "signing.pem")).private_numbers()
+    damaged = rsa.RSAPrivateNumbers(n.p, n.q, n.d + 2, n.dmp1 + 2, n.dmq1 + 2, n.iqmp, n.public_numbers)
+    (workdir / "damaged.pem").write_bytes(damaged.private_key(unsafe_skip_rsa_key_validation=True).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    done = rtctl("pack", "model.onnx", "--name", "adder", "--version", "1.0.0", "--key", "damaged.pem", "--out", "pkg.tar",
+                 cwd=workdir)
+    assert done.returncode == 2 and done.stderr.startswith("E_SIG_INVALID: "), done.stderr
+    assert not [p.name for p in workdir.iterdir() if p.name.startswith(("pkg", ".rtctl"))]
