@@ -1,5 +1,7 @@
 """Single 3×3 / 1×1 convolution layers (+ bias + ReLU) of the zoo's and real models' sizes, rtd's
-`conv` (the compiled convolution where installed) against onnxruntime, one thread each, best of 20.
+`conv` (the compiled convolution where installed) against onnxruntime, one thread each, best of 40
+runs taken in turn, by the calling thread's CPU clock (both run on it at one thread; the CPU clock is robust to other work on
+the machine, the wall clock is not).
 
     .venv/bin/python bench/conv_layers.py
 """
@@ -16,15 +18,19 @@ LAYERS = [(3, 16, 256, 3, 2), (16, 32, 128, 3, 2), (32, 64, 64, 3, 2), (64, 128,
           (96, 32, 64, 3, 1), (64, 64, 32, 1, 1)]   # (in channels, out channels, input size, kernel, stride)
 
 
-def best_microseconds(run, repeats: int = 20) -> float:
-    for _ in range(3):
-        run()
-    best = float("inf")
+def best_microseconds(runs, repeats: int = 40) -> list[float]:
+    """The best time of each of `runs`, timed in turn (one of each per round), so load that comes and goes
+    on the machine falls on every side alike."""
+    for run in runs:
+        for _ in range(3):
+            run()
+    best = [float("inf")] * len(runs)
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e6
+        for i, run in enumerate(runs):
+            start = time.thread_time()
+            run()
+            best[i] = min(best[i], time.thread_time() - start)
+    return [b * 1e6 for b in best]
 
 
 def layer_row(c, m, size, k, s, rng, options) -> str:
@@ -39,8 +45,8 @@ def layer_row(c, m, size, k, s, rng, options) -> str:
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     session = onnxruntime.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
                                            .SerializeToString(), options, providers=["CPUExecutionProvider"])
-    ours = best_microseconds(lambda: conv(np, x, w, b, 1, [k, k], [s, s], None, [pad] * 4, "NOTSET", relu=True))
-    theirs = best_microseconds(lambda: session.run(None, {"x": x}))
+    ours, theirs = best_microseconds([lambda: conv(np, x, w, b, 1, [k, k], [s, s], None, [pad] * 4, "NOTSET", relu=True),
+                                      lambda: session.run(None, {"x": x})])
     flops = 2 * m * c * k * k * ((size + 2 * pad - k) // s + 1) ** 2
     return (f"| {c}→{m} | {size}² | {k}×{k}/{s} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f}× | "
             f"{flops / ours / 1e3:.0f} | {flops / theirs / 1e3:.0f} |")

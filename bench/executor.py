@@ -3,7 +3,8 @@
 For each model: compile with rtd, check its outputs against onnxruntime's literal graph, then
 time rtd and onnxruntime (ORT_ENABLE_ALL, sequential) at 1 and 2 threads, each side in a fresh
 process of its own (two thread pools that busy-wait in one process fight over the cores and
-distort both sides); report per-model median latency, the ratio rtd/ORT and the geometric mean.
+distort both sides), the two processes taking turns (ROUNDS each) so that load from elsewhere
+on the machine falls on both sides alike; report per-model median latency, the ratio rtd/ORT and the geometric mean.
 The same process gives cold start (rtd compile vs ORT session creation, plus the first run)
 and peak RSS (VmHWM). Thread limits: ORT's intra_op_num_threads; for rtd, BLAS and OpenMP
 pools via threadpoolctl.
@@ -52,8 +53,13 @@ def _vm_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def probe(side: str, path: str, feeds_file: str, threads: int, runs: int, min_seconds: float) -> dict:
-    """In a fresh process: build the model, run once, then time `runs` warm runs; JSON numbers out.
+ROUNDS = 6   # turns each side takes, alternating, so load that comes and goes on the machine falls on both alike
+
+
+def probe(side: str, path: str, feeds_file: str, threads: int) -> None:
+    """In a fresh process: build the model and run it once (cold start, printed as JSON), then serve timing
+    requests from stdin: `time RUNS SECONDS` times at least RUNS warm runs over at least SECONDS (after one
+    untimed run: the other side just had the cores) and prints the samples; `end` prints the peak RSS.
 
     Both libraries are already imported (the baseline RSS counts both alike); the peak is the whole process's.
     """
@@ -71,25 +77,59 @@ def probe(side: str, path: str, feeds_file: str, threads: int, runs: int, min_se
         build = time.perf_counter() - start
         run()
         first = time.perf_counter() - start - build
-        run()
-        samples, started = [], time.perf_counter()
-        while len(samples) < runs or time.perf_counter() - started < min_seconds:
-            t = time.perf_counter()
+        print(json.dumps({"build_s": build, "first_run_s": first, "base_mib": base / 1024}), flush=True)
+        for line in sys.stdin:
+            words = line.split()
+            if not words or words[0] != "time":
+                break
+            runs, min_seconds = int(words[1]), float(words[2])
             run()
-            samples.append(time.perf_counter() - t)
-    return {"build_s": build, "first_run_s": first, "base_mib": base / 1024, "peak_mib": _vm_kib("VmHWM") / 1024,
-            "samples": samples}
+            samples, started = [], time.perf_counter()
+            while len(samples) < runs or time.perf_counter() - started < min_seconds:
+                t = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - t)
+            print(json.dumps(samples), flush=True)
+    print(json.dumps({"peak_mib": _vm_kib("VmHWM") / 1024}), flush=True)
 
 
-def in_fresh_process(side: str, path: str, feeds: dict, threads: int, runs: int, min_seconds: float) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        feeds_file = os.path.join(tmp, "feeds.npz")
-        np.savez(feeds_file, **feeds)
-        proc = subprocess.run([sys.executable, __file__, "--probe", side, path, feeds_file, str(threads), str(runs),
-                               str(min_seconds)], capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1][:120]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+class ProbeFailed(Exception):
+    """A probe process died or answered nothing (its last line of stderr says why)."""
+
+
+class Probe:
+    """One side's probe process, taking timing turns on request."""
+
+    def __init__(self, side: str, path: str, feeds_file: str, threads: int):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--probe", side, path, feeds_file, str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.cold = self._reply()
+
+    def _reply(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.kill()
+            error = self.proc.stderr.read().strip().splitlines() or [f"exit {self.proc.wait()}"]
+            raise ProbeFailed(error[-1][:120])
+        return json.loads(line)
+
+    def time(self, runs: int, min_seconds: float) -> list[float]:
+        self.proc.stdin.write(f"time {runs} {min_seconds}\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def close(self) -> dict:
+        """The cold-start numbers and the peak RSS; the process ends."""
+        self.proc.stdin.write("end\n")
+        self.proc.stdin.flush()
+        peak = self._reply()
+        self.proc.wait(timeout=60)
+        return self.cold | peak
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def noisy(samples: list[float]) -> bool:
@@ -100,18 +140,32 @@ def noisy(samples: list[float]) -> bool:
 
 def time_sides(name: str, label: str, path: str, feeds: dict, thread_counts: list[int], runs: int,
                min_seconds: float) -> list[dict]:
-    """One row per thread count: each side timed in a fresh process (outputs already checked by the caller)."""
+    """One row per thread count: each side in a fresh process of its own, the two taking turns (ROUNDS each,
+    alternating which goes first), so both meet the same load (outputs already checked by the caller)."""
     rows = []
-    for threads in thread_counts:
-        sides = {side: in_fresh_process(side, path, feeds, threads, runs, min_seconds) for side in ("rtd", "ort")}
-        failed = [f"{side}: {r['error']}" for side, r in sides.items() if "error" in r]
-        if failed:  # e.g. a plan that breaks on a later run: report, go on with the next model
-            rows.append({"model": name, "dims": label, "error": ("crashed while timing: " + "; ".join(failed))[:160]})
-            break
-        rtd_t, ort_t = sides["rtd"].pop("samples"), sides["ort"].pop("samples")
-        rtd_s, ort_s = statistics.median(rtd_t), statistics.median(ort_t)
-        rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3, "ort_ms": ort_s * 1e3,
-                     "ratio": rtd_s / ort_s, "noisy": "*" * (noisy(rtd_t) + noisy(ort_t)), "cold": sides})
+    with tempfile.TemporaryDirectory() as tmp:
+        feeds_file = os.path.join(tmp, "feeds.npz")
+        np.savez(feeds_file, **feeds)
+        for threads in thread_counts:
+            probes = {}
+            try:
+                for side in ("rtd", "ort"):
+                    probes[side] = Probe(side, path, feeds_file, threads)
+                samples = {side: [] for side in probes}
+                for turn in range(ROUNDS):
+                    for side in (("rtd", "ort") if turn % 2 == 0 else ("ort", "rtd")):
+                        samples[side] += probes[side].time(math.ceil(runs / ROUNDS), min_seconds / ROUNDS)
+                cold = {side: probe.close() for side, probe in probes.items()}
+            except ProbeFailed as e:  # e.g. a plan that breaks on a later run: report, go on with the next model
+                rows.append({"model": name, "dims": label, "error": f"crashed while timing: {e}"[:160]})
+                break
+            finally:
+                for probe in probes.values():
+                    probe.kill()
+            rtd_t, ort_t = samples["rtd"], samples["ort"]
+            rtd_s, ort_s = statistics.median(rtd_t), statistics.median(ort_t)
+            rows.append({"model": name, "dims": label, "threads": threads, "rtd_ms": rtd_s * 1e3, "ort_ms": ort_s * 1e3,
+                         "ratio": rtd_s / ort_s, "noisy": "*" * (noisy(rtd_t) + noisy(ort_t)), "cold": cold})
     return rows
 
 
@@ -209,12 +263,11 @@ def main(argv=None) -> int:
     parser.add_argument("--models", help="comma-separated zoo names (default: all)")
     parser.add_argument("--quick", action="store_true", help="small models only, 5 runs: a smoke test, not a result")
     add_timing_arguments(parser)
-    parser.add_argument("--probe", nargs=6, metavar=("SIDE", "MODEL", "FEEDS", "THREADS", "RUNS", "SECONDS"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--probe", nargs=4, metavar=("SIDE", "MODEL", "FEEDS", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
-        side, path, feeds_file, threads, runs, min_seconds = args.probe
-        print(json.dumps(probe(side, path, feeds_file, int(threads), int(runs), float(min_seconds))))
+        side, path, feeds_file, threads = args.probe
+        probe(side, path, feeds_file, int(threads))
         return 0
 
     from tests.zoo.models import ZOO  # here, not at the top: it imports torch, which the probes must not carry

@@ -3,10 +3,12 @@ and `revoked.txt` that the loader verifies packages against (rtd.loader.trust).
 
 The store is the embedded default's (STATE/trust/<tenant>) or, with --config, the one the
 tenant's `trusted_keys` names. Files are replaced atomically (rtd.files). A revoked key
-stays revoked: `add` refuses it. After a change the running daemon re-reads its trust
-stores (rtd.Admin/Reload with the admin token, as SIGHUP does), so the next load sees it.
-The embedded default's store also holds the dev key `rtd serve` made (STATE/dev-keys/), and
-`list` says which one that is. Keys and gRPC are imported when a command runs."""
+stays revoked: `add` refuses it. Each file is written with its `.last-good` copy
+(rtd.files.write_durable), which the daemon reads in place of a damaged file. After a change
+the running daemon re-reads its trust stores (rtd.Admin/Reload with the admin token, as SIGHUP
+does), so the next load sees it. The embedded default's store also holds the dev key `rtd serve`
+made (STATE/dev-keys/), and `list` says which one that is. Keys and gRPC are imported when a
+command runs."""
 import contextlib
 import fcntl
 import json
@@ -89,20 +91,20 @@ def _public_key(path: str):
 
 
 def _add(args) -> int:
-    from rtd.files import write_atomic
+    from rtd.files import write_durable
     from rtd.loader import keys
     store = _Store(args)
     key = _public_key(args.key)
     fingerprint = keys.fingerprint(key)
     with store.changing() as trust:
-        if trust.revocation_error or fingerprint in trust.revoked:
+        if trust.unusable or fingerprint in trust.revoked:
             raise RtdError(Code.E_KEY_REVOKED, f"key {fingerprint[:16]}... in {store.directory}: a revoked key is never "
                                                "trusted again; sign with a new key (rtctl keygen)")
         if fingerprint in trust.keys:
             print(f"already trusted by tenant {store.tenant}: {fingerprint} ({trust.files[fingerprint]})")
             return 0
         path = os.path.join(store.directory, f"{fingerprint[:16]}.pub.pem")
-        write_atomic(path, keys.public_pem(key), mode=0o644)
+        write_durable(path, keys.public_pem(key), mode=0o644)
     print(f"trusted by tenant {store.tenant}: {fingerprint} ({path})")
     store.tell_daemon()
     return 0
@@ -123,26 +125,31 @@ def _fingerprint_of(what: str, trust) -> str:
     return matches[0]
 
 
+def _list_text(data: bytes) -> bytes:
+    from rtd.loader.trust import revocations
+    revocations(data)   # refuses a damaged list
+    return data
+
+
 def _revoke(args) -> int:
     import datetime
-    from rtd.files import write_atomic
-    from rtd.loader.trust import REVOCATION_LIST
+    from rtd.beneath import Dir
+    from rtd.files import read_copies, write_durable
+    from rtd.loader.trust import MAX_LIST_BYTES, REVOCATION_LIST
     store = _Store(args)
     with store.changing() as trust:
-        if trust.revocation_error:
-            raise RtdError(Code.E_KEY_REVOKED, f"{store.directory}/{trust.revocation_error}: fix it by hand first")
+        if trust.unusable:
+            raise RtdError(Code.E_STATE_DAMAGED, f"{store.directory}: {trust.unusable}: fix it by hand first")
         fingerprint = _fingerprint_of(args.key, trust)
         if fingerprint in trust.revoked:
             print(f"already revoked for tenant {store.tenant}: {fingerprint}")
             return 0
-        path = os.path.join(store.directory, REVOCATION_LIST)
-        old = b""
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                old = f.read()
+        with Dir.open(store.directory) as d:   # the text it had (or its good copy's), comments and all
+            old = read_copies(d, REVOCATION_LIST, _list_text, MAX_LIST_BYTES, allow_links=True).usable() or b""
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         line = f"{fingerprint}  # revoked {when} {trust.files.get(fingerprint, '')}".rstrip() + "\n"
-        write_atomic(path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + line.encode(), mode=0o644)
+        write_durable(os.path.join(store.directory, REVOCATION_LIST),
+                      old + (b"\n" if old and not old.endswith(b"\n") else b"") + line.encode(), mode=0o644)
     print(f"revoked for tenant {store.tenant}: {fingerprint}")
     store.tell_daemon()
     return 0
@@ -157,7 +164,7 @@ def _list(args) -> int:
     for fingerprint, key in sorted(trust.keys.items(), key=lambda item: trust.files[item[0]]):
         try:
             keys.check_public(key)
-            state = "revoked" if fingerprint in trust.revoked or trust.revocation_error else "trusted"
+            state = "revoked" if fingerprint in trust.revoked else "refused: store damaged" if trust.unusable else "trusted"
         except RtdError as e:
             state = f"refused: {e.detail}"
         rows.append({"fingerprint": fingerprint, "file": trust.files[fingerprint], "state": state,
@@ -165,15 +172,17 @@ def _list(args) -> int:
     rows += [{"fingerprint": f, "file": "", "state": "revoked", "dev_key": f == dev} for f in sorted(trust.revoked - set(trust.keys))]
     if args.json:
         print(json.dumps({"tenant": store.tenant, "directory": store.directory, "keys": rows,
-                          "revocation_error": trust.revocation_error}))
+                          "unusable": trust.unusable, "problems": trust.problems}))
         return 0
     result = table(f"tenant {store.tenant}: {store.directory}", "fingerprint", "file", "state")
     for row in rows:   # the fingerprint's first 16 hex digits (--json: all 64) name a key to revoke too
         note = " (rtd serve's dev key)" if row["dev_key"] else ""   # STATE/dev-keys/signing.pem
         result.add_row(row["fingerprint"][:16], row["file"], row["state"] + note)
     show(result)
-    if trust.revocation_error:
-        show(f"[red]{trust.revocation_error}: every key is refused[/red]", stderr=True)
+    for problem in trust.problems:
+        show(f"[yellow]{problem}[/yellow]", stderr=True)
+    if trust.unusable:
+        show(f"[red]{trust.unusable}: every key is refused[/red]", stderr=True)
     return 0
 
 

@@ -12,9 +12,10 @@ folding, element-wise chains) → `plan.Plan` (slot-indexed steps, arena from `m
 on a GPU wrapped by `cuda_plan.CudaPlan` (its stream, a CUDA graph where shapes are static;
 device set-up and generated kernels in `backend_cupy`, their CUDA C in `cuda_source`).
 Control-flow bodies get plans of their own (`subgraph.PlannedSubgraph`). On the CPU the hot
-kernels are C built at install time (`native`: the 2-D convolution as tiled im2col + BLAS sgemm +
-epilogue, depthwise convolution, row-parallel GEMM, the element-wise chain interpreter, the LSTM
-and GRU recurrences), threaded by a pool of their own sized to the tenant's cores.
+kernels are C built at install time (`native`: rtd's own GEMM micro-kernel, the direct 2-D
+convolution with its epilogue and fused chains, depthwise convolution, vectorised activations and
+softmax, the element-wise chain interpreter, the LSTM and GRU recurrences), threaded by a pool of
+their own sized to the tenant's cores.
 `backend` is the onnx.backend.base.Backend the node tests run against.
 """
 from . import backend

@@ -61,12 +61,15 @@ class OnDevice:
         return self.op.compute(x, out=out) if kernel is None else kernel(x, out)
 
 
-def _activation(name, xp):
-    """The element-wise op kernel a MatMulBias applies in place to its output (None: none)."""
+def _activation(name, xp, gelu_scale_op, gelu_scale):
+    """The element-wise op kernel a MatMulBias applies in place to its output (None: none); an Erf-form
+    Gelu scales erf's argument as its graph did."""
     if name == "Relu":
         return Relu_6({}, xp)
     if name in ("Gelu", "GeluTanh"):
-        return Gelu_20({"approximate": "tanh" if name == "GeluTanh" else "none"}, xp)
+        gelu = Gelu_20({"approximate": "tanh" if name == "GeluTanh" else "none"}, xp)
+        gelu.erf_scale_op, gelu.erf_scale = gelu_scale_op, gelu_scale
+        return gelu
     return None
 
 
@@ -92,9 +95,10 @@ class MatMulBias(Fused):
 
     arity = 3
     activation = None
+    gelu_scale_op, gelu_scale = Gelu_20.erf_scale_op, Gelu_20.erf_scale
 
     def setup(self, make_kernel):
-        activate = _activation(self.activation, self.xp)
+        activate = _activation(self.activation, self.xp, self.gelu_scale_op, self.gelu_scale)
         if activate is None:
             self.activate = None
         elif self.xp is np:
@@ -107,7 +111,7 @@ class MatMulBias(Fused):
         if xp is np and a.ndim >= 2 and w.ndim == 2 and a.flags.c_contiguous:   # rows shared among the threads
             flat_bias = bias.reshape(-1) if bias is not None and bias.shape[-1:] == (bias.size,) else None
             rows = gemm_rows(a.reshape(-1, a.shape[-1]), w, flat_bias,
-                             out=None if out is None else out.reshape(-1, w.shape[1]))
+                             out=None if out is None else out.reshape(-1, w.shape[1]), constant=True)   # w: a constant, by the fusion
             if rows is not None:
                 out = rows.reshape(*a.shape[:-1], w.shape[1]) if out is None else out
                 if bias is not None and flat_bias is None:
@@ -209,16 +213,29 @@ class Attention(Fused):
 
 
 class ConvActivation(Fused):
-    """Conv(x, w, b), then `+ other` and/or Relu in place on the Conv's fresh output."""
+    """Conv(x, w, b), then `+ other` and/or Relu in place on the Conv's fresh output; or, with `links`
+    (lower/chains.fuse_conv_chains), Conv(x, w, b), Relu if asked, then an element-wise chain whose input
+    `chain_position` is the Conv's output and whose other inputs follow `other` (constants of one value or
+    one per channel): the compiled convolution runs the chain on each output tile, else it runs after."""
 
     buffers = ()  # the Conv allocates its output; the rest is in place on it
     arity = 4
     relu = False
+    links = None
 
     def setup(self, make_kernel):
         self.kernel = make_kernel(Node("Conv", "", [], [], self.conv))
+        self.chain = None
+        if self.links:
+            self.chain = ElementwiseChain({"links": self.links, "shape": self.shape, "dtype": self.dtype}, self.xp, make_kernel)
+            self.arity = 3 + self.chain.arity
 
-    def run(self, x, w, b=None, other=None):
+    def run(self, x, w, b=None, other=None, *constants):
+        if self.chain is not None:
+            inputs = list(constants)
+            inputs.insert(self.chain_position, None)
+            finish = lambda y: self.chain.run(*[y if v is None else v for v in inputs], None, None)[0]  # noqa: E731
+            return self.kernel.run_with_relu(x, w, b, self.relu, (self.chain.compiled, inputs, finish))
         if other is None:   # Conv+Relu: the Conv applies the ReLU (the compiled depthwise kernel in its one pass)
             return self.kernel.run_with_relu(x, w, b, self.relu)
         (y,) = self.kernel.run(x, w, b)
@@ -247,9 +264,10 @@ class ElementwiseChain(Fused):
         # on a GPU the whole chain is one generated kernel (None on the CPU or without CUDA forms)
         self.gpu = chain_kernel(self.kernels, self.arity, self.dtype) if self.xp is not np else None
         # on the CPU a chain of the interpreter's ops runs compiled, block by block (None otherwise)
-        self.compiled = Program.build(self.links, self.arity, self.dtype) if self.xp is np and len(self.links) > 1 else None
-        if self.gpu is None and len(self.kernels) == 1 and self.kernels[0][1] == list(range(self.arity)):
-            self.run = self._run_one  # the common single op: no operand shuffling
+        self.compiled = Program.build(self.links, self.arity, self.dtype) if self.xp is np else None
+        if self.gpu is None and self.compiled is None and len(self.kernels) == 1 \
+                and self.kernels[0][1] == list(range(self.arity)):
+            self.run = self._run_one  # the common single op without a compiled form: no operand shuffling
 
     def _run_one(self, *args):
         out = args[-1]

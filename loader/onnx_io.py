@@ -2,11 +2,12 @@
 alone costs `rtctl pack` a third of a second): the main graph's inputs, outputs and initializer
 names with their declared types and dims, the producers of its values, the class labels of the
 ZipMaps that make outputs, and the files its tensors' external data name. Field numbers are
-onnx.proto's; the walk is onnx_wire's (malformed bytes are E_ONNX_PARSE). The daemon never calls
+onnx.proto's; the walk is rtd.protowire's (malformed bytes are E_ONNX_PARSE). The daemon never calls
 this: the model is the operator's own, read on the operator's side."""
 import dataclasses
 
-from rtd.loader.onnx_wire import fields, varint
+from rtd.errors import Code
+from rtd.protowire import LENGTH, VARINT, Walker
 
 # onnx.TensorProto.DataType by number (fixed by onnx.proto; tests/loader/test_onnx_io.py holds it to onnx's)
 DATA_TYPES = ("UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64", "STRING", "BOOL", "FLOAT16",
@@ -21,12 +22,8 @@ TENSOR_NAME, TENSOR_EXTERNAL_DATA = 8, 13
 VALUE_NAME, VALUE_TYPE, TYPE_TENSOR, TENSOR_ELEM_TYPE, TENSOR_SHAPE, SHAPE_DIM, DIM_VALUE, DIM_PARAM = 1, 2, 1, 1, 2, 1, 1, 2
 
 
-def _text(data, span) -> str:
-    return bytes(data[span[0]:span[0] + span[1]]).decode("utf-8", "replace")
-
-
-def _inside(span) -> tuple[int, int]:
-    return span[0], span[0] + span[1]
+def _text(w: Walker, span) -> str:
+    return bytes(w.buf[span[0]:span[1]]).decode("utf-8", "replace")
 
 
 def _int64(value: int) -> int:
@@ -63,64 +60,64 @@ class GraphIO:
     nodes: list
 
 
-def _dim(data, span):
+def _dim(w: Walker, span):
     value = param = None
-    for field, wire, v in fields(data, *_inside(span)):   # a oneof: the last one given counts
-        if field == DIM_VALUE and wire == 0:
+    for field, wire, v in w.fields(*span):   # a oneof: the last one given counts
+        if field == DIM_VALUE and wire == VARINT:
             value, param = _int64(v), None
-        elif field == DIM_PARAM and wire == 2:
-            value, param = None, _text(data, v)
+        elif field == DIM_PARAM and wire == LENGTH:
+            value, param = None, _text(w, v)
     return value if value is not None and value >= 0 else (param or None)
 
 
-def _value(data, span) -> Value:
+def _value(w: Walker, span) -> Value:
     value = Value("")
-    for field, wire, v in fields(data, *_inside(span)):
-        if field == VALUE_NAME and wire == 2:
-            value.name = _text(data, v)
-        elif field == VALUE_TYPE and wire == 2:
-            for tf, tw, tensor in fields(data, *_inside(v)):
-                if tf != TYPE_TENSOR or tw != 2:
+    for field, wire, v in w.fields(*span):
+        if field == VALUE_NAME and wire == LENGTH:
+            value.name = _text(w, v)
+        elif field == VALUE_TYPE and wire == LENGTH:
+            for tf, tw, tensor in w.fields(*v):
+                if tf != TYPE_TENSOR or tw != LENGTH:
                     continue
-                for ef, ew, e in fields(data, *_inside(tensor)):
-                    if ef == TENSOR_ELEM_TYPE and ew == 0:
+                for ef, ew, e in w.fields(*tensor):
+                    if ef == TENSOR_ELEM_TYPE and ew == VARINT:
                         value.elem_type = e
-                    elif ef == TENSOR_SHAPE and ew == 2:
-                        value.dims = [_dim(data, d) for df, dw, d in fields(data, *_inside(e)) if df == SHAPE_DIM and dw == 2]
+                    elif ef == TENSOR_SHAPE and ew == LENGTH:
+                        value.dims = [_dim(w, d) for df, dw, d in w.fields(*e) if df == SHAPE_DIM and dw == LENGTH]
     return value
 
 
-def _ints(data, wire: int, v) -> list[int]:
+def _ints(w: Walker, wire: int, v) -> list[int]:
     """A repeated int64 field's occurrence: one varint, or a packed run of them."""
-    if wire == 0:
+    if wire == VARINT:
         return [_int64(v)]
-    out, (pos, end) = [], _inside(v)
+    out, (pos, end) = [], v
     while pos < end:
-        n, pos = varint(data, pos, end)
+        n, pos = w.varint(pos, end)
         out.append(_int64(n))
     return out
 
 
-def _node(data, span) -> Node:
+def _node(w: Walker, span) -> Node:
     node, strings, ints = Node(), [], []
-    for field, wire, v in fields(data, *_inside(span)):
-        if wire == 2 and field == NODE_INPUT:
-            node.inputs.append(_text(data, v))
-        elif wire == 2 and field == NODE_OUTPUT:
-            node.outputs.append(_text(data, v))
-        elif wire == 2 and field == NODE_OP_TYPE:
-            node.op_type = _text(data, v)
-        elif wire == 2 and field == NODE_DOMAIN:
-            node.domain = _text(data, v)
-        elif wire == 2 and field == NODE_ATTRIBUTE:
+    for field, wire, v in w.fields(*span):
+        if wire == LENGTH and field == NODE_INPUT:
+            node.inputs.append(_text(w, v))
+        elif wire == LENGTH and field == NODE_OUTPUT:
+            node.outputs.append(_text(w, v))
+        elif wire == LENGTH and field == NODE_OP_TYPE:
+            node.op_type = _text(w, v)
+        elif wire == LENGTH and field == NODE_DOMAIN:
+            node.domain = _text(w, v)
+        elif wire == LENGTH and field == NODE_ATTRIBUTE:
             name, values = "", []
-            for af, aw, a in fields(data, *_inside(v)):
-                if af == ATTR_NAME and aw == 2:
-                    name = _text(data, a)
-                elif af == ATTR_STRINGS and aw == 2:
-                    values.append(_text(data, a))
-                elif af == ATTR_INTS:
-                    values += _ints(data, aw, a)
+            for af, aw, a in w.fields(*v):
+                if af == ATTR_NAME and aw == LENGTH:
+                    name = _text(w, a)
+                elif af == ATTR_STRINGS and aw == LENGTH:
+                    values.append(_text(w, a))
+                elif af == ATTR_INTS and aw in (VARINT, LENGTH):
+                    values += _ints(w, aw, a)
             if name == "classlabels_strings":
                 strings = values
             elif name == "classlabels_int64s":
@@ -130,56 +127,58 @@ def _node(data, span) -> Node:
     return node
 
 
-def _graph(data) -> tuple[int, int] | None:
+def _graph(w: Walker) -> tuple[int, int] | None:
     span = None
-    for field, wire, v in fields(data, 0, len(data)):
-        if field == MODEL_GRAPH and wire == 2:
+    for field, wire, v in w.fields(0, len(w.buf)):
+        if field == MODEL_GRAPH and wire == LENGTH:
             span = v
     return span
 
 
 def graph_io(data) -> GraphIO:
     """The main graph's declared inputs and outputs, initializer names and nodes."""
+    w = Walker(data, Code.E_ONNX_PARSE)
     io = GraphIO([], [], set(), [])
-    span = _graph(data)
-    for field, wire, v in fields(data, *_inside(span)) if span else ():
-        if wire != 2:
+    span = _graph(w)
+    for field, wire, v in w.fields(*span) if span else ():
+        if wire != LENGTH:
             continue
         if field == GRAPH_INPUT:
-            io.inputs.append(_value(data, v))
+            io.inputs.append(_value(w, v))
         elif field == GRAPH_OUTPUT:
-            io.outputs.append(_value(data, v))
+            io.outputs.append(_value(w, v))
         elif field == GRAPH_NODE:
-            io.nodes.append(_node(data, v))
+            io.nodes.append(_node(w, v))
         elif field == GRAPH_INITIALIZER:
-            io.initializers.update(_text(data, t) for tf, tw, t in fields(data, *_inside(v)) if tf == TENSOR_NAME and tw == 2)
+            io.initializers.update(_text(w, t) for tf, tw, t in w.fields(*v) if tf == TENSOR_NAME and tw == LENGTH)
     return io
 
 
 def external_locations(data) -> set[str]:
     """The `location` of every tensor's external data: the main graph's initializers and tensor
     attributes, its subgraphs' included."""
-    found, graphs = set(), [_inside(span)] if (span := _graph(data)) else []
+    w = Walker(data, Code.E_ONNX_PARSE)
+    found, graphs = set(), [span] if (span := _graph(w)) else []
     while graphs:
         start, end = graphs.pop()
         tensors = []
-        for field, wire, v in fields(data, start, end):
-            if wire == 2 and field == GRAPH_INITIALIZER:
+        for field, wire, v in w.fields(start, end):
+            if wire == LENGTH and field == GRAPH_INITIALIZER:
                 tensors.append(v)
-            elif wire == 2 and field == GRAPH_NODE:
-                for nf, nw, attr in fields(data, *_inside(v)):
-                    if nf != NODE_ATTRIBUTE or nw != 2:
+            elif wire == LENGTH and field == GRAPH_NODE:
+                for nf, nw, attr in w.fields(*v):
+                    if nf != NODE_ATTRIBUTE or nw != LENGTH:
                         continue
-                    for af, aw, a in fields(data, *_inside(attr)):
-                        if aw == 2 and af in (ATTR_T, ATTR_TENSORS):
+                    for af, aw, a in w.fields(*attr):
+                        if aw == LENGTH and af in (ATTR_T, ATTR_TENSORS):
                             tensors.append(a)
-                        elif aw == 2 and af in (ATTR_G, ATTR_GRAPHS):
-                            graphs.append(_inside(a))
+                        elif aw == LENGTH and af in (ATTR_G, ATTR_GRAPHS):
+                            graphs.append(a)
         for tensor in tensors:
-            for tf, tw, entry in fields(data, *_inside(tensor)):
-                if tf != TENSOR_EXTERNAL_DATA or tw != 2:
+            for tf, tw, entry in w.fields(*tensor):
+                if tf != TENSOR_EXTERNAL_DATA or tw != LENGTH:
                     continue
-                pair = {ef: _text(data, e) for ef, ew, e in fields(data, *_inside(entry)) if ew == 2}
+                pair = {ef: _text(w, e) for ef, ew, e in w.fields(*entry) if ew == LENGTH}
                 if pair.get(1) == "location" and 2 in pair:
                     found.add(pair[2])
     return found

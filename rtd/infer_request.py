@@ -16,6 +16,7 @@ import struct
 
 from rtd import dtypes
 from rtd.errors import Code, RtdError
+from rtd.protowire import FIXED64, LENGTH, VARINT, Walker
 
 MAX_FIELDS = 1 << 14     # fields visited in one request, all levels together
 MAX_TENSORS = 1024       # inputs, outputs or raw contents of one request
@@ -23,7 +24,6 @@ MAX_PARAMETERS = 64      # parameters of the request or of one tensor
 MAX_TEXT = 1 << 16       # bytes of a name, datatype, id or string parameter
 MAX_RANK = 16
 _DOUBLE = struct.Struct("<d")
-VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 TYPED_FIELD_NUMBER = {"bool_contents": 1, "int_contents": 2, "int64_contents": 3, "uint_contents": 4, "uint64_contents": 5,
                       "fp32_contents": 6, "fp64_contents": 7, "bytes_contents": 8}   # InferTensorContents
 
@@ -59,118 +59,58 @@ class InferHead:
     raw: list = dataclasses.field(default_factory=list)        # (start, end) of each raw_input_contents
 
 
-class _Reader:
-    """Fields of one protobuf message within buf[start:end], sharing one field budget."""
-
-    def __init__(self, buf, budget: list):
-        self.buf, self.budget = buf, budget
-
-    def varint(self, pos: int, end: int) -> tuple[int, int]:
-        buf, result, shift = self.buf, 0, 0
-        while True:
-            if pos >= end or shift > 63:
-                raise _bad("a varint is truncated or too long")
-            byte = buf[pos]
-            pos += 1
-            result |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return result, pos
-            shift += 7
-
-    def fields(self, start: int, end: int):
-        """(field number, wire type, value or (start, end), next position) of each field."""
-        pos = start
-        while pos < end:
-            self.budget[0] -= 1
-            if self.budget[0] < 0:
-                raise _bad(f"the request has more than {MAX_FIELDS} fields")
-            key, pos = self.varint(pos, end)
-            number, wire = key >> 3, key & 7
-            if number == 0:
-                raise _bad("field number 0")
-            if wire == VARINT:
-                value, pos = self.varint(pos, end)
-            elif wire == LENGTH:
-                length, pos = self.varint(pos, end)
-                if length > end - pos:
-                    raise _bad("a field runs past its message")
-                value, pos = (pos, pos + length), pos + length
-            elif wire in (FIXED64, FIXED32):
-                size = 8 if wire == FIXED64 else 4
-                if size > end - pos:
-                    raise _bad("a fixed-size field is truncated")
-                value, pos = (pos, pos + size), pos + size
-            else:
-                raise _bad(f"wire type {wire} (groups) is not accepted")
-            yield number, wire, value
-
-    def text(self, span, what: str) -> str:
-        start, end = span
-        if end - start > MAX_TEXT:
-            raise _bad(f"{what} is longer than {MAX_TEXT} bytes")
-        try:
-            return bytes(self.buf[start:end]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise _bad(f"{what} is not UTF-8") from None
-
-
 def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _expect(wire: int, want: int, what: str) -> None:
-    if wire != want:
-        raise _bad(f"{what} has the wrong wire type")
-
-
-def _parameter(r: _Reader, span, what: str):
+def _parameter(r: Walker, span, what: str):
     """An InferParameter's one value (bool, int, str or float)."""
     value = None
     for number, wire, v in r.fields(*span):
         if number == 1:
-            _expect(wire, VARINT, what)
+            r.expect(wire, VARINT, what)
             value = bool(v)
         elif number in (2, 5):
-            _expect(wire, VARINT, what)
+            r.expect(wire, VARINT, what)
             value = _signed(v) if number == 2 else v
         elif number == 3:
-            _expect(wire, LENGTH, what)
-            value = r.text(v, what)
+            r.expect(wire, LENGTH, what)
+            value = r.text(v, what, MAX_TEXT)
         elif number == 4:
-            _expect(wire, FIXED64, what)
+            r.expect(wire, FIXED64, what)
             value = _DOUBLE.unpack_from(r.buf, v[0])[0]
     return value
 
 
-def _map_entry(r: _Reader, span, into: dict, what: str) -> None:
+def _map_entry(r: Walker, span, into: dict, what: str) -> None:
     if len(into) >= MAX_PARAMETERS:
         raise _bad(f"{what} has more than {MAX_PARAMETERS} parameters")
     key, value = "", None
     for number, wire, v in r.fields(*span):
         if number == 1:
-            _expect(wire, LENGTH, what)
-            key = r.text(v, f"{what}: a parameter name")
+            r.expect(wire, LENGTH, what)
+            key = r.text(v, f"{what}: a parameter name", MAX_TEXT)
         elif number == 2:
-            _expect(wire, LENGTH, what)
+            r.expect(wire, LENGTH, what)
             value = _parameter(r, v, f"{what}: parameter {key[:64]!r}")
     into[key] = value
 
 
-def _input(r: _Reader, span) -> TensorHead:
+def _input(r: Walker, span) -> TensorHead:
     t = TensorHead()
     shape = []
     for number, wire, v in r.fields(*span):
         if number == 1:
-            _expect(wire, LENGTH, "an input's name")
-            t.name = r.text(v, "an input's name")
+            r.expect(wire, LENGTH, "an input's name")
+            t.name = r.text(v, "an input's name", MAX_TEXT)
         elif number == 2:
-            _expect(wire, LENGTH, "an input's datatype")
-            t.datatype = r.text(v, "an input's datatype")
+            r.expect(wire, LENGTH, "an input's datatype")
+            t.datatype = r.text(v, "an input's datatype", MAX_TEXT)
         elif number == 3:
             if wire == VARINT:
                 shape.append(_signed(v))
             else:
-                _expect(wire, LENGTH, "an input's shape")
+                r.expect(wire, LENGTH, "an input's shape")
                 pos, end = v
                 while pos < end and len(shape) <= MAX_RANK:
                     dim, pos = r.varint(pos, end)
@@ -178,10 +118,10 @@ def _input(r: _Reader, span) -> TensorHead:
             if len(shape) > MAX_RANK:
                 raise _bad(f"input {t.name[:64]!r}: rank over {MAX_RANK}")
         elif number == 4:
-            _expect(wire, LENGTH, "an input's parameters")
+            r.expect(wire, LENGTH, "an input's parameters")
             _map_entry(r, v, t.parameters, f"input {t.name[:64]!r}")
         elif number == 5:
-            _expect(wire, LENGTH, "an input's contents")
+            r.expect(wire, LENGTH, "an input's contents")
             t.contents = v
             start, end = v
             t.contents_field = r.varint(start, end)[0] >> 3 if end > start else 0
@@ -189,26 +129,25 @@ def _input(r: _Reader, span) -> TensorHead:
     return t
 
 
-def _output(r: _Reader, span) -> OutputHead:
+def _output(r: Walker, span) -> OutputHead:
     o = OutputHead()
     for number, wire, v in r.fields(*span):
         if number == 1:
-            _expect(wire, LENGTH, "an output's name")
-            o.name = r.text(v, "an output's name")
+            r.expect(wire, LENGTH, "an output's name")
+            o.name = r.text(v, "an output's name", MAX_TEXT)
         elif number == 2:
-            _expect(wire, LENGTH, "an output's parameters")
+            r.expect(wire, LENGTH, "an output's parameters")
             _map_entry(r, v, o.parameters, f"output {o.name[:64]!r}")
     return o
 
 
 def scan(message) -> InferHead:
     """The header of a serialized ModelInferRequest (any bytes-like) and its tensors' places."""
-    buf = memoryview(message).cast("B")
-    r, head = _Reader(buf, [MAX_FIELDS]), InferHead()
-    for number, wire, v in r.fields(0, len(buf)):
+    r, head = Walker(message, Code.E_REQUEST_INVALID, MAX_FIELDS), InferHead()
+    for number, wire, v in r.fields(0, len(r.buf)):
         if number in (1, 2, 3):
-            _expect(wire, LENGTH, "model_name, model_version or id")
-            text = r.text(v, ("model_name", "model_version", "id")[number - 1])
+            r.expect(wire, LENGTH, "model_name, model_version or id")
+            text = r.text(v, ("model_name", "model_version", "id")[number - 1], MAX_TEXT)
             if number == 1:
                 head.model_name = text
             elif number == 2:
@@ -216,10 +155,10 @@ def scan(message) -> InferHead:
             else:
                 head.id = text
         elif number == 4:
-            _expect(wire, LENGTH, "parameters")
+            r.expect(wire, LENGTH, "parameters")
             _map_entry(r, v, head.parameters, "the request")
         elif number in (5, 6, 7):
-            _expect(wire, LENGTH, "inputs, outputs or raw_input_contents")
+            r.expect(wire, LENGTH, "inputs, outputs or raw_input_contents")
             items = (head.inputs, head.outputs, head.raw)[number - 5]
             if len(items) >= MAX_TENSORS:
                 raise _bad(f"more than {MAX_TENSORS} inputs, outputs or raw contents")

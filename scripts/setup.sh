@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "setup: $*" >&2; }
 APT_PACKAGES=(libseccomp2 python3-venv systemd openssl coreutils iproute2 libgomp1  # libgomp1: LightGBM (tests)
+              libnghttp2-dev  # the HTTP/2 session (daemon/transport/h2session.c) is built on libnghttp2
               gcc libc6-dev python3-dev curl)  # gcc..python3-dev: build kernels/native at install time; curl: the README
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -20,7 +21,8 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   quietly env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 stamp=.venv/.rtd-installed
-want=$(cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py | sha256sum | cut -d' ' -f1)  # a changed C file rebuilds
+want=$(cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py \
+       daemon/transport/h2session.[ch] daemon/transport/build_h2session.py | sha256sum | cut -d' ' -f1)  # a changed C file rebuilds
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   say "rtd in .venv is up to date"
   exit 0
@@ -34,6 +36,6 @@ quietly .venv/bin/pip install -q --upgrade pip
 say "pip: installing rtd and its test dependencies into .venv, compiling its C kernels (minutes the first time)"
 quietly .venv/bin/pip install -q -e '.[test]'
 say "checking the install"
-quietly .venv/bin/python -c "import rtd.kernels, rtd.loader, rtd.sandbox, rtd.daemon, rtd.kernels.native._compiled, rtd.sandbox._sigsys"
+quietly .venv/bin/python -c "import rtd.kernels, rtd.loader, rtd.sandbox, rtd.daemon, rtd.kernels.native._compiled, rtd.sandbox._sigsys, rtd.daemon.transport._h2session"
 echo "$want" > "$stamp"
 say "done"

@@ -5,10 +5,9 @@ call onto the Supervisor API and back, as the gRPC front does; the transport
 
 Statistics are those of the gRPC front (kserve.model_statistics). An inference body is handed
 on unread (the worker parses it); the JSON parsed here is that of control calls, whose bodies
-the transport holds to CONTROL_MESSAGE_BYTES, and of a load's parameters.
+the transport holds to CONTROL_MESSAGE_BYTES. A load's JSON stays in its spool and is decoded
+by the tenant's confined upload decoder (serving/uploads.py).
 """
-import base64
-import binascii
 import functools
 import json
 import re
@@ -16,13 +15,14 @@ import urllib.parse
 
 from google.protobuf import json_format
 
-from rtd import __version__
+from rtd import __version__, jsondoc
 from rtd.daemon.transport.contract import Call, Method, Reply
 from rtd.daemon.transport.rest_h1 import length_of
 from rtd.daemon.fronts import kserve
-from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, describe, load_parameters, model_statistics, repository_index
+from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, describe, model_statistics, repository_index
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.errors import Code, RtdError
+from rtd.jsondoc import field
 
 MAX_JSON_VALUES = 1 << 20
 INFER_HEADER = "inference-header-content-length"
@@ -31,35 +31,6 @@ MODEL = r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?"
 
 def _bad(detail: str) -> RtdError:
     return RtdError(Code.E_REQUEST_INVALID, detail)
-
-
-def _json(data: bytes | bytearray, what: str):
-    """Bounded JSON: refused unparsed when it holds more than MAX_JSON_VALUES values (every
-    value but the first takes a `,`, `[` or `{`); an empty body is an empty object."""
-    if not data or data.isspace():
-        return {}
-    if data.count(b",") + data.count(b"[") + data.count(b"{") > MAX_JSON_VALUES:
-        raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{what} holds more than {MAX_JSON_VALUES} JSON values "
-                                                 "(send tensors with the binary tensor extension)")
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):   # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise _bad(f"{what} is not JSON") from None
-    if not isinstance(doc, dict):
-        raise _bad(f"{what} is not a JSON object")
-    return doc
-
-
-def _field(doc: dict, key: str, kind, where: str, default=None):
-    """doc[key] of `kind` (bool is no int here), `default` when absent, None if required."""
-    if key not in doc:
-        if default is None:
-            raise _bad(f"{where}.{key}: required")
-        return default
-    value = doc[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise _bad(f"{where}.{key}: expected {kind.__name__}")
-    return value
 
 
 def _ok(doc=None) -> Reply:
@@ -135,28 +106,21 @@ class Front:
         return _ok({"model_stats": stats})
 
     async def index(self, request):
-        ready = _field(_json(request.message, "the request"), "ready", bool, "request", False)
+        ready = field(jsondoc.parse(request.message, "the request", MAX_JSON_VALUES), "ready", bool, "request", False)
         return _ok(await repository_index(self.supervisor, self._tenant(request), ready))
 
     async def unload(self, request):
-        _json(request.message, "the request")   # unload_dependents is accepted and ignored: rtd models have none
+        jsondoc.parse(request.message, "the request", MAX_JSON_VALUES)   # unload_dependents is accepted and ignored: rtd models have none
         await self.supervisor.unload(self._tenant(request), request.params["name"])
         return _ok()
 
     # -- work ------------------------------------------------------------------------------------
     async def load(self, request):
-        doc = _json(bytes(request.message.view()), "the request")
-        parameters = {}
-        for key, value in _field(doc, "parameters", dict, "request", {}).items():
-            if key.startswith("file:") and isinstance(value, str):   # tritonclient sends the files base64
-                try:
-                    value = base64.b64decode(value, validate=True)
-                except binascii.Error:
-                    raise _bad(f"load parameter {key[:100]!r}: not base64") from None
-            parameters[key] = value
-        del doc
-        files, config = load_parameters(parameters)
-        await self.supervisor.load(self._tenant(request), request.params["name"], files, config)
+        """The package's files, decoded from the spooled JSON by the tenant's confined upload decoder
+        (serving/uploads.py), loaded from there: the supervisor never parses the upload."""
+        tenant = self._tenant(request)
+        upload = await self.supervisor.rest_upload(tenant, request.message)
+        await kserve.load(self.supervisor, tenant, request.params["name"], upload)
         return _ok()
 
     async def infer(self, request):

@@ -53,10 +53,22 @@ class WorkerChannel:
             head["released"] = released
         request_id = next(self.ids)
         out = wire.encode(kind, request_id, head, tensors, fds, self.arena)
-        self.waiting[request_id] = (future, out.region, on_done)
         # the channel's own copies of the fds, closed once sent: the caller may close its fds
         # meanwhile (a request whose client went away), and an fd closed before it left would end the channel
-        owned = [os.dup(fd) for fd in out.fds]
+        owned = []
+        try:
+            for fd in out.fds:
+                owned.append(os.dup(fd))
+        except OSError as e:   # the caller's fd is already gone (a package closed meanwhile): this request fails alone
+            for fd in owned:
+                os.close(fd)
+            if out.region is not None:
+                self.arena.release([out.region])
+            if on_done is not None:
+                on_done(False)
+            future.set_exception(RtdError(Code.E_MODEL_UNAVAILABLE, f"a file of the request is gone ({e.strerror})"))
+            return future
+        self.waiting[request_id] = (future, out.region, on_done)
         self.outbox.append([memoryview(b"".join(wire._as_bytes(memoryview(p)) for p in out.parts)), owned])
         self._write()
         return future

@@ -8,7 +8,7 @@ stops; a failed write changes nothing. Tenants are authenticated by the fronts; 
 per tenant. The supervisor never parses a model graph.
 """
 import asyncio
-import concurrent.futures
+import dataclasses
 import functools
 import os
 import time
@@ -22,7 +22,10 @@ from rtd.daemon.observe.gpu_watch import GpuKill, GpuWatch
 from rtd.daemon.serving.lifecycle import ManagedModel, ModelState
 from rtd.daemon.observe.metrics import Metrics, Timing
 from rtd.daemon.state.registry import Registry
-from rtd.daemon.state.repository import check_version_policy, package_size, repository_models, repository_version
+from rtd.daemon.state.repository import Repository, check_version_policy, package_size
+from rtd.daemon.state.revocations import Revocations
+from rtd.daemon.serving.tenant_io import TenantIO
+from rtd.daemon.serving.uploads import DECODER_ENTRY, SMALL_BODY, Upload, from_rest
 from rtd.daemon.serving.instances import WORKER_ENTRY
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.daemon.serving.tenancy import Tenancy
@@ -30,10 +33,12 @@ from rtd.daemon.serving.tenants import Tenants
 from rtd.dtypes import BY_CONFIG, BY_KSERVE
 from rtd.errors import Code, RtdError
 from rtd.loader import IntakeLimits, RollbackStore, TrustStore, verify_package
+from rtd.loader.directory import ModelDir
 from rtd.proto import model_config_pb2 as mc
 from rtd.sandbox import TenantIdentity, load_policy
 
 PLATFORM = "rtd_onnx"
+REPAIR = "rtctl state repair --tenant {}"
 
 
 async def _to_the_end(work) -> None:
@@ -73,10 +78,18 @@ class Supervisor:
         self.ledger = Ledger(per_tenant, total, [t.id for t in config.tenants], on_refusal=self._budget_refused)
         self.tenants = Tenants(config)
         self.registry = Registry(config.state_dir)
-        self.rollback = RollbackStore(os.path.join(config.state_dir, "rollback.json"))
-        self.trust = {t.id: TrustStore(t.trusted_keys) for t in config.tenants}
+        self.rollback = {t.id: RollbackStore(os.path.join(self.registry.tenants_dir, t.id, "rollback.json"))
+                         for t in config.tenants}
+        self._split_earlier_marks()
+        self.revocations = {t.id: Revocations(os.path.join(self.registry.tenants_dir, t.id, "revoked.json"))
+                            for t in config.tenants}
+        self.trust = {t.id: self._remembered(t.id, TrustStore(t.trusted_keys)) for t in config.tenants}
+        self.repositories = {t.id: Repository(t.model_repository) for t in config.tenants if t.model_repository}
+        self.io = {t.id: TenantIO(t.id) for t in config.tenants}   # each tenant's file work, on threads of its own
+        self.at_start: dict[str, dict] = {}                        # tenant -> its load-at-start: {model: state}
+        self.repository_refusals: dict[str, dict] = {}             # tenant -> {model: why its last load from the repository failed}
+        self.background: list[asyncio.Task] = []
         self.tenancies: dict[str, Tenancy] = {}
-        self.io = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="rtd-io")   # hashing, fsync
         self.started, self.draining = False, False
         self.gpu_watch: GpuWatch | None = None   # started when a tenant names GPUs and NVML initialises
         self.gpu_unattributed = ""               # why the watcher refused to start: NVML's memory is nobody's we can tell
@@ -86,8 +99,85 @@ class Supervisor:
         self.metrics.budget_refused(who, resource)
         self.events.emit("budget_refused", None if who == OPERATOR else who, level="warning", resource=resource)
 
-    async def _io(self, fn, *args, **kwargs):
-        return await asyncio.get_running_loop().run_in_executor(self.io, lambda: fn(*args, **kwargs))
+    def _split_earlier_marks(self) -> None:
+        """A state directory of the earlier layout kept every tenant's marks in one rollback.json:
+        each tenant's go to its own store, once, and the old file is kept as rollback.json.migrated."""
+        old = os.path.join(self.config.state_dir, "rollback.json")
+        if not (os.path.exists(old) or os.path.exists(old + ".last-good")):
+            return
+        earlier = RollbackStore(old)
+        if earlier.unusable:
+            self.registry.damaged.append(f"the earlier rollback.json could not be split: {earlier.unusable}")
+        for (tenant, name), (counter, digest) in earlier.floors.items():
+            if tenant in self.rollback:
+                self.rollback[tenant].record(tenant, name, counter, digest)
+        for path in (old, old + ".last-good"):
+            if os.path.exists(path):
+                os.replace(path, path + ".migrated")
+
+    def _check_state_witnesses(self) -> None:
+        """A tenant's registry index and rollback marks vouch for each other: once it loaded
+        anything both exist, so one whose file and copy are both gone while the other is there
+        was lost, not never written."""
+        for tid, marks in self.rollback.items():
+            if not marks.present and tid in self.registry.written:
+                marks.missing("its registry.json is there")
+            if marks.floors and tid not in self.registry.written and tid not in self.registry.unusable:
+                self.registry.unusable[tid] = "registry.json and its last good copy are gone while rollback.json holds marks"
+
+    def _remembered(self, tid: str, trust: TrustStore) -> TrustStore:
+        """The store, revoking what it ever revoked (the daemon's record), its revocations recorded."""
+        memory = self.revocations[tid]
+        if not trust.unusable:
+            try:
+                memory.remember(trust.revoked)
+            except OSError as e:   # held in memory; written with the next change
+                self.events.emit("revocations_write_failed", tid, level="error", reason=e.strerror)
+        trust.revoked |= memory.known
+        return trust
+
+    def state_damage(self, tid: str) -> str | None:
+        """Why a tenant's durable state cannot be trusted to hold its floors (None: it can)."""
+        trust = self.trust[tid]
+        return (self.registry.unusable.get(tid) or self.rollback[tid].unusable or self.revocations[tid].unusable
+                or (f"trusted_keys: {trust.unusable}" if trust.unusable else None))
+
+    def _refuse_damaged_state(self, tid: str) -> None:
+        damage = self.state_damage(tid)
+        if damage:
+            raise RtdError(Code.E_STATE_DAMAGED, f"until `{REPAIR.format(tid)}`: {damage}")
+
+    async def repair(self, tid: str) -> list[str]:
+        """The operator's `rtctl state repair`: each of the tenant's damaged state files written
+        again from what the daemon knows now (the damaged copies kept aside), its trust store
+        read again (on the tenant's threads). Refused, changing nothing, while its trust store
+        is still damaged."""
+        if tid not in self.rollback:
+            raise RtdError(Code.E_MODEL_NOT_FOUND, f"no tenant {tid[:64]!r}")
+        tenancy = self.tenancies.get(tid)
+        if tenancy is None:
+            return await self.io[tid].run(self._repair, tid, timeout=None, what="repairing its state")
+        async with tenancy.load_lock:   # no load of the tenant meanwhile
+            return await self.io[tid].run(self._repair, tid, timeout=None, what="repairing its state")
+
+    def _repair(self, tid: str) -> list[str]:
+        done = []
+        trust = TrustStore(self.tenants.by_id[tid].trusted_keys)
+        if trust.unusable:
+            raise RtdError(Code.E_STATE_DAMAGED, f"trusted_keys: {trust.unusable}: fix or remove that file (rtctl trust "
+                                                 "writes both copies), then repair again")
+        if self.revocations[tid].unusable:
+            done.append(self.revocations[tid].repair(trust.revoked))
+        self.trust[tid] = self._remembered(tid, trust)
+        if tid in self.registry.unusable:
+            done.append(self.registry.repair(tid))
+        if self.rollback[tid].unusable:
+            for _, name, entry in (e for e in self.registry.listing() if e[0] == tid):
+                self.rollback[tid].raise_floor(tid, name, entry["counter"], entry["manifest_sha256"])
+            done.append(self.rollback[tid].repair())
+        done.append(f"trusted_keys read again: {len(trust.keys)} key(s), {len(trust.revoked)} revocation(s)")
+        self.events.emit("state_repaired", tid, level="warning", detail="; ".join(done))
+        return done
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -109,12 +199,16 @@ class Supervisor:
                                                                                  gid=tenancy.tenant.gid))
             except RtdError as e:
                 self.events.emit("spare_not_armed", tenancy.tenant.id, level="warning", reason=e.detail)
+        self._check_state_witnesses()
         for tenant_id, name, entry in self.registry.listing():
             # rollback marks at least as high as what the registry holds (rollback.json may lag or be reset):
             # in memory first, then on disk if there is room
-            self.rollback.raise_floor(tenant_id, name, entry["counter"], entry["manifest_sha256"])
+            marks = self.rollback.get(tenant_id)
+            if marks is None:
+                continue
+            marks.raise_floor(tenant_id, name, entry["counter"], entry["manifest_sha256"])
             try:
-                self.rollback.record(tenant_id, name, entry["counter"], entry["manifest_sha256"])
+                marks.record(tenant_id, name, entry["counter"], entry["manifest_sha256"])
             except OSError as e:
                 self.events.emit("rollback_write_failed", tenant_id, level="error", model=name, reason=e.strerror)
         for tenant_id, name, entry in self.registry.listing():
@@ -123,22 +217,45 @@ class Supervisor:
                 self.registry.damaged.append(f"{tenant_id}/{name}: tenant no longer configured, not restored")
                 continue
             try:
-                files = await self._io(self.registry.files_of, entry)
+                files = await self.io[tenant_id].run(self.registry.files_of, entry, timeout=None, what="reading its blobs",
+                                                     discard=_close_all)
                 await self._load(tenancy, name, files, record=False)
                 self.events.emit("restore", tenant_id, model=name, version=entry.get("version_dir"))
             except (RtdError, OSError) as e:
                 reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
                 self.registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
                 self.events.emit("restore_failed", tenant_id, level="error", model=name, reason=reason)
-        for tenancy in self.tenancies.values():
-            names = tenancy.tenant.load_at_start
-            if ALL_MODELS in names:
-                names = [name for name, _ in await self._io(repository_models, tenancy.tenant.model_repository)]
-            for name in names:
-                await self._load_at_start(tenancy, name)
+        for tid, marks in self.rollback.items():
+            self.registry.damaged += [f"{tid}: {line}" for line in marks.problems + self.revocations[tid].problems]
+            self.registry.damaged += [f"{tid}: trusted_keys: {line}" for line in self.trust[tid].problems]
+            if self.state_damage(tid):
+                self.registry.damaged.append(f"{tid}: {self.state_damage(tid)}: its loads are refused until "
+                                             f"`{REPAIR.format(tid)}`")
         for line in self.registry.damaged:
             self.events.emit("registry_damaged", level="error", detail=line)
         self.started = True
+
+    def load_at_start(self) -> None:
+        """Each tenant's `load` list, from its model repository, in the background (the listeners
+        are up): a tenant's slow or hostile repository delays only its own models."""
+        for tenancy in self.tenancies.values():
+            if tenancy.tenant.load_at_start:
+                self.background.append(asyncio.get_running_loop().create_task(self._load_listed(tenancy)))
+
+    async def _load_listed(self, tenancy: Tenancy) -> None:
+        tid = tenancy.tenant.id
+        names, progress = tenancy.tenant.load_at_start, self.at_start.setdefault(tid, {})
+        if ALL_MODELS in names:
+            try:
+                names = [m["name"] for m in await self._repository(tid, "listing it", Repository.models)]
+            except RtdError as e:
+                progress[ALL_MODELS] = f"not loaded: {e}"
+                self.events.emit("load_at_start_failed", tid, level="error", reason=str(e))
+                return
+        progress.update({name: "pending" for name in names})
+        for name in names:
+            progress[name] = "loading"
+            progress[name] = await self._load_at_start(tenancy, name)
 
     def _spawn(self, tenant: str, policy, identity: TenantIdentity, sock):
         """Blocking: a confined worker of `tenant` (called off the event loop); the NVML
@@ -181,20 +298,26 @@ class Supervisor:
         self.events.emit("gpu_health", level="error" if error else "info", gpu=minor,
                          state=f"unhealthy: {error}" if error else "healthy")
 
-    async def _load_at_start(self, tenancy: Tenancy, name: str) -> None:
+    async def _load_at_start(self, tenancy: Tenancy, name: str) -> str:
         """Load a model the tenant lists in `load` from its repository, unless the registry
-        already restored that very version; a failure costs that model only."""
+        already restored that very version; a failure costs that model only. Its outcome, for status."""
         tid = tenancy.tenant.id
         try:
-            source = await self._io(repository_version, tenancy.tenant.model_repository, name)
-            model = tenancy.models.get(name)
-            if model is not None and model.serving is not None and model.serving.version_dir == os.path.basename(source):
-                return
             async with tenancy.load_lock:
-                await self._load(tenancy, name, source)
+                await self._load(tenancy, name, None, at_start=True)
+            return "loaded"
         except (RtdError, OSError) as e:
             reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
-            self.registry.damaged.append(f"{tid}/{name}: not loaded from the model repository: {reason[:200]}")
+            self.events.emit("load_at_start_failed", tid, level="error", model=name, reason=reason[:200])
+            return f"not loaded: {reason[:200]}"
+
+    async def _repository(self, tid: str, what: str, fn, *args, discard=None):
+        """fn(the tenant's Repository, *args) on the tenant's own threads, within repository_timeout_s."""
+        repository = self.repositories.get(tid)
+        if repository is None:
+            raise RtdError(Code.E_MODEL_NOT_FOUND, "the tenant has no model repository")
+        return await self.io[tid].run(fn, repository, *args, timeout=self.config.limits.repository_timeout_s,
+                                      what=f"the model repository, {what},", discard=discard)
 
     def ready(self) -> bool:
         return self.started and not self.draining
@@ -202,6 +325,8 @@ class Supervisor:
     async def drain(self, grace_s: float) -> None:
         """Stop taking work, let requests in flight finish up to `grace_s`, stop every worker."""
         self.draining = True
+        for task in self.background:
+            task.cancel()
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(
                 i.in_flight for t in self.tenancies.values() for v in t.versions() for i in v.instances):
@@ -212,7 +337,6 @@ class Supervisor:
                 version.package.close()
         if self.gpu_watch is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.gpu_watch.stop)
-        self.io.shutdown(wait=False, cancel_futures=True)
 
     def reload_config(self, config: Config) -> None:
         """SIGHUP: tokens and trust stores from a new config, all or nothing. Changes that
@@ -226,7 +350,12 @@ class Supervisor:
                 raise RtdError(Code.E_CONFIG_INVALID, f"tenant {tid}: uid, gid or policy changed: restart rtd")
         if config.limits != self.config.limits:
             raise RtdError(Code.E_CONFIG_INVALID, "limits changed: restart rtd")
-        trust = {t.id: TrustStore(t.trusted_keys) for t in config.tenants}   # raises before anything changes
+        if any(new[tid].model_repository != old[tid].model_repository for tid in new):
+            raise RtdError(Code.E_CONFIG_INVALID, "model_repository changed: restart rtd")
+        trust = {t.id: self._remembered(t.id, TrustStore(t.trusted_keys)) for t in config.tenants}
+        for tid, store in trust.items():   # a damaged store refuses its own tenant's loads, nobody else's
+            if store.unusable:
+                self.events.emit("trust_damaged", tid, level="error", reason=store.unusable)
         self.tenants, self.trust, self.config = Tenants(config), trust, config
         for tenancy in self.tenancies.values():
             tenancy.tenant = new[tenancy.tenant.id]
@@ -241,62 +370,69 @@ class Supervisor:
             raise RtdError(Code.E_MODEL_NOT_FOUND, repr(name))
         return model
 
-    async def load(self, tenant: TenantConfig, name: str, files: dict, config_json: str | None = None) -> None:
-        """Verify a signed package ({relative path: bytes}) and serve it beside the old
-        version until it is ready. No files: load `name` from the tenant's model repository
-        (its highest numbered version), or without one reload the loaded package. The work
-        runs to its end even if the caller stops waiting, and holds the tenant's request
-        budget until then."""
-        if self.draining:
-            raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
+    async def load(self, tenant: TenantConfig, name: str, files, config_json: str | None = None, upload=None) -> None:
+        """Verify a signed package ({relative path: bytes or Extent}) and serve it beside the old
+        version until it is ready. No files: load `name` from the tenant's model repository (the
+        version its config picks), or without one reload the loaded package. `upload`: the
+        spooled request the files lie in, whose package_bytes charge the package's bytes are
+        taken from (never charged twice). The work runs to its end even if the caller stops
+        waiting, and holds the tenant's request budget until then."""
         tenancy = self._tenancy(tenant)
-        if not files and config_json:
-            raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
+        try:   # the files are this call's to close from here on (their reader does, once it has them)
+            if self.draining:
+                raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
+            if not files and config_json:
+                raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
+            if files or tenant.model_repository:
+                charge = self.ledger.take(tenant.id, "requests", 1)
+        except BaseException:
+            if files:
+                _close_all(files)
+            raise
         if not files and not tenant.model_repository:
             async with tenancy.load_lock:
                 await self._model(tenant, name).reload()
             return
-        charge = self.ledger.take(tenant.id, "requests", 1)
 
         async def run():
             try:
                 async with tenancy.load_lock:
-                    source = files or await self._io(repository_version, tenant.model_repository, name)
-                    await self._load(tenancy, name, source, config_json=config_json)
+                    await self._load(tenancy, name, files or None, config_json=config_json, upload=upload)
             finally:
                 charge.release()
         await _to_the_end(run())
 
-    async def _load(self, tenancy: Tenancy, name: str, source: dict | str, config_json: str | None = None,
-                    record: bool = True) -> None:
-        """Verify `source` (files as bytes, or a version directory of the model repository) and serve it."""
+    async def _load(self, tenancy: Tenancy, name: str, files, config_json: str | None = None, record: bool = True,
+                    upload=None, at_start: bool = False) -> None:
+        """Verify `files` (an upload's or the registry's: {path: bytes or Extent}) or, for None, the
+        version of `name` the tenant's model repository picks, and serve it."""
         tid, started = tenancy.tenant.id, time.monotonic()
-        if name not in tenancy.models and len(tenancy.models) >= self.config.limits.max_models:
-            raise self._refused(tid, name, RtdError(Code.E_BUDGET_EXCEEDED, f"models: tenant {tid} holds "
-                                                    f"{len(tenancy.models)} of limits.max_models"))
-        size = sum(len(b) for b in source.values()) if isinstance(source, dict) else await self._io(package_size, source)
         try:
-            held = self.ledger.take(tid, "package_bytes", size)
+            try:
+                if record:
+                    self._refuse_damaged_state(tid)
+                if name not in tenancy.models and len(tenancy.models) >= self.config.limits.max_models:
+                    raise RtdError(Code.E_BUDGET_EXCEEDED, f"models: tenant {tid} holds {len(tenancy.models)} of "
+                                                           "limits.max_models")
+            except BaseException:
+                if files is not None:
+                    _close_all(files)
+                raise
+            if files is None:
+                pkg, held = await self._verified_from_repository(tenancy, name, at_start)
+                if pkg is None:
+                    return   # at start: the registry restored that very version
+            else:
+                pkg, held = await self._verified_files(tid, name, files, record, upload)
         except RtdError as e:
-            raise self._refused(tid, name, e) from None
-        try:
-            pkg = await self._io(verify_package, source, trust=self.trust[tid], tenant=tid,
-                                 rollback=self.rollback if record else None, expected_name=name,
-                                 limits=self._intake_limits)
-        except BaseException as e:   # whatever failed, the bytes are no longer held
-            held.release()
-            if isinstance(e, RtdError):
-                raise self._refused(tid, name, e) from None
-            raise
+            raise self._refused(tid, name, e, from_repository=files is None) from None
         model = tenancy.model(name)
         version = None
         try:
             self._check_config_param(pkg, config_json)
-            if isinstance(source, str):
-                await self._io(check_version_policy, pkg.config, source)
             version = await model.prepare(pkg, held)
             if record:
-                await asyncio.shield(self._io(self._persist, tid, name, pkg))
+                await asyncio.shield(self.io[tid].run(self._persist, tid, name, pkg, timeout=None, what="recording it"))
         except BaseException as e:
             if version is not None:
                 model.abort(version)
@@ -306,11 +442,100 @@ class Supervisor:
             if model.serving is None and model.loading is None:
                 del tenancy.models[name]
             if isinstance(e, RtdError):
-                raise self._refused(tid, name, e) from None
+                raise self._refused(tid, name, e, from_repository=files is None) from None
             raise
         model.commit(version)
+        self.repository_refusals.get(tid, {}).pop(name, None)
         self.events.emit("load", tid, model=name, version=pkg.version_dir, semver=pkg.version,
                          instances=version.count, ms=round((time.monotonic() - started) * 1000))
+
+    def _verify(self, tid: str, name: str, source, record: bool):
+        return verify_package(source, trust=self.trust[tid], tenant=tid, rollback=self.rollback[tid] if record else None,
+                              expected_name=name, limits=self._intake_limits)
+
+    async def _verified_files(self, tid: str, name: str, files: dict, record: bool, upload) -> tuple:
+        """(package, its package_bytes charge) of an upload's or a restored package's files, read
+        and verified on the tenant's threads; the files' fds are closed there once read."""
+        size = sum(len(f) for f in files.values())
+        held = upload.charge.split(size) if upload is not None else None
+        try:
+            if held is None or held.amount < size:
+                more = self.ledger.take(tid, "package_bytes", size - (held.amount if held else 0))
+                held = held.merge(more) if held is not None else more
+        except BaseException:
+            if held is not None:
+                held.release()
+            _close_all(files)
+            raise
+
+        def verify():
+            try:
+                return self._verify(tid, name, files, record)
+            except BaseException:
+                held.release()   # whatever failed, the bytes are no longer held
+                raise
+            finally:
+                _close_all(files)
+        pkg = await self.io[tid].run(verify, timeout=self.config.limits.load_timeout_s, what="reading the package",
+                                     discard=lambda late: (late.close(), held.release()),
+                                     abandon=lambda: (held.release(), _close_all(files)))
+        return pkg, held
+
+    async def _verified_from_repository(self, tenancy: Tenancy, name: str, at_start: bool) -> tuple:
+        """(package, its charge) of the version of `name` the repository picks, or (None, None) at
+        start when the registry restored that very version. Read beneath the repository on the
+        tenant's threads; the model directory's fd is used and closed there only."""
+        tid = tenancy.tenant.id
+        source, size = await self._repository(tid, f"choosing a version of {name}", _choose, name,
+                                              discard=lambda late: late[0].dir.close())
+        model = tenancy.models.get(name)
+        if at_start and model is not None and model.serving is not None and model.serving.version_dir == source.version:
+            source.dir.close()
+            return None, None
+        try:
+            held = self.ledger.take(tid, "package_bytes", size)
+        except BaseException:
+            source.dir.close()
+            raise
+
+        def verify():
+            try:
+                pkg = self._verify(tid, name, source, True)
+                try:
+                    check_version_policy(pkg.config, source)
+                except BaseException:
+                    pkg.close()
+                    raise
+                return pkg
+            except BaseException:
+                held.release()
+                raise
+            finally:
+                source.dir.close()
+        pkg = await self.io[tid].run(verify, timeout=self.config.limits.load_timeout_s, what=f"reading {name}",
+                                     discard=lambda late: (late.close(), held.release()),
+                                     abandon=lambda: (held.release(), source.dir.close()))
+        return pkg, held
+
+    async def rest_upload(self, tenant: TenantConfig, spool) -> Upload:
+        """A spooled REST load request's files and config, read by the tenant's confined upload
+        decoder (serving/uploads.py) on the tenant's threads; the package never passes through
+        the supervisor's memory and its decoding is charged to the tenant's cgroups."""
+        upload, tenancy, limits = Upload(spool), self._tenancy(tenant), self._intake_limits
+        caps = {"max_files": limits.max_files, "max_file_bytes": limits.max_file_bytes, "max_total_bytes": limits.max_total_bytes}
+        # no GPU; files as big as a package file may be (memfds count against RLIMIT_FSIZE), its memory cgroup as ever
+        cpu_only = dataclasses.replace(tenancy.policy.limits, gpu_devices=(), gpu_memory_bytes=0,
+                                       fsize_bytes=max(tenancy.policy.limits.fsize_bytes, limits.max_file_bytes))
+        policy, identity = dataclasses.replace(tenancy.policy, limits=cpu_only), TenantIdentity(tenant.id, tenant.uid, tenant.gid)
+
+        def spawn(sock):
+            return self.zygote.spawn(DECODER_ENTRY, policy=policy, identity=identity, sock=sock, args=())
+        timeout, started = self.config.limits.load_timeout_s, time.monotonic()
+        await self.io[tenant.id].run(from_rest, upload, spawn, caps, timeout, timeout=timeout + 30,
+                                     what="decoding the upload", discard=Upload.close, abandon=upload.close)
+        self.events.emit("upload_decoded", tenant.id, files=len(upload), bytes=sum(len(f) for f in upload.values()),
+                         confined=upload.size > SMALL_BODY, ms=round((time.monotonic() - started) * 1000))
+        return upload
 
     @property
     def _intake_limits(self) -> IntakeLimits:
@@ -320,13 +545,16 @@ class Supervisor:
         return IntakeLimits(max_file_bytes=budget, max_total_bytes=budget)
 
     def _persist(self, tenant: str, name: str, pkg) -> None:
+        self.rollback[tenant].ensure()   # before the first index: an index without marks then means marks lost
         self.registry.record(tenant, name, pkg, self.config.limits.tenant_disk_bytes)
         try:
-            self.rollback.record(tenant, name, pkg.counter, pkg.manifest_sha256)
+            self.rollback[tenant].record(tenant, name, pkg.counter, pkg.manifest_sha256)
         except OSError as e:   # the start raises marks to the registry's counters again
             self.events.emit("rollback_write_failed", tenant, level="error", model=name, reason=e.strerror)
 
-    def _refused(self, tenant: str, name: str, error: RtdError) -> RtdError:
+    def _refused(self, tenant: str, name: str, error: RtdError, from_repository: bool = False) -> RtdError:
+        if from_repository:   # the repository index says why it is not loaded
+            self.repository_refusals.setdefault(tenant, {})[name] = str(error)
         self.metrics.refused(tenant, error.code.name)
         self.events.emit("load_refused", tenant, level="warning", model=name, code=error.code.name, reason=error.detail)
         return error
@@ -352,7 +580,7 @@ class Supervisor:
         async def run():
             async with tenancy.load_lock:
                 model = self._model(tenant, name)
-                await self._io(self.registry.forget, tenant.id, name)
+                await self.io[tenant.id].run(self.registry.forget, tenant.id, name, timeout=None, what="forgetting it")
                 await model.unload()
                 tenancy.models.pop(name, None)
             self.events.emit("unload", tenant.id, model=name)
@@ -360,16 +588,26 @@ class Supervisor:
 
     async def models(self, tenant: TenantConfig) -> list[dict]:
         """The tenant's models: those loaded, and those of its model repository not loaded
-        (UNAVAILABLE, as Triton's repository index lists them; the directory is read off
-        the event loop)."""
-        on_disk = await self._io(repository_models, tenant.model_repository) if tenant.model_repository else []
+        (UNAVAILABLE, as Triton's repository index lists them, with the reason one cannot be
+        loaded, or why its last load from the repository was refused). The directory is read on the tenant's threads; a
+        repository that cannot be read at all is E_REPOSITORY_UNAVAILABLE (one not made yet is empty)."""
+        tid = tenant.id
+        on_disk = []
+        if tenant.model_repository:
+            try:
+                on_disk = await self._repository(tid, "listing it", Repository.models)
+            except RtdError as e:
+                if e.code is not Code.E_FILE_MISSING:
+                    raise
         loaded = self._tenancy(tenant).models
         views = {name: m.view() for name, m in loaded.items()}
-        if on_disk:
-            for name, version in on_disk:
-                if name not in loaded:
-                    views[name] = {"name": name, "state": "UNAVAILABLE", "reason": "unloaded", "version": version,
-                                   "semver": "", "serving": None, "loading": None}
+        refused = self.repository_refusals.get(tid, {})
+        for found in on_disk:
+            name = found["name"]
+            if name not in loaded:
+                views[name] = {"name": name, "state": "UNAVAILABLE", "version": found["version"],
+                               "reason": found.get("reason") or refused.get(name, "unloaded"),
+                               "semver": "", "serving": None, "loading": None}
         return [views[name] for name in sorted(views)]
 
     def model_ready(self, tenant: TenantConfig, name: str, version: str = "") -> bool:
@@ -480,4 +718,24 @@ class Supervisor:
     def status(self) -> dict:
         return {"ready": self.ready(), "state_dir": self.config.state_dir, "damaged": list(self.registry.damaged),
                 "budgets": self.ledger.usage(),
-                "tenants": [{**t.view(), "budgets": self.ledger.usage(tid)} for tid, t in self.tenancies.items()]}
+                "tenants": [{**t.view(), "budgets": self.ledger.usage(tid), "state_damaged": self.state_damage(tid),
+                             "load_at_start": dict(self.at_start.get(tid, {}))} for tid, t in self.tenancies.items()]}
+
+
+def _choose(repository: Repository, name: str) -> tuple[ModelDir, int]:
+    """The version of `name` to load, open, and the bytes it will take (on the tenant's thread)."""
+    source = repository.version(name)
+    try:
+        return source, package_size(source)
+    except BaseException:
+        source.dir.close()
+        raise
+
+
+def _close_all(files: dict) -> None:
+    """Close what a package's files hold open: each file's fd, and the upload's (a dict with close())."""
+    for f in files.values():
+        if hasattr(f, "close"):
+            f.close()
+    if hasattr(files, "close"):
+        files.close()

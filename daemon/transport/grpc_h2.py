@@ -1,41 +1,43 @@
-"""gRPC over HTTP/2, served by rtd itself (h2 on asyncio), so the daemon owns every connection.
+"""gRPC over HTTP/2, served by rtd itself so the daemon owns every connection: libnghttp2's
+framing, HPACK and flow control in C (h2session.py), rtd's policies here.
 
 grpcio's server offers no hook on accept, no peer identity on a Unix socket and no word on
 when a response has left the process; this transport has all three. On accept it reads
-the Unix peer's uid (SO_PEERCRED) or the TCP address and refuses a connection past the
-per-peer or the supervisor-wide cap (kept below the fd limit) before it costs more than
-its fd. A connection that carries no authenticated call within `auth_timeout_s` is closed,
-and so is one idle for `idle_timeout_s`. Each call is authenticated from its headers
-before any of its body is accepted; its stream and the declared message size are charged
-to the tenant (budgets.Ledger) before the flow-control window lets the body in. A response
-is written only as fast as the client's window and the socket take it; until it has
-left, it stays charged to the tenant (the front decides what — the request slot and the
-response bytes ride along as `Reply.charges`), and a response that makes no progress for
-`send_timeout_s` is reset. Deadlines (grpc-timeout) and client resets cancel the call's
-task; what that task had started elsewhere is the handler's business. Streams opened and
-reset faster than any client would are answered with GOAWAY (the rapid-reset attack).
+the Unix peer's uid (SO_PEERCRED) or the TCP address and is admitted by the connection table
+(per-peer and supervisor-wide caps). A connection that carries no authenticated call within
+`auth_timeout_s` is closed, and so is one idle for `idle_timeout_s`. Each call is
+authenticated from its headers before any of its body is accepted; its stream and the
+declared message size are charged to the tenant (budgets.Ledger) before its stream's window
+opens past what any stream may send unasked (OPEN_WINDOW), and a body is read into memory
+(or, for uploads, a spool file) only then. A response is written only as fast as the
+client's window and the socket take it, its large parts as views of the reply itself; until
+its last byte has been handed to the transport it stays charged to the tenant (the front
+decides what — the request slot and the response bytes ride along as `Reply.charges`), and a
+response that makes no progress for `send_timeout_s` is reset. Deadlines (grpc-timeout) and
+client resets cancel the call's task; what that task had started elsewhere is the handler's
+business.
+
+Every frame a client sends costs from the connection's frame budget (h2session.py) — empty
+DATA, WINDOW_UPDATE, PRIORITY, RST_STREAM, PING, SETTINGS, CONTINUATION, unknown types
+alike — and so does each call refused at its headers; answered calls earn it back. Past it,
+and past MAX_HEADER_LIST bytes of one header block, the connection gets
+GOAWAY(ENHANCE_YOUR_CALM) and is closed. Before authentication a connection can make the
+daemon hold one header block of at most MAX_HEADER_LIST (decoded as it arrives; at most 8
+CONTINUATION frames), an HPACK table of the size it was told, its streams' first OPEN_WINDOW
+bytes, and max_streams_per_connection streams.
 
 Unary calls only: one request message, one response message, identity encoding.
 """
 import asyncio
-import collections
 import logging
 import struct
 import time
 import urllib.parse
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.frame_buffer
-import h2.settings
-import hpack
-import hyperframe.frame
-
-from rtd.daemon.transport.contract import (BACKOFF_MAX_S, BACKOFF_S, MAX_HEADER_LIST, WRITE_HIGH_WATER, Call,
-                                           Method, Reply)
+from rtd.daemon.transport import h2session
+from rtd.daemon.transport.contract import BACKOFF_MAX_S, BACKOFF_S, Call, Method, Reply
+from rtd.daemon.transport.h2session import (CALL_CREDIT, CANCEL, CLOSED, DATA, END, ENHANCE_YOUR_CALM, GOAWAY, HEADER_LIST,
+                                            HEADERS, INTERNAL_ERROR, NO_ERROR, OPEN_WINDOW, PROTOCOL_ERROR, REFUSAL_COST)
 from rtd.errors import Code, RtdError
 
 log = logging.getLogger("rtd.http2")
@@ -45,14 +47,8 @@ GRPC_STATUS = {"OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DE
                "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
                "DATA_LOSS": 15, "UNAUTHENTICATED": 16}
 TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-FRAME_SIZE = 1 << 16
-STREAM_WINDOW = 1 << 20
-CONNECTION_WINDOW = 1 << 24
-HPACK_TABLE = 4096       # the most response-header table a client may make the daemon keep (the RFC's default)
-# h2 holds a header block's frames until END_HEADERS and measures the block only then: up to
-# 64 CONTINUATION frames of FRAME_SIZE each, per connection, before authentication. A block
-# within MAX_HEADER_LIST takes at most one CONTINUATION at this frame size.
-h2.frame_buffer.CONTINUATION_BACKLOG = 1
+FATAL = {h2session.ABUSE: (ENHANCE_YOUR_CALM, "too many frames"), HEADER_LIST: (ENHANCE_YOUR_CALM, "header list too large"),
+         h2session.NOMEM: (INTERNAL_ERROR, "")}
 
 
 def grpc_message(text: str) -> str:
@@ -68,33 +64,17 @@ def parse_timeout(value: str) -> float | None:
     return int(value[:-1]) * TIMEOUT_UNITS[value[-1]]
 
 
-def _chunks(views: list) -> list:
-    """Runs of small parts joined (one DATA frame, not one per part); large ones stay views."""
-    out, run = [], []
-    for view in views:
-        if len(view) < FRAME_SIZE:
-            run.append(view)
-            continue
-        if run:
-            out.append(memoryview(b"".join(run)))
-            run = []
-        out.append(view)
-    if run:
-        out.append(memoryview(b"".join(run)))
-    return out
-
-
 class _Stream:
-    __slots__ = ("id", "method", "call", "charges", "body", "spool", "expected", "task", "timer", "pending", "trailers",
-                 "last_progress", "done", "refused")
+    __slots__ = ("id", "method", "call", "charges", "body", "spool", "expected", "task", "timer", "views", "answering",
+                 "sent", "last_progress", "done", "refused")
 
     def __init__(self, sid: int, method: Method, call: Call):
         self.id, self.method, self.call = sid, method, call
         self.charges: list = []     # budgets.Charge objects
         self.body, self.spool, self.expected = bytearray(), None, None
         self.task, self.timer = None, None
-        self.pending: collections.deque = collections.deque()
-        self.trailers, self.last_progress, self.done = None, time.monotonic(), False
+        self.views: list = []       # the response's parts, read in place by the session until the stream closes
+        self.answering, self.sent, self.last_progress, self.done = False, 0, time.monotonic(), False
         self.refused = False    # answered with a refusal that waits out the connection's back-off
 
     def release(self) -> None:
@@ -106,68 +86,52 @@ class _Stream:
 
 
 class Connection(asyncio.Protocol):
-    """One client connection: its HTTP/2 state, streams and what it holds. `routes` is the gRPC
-    front: `methods` ({path: Method}), `authenticate(metadata, method) -> payer` and
+    """One client connection: its HTTP/2 session, streams and what it holds. `routes` is the gRPC
+    front: `methods` ({path: Method}), `authenticate(metadata, method) -> payer`,
     `describe(RtdError) -> str` (the public text of a refusal)."""
 
     def __init__(self, table, routes, peer_of):
         self.table, self.routes, self.peer_of = table, routes, peer_of
         self.opened = 0.0
-        self.peer, self.transport, self.paused, self.closed = "?", None, False, False
+        self.peer, self.transport, self.session, self.loop = "?", None, None, None
+        self.paused = self.closed = self.authenticated = self.draining = False
         self.streams: dict[int, _Stream] = {}
         self.payers: dict = {}      # tenant -> its connection charge
-        self.authenticated, self.draining = False, False
-        self.refusals = 0                        # budget refusals in a row on this connection
-        self.unflushed = 0                       # response bytes given to h2 since the last write
+        self.refusals = 0           # budget refusals in a row on this connection
+        self.reading = False        # events of the session are being handled: writes wait for the end
+        self.write_wanted = False
         self.last_activity = time.monotonic()
-        self.resets = collections.deque()
-        # Headers stay bytes and h2 does not validate or normalise them (a third of a small
-        # call's cost): rtd reads five of them itself and forwards none anywhere.
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None,
-                                           validate_inbound_headers=False, normalize_inbound_headers=False,
-                                           validate_outbound_headers=False, normalize_outbound_headers=False)
-        self.h2 = h2.connection.H2Connection(config)
 
     # -- connection life -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
-        sock = transport.get_extra_info("socket")
+        self.loop = asyncio.get_running_loop()   # once: each asyncio.get_running_loop() is a getpid() system call
         try:
-            self.peer = self.peer_of(sock)
+            self.peer = self.peer_of(transport.get_extra_info("socket"))
         except OSError:
             self.peer = "?"
         if not self.table.admit(self):
             transport.abort()
             self.closed = True
             return
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        limits = self.table.limits
-        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_streams_per_connection,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-            h2.settings.SettingCodes.MAX_FRAME_SIZE: FRAME_SIZE})
-        self.h2.max_inbound_frame_size = FRAME_SIZE
-        self.h2.decoder.max_header_list_size = MAX_HEADER_LIST
-        self.h2.initiate_connection()
-        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
-        self.flush()
-        asyncio.get_running_loop().call_later(limits.auth_timeout_s, self._auth_expired)
+        transport.set_write_buffer_limits(high=h2session.WRITE_HIGH_WATER)
+        self.session = h2session.Session(self.table.limits, lambda sid: self.streams[sid].views)
+        self.flush()   # the server's SETTINGS
+        self.loop.call_later(self.table.limits.auth_timeout_s, self._auth_expired)
 
     def _auth_expired(self) -> None:
         if not self.authenticated and not self.closed:
-            self.close(h2.errors.ErrorCodes.NO_ERROR, "no authenticated call in time")
+            self.close(NO_ERROR, "no authenticated call in time")
 
-    def close(self, code=h2.errors.ErrorCodes.NO_ERROR, why: str = "") -> None:
+    def close(self, code: int = NO_ERROR, why: str = "") -> None:
+        """GOAWAY and close now (after what is already written)."""
         if self.closed:
             return
-        try:
-            self.h2.close_connection(code, additional_data=why.encode()[:200])
-            self.flush()
-        except h2.exceptions.ProtocolError:
-            pass
-        self.transport.close()
         self.closed = True
+        if self.session is not None:
+            self.session.goaway(code, why)
+            self.session.write(self.transport)   # the GOAWAY (events are moot now)
+        self.transport.close()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -177,64 +141,87 @@ class Connection(asyncio.Protocol):
             charge.release()
         self.payers.clear()
         self.table.forget(self)
+        if self.session is not None:
+            self.session.close()
+            self.session = None
 
     def pause_writing(self) -> None:
         self.paused = True
 
     def resume_writing(self) -> None:
         self.paused = False
-        for stream in list(self.streams.values()):
-            self._pump(stream)
         self.flush()
 
     def flush(self) -> None:
-        self.unflushed = 0
-        data = self.h2.data_to_send()
-        if data and not self.transport.is_closing():
-            self.transport.write(data)
+        """Hand the transport what is due, as far as it takes it."""
+        if self.reading:
+            self.write_wanted = True
+            return
+        if self.closed or self.session is None:
+            return
+        self.reading = True
+        try:
+            status = h2session.MORE
+            while (status == h2session.MORE or self.write_wanted) and not self.paused and not self.closed:
+                self.write_wanted = False
+                status, events = self.session.write(self.transport)
+                if events:
+                    self._handle(events, None)
+        finally:
+            self.reading = False
+        if status < 0 or status == h2session.OVER:   # nghttp2 ended the session (GOAWAY sent or received, nothing left)
+            self.closed = True
+            self.transport.close()
 
     # -- inbound ---------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        self.last_activity = time.monotonic()
-        try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as e:
-            self.close(h2.errors.ErrorCodes.PROTOCOL_ERROR, type(e).__name__)
+        if self.closed:
             return
-        for event in events:
-            if isinstance(event, h2.events.RequestReceived):
-                self._headers(event.stream_id, event.headers)
-            elif isinstance(event, h2.events.DataReceived):
-                self._data(event.stream_id, event.data, event.flow_controlled_length)
-            elif isinstance(event, h2.events.StreamEnded):
-                self._ended(event.stream_id)
-            elif isinstance(event, h2.events.StreamReset):
-                self._reset_by_client(event.stream_id)
-            elif isinstance(event, h2.events.WindowUpdated):
-                targets = self.streams.values() if event.stream_id == 0 else [self.streams.get(event.stream_id)]
-                for stream in list(targets):
-                    if stream is not None:
-                        self._pump(stream)
-            elif isinstance(event, (h2.events.PingReceived, h2.events.RemoteSettingsChanged)):
-                self._count_abuse()
-                if self.h2.encoder.header_table_size > HPACK_TABLE:   # the client may allow more; we keep less
-                    self.h2.encoder.header_table_size = HPACK_TABLE
-            elif isinstance(event, h2.events.ConnectionTerminated):
-                self.transport.close()
+        self.last_activity = time.monotonic()
+        self.reading = True
+        try:
+            status, events, stash = self.session.feed(data)
+            if status:
+                code, why = FATAL.get(status, (PROTOCOL_ERROR, "protocol error"))
+                self._drop_connection(code, why) if code == ENHANCE_YOUR_CALM else self.close(code, why)
                 return
-            if self.closed:
-                return
+            self._handle(events, stash)
+        finally:
+            self.reading = False
         self.flush()
 
-    def _headers(self, sid: int, raw_headers) -> None:
-        """Admit a call from its headers, or refuse it. Calls refused here cost the daemon work
-        and the client nothing: they count toward dropping the connection, which also bounds
-        what a client that never reads can make it buffer in refusals."""
-        if not self._admit_headers(sid, raw_headers):
-            self._count_abuse()
+    def _handle(self, events, stash) -> None:
+        for kind, sid, a, b in events:
+            if kind == DATA:
+                self._data(sid, stash, a, b)
+            elif kind == HEADERS:
+                self._headers(sid, stash[a:a + b])
+            elif kind == END:
+                self._ended(sid)
+            elif kind == CLOSED:
+                self._closed(sid, a)
+            elif kind == GOAWAY:
+                self.closed = True
+                self.transport.close()
+            if self.closed:
+                return
 
-    def _admit_headers(self, sid: int, raw_headers) -> bool:
-        headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw_headers]
+    def _headers(self, sid: int, block: bytes) -> None:
+        """Admit a call from its headers, or refuse it. Calls refused here cost the daemon work
+        and the client nothing: they cost the connection's frame budget (REFUSAL_COST), which
+        also bounds what a client that never reads can make it buffer in refusals."""
+        if not self._admit_headers(sid, block) and not self.session.charge(REFUSAL_COST):
+            self._drop_connection(ENHANCE_YOUR_CALM, "too many refused calls")
+
+    def _drop_connection(self, code: int, why: str) -> None:
+        """Close a connection past its budget, and say so (once per connection)."""
+        self.table.refused["frame_budget"] += 1
+        log.warning("closing an HTTP/2 connection of %s: %s", self.peer, why)
+        self.close(code, why)
+
+    def _admit_headers(self, sid: int, block: bytes) -> bool:
+        items = block.decode("latin-1").split("\0")     # name, value, ..., "" (h2session.c lower-cases nothing:
+        headers = list(zip(items[0:-1:2], items[1::2]))  # nghttp2 refuses upper-case names and NUL in values)
         fields = dict(headers)
         path = fields.get(":path", "")
         method = self.routes.methods.get(path)
@@ -273,55 +260,58 @@ class Connection(asyncio.Protocol):
             self.authenticated = True
         self.streams[sid] = stream
         if timeout is not None:
-            stream.timer = asyncio.get_running_loop().call_later(timeout, self._deadline_hit, stream)
+            stream.timer = self.loop.call_later(timeout, self._deadline_hit, stream)
         return True
 
     def _charge_payer(self, who: str, method: Method) -> None:
         if who not in self.payers:
             self.payers[who] = self.table.ledger.take(who, "connections", 1, control=method.control)
 
-    def _data(self, sid: int, data: bytes, flow_length: int) -> None:
+    def _data(self, sid: int, stash, offset: int, length: int) -> None:
+        """Body bytes of a call: kept once its declared size is charged (the stream's window
+        opens then); a call already answered or refused has its bytes dropped."""
         stream = self.streams.get(sid)
-        if stream is None or stream.task is not None or stream.refused:   # already answered: its data is dropped
-            self._acknowledge(flow_length, sid)
+        if stream is None or stream.task is not None or stream.refused or stream.done:
+            self.session.consume(sid, length, False)
             return
         stream.last_progress = time.monotonic()
+        chunk = memoryview(stash)[offset:offset + length]
         try:
             if stream.spool is not None:
-                stream.spool.write(data)
+                stream.spool.write(chunk)
             else:
-                stream.body += data
+                stream.body += chunk
             if stream.expected is None and len(stream.body) >= PREFIX.size:
-                compressed, length = PREFIX.unpack_from(stream.body)
-                if compressed:
-                    raise RtdError(Code.E_REQUEST_INVALID, "compressed messages are not accepted")
-                limit = stream.method.body_limit(self.table.limits)
-                if length > limit:
-                    raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{length} bytes, the limit is {limit}")
-                if stream.method.spool:
-                    stream.spool, charge = stream.method.spool(stream.call.who, length)
-                    stream.charges.append(charge)
-                    stream.spool.write(stream.body[PREFIX.size:])
-                    del stream.body[PREFIX.size:]
-                elif stream.call.who is not None:
-                    stream.charges.append(self.table.ledger.take(stream.call.who, "request_bytes", length,
-                                                                   control=stream.method.control))
-                stream.expected = length
+                self._declared(stream)
             if stream.expected is not None and self._received(stream) > stream.expected:
                 raise RtdError(Code.E_REQUEST_INVALID, "one request message per call")
         except RtdError as e:
             self._fail(stream, e)
-        self._acknowledge(flow_length, sid)
+        self.session.consume(sid, length, not stream.refused and not stream.done)
 
-    def _acknowledge(self, flow_length: int, sid: int) -> None:
-        try:
-            self.h2.acknowledge_received_data(flow_length, sid)
-        except h2.exceptions.ProtocolError:
-            pass
+    def _declared(self, stream: _Stream) -> None:
+        """The message's prefix arrived: charge its declared size, then let the rest in."""
+        compressed, length = PREFIX.unpack_from(stream.body)
+        if compressed:
+            raise RtdError(Code.E_REQUEST_INVALID, "compressed messages are not accepted")
+        limit = stream.method.body_limit(self.table.limits)
+        if length > limit:
+            raise RtdError(Code.E_MESSAGE_TOO_LARGE, f"{length} bytes, the limit is {limit}")
+        if stream.method.spool:
+            stream.spool, charge = stream.method.spool(stream.call.who, length)
+            stream.charges.append(charge)
+            stream.spool.write(memoryview(stream.body)[PREFIX.size:])
+            del stream.body[PREFIX.size:]
+        elif stream.call.who is not None:
+            stream.charges.append(self.table.ledger.take(stream.call.who, "request_bytes", length,
+                                                         control=stream.method.control))
+        stream.expected = length
+        if PREFIX.size + length > OPEN_WINDOW:
+            self.session.open_window(stream.id)
 
     def _ended(self, sid: int) -> None:
         stream = self.streams.get(sid)
-        if stream is None or stream.task is not None or stream.refused:
+        if stream is None or stream.task is not None or stream.refused or stream.done:
             return
         if stream.expected is None or self._received(stream) != stream.expected:
             self._fail(stream, RtdError(Code.E_REQUEST_INVALID, "the call ended before its message"))
@@ -332,7 +322,7 @@ class Connection(asyncio.Protocol):
         if stream.method.public or stream.method.control:
             self.start(stream)   # cheap calls, and the operator's, never wait their turn
         else:
-            self.table.take_turn(stream.call.who, lambda: self.start(stream))
+            self.table.take_turn(stream.call.who, self.loop, lambda: self.start(stream))
 
     @staticmethod
     def _received(stream: _Stream) -> int:
@@ -341,29 +331,23 @@ class Connection(asyncio.Protocol):
 
     def start(self, stream: _Stream) -> None:
         if not stream.done and not self.closed:
-            stream.task = asyncio.get_running_loop().create_task(self._run(stream))
+            stream.task = self.loop.create_task(self._run(stream))
 
-    def _reset_by_client(self, sid: int) -> None:
+    def _closed(self, sid: int, code: int) -> None:
+        """The stream closed: its answer went out whole (the call earns the connection's frame
+        budget back), or the client reset it (or nghttp2 did, for a protocol error)."""
         stream = self.streams.get(sid)
-        if stream is not None:
+        if stream is None:
+            return
+        if stream.answering and code == NO_ERROR:
+            self.session.charge(-CALL_CREDIT)
+            self._finish(stream)
+        else:
             self._drop(stream)
-        self._count_abuse()
-
-    def _count_abuse(self) -> None:
-        """Resets, pings and settings changes cost us work and the client nothing: a client
-        that sends more of them in a second than a well-behaved one ever would is dropped."""
-        now = time.monotonic()
-        self.resets.append(now)
-        while self.resets and self.resets[0] < now - 1.0:
-            self.resets.popleft()
-        if len(self.resets) > 2 * self.table.limits.max_streams_per_connection:
-            self.close(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, "too many resets, pings or settings")
 
     def _deadline_hit(self, stream: _Stream) -> None:
-        if stream.done or self.streams.get(stream.id) is not stream:
-            return
-        if stream.pending or stream.trailers:   # already answering: the client resets it if it wants
-            return
+        if stream.done or stream.answering or self.streams.get(stream.id) is not stream:
+            return   # already answering: the client resets it if it wants
         if stream.task is not None:
             stream.task.cancel()
         self._fail(stream, RtdError(Code.E_DEADLINE, "the client's deadline passed"))
@@ -382,64 +366,25 @@ class Connection(asyncio.Protocol):
             self._fail(stream, RtdError(Code.E_INTERNAL))
         else:
             self._answer(stream, reply)
-        finally:
-            if not self.closed:
-                self.flush()
+        self.flush()
 
     def _answer(self, stream: _Stream, reply: Reply) -> None:
-        if stream.done or self.streams.get(stream.id) is not stream:
+        if stream.done or self.closed or self.streams.get(stream.id) is not stream:
             for charge in reply.charges:
                 charge.release()
             return
         self.refusals = 0
-        views = [memoryview(p).cast("B") for p in reply.parts if memoryview(p).nbytes]
         stream.charges += reply.charges
-        stream.pending.extend(_chunks([memoryview(PREFIX.pack(0, sum(len(v) for v in views))), *views]))
-        stream.trailers = [("grpc-status", "0")]
-        try:
-            self.h2.send_headers(stream.id, [(":status", "200"), ("content-type", "application/grpc")])
-        except h2.exceptions.ProtocolError:   # the client closed the stream (or the connection) meanwhile
+        stream.views = [view for view in (memoryview(p).cast("B") for p in reply.parts) if view.nbytes]
+        if not self.session.respond(stream.id, stream.views):   # the client closed the stream meanwhile
             self._drop(stream)
             return
-        self._pump(stream)
-
-    def _pump(self, stream: _Stream) -> None:
-        """Move as much of the response as the client's window and the socket take."""
-        try:
-            self._move(stream)
-        except h2.exceptions.ProtocolError:   # the client closed the stream (or the connection) meanwhile
-            self._drop(stream)
-
-    def _move(self, stream: _Stream) -> None:
-        sid = stream.id
-        while stream.pending and not self.paused:
-            room = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
-            if room <= 0:
-                return
-            chunk = stream.pending[0]
-            if len(chunk) > room:
-                stream.pending[0], chunk = chunk[room:], chunk[:room]
-            else:
-                stream.pending.popleft()
-            self.h2.send_data(sid, chunk)
-            stream.last_progress = time.monotonic()
-            self.unflushed += len(chunk)
-            if self.unflushed >= FRAME_SIZE:   # the transport calls pause_writing() here once it holds enough
-                self.flush()
-        if not stream.pending and stream.trailers and not self.paused:
-            self.h2.send_headers(sid, stream.trailers, end_stream=True)
-            self._finish(stream)
+        stream.answering, stream.last_progress = True, time.monotonic()
 
     def _trailers_only(self, sid: int, status: str, message: str) -> None:
-        """A refusal as the call's only headers; nothing when the client has closed the stream."""
-        try:
-            self.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc"),
-                                       ("grpc-status", str(GRPC_STATUS[status])),
-                                       # echoes client input: never indexed, so no client grows our table
-                                       hpack.NeverIndexedHeaderTuple("grpc-message", grpc_message(message))],
-                                  end_stream=True)
-        except h2.exceptions.ProtocolError:
-            pass
+        """A refusal as the call's only headers (and RST_STREAM(NO_ERROR) when the client may
+        still be sending); nothing when the client has closed the stream."""
+        self.session.refuse(sid, GRPC_STATUS[status], grpc_message(message))
 
     def _fail(self, stream: _Stream, error: RtdError) -> None:
         """Refuse the call. A budget refusal waits out a back-off that doubles with each one
@@ -452,32 +397,28 @@ class Connection(asyncio.Protocol):
             stream.refused = True
             delay = min(BACKOFF_S * 2 ** self.refusals, BACKOFF_MAX_S)
             self.refusals += 1
-            asyncio.get_running_loop().call_later(delay, self._refuse_now, stream, error)
+            self.loop.call_later(delay, self._refuse_now, stream, error)
             return
         self._refuse_now(stream, error)
 
     def _refuse_now(self, stream: _Stream, error: RtdError) -> None:
         if stream.done or self.closed:
             return
-        try:
-            self._trailers_only(stream.id, error.code.status, self.routes.describe(error))
-            if stream.task is None:   # the client may still be sending: tell it to stop
-                self.h2.reset_stream(stream.id, h2.errors.ErrorCodes.NO_ERROR)
-        except h2.exceptions.ProtocolError:
-            pass
+        self._trailers_only(stream.id, error.code.status, self.routes.describe(error))
         self._finish(stream)
         self.flush()
 
     def _finish(self, stream: _Stream) -> None:
         stream.done = True
-        stream.pending.clear()
         if stream.timer is not None:
             stream.timer.cancel()
         stream.release()
+        stream.views = []
         self.streams.pop(stream.id, None)
 
     def _drop(self, stream: _Stream) -> None:
-        """The stream is gone (client reset, connection lost, stalled): stop and release."""
+        """The stream is gone (client reset, connection lost, stalled): stop and release. The
+        session reads its response no more: the stream closed there, or was reset."""
         if stream.task is not None and not stream.task.done():
             stream.task.cancel()
         self._finish(stream)
@@ -486,28 +427,26 @@ class Connection(asyncio.Protocol):
         return bool(self.streams)
 
     def goaway(self) -> None:
-        """Tell the client to open no new streams while those it has finish. Written by hand:
-        h2's own close_connection() would refuse to send the answers still owed."""
+        """Tell the client to open no new streams while those it has finish."""
         if self.closed or self.draining:
             return
         self.draining = True
-        frame = hyperframe.frame.GoAwayFrame(0)
-        frame.last_stream_id, frame.error_code = self.h2.highest_inbound_stream_id, 0
+        self.session.goaway(NO_ERROR, "")
         self.flush()
-        self.transport.write(frame.serialize())
 
     def sweep(self, now: float) -> None:
         """Called every second: reset stalled responses, close idle connections."""
         limits = self.table.limits
         for stream in list(self.streams.values()):
-            stalled = stream.pending or stream.task is None   # an answer not taken, or a body not sent
+            if stream.answering:
+                sent = self.session.sent(stream.id)
+                if sent != stream.sent:
+                    stream.sent, stream.last_progress = sent, now
+            stalled = stream.answering or stream.task is None   # an answer not taken, or a body not sent
             if stalled and now - stream.last_progress > limits.send_timeout_s:
-                try:
-                    self.h2.reset_stream(stream.id, h2.errors.ErrorCodes.CANCEL)
-                except h2.exceptions.ProtocolError:
-                    pass
+                self.session.reset(stream.id, CANCEL)
                 self._drop(stream)
         if not self.streams and now - self.last_activity > limits.idle_timeout_s:
-            self.close(h2.errors.ErrorCodes.NO_ERROR, "idle")
-        elif not self.closed:
+            self.close(NO_ERROR, "idle")
+        else:
             self.flush()

@@ -92,8 +92,9 @@ class ConnectionTable:
             del self.by_peer[peer]
 
     # -- turns ---------------------------------------------------------------------------------
-    def take_turn(self, who: str, start) -> None:
-        """Call `start()` now if no call waits for its turn; else queue it behind `who`'s own."""
+    def take_turn(self, who: str, loop: asyncio.AbstractEventLoop, start) -> None:
+        """Call `start()` now if no call waits for its turn; else queue it behind `who`'s own.
+        `loop` is the caller's (the running one: asking asyncio for it costs a system call)."""
         if not self.turns:
             start()
             self.turns.setdefault(who, collections.deque())   # later arrivals this turn queue
@@ -101,9 +102,9 @@ class ConnectionTable:
             self.turns.setdefault(who, collections.deque()).append(start)
         if not self.turning:
             self.turning = True
-            asyncio.get_running_loop().call_soon(self._next_turn)
+            loop.call_soon(self._next_turn, loop)
 
-    def _next_turn(self) -> None:
+    def _next_turn(self, loop: asyncio.AbstractEventLoop) -> None:
         self.turning = False
         for who in list(self.turns):
             waiting = self.turns[who]
@@ -113,7 +114,7 @@ class ConnectionTable:
                 del self.turns[who]
         if self.turns:
             self.turning = True
-            asyncio.get_running_loop().call_soon(self._next_turn)
+            loop.call_soon(self._next_turn, loop)
 
     # -- listeners -----------------------------------------------------------------------------
     async def listen_unix(self, path: str, make) -> None:

@@ -16,8 +16,9 @@ import json
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from rtd import dtypes
+from rtd import dtypes, jsondoc
 from rtd.errors import Code, RtdError
+from rtd.jsondoc import field
 from rtd.infer_request import declared_inputs, scan, tensor_shape
 from rtd.proto import PROFILE_PARAMETER
 from rtd.proto import grpc_service_pb2 as pb
@@ -89,9 +90,9 @@ def _array_from_typed(name: str, declared: tuple, contents: bytes, budget: _Budg
         message = pb.InferTensorContents.FromString(contents)
     except DecodeError:
         raise _bad(f"input {name!r}: its contents are not an InferTensorContents message") from None
-    for field, _ in message.ListFields():
-        if field.name != row.typed_field:
-            raise _bad(f"input {name!r}: {field.name} given for a {datatype} tensor")
+    for given, _ in message.ListFields():
+        if given.name != row.typed_field:
+            raise _bad(f"input {name!r}: {given.name} given for a {datatype} tensor")
     values = getattr(message, row.typed_field)
     if len(values) != count:
         raise _bad(f"input {name!r}: {len(values)} elements, shape {list(shape)} needs {count}")
@@ -121,34 +122,6 @@ def decode_grpc(body, caps: Caps) -> Request:
     return Request(head.id, inputs, [o.name for o in head.outputs] or None, {}, profile=profile is True)
 
 
-def _json(data, what: str, budget: _Budget) -> dict:
-    """Bounded JSON: counted before it is parsed (every value but the first takes a `,`, `[`
-    or `{`), so a body of many small values is refused unparsed; empty is an empty object."""
-    data = bytes(data)
-    if not data or data.isspace():
-        return {}
-    budget.take(data.count(b",") + data.count(b"[") + data.count(b"{"), what)
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):   # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise _bad(f"{what} is not JSON") from None
-    if not isinstance(doc, dict):
-        raise _bad(f"{what} is not a JSON object")
-    return doc
-
-
-def field(doc: dict, key: str, kind, where: str, default=None):
-    """doc[key] of `kind` (bool is no int here), `default` when absent, required when None."""
-    if key not in doc:
-        if default is None:
-            raise _bad(f"{where}.{key}: required")
-        return default
-    value = doc[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise _bad(f"{where}.{key}: expected {kind.__name__}")
-    return value
-
-
 def decode_rest(body, json_length: int | None, caps: Caps) -> Request:
     """A REST inference body: its JSON header (the first `json_length` bytes, all of it
     without), then the binary tensors it sizes in input order, which must use up the rest."""
@@ -157,7 +130,9 @@ def decode_rest(body, json_length: int | None, caps: Caps) -> Request:
     if not 0 <= split <= len(view):
         raise _bad("inference-header-content-length is not a length within the body")
     budget = _Budget(caps)
-    doc = _json(view[:split], "the inference header", budget)
+    header = bytes(view[:split])
+    budget.take(jsondoc.values_in(header), "the inference header")
+    doc = jsondoc.parse(header, "the inference header")   # counted above, against the request's budget
     binary, offset, inputs = view[split:], 0, {}
     for i, given in enumerate(field(doc, "inputs", list, "request")):
         where = f"inputs[{i}]"

@@ -6,7 +6,7 @@ runs the ones that need a shape signature (what one traced run saw) once per sig
 import copy
 
 from ..ir import Graph, check
-from .chains import fuse_chains
+from .chains import fuse_chains, fuse_conv_chains
 from .fold import fold_constants, fold_signature
 from .qdq import fuse_qdq
 from .patterns import fold_conv_batchnorm, fuse_attention, fuse_conv_activation, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax
@@ -54,5 +54,8 @@ def lower_signature(graph: Graph, trace: dict, disable=()) -> tuple:
     static = static_shapes(graph, set(graph.constants))
     if "fuse_chains" not in disable:
         graph = fuse_chains(graph, shapes, static)
+        check(graph, outer=set())
+    if "fuse_conv_chains" not in disable and "fuse_chains" not in disable:
+        graph = fuse_conv_chains(graph, shapes)
         check(graph, outer=set())
     return graph, shapes, static

@@ -4,8 +4,16 @@ A chain is a path n1 → n2 → … where each link's result is read only by the
 every link's result has the chain's final shape and dtype, so the links can write, in turn,
 into the chain's output buffer and one scratch buffer. Single element-wise nodes become
 one-link chains too, so the memory planner hands them their output buffer.
+
+A chain that only a float convolution's output feeds (besides constants of one value or one per
+output channel) then goes into that convolution (`fuse_conv_chains`): the compiled convolution runs
+it on each output tile while the tile is in cache (a SiLU or HardSwish after every Conv of a YOLO or
+PP-OCR net costs no pass over memory of its own).
 """
+import numpy as np
+
 from ..ir import RTD_DOMAIN, Graph, Node
+from ..native.chain import Program
 from ..ops import Elementwise, lookup
 from .rewrite import Index
 
@@ -82,3 +90,44 @@ def _reorder(nodes: list) -> list:
             raise AssertionError("chain fusion made a cycle")
         pending = progress
     return ordered
+
+
+def _per_channel(value, channels: int) -> bool:
+    """A float32 constant that broadcasts against (N, channels, H, W) as one value, or one per channel."""
+    if value is None or value.dtype != np.float32 or value.ndim > 4:
+        return False
+    padded = (1,) * (4 - value.ndim) + tuple(value.shape)
+    return padded in ((1, 1, 1, 1), (1, channels, 1, 1))
+
+
+def fuse_conv_chains(graph: Graph, shapes: dict) -> Graph:
+    """ElementwiseChain fed by a float Conv (or a ConvActivation without an added tensor or chain) whose
+    output nothing else reads, its other inputs constants `_per_channel` → one ConvActivation carrying the
+    chain's links (the compiled convolution applies them, see fused.ConvActivation)."""
+    index = Index(graph)
+    for chain in list(graph.nodes):
+        if chain.op_type != "ElementwiseChain" or chain.domain != RTD_DOMAIN:
+            continue
+        links, dtype = chain.attrs["links"], chain.attrs["dtype"]
+        if np.dtype(dtype) != np.float32 or len(chain.inputs) > 8 or Program.build(links, len(chain.inputs), dtype) is None:
+            continue
+        for position, name in enumerate(chain.inputs):
+            conv = index.producer.get(name)
+            if conv is None or name in index.pinned or len(index.uses(name)) != 1 or shapes.get(name) != shapes.get(chain.outputs[0]):
+                continue
+            plain = conv.op_type == "Conv" and conv.domain == ""
+            activated = conv.op_type == "ConvActivation" and conv.domain == RTD_DOMAIN and not conv.attrs.get("links") \
+                and (len(conv.inputs) < 4 or not conv.inputs[3])
+            shape = shapes[name][0]
+            if not (plain or activated) or len(shape) != 4:
+                continue
+            extra = [n for i, n in enumerate(chain.inputs) if i != position]
+            if not all(_per_channel(index.constant(n), shape[1]) for n in extra):
+                continue
+            attrs = dict(conv.attrs) if activated else {"conv": dict(conv.attrs), "relu": False}
+            attrs.update(links=links, chain_position=position, shape=chain.attrs["shape"], dtype=dtype)
+            fused = Node("ConvActivation", RTD_DOMAIN, (conv.inputs + ["", ""])[:3] + [""] + extra, list(chain.outputs), attrs)
+            graph.nodes[graph.nodes.index(chain)] = fused
+            graph.nodes.remove(conv)
+            break
+    return graph

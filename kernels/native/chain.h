@@ -16,5 +16,11 @@
 #define RTD_CHAIN_HARD_SWISH 10
 #define RTD_CHAIN_NEG 11
 #define RTD_CHAIN_ABS 12
+#define RTD_CHAIN_SIGMOID 13   /* 13-18: activation.c's functions, RTD_ACT_* + 13 */
+#define RTD_CHAIN_TANH 14
+#define RTD_CHAIN_EXP 15
+#define RTD_CHAIN_ERF 16
+#define RTD_CHAIN_GELU 17
+#define RTD_CHAIN_GELU_TANH 18
 int rtd_chain_f32(const float **inputs, const int64_t *in_len, const int64_t *in_inner, int64_t n_inputs,
                   const int32_t *links, const float *params, int64_t n_links, float *out, int64_t out_len);

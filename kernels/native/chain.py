@@ -1,8 +1,9 @@
 """The guarded call into the compiled element-wise chain interpreter (chain.c).
 
 `Program.build(links)` turns a fused chain's links into the interpreter's opcode list, once, at
-load; a chain with an op the interpreter has no loop for (transcendental ones: their NumPy loops
-are already vectorised) or a dtype other than float32 gets None and runs link by link in NumPy.
+load; a chain with an op the interpreter has no loop for or a dtype other than float32 gets None
+and runs link by link in NumPy. Transcendental links (Sigmoid, Tanh, Exp, Erf, Gelu) run the same
+compiled code as those ops' kernels (native/activation.py), so both ways give the same bits.
 A call checks each input's dtype, layout and how it broadcasts to the output (full size, or
 repeating along one block of axes, a scalar included) and returns None for anything else.
 """
@@ -25,7 +26,10 @@ OPCODES = {
     "Max": (4, 2, None, None), "Min": (5, 2, None, None), "Clip": (6, 3, None, None), "Relu": (7, 1, None, None),
     "LeakyRelu": (8, 1, ("alpha", 0.01), None), "HardSigmoid": (9, 1, ("alpha", 0.2), ("beta", 0.5)),
     "HardSwish": (10, 1, None, None), "Neg": (11, 1, None, None), "Abs": (12, 1, None, None),
+    "Sigmoid": (13, 1, None, None), "Tanh": (14, 1, None, None), "Exp": (15, 1, None, None), "Erf": (16, 1, None, None),
+    "Gelu": (17, 1, None, None),   # 18 with approximate="tanh"
 }
+GELU_TANH = 18
 
 
 def _layout(shape, out_shape) -> tuple | None:
@@ -63,6 +67,8 @@ class Program:
             if entry is None:
                 return None
             opcode, count, alpha, beta = entry
+            if node.op_type == "Gelu" and node.attrs.get("approximate", "none") != "none":
+                opcode = GELU_TANH
             if node.op_type == "Clip" and ("min" in node.attrs or "max" in node.attrs):
                 return None   # Clip-6's attribute limits: left to NumPy (rare)
             if node.op_type in ("Max", "Min") and len(spec) != 2 or len(spec) > count or len(spec) < 1:

@@ -1,210 +1,418 @@
-/* The 2-D convolution in one call (conv.h): per image, group and tile of output pixels, im2col
- * into a tile small enough to stay in the core's L2 cache, one BLAS sgemm, then the epilogue on
- * the tile while it is still in cache.
+/* The 2-D convolution in one call (conv.h), computed directly: no im2col matrix, no packing of the input.
  *
- * im2col writes each column row (one input channel and tap, the tile's pixels) straight from the
- * unpadded input: columns whose input falls outside the image are zeroed (the zero point, once
- * centred), the rest copied, with 8-bit inputs converted to x - zero_point on the way. A 1x1,
- * stride-1, unpadded float convolution skips im2col: the input already is the GEMM's operand.
- * The epilogue adds the bias and applies ReLU in place (float), or requantizes (8-bit) exactly
- * as onnxruntime's MlasRequantizeOutput: the int32 sum (exact in float32: the caller checks the
- * bound) plus the int32 bias, made a float32, times the float32 multiplier, rounded half to even,
- * plus the zero point, saturated.
+ * Each image is first copied once into a padded buffer: zero borders (the zero point, once centred),
+ * 8-bit inputs converted to x - zero_point on the way, and, for a column stride s, each row split into
+ * its s phases (columns p, p + s, p + 2s, ... side by side), so that input value k = (channel ci, tap
+ * i, j) of output pixel p sits at window(p) + offsets[k] and the windows of consecutive pixels of a row
+ * are consecutive floats, whatever the stride. A float convolution whose windows stay inside the image
+ * at stride 1 (1x1 unpadded ones among them) reads the input itself. (Measured against a channels-
+ * innermost copy, which makes one pixel's reads sequential: slower, by its transposing copy.)
  *
- * The GEMM is OpenBLAS's, whose address the caller passes (numpy's own copy, so its thread pool
- * follows the tenant's limit set through threadpoolctl). NumPy used to make a padded copy, a
- * six-dimensional strided copy, the GEMM, then one pass per epilogue step, each from Python.
+ * The weights are packed (once: the caller keeps the panels of constant weights) into panels of 16
+ * output channels, each k a run of 16 floats. The micro-kernel keeps 6 output pixels x 16 channels
+ * in twelve 8-float registers and, per k, loads one panel row (two vectors) and broadcasts the input
+ * value of each of the 6 pixels straight from the padded image: 12 multiply-adds per 9 loads, as
+ * onnxruntime's NCHWc kernels do with the channels in the vector lanes, but without reordering the
+ * tensors (a convolution with few output channels, 16 or 32, keeps every lane busy, where the GEMM with
+ * pixels in the lanes first had to copy each input window into packed panels). The tile's epilogue
+ * adds the bias and applies ReLU, or requantizes 8-bit outputs exactly as onnxruntime's
+ * MlasRequantizeOutput (the exact int32 sum plus the int32 bias, made a float32, times the float32
+ * multiplier, rounded half to even, plus the zero point, saturated), then runs a fused element-wise
+ * chain when the caller gives one (the chain interpreter's links over the tile, chain.c: a Conv's
+ * SiLU or HardSwish costs no pass of its own over memory), and writes each channel's 6 pixels into
+ * y (NCHW).
  *
- * The caller (conv.py) validates shapes and lengths once per geometry; the lengths are checked
- * again here so a wrong call fails with a status instead of touching memory out of bounds.
+ * Threads share out the tiles (of every group) in contiguous ranges.
+ *
+ * The caller (conv.py) validates shapes and lengths once per geometry; the lengths are checked again
+ * here so a wrong call fails with a status instead of touching memory out of bounds, and every read of
+ * x goes through the padded copy (or, direct, stays within the image by the geometry checked here).
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "depthwise.h"
+#include "chain_links.h"
 #include "conv.h"
+#include "gemm_core.h"
 #include "parallel.h"
+#include "simd.h"
 #include "threads.h"
 
-#define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#define ROW_MAJOR 101
-#define NO_TRANS 111
 /* Below this much work per thread, waking a pool thread (microseconds) costs more than it saves. */
 #define MIN_FLOPS_PER_THREAD (1 << 21)
+#define MAX_OFFSETS 16384   /* the input offsets (one per channel and tap) live on the caller's stack (128 KiB at most) */
 
+#define PIXELS 6      /* output pixels per tile */
+#define CHANNELS 16   /* output channels per weight panel */
 
-struct conv {
-    int64_t c_per_group, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left;
-    float zero_point;
+/* The geometry and buffers of one call. */
+struct call {
+    const void *x; int x_type; float x_zero_point;
+    const float *w; const float *bias_f; const int32_t *bias_q; int64_t bias_len;
+    const float *multiplier; int64_t multiplier_len; float y_zero_point; void *y; int y_type; int relu;
+    int64_t c, h, wd, m, group, cg, mg, k, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left, pixels;
+    /* the padded image: c planes of hp rows of sw phases of wq floats (or, direct, the input itself); a
+       pixel's window starts row_pitch floats on per output row, one float per output column */
+    int64_t hp, wp, wq, plane, row_pitch; int direct;
+    float *padded, *packed;   /* packed: per group, panels of CHANNELS output channels x k */
+    const int64_t *offsets;
+    int64_t image, tiles, panels;
+    /* a fused element-wise chain on the float output (chain.h's program); its inputs: the output itself
+       (length 0), scalars (1) or one value per output channel (m) */
+    const int32_t *links; const float *params; int64_t n_links;
+    const float *const *chain_inputs; const int64_t *chain_len; int64_t n_chain_inputs;
 };
 
-/* The output columns [lo, hi) of a row whose input column ox*sw + base lies in [0, width). */
-static void inside(int64_t base, int64_t sw, int64_t width, int64_t ow, int64_t *lo, int64_t *hi)
+/* The padded image's size: the rows and columns the output's windows span, each row as sw phases. */
+static void padded_size(int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                        int64_t *hp, int64_t *wp, int64_t *wq)
 {
-    int64_t first = base >= 0 ? 0 : (-base + sw - 1) / sw;
-    int64_t last = width - 1 - base < 0 ? 0 : (width - 1 - base) / sw + 1;
-    if (last > ow) last = ow;
-    if (first > last) first = last;
-    *lo = first;
-    *hi = last;
+    *hp = (oh - 1) * sh + (kh - 1) * dh + 1;
+    *wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+    *wq = (*wp + sw - 1) / sw;
 }
 
-/* cols (K, count): the tile of output pixels [p0, p0 + count) of one group's channels `src`. */
-#define IM2COL_TILE(NAME, T, CONVERT)                                                                   \
-CLONES static void NAME(const T *src, const struct conv *g, int64_t p0, int64_t count, float *cols)   \
+/* A float convolution at stride 1 whose windows stay inside the image reads the input itself. */
+static int direct_input(int x_type, int64_t h, int64_t wd, int64_t hp, int64_t wp, int64_t sh, int64_t sw,
+                        int64_t pad_top, int64_t pad_left)
+{
+    return x_type == RTD_CONV_F32 && sh == 1 && sw == 1 && pad_top == 0 && pad_left == 0 && hp <= h && wp <= wd;
+}
+
+/* Channels [first, last) of image a->image into the padded copy. */
+#define PAD_CHANNELS(NAME, T, CONVERT)                                                                  \
+RTD_CLONES static void NAME(const struct call *a, const T *x, int64_t first, int64_t last)             \
 {                                                                                                       \
-    const float zero_point = g->zero_point;                                                             \
+    const float zero_point = a->x_zero_point;                                                           \
     (void)zero_point;                                                                                   \
-    float *dst = cols;                                                                                  \
-    for (int64_t ci = 0; ci < g->c_per_group; ci++) {                                                   \
-        const T *plane = src + ci * g->h * g->wd;                                                       \
-        for (int64_t i = 0; i < g->kh; i++)                                                             \
-            for (int64_t j = 0; j < g->kw; j++, dst += count) {                                         \
-                int64_t base = j * g->dw - g->pad_left, lo, hi;                                         \
-                inside(base, g->sw, g->wd, g->ow, &lo, &hi);                                            \
-                /* one output row segment at a time; the division happens once per column row */        \
-                int64_t oy = p0 / g->ow, ox0 = p0 - oy * g->ow;                                         \
-                for (int64_t written = 0; written < count; oy++, ox0 = 0) {                             \
-                    int64_t ox1 = g->ow < ox0 + (count - written) ? g->ow : ox0 + (count - written);    \
-                    float *restrict out = dst + written - ox0;   /* indexed by ox */                    \
-                    int64_t iy = oy * g->sh + i * g->dh - g->pad_top;                                   \
-                    int64_t a = lo > ox0 ? lo : ox0, b = hi < ox1 ? hi : ox1;                           \
-                    if (iy < 0 || iy >= g->h || a >= b) {                                               \
-                        for (int64_t ox = ox0; ox < ox1; ox++) out[ox] = 0.0f;                          \
-                    } else {                                                                            \
-                        const T *restrict row = plane + iy * g->wd + base;                              \
-                        for (int64_t ox = ox0; ox < a; ox++) out[ox] = 0.0f;                            \
-                        if (g->sw == 1)                                                                 \
-                            for (int64_t ox = a; ox < b; ox++) out[ox] = CONVERT(row[ox]);              \
-                        else                                                                            \
-                            for (int64_t ox = a; ox < b; ox++) out[ox] = CONVERT(row[ox * g->sw]);      \
-                        for (int64_t ox = b; ox < ox1; ox++) out[ox] = 0.0f;                            \
-                    }                                                                                   \
-                    written += ox1 - ox0;                                                               \
+    const int64_t row_len = a->sw * a->wq;                                                              \
+    /* padded columns [lo, hi) hold the input's columns; the rest are zero */                           \
+    const int64_t lo = a->pad_left < a->wp ? a->pad_left : a->wp;                                       \
+    const int64_t hi = a->pad_left + a->wd < a->wp ? a->pad_left + a->wd : a->wp;                       \
+    for (int64_t ci = first; ci < last; ci++) {                                                         \
+        const T *plane = x + (a->image * a->c + ci) * a->h * a->wd;                                      \
+        float *out = a->padded + ci * a->plane;                                                         \
+        for (int64_t r = 0; r < a->hp; r++, out += row_len) {                                           \
+            const int64_t iy = r - a->pad_top;                                                          \
+            if (iy < 0 || iy >= a->h || lo >= hi) {                                                     \
+                memset(out, 0, (size_t)row_len * sizeof(float));                                        \
+                continue;                                                                               \
+            }                                                                                           \
+            const T *row = plane + iy * a->wd - a->pad_left;                                            \
+            if (a->sw == 1) {                                                                           \
+                memset(out, 0, (size_t)lo * sizeof(float));                                             \
+                for (int64_t col = lo; col < hi; col++) out[col] = CONVERT(row[col]);                   \
+                memset(out + hi, 0, (size_t)(row_len - hi) * sizeof(float));                            \
+                continue;                                                                               \
+            }                                                                                           \
+            for (int64_t phase = 0; phase < a->sw; phase++) {                                           \
+                float *dst = out + phase * a->wq;                                                       \
+                for (int64_t q = 0; q < a->wq; q++) {                                                   \
+                    const int64_t col = q * a->sw + phase;                                              \
+                    dst[q] = col >= lo && col < hi ? CONVERT(row[col]) : 0.0f;                          \
                 }                                                                                       \
             }                                                                                           \
+        }                                                                                               \
     }                                                                                                   \
 }
-
 #define AS_FLOAT(v) (v)
 #define CENTRED(v) ((float)(v) - zero_point)
-IM2COL_TILE(im2col_f32, float, AS_FLOAT)
-IM2COL_TILE(im2col_u8, uint8_t, CENTRED)
-IM2COL_TILE(im2col_s8, int8_t, CENTRED)
+PAD_CHANNELS(pad_f32, float, AS_FLOAT)
+PAD_CHANNELS(pad_u8, uint8_t, CENTRED)
+PAD_CHANNELS(pad_s8, int8_t, CENTRED)
 
-CLONES static void bias_relu(float *restrict row, int64_t count, float bias, int relu)
-{
-    if (relu)
-        for (int64_t i = 0; i < count; i++) { float v = row[i] + bias; row[i] = v > 0.0f ? v : 0.0f; }
-    else
-        for (int64_t i = 0; i < count; i++) row[i] += bias;
-}
-
-#define REQUANTIZE_ROW(NAME, T, LOW, HIGH)                                                              \
-CLONES static void NAME(const float *restrict in, T *restrict out, int64_t count, int32_t bias,        \
-                        float scale, float zero_point)                                                  \
-{                                                                                                       \
-    for (int64_t i = 0; i < count; i++) {                                                               \
-        float v = nearbyintf((float)((int32_t)in[i] + bias) * scale) + zero_point;                      \
-        v = v > (float)(HIGH) ? (float)(HIGH) : v;                                                      \
-        out[i] = (T)(v >= (float)(LOW) ? v : (float)(LOW));   /* a NaN scale saturates low */           \
-    }                                                                                                   \
-}
-REQUANTIZE_ROW(requantize_u8, uint8_t, 0, 255)
-REQUANTIZE_ROW(requantize_s8, int8_t, -128, 127)
-
-/* Everything one call's units share; a unit is one image, group and tile of output pixels. */
-struct call {
-    const void *x; int x_type; const float *w; const float *bias_f; const int32_t *bias_q; int64_t bias_len;
-    const float *multiplier; int64_t multiplier_len; float y_zero_point; void *y; int y_type;
-    float *scratch; int64_t per_worker; struct conv g;
-    int64_t c, m, group, cg, mg, k, pixels, tile, tiles; int relu, pointwise;
-};
-
-static void run_units(void *context, int64_t worker, int64_t first, int64_t last)
+static void pad_channels(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct call *a = context;
-    const int quantized = a->y_type != RTD_CONV_F32;
-    const size_t x_item = a->x_type == RTD_CONV_F32 ? sizeof(float) : 1, y_item = quantized ? 1 : sizeof(float);
-    float *cols = a->scratch + worker * a->per_worker, *sums = cols + a->tile * a->k;
-    for (int64_t unit = first; unit < last; unit++) {
-        const int64_t image = unit / (a->group * a->tiles), gi = unit / a->tiles % a->group, p0 = unit % a->tiles * a->tile;
-        const int64_t count = a->pixels - p0 < a->tile ? a->pixels - p0 : a->tile;
-        const char *src = (const char *)a->x + (size_t)((image * a->c + gi * a->cg) * a->g.h * a->g.wd) * x_item;
-        char *dst = (char *)a->y + (size_t)((image * a->m + gi * a->mg) * a->pixels) * y_item;
-        const float *b = cols;
-        int64_t ldb = count;
-        if (a->pointwise) {
-            b = (const float *)src + p0;
-            ldb = a->pixels;
-        } else if (a->x_type == RTD_CONV_F32) {
-            im2col_f32((const float *)src, &a->g, p0, count, cols);
-        } else if (a->x_type == RTD_CONV_U8) {
-            im2col_u8((const uint8_t *)src, &a->g, p0, count, cols);
-        } else {
-            im2col_s8((const int8_t *)src, &a->g, p0, count, cols);
+    (void)worker;
+    if (a->x_type == RTD_CONV_F32)
+        pad_f32(a, (const float *)a->x, first, last);
+    else if (a->x_type == RTD_CONV_U8)
+        pad_u8(a, (const uint8_t *)a->x, first, last);
+    else
+        pad_s8(a, (const int8_t *)a->x, first, last);
+}
+
+/* The weights of every group as panels: panel q of group gi holds channels [16q, 16q + 16), each k a
+ * run of 16 floats (channels past the group's zero). */
+static void pack_weights(const struct call *a)
+{
+    for (int64_t gi = 0; gi < a->group; gi++)
+        for (int64_t q = 0; q < a->panels; q++) {
+            float *panel = a->packed + (gi * a->panels + q) * a->k * CHANNELS;
+            for (int64_t j = 0; j < CHANNELS; j++) {
+                const int64_t channel = q * CHANNELS + j;
+                const float *filter = a->w + (gi * a->mg + channel) * a->k;
+                for (int64_t k = 0; k < a->k; k++) panel[k * CHANNELS + j] = channel < a->mg ? filter[k] : 0.0f;
+            }
         }
-        float *out = quantized ? sums : (float *)dst + p0;
-        const int64_t ldc = quantized ? count : a->pixels;
-        rtd_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, a->mg, count, a->k, 1.0f, a->w + gi * a->mg * a->k, a->k, b, ldb,
-                  0.0f, out, ldc);
-        for (int64_t r = 0; r < a->mg; r++) {
-            const int64_t channel = gi * a->mg + r;
-            if (!quantized) {
-                if (a->bias_len || a->relu)
-                    bias_relu(out + r * ldc, count, a->bias_len ? a->bias_f[channel] : 0.0f, a->relu);
+}
+
+/* sums[r][j] = sum over k of panel[k][j] * px[r][offsets[k]]: `rows` pixels (a constant) x 16 channels. */
+RTD_INLINE void tile_sums(const int rows, int64_t k, const int64_t *offsets, const float *const px[PIXELS],
+                          const float *panel, float sums[PIXELS][CHANNELS])
+{
+    const float *a0 = px[0], *a1 = px[1], *a2 = px[2], *a3 = px[3], *a4 = px[4], *a5 = px[5];
+    v8 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+    v8 c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0};
+    for (int64_t i = 0; i < k; i++, panel += CHANNELS) {
+        const int64_t o = offsets[i];
+        const v8 b0 = load8(panel), b1 = load8(panel + 8);
+        c00 += b0 * a0[o]; c01 += b1 * a0[o];
+        if (rows > 1) { c10 += b0 * a1[o]; c11 += b1 * a1[o]; }
+        if (rows > 2) { c20 += b0 * a2[o]; c21 += b1 * a2[o]; }
+        if (rows > 3) { c30 += b0 * a3[o]; c31 += b1 * a3[o]; }
+        if (rows > 4) { c40 += b0 * a4[o]; c41 += b1 * a4[o]; }
+        if (rows > 5) { c50 += b0 * a5[o]; c51 += b1 * a5[o]; }
+    }
+    store8(sums[0], c00); store8(sums[0] + 8, c01);
+    if (rows > 1) { store8(sums[1], c10); store8(sums[1] + 8, c11); }
+    if (rows > 2) { store8(sums[2], c20); store8(sums[2] + 8, c21); }
+    if (rows > 3) { store8(sums[3], c30); store8(sums[3] + 8, c31); }
+    if (rows > 4) { store8(sums[4], c40); store8(sums[4] + 8, c41); }
+    if (rows > 5) { store8(sums[5], c50); store8(sums[5] + 8, c51); }
+}
+
+/* A float tile's epilogue: + bias, ReLU, then the fused chain (if any), and each channel's pixels into y.
+ * sums is pixel-major (one row of 16 channels per pixel), as the chain runs over it; chain_view holds
+ * the chain's inputs for a tile (scalars filled once; per-channel ones filled here for these channels). */
+RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS][CHANNELS], int rows, int64_t channels,
+                               int64_t first_channel, int64_t p0, float (*chain_view)[PIXELS * CHANNELS])
+{
+    float bias[CHANNELS] = {0};
+    if (a->bias_len)
+        for (int64_t j = 0; j < channels; j++) bias[j] = a->bias_f[first_channel + j];
+    const v8 bias0 = load8(bias), bias1 = load8(bias + 8);
+    for (int r = 0; r < rows; r++) {
+        v8 v0 = load8(sums[r]) + bias0, v1 = load8(sums[r] + 8) + bias1;
+        if (a->relu) {
+            v0 = relu8(v0);
+            v1 = relu8(v1);
+        }
+        store8(sums[r], v0);
+        store8(sums[r] + 8, v1);
+    }
+    const float *values = &sums[0][0];
+    float chained[PIXELS * CHANNELS];
+    if (a->n_links) {
+        const float *view[RTD_CONV_CHAIN_INPUTS];
+        for (int64_t k = 0; k < a->n_chain_inputs; k++) {
+            if (a->chain_len[k] == 0) {   /* the convolution's own output */
+                view[k] = values;
                 continue;
             }
-            const float scale = a->multiplier[a->multiplier_len == 1 ? 0 : channel];
-            const int32_t bias = a->bias_len ? a->bias_q[channel] : 0;
-            if (a->y_type == RTD_CONV_U8)
-                requantize_u8(out + r * count, (uint8_t *)dst + r * a->pixels + p0, count, bias, scale, a->y_zero_point);
-            else
-                requantize_s8(out + r * count, (int8_t *)dst + r * a->pixels + p0, count, bias, scale, a->y_zero_point);
+            if (a->chain_len[k] == a->m)   /* per channel: the same 16 values for each pixel */
+                for (int r = 0; r < PIXELS; r++)
+                    for (int64_t j = 0; j < CHANNELS; j++)
+                        chain_view[k][r * CHANNELS + j] = j < channels ? a->chain_inputs[k][first_channel + j] : 0.0f;
+            view[k] = chain_view[k];
+        }
+        rtd_chain_links(view, a->links, a->params, a->n_links, chained, rows * CHANNELS);
+        values = chained;
+    }
+    for (int64_t j = 0; j < channels; j++) {
+        float *out = (float *)a->y + (a->image * a->m + first_channel + j) * a->pixels + p0;
+        for (int r = 0; r < rows; r++) out[r] = values[r * CHANNELS + j];
+    }
+}
+
+/* Tiles [first, last) of all groups (tile t of group t / tiles). */
+RTD_CLONES static void run_tiles_clone(const struct call *a, int64_t first, int64_t last)
+{
+    const int quantized = a->y_type != RTD_CONV_F32;
+    float sums[PIXELS][CHANNELS];
+    float chain_view[RTD_CONV_CHAIN_INPUTS][PIXELS * CHANNELS];
+    for (int64_t k = 0; k < a->n_chain_inputs; k++)   /* scalars: filled once */
+        if (a->chain_len[k] == 1)
+            for (int64_t i = 0; i < PIXELS * CHANNELS; i++) chain_view[k][i] = a->chain_inputs[k][0];
+    for (int64_t unit = first; unit < last; unit++) {
+        const int64_t gi = unit / a->tiles, p0 = unit % a->tiles * PIXELS;
+        const int rows = a->pixels - p0 < PIXELS ? (int)(a->pixels - p0) : PIXELS;
+        const float *image = a->direct ? (const float *)a->x + (a->image * a->c + gi * a->cg) * a->h * a->wd
+                                       : a->padded + gi * a->cg * a->plane;
+        const float *px[PIXELS];
+        for (int r = 0; r < PIXELS; r++) {   /* rows past the last pixel read the first one's (valid) values */
+            const int64_t p = p0 + (r < rows ? r : 0), oy = p / a->ow;
+            px[r] = image + oy * a->row_pitch + (p - oy * a->ow);
+        }
+        for (int64_t q = 0; q < a->panels; q++) {
+            const float *panel = a->packed + (gi * a->panels + q) * a->k * CHANNELS;
+            switch (rows) {   /* one specialised copy per pixel count: no multiply-add on pixels that do not exist */
+            case 6: tile_sums(6, a->k, a->offsets, px, panel, sums); break;
+            case 5: tile_sums(5, a->k, a->offsets, px, panel, sums); break;
+            case 4: tile_sums(4, a->k, a->offsets, px, panel, sums); break;
+            case 3: tile_sums(3, a->k, a->offsets, px, panel, sums); break;
+            case 2: tile_sums(2, a->k, a->offsets, px, panel, sums); break;
+            default: tile_sums(1, a->k, a->offsets, px, panel, sums); break;
+            }
+            const int64_t channels = a->mg - q * CHANNELS < CHANNELS ? a->mg - q * CHANNELS : CHANNELS;
+            const int64_t first_channel = gi * a->mg + q * CHANNELS;
+            if (!quantized) {
+                float_epilogue(a, sums, rows, channels, first_channel, p0, chain_view);
+                continue;
+            }
+            for (int64_t j = 0; j < channels; j++) {
+                const int64_t channel = first_channel + j, at = (a->image * a->m + channel) * a->pixels + p0;
+                const float scale = a->multiplier[a->multiplier_len == 1 ? 0 : channel];
+                const int32_t bias = a->bias_len ? a->bias_q[channel] : 0;
+                const float high = a->y_type == RTD_CONV_U8 ? 255.0f : 127.0f, low = a->y_type == RTD_CONV_U8 ? 0.0f : -128.0f;
+                for (int r = 0; r < rows; r++) {
+                    float v = nearbyintf((float)((int32_t)sums[r][j] + bias) * scale) + a->y_zero_point;
+                    v = v > high ? high : v;
+                    v = v >= low ? v : low;   /* a NaN scale saturates low */
+                    if (a->y_type == RTD_CONV_U8) ((uint8_t *)a->y)[at + r] = (uint8_t)v;
+                    else ((int8_t *)a->y)[at + r] = (int8_t)v;
+                }
+            }
         }
     }
+}
+
+static void run_tiles(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    run_tiles_clone(context, first, last);
+}
+
+/* A 1x1 float convolution at stride 1 without padding is the GEMM weights (mg, cg) @ x's planes (cg,
+ * pixels) per image and group, written into y's planes, bias, ReLU and the chain in its epilogue: its
+ * output rows are contiguous, so the epilogue stores whole vectors (the direct kernel's per-pixel-tile
+ * epilogue costs as much as its few multiply-adds when K is small). */
+static struct rtd_gemm pointwise_gemm(const struct call *a, int64_t gi)
+{
+    const int with_bias = a->bias_len != 0;
+    const struct rtd_gemm g = {
+        .a = a->w + gi * a->mg * a->k, .lda = a->k,
+        .b = (const float *)a->x + (a->image * a->c + gi * a->cg) * a->pixels, .ldb = a->pixels, .b_layout = RTD_GEMM_B_ROWS,
+        .c = (float *)a->y + (a->image * a->m + gi * a->mg) * a->pixels, .ldc = a->pixels,
+        .bias = with_bias ? a->bias_f + gi * a->mg : NULL, .bias_kind = with_bias ? RTD_GEMM_BIAS_ROW : RTD_GEMM_BIAS_NONE,
+        .relu = a->relu, .m = a->mg, .n = a->pixels, .k = a->k,
+        .links = a->links, .params = a->params, .n_links = a->n_links, .chain_inputs = a->chain_inputs,
+        .chain_len = a->chain_len, .n_chain_inputs = a->n_chain_inputs, .chain_row0 = gi * a->mg};
+    return g;
+}
+
+static void run_pointwise_groups(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    for (int64_t gi = first; gi < last; gi++) {
+        const struct rtd_gemm g = pointwise_gemm(context, gi);
+        rtd_gemm_block(&g, 0, g.m, 0, g.n);
+    }
+}
+
+/* Scratch floats: the padded image (none when direct). */
+static int64_t scratch_floats(int64_t c, int64_t hp, int64_t wq, int64_t sw, int direct)
+{
+    return direct ? 0 : c * hp * sw * wq;
+}
+
+static int64_t packed_floats(int64_t m, int64_t group, int64_t k)
+{
+    return group * ((m / group + CHANNELS - 1) / CHANNELS) * CHANNELS * k;
+}
+
+int64_t rtd_conv2d_packed_weights(int64_t m, int64_t group, int64_t k)
+{
+    return m < 1 || group < 1 || k < 1 || m % group ? -1 : packed_floats(m, group, k);
+}
+
+int rtd_conv2d_pack_weights(const float *w, int64_t w_len, int64_t m, int64_t group, int64_t k, float *packed,
+                            int64_t packed_len)
+{
+    if (m < 1 || group < 1 || k < 1 || m % group)
+        return RTD_NATIVE_E_ARGUMENT;
+    if (w_len != m * k || packed_len != packed_floats(m, group, k))
+        return RTD_NATIVE_E_LENGTH;
+    struct call a = {.w = w, .group = group, .mg = m / group, .k = k, .packed = packed,
+                     .panels = (m / group + CHANNELS - 1) / CHANNELS};
+    pack_weights(&a);
+    return 0;
+}
+
+int64_t rtd_conv2d_scratch(int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
+                           int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                           int64_t pad_top, int64_t pad_left, int x_type, int y_type)
+{
+    (void)n;
+    (void)y_type;
+    if (c < 1 || h < 1 || wd < 1 || m < 1 || group < 1 || c % group || m % group || kh < 1 || kw < 1 || oh < 1
+        || ow < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1)
+        return -1;
+    int64_t hp, wp, wq;
+    padded_size(kh, kw, oh, ow, sh, sw, dh, dw, &hp, &wp, &wq);
+    return scratch_floats(c, hp, wq, sw, direct_input(x_type, h, wd, hp, wp, sh, sw, pad_top, pad_left));
 }
 
 int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
                const float *w, int64_t w_len, const float *bias_f, const int32_t *bias_q, int64_t bias_len,
                const float *multiplier, int64_t multiplier_len, int32_t y_zero_point,
                void *y, int y_type, int64_t y_len, float *scratch, int64_t scratch_len,
+               float *packed, int64_t packed_len, int pack,
+               const int32_t *links, const float *params, int64_t n_links,
+               const float **chain_inputs, const int64_t *chain_len, int64_t n_chain_inputs,
                int64_t n, int64_t c, int64_t h, int64_t wd, int64_t m, int64_t group,
                int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-               int64_t pad_top, int64_t pad_left, int relu, int64_t tile)
+               int64_t pad_top, int64_t pad_left, int relu)
 {
     if (n < 0 || c < 1 || h < 1 || wd < 1 || m < 1 || group < 1 || c % group || m % group || kh < 1 || kw < 1
-        || oh < 1 || ow < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0 || tile < 1
+        || oh < 1 || ow < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0
         || x_type < RTD_CONV_F32 || x_type > RTD_CONV_S8 || y_type < RTD_CONV_F32 || y_type > RTD_CONV_S8
-        || (y_type != RTD_CONV_F32 && x_type == RTD_CONV_F32) || rtd_sgemm == NULL)
+        || (y_type != RTD_CONV_F32 && x_type == RTD_CONV_F32) || c / group * kh * kw > MAX_OFFSETS
+        || n_links < 0 || n_chain_inputs < 0 || n_chain_inputs > RTD_CONV_CHAIN_INPUTS
+        || (n_links > 0 && (y_type != RTD_CONV_F32 || rtd_chain_check(links, n_links, n_chain_inputs) != 0)))
         return RTD_NATIVE_E_ARGUMENT;
+    for (int64_t k = 0; k < n_chain_inputs && n_links > 0; k++)
+        if ((chain_len[k] != 0 && chain_len[k] != 1 && chain_len[k] != m) || (chain_len[k] != 0 && chain_inputs[k] == NULL))
+            return RTD_NATIVE_E_LENGTH;
     const int64_t cg = c / group, mg = m / group, k = cg * kh * kw, pixels = oh * ow;
     const int quantized = y_type != RTD_CONV_F32;
-    const int64_t per_worker = tile * k + (quantized ? tile * mg : 0);
+    int64_t hp, wp, wq;
+    padded_size(kh, kw, oh, ow, sh, sw, dh, dw, &hp, &wp, &wq);
+    const int direct = direct_input(x_type, h, wd, hp, wp, sh, sw, pad_top, pad_left);
     if (x_len != n * c * h * wd || w_len != m * k || y_len != n * m * pixels
         || (bias_len != 0 && bias_len != m) || (bias_len != 0 && (quantized ? bias_q == NULL : bias_f == NULL))
         || (quantized && multiplier_len != 1 && multiplier_len != m) || (quantized && multiplier == NULL)
-        || scratch_len < per_worker)
+        || scratch_len < scratch_floats(c, hp, wq, sw, direct) || packed_len != packed_floats(m, group, k))
         return RTD_NATIVE_E_LENGTH;
-    /* no geometry check is needed for memory safety: im2col clamps every read to the image */
-    const int64_t tiles = (pixels + tile - 1) / tile, units = n * group * tiles;
-    /* as many threads as the tenant's quota, the units, the scratch and the work allow */
+    int64_t offsets[k];   /* input value k = (channel ci, tap i, j) of a pixel: where it sits from its window's start */
+    for (int64_t ci = 0, r = 0; ci < cg; ci++)
+        for (int64_t i = 0; i < kh; i++)
+            for (int64_t j = 0; j < kw; j++)
+                offsets[r++] = direct ? (ci * h + i * dh) * wd + j * dw
+                                      : (ci * hp + i * dh) * sw * wq + (j * dw) % sw * wq + (j * dw) / sw;
+    struct call a = {x, x_type, (float)x_zero_point, w, bias_f, bias_q, bias_len, multiplier, multiplier_len,
+                     (float)y_zero_point, y, y_type, relu, c, h, wd, m, group, cg, mg, k, kh, kw, oh, ow, sh, sw, dh, dw,
+                     pad_top, pad_left, pixels, hp, wp, wq, hp * sw * wq, direct ? wd : sh * sw * wq, direct,
+                     scratch, packed, offsets, 0,
+                     (pixels + PIXELS - 1) / PIXELS, (mg + CHANNELS - 1) / CHANNELS,
+                     links, params, n_links, chain_inputs, chain_len, n_links > 0 ? n_chain_inputs : 0};
+    /* as many threads as the tenant's quota and the work allow */
     int64_t threads = rtd_threads();
-    const int64_t flops_per_thread = 2 * m / group * k * pixels * n * group / (threads > 0 ? threads : 1);
-    if (flops_per_thread < MIN_FLOPS_PER_THREAD) threads = 1;
-    if (threads > scratch_len / per_worker) threads = scratch_len / per_worker;
-    struct call a = {x, x_type, w, bias_f, bias_q, bias_len, multiplier, multiplier_len, (float)y_zero_point, y,
-                     y_type, scratch, per_worker,
-                     {cg, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left, (float)x_zero_point},
-                     c, m, group, cg, mg, k, pixels, tile, tiles, relu,
-                     x_type == RTD_CONV_F32 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && pad_top == 0
-                     && pad_left == 0 && oh == h && ow == wd};
-    if (threads > 1 && units > 1) {   /* each thread's GEMMs on that thread alone */
-        int64_t blas = rtd_blas_single();
-        rtd_parallel_for(threads, units, run_units, &a);
-        rtd_blas_restore(blas);
-    } else {
-        run_units(&a, 0, 0, units);
+    if (2 * m * k * pixels * n / (threads > 0 ? threads : 1) < MIN_FLOPS_PER_THREAD) threads = 1;
+    const int pointwise = direct && kh == 1 && kw == 1;
+    if (pointwise) {
+        for (int64_t image = 0; image < n; image++) {
+            a.image = image;
+            if (threads > 1 && group >= 2 * threads) {
+                rtd_parallel_for(threads, group, run_pointwise_groups, &a);
+                continue;
+            }
+            for (int64_t gi = 0; gi < group; gi++) {
+                const struct rtd_gemm g = pointwise_gemm(&a, gi);
+                rtd_gemm_parallel(&g, threads);
+            }
+        }
+        return 0;
+    }
+    if (pack)
+        pack_weights(&a);
+    for (int64_t image = 0; image < n; image++) {
+        a.image = image;
+        if (!direct)
+            rtd_parallel_for(threads > 1 && c * hp * wp >= (1 << 15) ? threads : 1, c, pad_channels, &a);
+        rtd_parallel_for(threads, group * a.tiles, run_tiles, &a);
     }
     return 0;
 }

@@ -1,26 +1,40 @@
-"""The guarded call into the row-parallel GEMM (gemm.c): a (M, K) @ w (K, N) + bias, then ReLU,
-the rows shared out among the tenant's threads. Only what it takes is handed over (float32,
+"""The guarded call into rtd's own GEMM (gemm.c): a (M, K) @ w (K, N) + bias, then ReLU, the rows
+or columns shared out among the tenant's threads. Only what it takes is handed over (float32,
 C-contiguous a and out, a weight that is C- or Fortran-contiguous); None otherwise, and NumPy runs.
+A constant weight (the caller says so only for weights that cannot change) is packed into the GEMM's
+panels once and kept (native/packed.py), as onnxruntime packs its weights when a session is made;
+others are packed block by block on every call.
 """
 import numpy as np
 
 from rtd.errors import Code, RtdError
 
 from . import compiled
-from .conv import BLAS
+from .packed import packed
 
 FLOAT32 = np.dtype(np.float32)
+ROWS, COLUMNS, PACKED = 0, 1, 2   # gemm.h's b layouts
 
 
-def gemm_rows(a, w, bias=None, relu: bool = False, out=None):
-    """(M, N) float32, or None when the call is not taken."""
-    if compiled is None or BLAS is None or a.dtype != FLOAT32 or w.dtype != FLOAT32 or a.ndim != 2 or w.ndim != 2 \
+def _pack(b, layout: int, k: int, n: int):
+    ffi = compiled.ffi
+    panels = np.empty(compiled.lib.rtd_gemm_packed_len(k, n), np.float32)
+    status = compiled.lib.rtd_gemm_pack(ffi.from_buffer("float[]", b), b.size, layout, k, n,
+                                        ffi.from_buffer("float[]", panels, require_writable=True), panels.size)
+    if status != 0:   # gemm_rows's checks make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"GEMM packing refused its arguments (status {status})")
+    return panels
+
+
+def gemm_rows(a, w, bias=None, relu: bool = False, out=None, constant: bool = False):
+    """(M, N) float32, or None when the call is not taken. `constant`: w cannot change (its panels are kept)."""
+    if compiled is None or a.dtype != FLOAT32 or w.dtype != FLOAT32 or a.ndim != 2 or w.ndim != 2 \
             or a.shape[1] != w.shape[0] or not a.flags.c_contiguous or min(*a.shape, w.shape[1]) < 1:
         return None
     if w.flags.c_contiguous:
-        b, transposed = w, 0
+        b, layout = w, ROWS
     elif w.T.flags.c_contiguous:
-        b, transposed = w.T, 1   # (N, K) row-major: BLAS reads it transposed
+        b, layout = w.T, COLUMNS   # (N, K) row-major: packed column by column
     else:
         return None
     m, k = a.shape
@@ -31,9 +45,11 @@ def gemm_rows(a, w, bias=None, relu: bool = False, out=None):
         out = np.empty((m, n), np.float32)
     elif out.shape != (m, n) or out.dtype != FLOAT32 or not out.flags.c_contiguous:
         return None
+    if constant:
+        b, layout = packed(w, ("gemm", layout, k, n), lambda: _pack(b, layout, k, n)), PACKED
     ffi = compiled.ffi
     status = compiled.lib.rtd_gemm_rows(ffi.from_buffer("float[]", a), a.size, ffi.from_buffer("float[]", b), b.size,
-                                        transposed, ffi.NULL if bias is None else ffi.from_buffer("float[]", bias),
+                                        layout, ffi.NULL if bias is None else ffi.from_buffer("float[]", bias),
                                         0 if bias is None else bias.size, ffi.from_buffer("float[]", out, require_writable=True),
                                         out.size, m, k, n, int(relu))
     if status != 0:   # the checks above make this unreachable; the C checks again all the same

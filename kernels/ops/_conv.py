@@ -12,7 +12,7 @@ The plan is chosen per call from the shapes (cheap integer arithmetic):
   (bench/RESULTS.md, issue 10);
 - otherwise channel-major im2col: cols (N, group, C/group*k*k, pixels), one batched W @ cols.
 Every 2-D convolution but the depthwise one first goes to the compiled convolution
-(native/conv.py: im2col in cache-sized tiles, NumPy's own BLAS sgemm, bias and ReLU or the 8-bit
+(native/conv.py: im2col in cache-sized tiles, rtd's own GEMM, bias and ReLU or the 8-bit
 requantization, in one call); the NumPy plans run what it does not take, or without it.
 Each geometry's plan and compiled call are made once per thread (`_Layout`), the NumPy padded-input
 and im2col buffers on first use.
@@ -25,7 +25,7 @@ from rtd.errors import Code, RtdError
 
 from ..native import conv as native_conv
 from ..native.depthwise import depthwise_conv2d
-from ._quant import FLOAT32_EXACT, CentredWeight, centred, span
+from ._quant import FLOAT32_EXACT, CentredWeight, centred, frozen, span
 from ._window import geometry, pad_into, per_thread, scratch, taps, windows
 
 
@@ -47,7 +47,7 @@ class _Layout:
             self.plan = "pointwise"
         elif group == c == m and group > 1:
             self.plan = "depthwise"
-        elif native_conv.BLAS is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
+        elif native_conv.compiled is None and group == 1 and nd == 2 and c >= 16 and self.pixels >= 8 * m:
             self.plan = "pixel_major"   # NumPy's im2col costs more than a transposing copy here
         else:
             self.plan = "channel_major"
@@ -101,12 +101,15 @@ class _Layout:
 
 
 def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad, acc_dtype=None, relu=False,
-         x_zero_point=None, requantize=None):
+         x_zero_point=None, requantize=None, chain=None):
     """ONNX Conv of x (N, C, *S) with w (M, C/group, *k), then ReLU when `relu`; the result is in
     `acc_dtype` (default x's). With `x_zero_point` (a host array), x is an integer tensor convolved
     as x - x_zero_point. With `requantize` (multiplier, zero point, 8-bit dtype) and an int32 bias,
     the compiled convolution may return the requantized 8-bit output instead of the float sums
-    (the caller tells them apart by dtype)."""
+    (the caller tells them apart by dtype). The compiled kernel's panels of w are kept when w cannot
+    change (`frozen`). `chain` = (a
+    native.chain.Program or None, its inputs with None for this output, a function finishing y with the
+    chain) is applied to the float result: by the compiled convolution in its pass, else by the function."""
     n, c = x.shape[:2]
     m = w.shape[0]
     k = list(kernel_shape or w.shape[2:])
@@ -114,17 +117,20 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     if x.ndim != nd + 2 or c != w.shape[1] * group or m % group:
         raise RtdError(Code.E_INPUT_INVALID, f"Conv: input {x.shape} does not fit weights {w.shape} with group {group}")
     acc_dtype = np.dtype(acc_dtype or x.dtype)
-    w = w.astype(acc_dtype, copy=False)
+    w = w_source = w.astype(acc_dtype, copy=False)   # w_source: what the panels are kept for (a 1-D conv passes a view)
     key = ("conv-layout", x.shape, acc_dtype, w.shape, group, tuple(k), tuple(strides or ()), tuple(dilations or ()),
            tuple(pads or ()), auto_pad, xp.__name__)
     layout = per_thread(key, lambda: _Layout(xp, x.shape, acc_dtype, w.shape, group, k, strides, dilations, pads, auto_pad))
     out_shape, pixels = layout.out_shape, layout.pixels
     if layout.compiled is not None:   # it also centres 8-bit inputs and may requantize
+        in_pass = chain[:2] if chain is not None and chain[0] is not None and nd == 2 else None   # the chain on its tiles
         row = (lambda a: a) if nd == 2 else (lambda a: a.reshape(a.shape[:2] + (1,) + a.shape[2:]))
         y = layout.compiled(row(x), row(w), bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
-                            relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize)
+                            relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize,
+                            w_source if frozen(w_source) else None, in_pass)
         if y is not None:
-            return y if nd == 2 else y.reshape(y.shape[:2] + y.shape[3:])
+            y = y if nd == 2 else y.reshape(y.shape[:2] + y.shape[3:])
+            return y if chain is None or in_pass is not None else chain[2](y)
     if requantize is not None:
         bias = None   # the caller adds the int32 bias to the float sums itself
     if bias is not None:
@@ -134,7 +140,7 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     if layout.plan == "depthwise" and xp is np and nd == 2:
         y = depthwise_conv2d(x, w, bias, strides, dilations, layout.begin, layout.end, out_shape, relu)
         if y is not None:
-            return y
+            return y if chain is None else chain[2](y)
     if layout.plan == "pointwise":
         y = _weights_times(xp, w.reshape(group, m // group, c // group), x.reshape(n, group, c // group, pixels))
     elif layout.plan == "depthwise":
@@ -150,7 +156,8 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
         y += bias.reshape(1, m, 1)
     if relu:
         xp.maximum(y, y.dtype.type(0), out=y)
-    return y.reshape((n, m) + tuple(out_shape))
+    y = y.reshape((n, m) + tuple(out_shape))
+    return y if chain is None else chain[2](y)
 
 
 class IntegerConv:

@@ -111,7 +111,7 @@ def frozen(x) -> bool:
 
 
 class CentredWeight:
-    """w - zero_point as float (one pass), kept while w is frozen and its zero point unchanged."""
+    """w - zero_point as float (one pass), kept (read-only) while w is frozen and its zero point unchanged."""
 
     def __init__(self):
         self._kept = None  # (w, zero point's dtype/shape/bytes, dtype, centred)
@@ -123,6 +123,8 @@ class CentredWeight:
             return kept[3]
         c = centred(w, zero_point, zp_shape, dtype)
         if frozen(w):
+            if xp is np:   # kept unchanged: frozen too, so what is made from it (packed panels) may be kept
+                c.flags.writeable = False
             self._kept = (w, key, np.dtype(dtype), c)
         return c
 

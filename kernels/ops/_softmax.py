@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from ..native.activation import softmax_rows
 from ._axes import normalize_axis
 from ._blocked import BLOCK
 from ._reduce import sum_over
@@ -54,6 +55,8 @@ def _normal_sum(dtype) -> float:
 def softmax(xp, x, axis, out=None):
     """exp(x) / sum(exp(x)) along `axis` into `out` (new if None; may be x): the Softmax op's
     kernel and the fused Softmax/Attention steps' one implementation."""
+    if xp is np and axis == x.ndim - 1 and (y := softmax_rows(x, out)) is not None:   # float32: compiled, one pass per row
+        return y
     half = x.dtype.itemsize < 4  # half precision: shift always, and divide (a reciprocal's extra rounding shows)
     # the unshifted try reads a max and a min back to the host: a sync on a GPU, where the
     # shifted form is memory-bound either way, so only the CPU tries it

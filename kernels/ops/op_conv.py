@@ -12,10 +12,14 @@ class Conv_1(Kernel):
     def run(self, x, w, b=None):
         return self.run_with_relu(x, w, b, relu=False)
 
-    def run_with_relu(self, x, w, b, relu: bool):
-        """Conv, then ReLU when `relu`: ConvActivation's Conv+Relu, in the same pass where the plan allows."""
+    def run_with_relu(self, x, w, b, relu: bool, chain=None):
+        """Conv, then ReLU when `relu`, then `chain` (ConvActivation's), in the same pass where the plan allows."""
         # half precision accumulates in float32 (NumPy has no half GEMM; sums in half drift)
         acc = np.float32 if x.dtype.itemsize < 4 else x.dtype
+        if chain is not None and x.dtype != acc:
+            y = conv(self.xp, x, w, b, self.group, self.kernel_shape, self.strides, self.dilations,
+                     self.pads, self.auto_pad, acc_dtype=acc, relu=relu)
+            return (chain[2](y.astype(x.dtype, copy=False)),)
         y = conv(self.xp, x, w, b, self.group, self.kernel_shape, self.strides, self.dilations,
-                 self.pads, self.auto_pad, acc_dtype=acc, relu=relu)
+                 self.pads, self.auto_pad, acc_dtype=acc, relu=relu, chain=chain)
         return (y.astype(x.dtype, copy=False),)

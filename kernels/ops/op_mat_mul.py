@@ -6,6 +6,7 @@ rather than one BLAS call per batch entry.
 import numpy as np
 
 from ..native.gemm import gemm_rows
+from ._quant import frozen
 from .base import Kernel
 
 
@@ -13,7 +14,7 @@ class MatMul_1(Kernel):
     def run(self, a, b):
         xp = self.xp
         if xp is np and a.ndim >= 2 and b.ndim == 2 and a.flags.c_contiguous:   # rows shared among the threads
-            rows = gemm_rows(a.reshape(-1, a.shape[-1]), b)
+            rows = gemm_rows(a.reshape(-1, a.shape[-1]), b, constant=frozen(b))
             if rows is not None:
                 return (rows.reshape(a.shape[:-1] + (b.shape[1],)),)
         if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:

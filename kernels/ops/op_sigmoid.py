@@ -1,6 +1,8 @@
-"""Sigmoid: 1 / (1 + exp(-x)), blocked over cache-sized pieces for large NumPy arrays."""
+"""Sigmoid: 1 / (1 + exp(-x)); float32 by the compiled activations (native/activation.py), other types
+blocked over cache-sized pieces for large NumPy arrays."""
 import numpy as np
 
+from ..native.activation import SIGMOID, activation
 from ._blocked import blockable, in_blocks
 from .base import Elementwise
 
@@ -9,6 +11,8 @@ class Sigmoid_6(Elementwise):
     cuda = "1 / (1 + exp(-in0))"
 
     def compute(self, x, out=None):
+        if self.xp is np and (y := activation(SIGMOID, x, out)) is not None:
+            return y
         with np.errstate(over="ignore"):  # exp(-x) = inf for x < -88 gives the right 0
             if blockable(self.xp, x, out):
                 return in_blocks(self._sigmoid, x, out)

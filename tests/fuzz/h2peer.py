@@ -39,6 +39,10 @@ class Transport:
     def write(self, data) -> None:
         self.written += data
 
+    def writelines(self, pieces) -> None:
+        for piece in pieces:
+            self.written += piece
+
     def close(self) -> None:
         if not self.closing:
             self.closing = True

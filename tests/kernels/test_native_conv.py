@@ -1,19 +1,20 @@
-"""The compiled 2-D convolution (kernels/native/conv.c: im2col tiles, NumPy's BLAS sgemm, epilogue
-in one call): equal to an independent NumPy convolution over odd geometries, groups, pads and tile
-boundaries; bit-exact requantization (onnxruntime's rounding) for 8-bit inputs and outputs;
+"""The compiled 2-D convolution (kernels/native/conv.c: rtd's own GEMM over an implicit im2col of a
+padded, phase-split copy, epilogue in one call): equal to an independent NumPy convolution over odd
+geometries, groups, strides, dilations and pads; bit-exact requantization (onnxruntime's rounding) for 8-bit inputs and outputs;
 refusals for what it does not take; lengths checked again at the C boundary."""
 import numpy as np
 import pytest
-import threadpoolctl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rtd.kernels import native
+from rtd.kernels.ir import Node
 from rtd.kernels.native import conv as native_conv
+from rtd.kernels.native.chain import Program
 from rtd.kernels.ops._quant import requantize
 from rtd.kernels.ops._window import geometry
 
-pytestmark = pytest.mark.skipif(native_conv.BLAS is None, reason="rtd was installed without its compiled kernels")
+pytestmark = pytest.mark.skipif(native_conv.compiled is None, reason="rtd was installed without its compiled kernels")
 
 
 def numpy_conv(x, w, group, strides, dilations, begin, end, out_shape):
@@ -40,28 +41,25 @@ def conv_cases(draw):
     group = draw(st.integers(1, 3))
     return dict(n=draw(st.integers(1, 2)), c=group * draw(st.integers(1, 3)), m=group * draw(st.integers(1, 4)),
                 h=h, w=w, group=group, k=k, strides=strides, dilations=dilations, pads=pads,
-                tile=draw(st.sampled_from([None, 1, 7])), seed=draw(st.integers(0, 2**31 - 1)))
+                seed=draw(st.integers(0, 2**31 - 1)))
 
 
-def compiled_for(case, x_shape, w_shape, monkeypatch):
+def compiled_for(case, x_shape, w_shape):
     out_shape, begin, end = geometry(x_shape[2:], case["k"], case["strides"], case["dilations"], case["pads"])
-    if case["tile"] is not None:   # tiny tiles: many tiles, tiles that start and end mid-row
-        monkeypatch.setattr(native_conv, "MIN_TILE", case["tile"])
-        monkeypatch.setattr(native_conv, "TILE_FLOATS", case["tile"] * w_shape[1] * case["k"][0] * case["k"][1])
     conv = native_conv.Conv2d(x_shape, w_shape, case["group"], case["k"], case["strides"], case["dilations"],
                               begin, end, out_shape)
     assert conv.usable
     return conv, (case["strides"], case["dilations"], begin, end, out_shape)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conv_cases(), st.booleans(), st.booleans())
-def test_float_convolution_equals_numpy(monkeypatch, case, with_bias, relu):
+def test_float_convolution_equals_numpy(case, with_bias, relu):
     rng = np.random.default_rng(case["seed"])
     x = rng.standard_normal((case["n"], case["c"], case["h"], case["w"]), dtype=np.float32)
     w = rng.standard_normal((case["m"], case["c"] // case["group"], *case["k"]), dtype=np.float32)
     bias = rng.standard_normal(case["m"], dtype=np.float32) if with_bias else None
-    conv, geometry_args = compiled_for(case, x.shape, w.shape, monkeypatch)
+    conv, geometry_args = compiled_for(case, x.shape, w.shape)
     y = conv(x, w, bias, relu)
     expected = numpy_conv(x, w, case["group"], *geometry_args) + (bias.reshape(1, -1, 1, 1) if with_bias else 0)
     expected = np.maximum(expected, 0) if relu else expected
@@ -69,10 +67,10 @@ def test_float_convolution_equals_numpy(monkeypatch, case, with_bias, relu):
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(expected).max())))
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conv_cases(), st.sampled_from([np.uint8, np.int8]), st.sampled_from([np.uint8, np.int8]), st.booleans(),
        st.booleans())
-def test_eight_bit_convolution_requantizes_bit_exactly(monkeypatch, case, x_dtype, y_dtype, with_bias, per_channel):
+def test_eight_bit_convolution_requantizes_bit_exactly(case, x_dtype, y_dtype, with_bias, per_channel):
     """Padding is the zero point (0 once centred); sums exact; products landing on .5 round half to even."""
     rng = np.random.default_rng(case["seed"])
     info = np.iinfo(x_dtype)
@@ -83,7 +81,7 @@ def test_eight_bit_convolution_requantizes_bit_exactly(monkeypatch, case, x_dtyp
     multiplier = (rng.integers(1, 64, case["m"] if per_channel else 1) / np.float32(4096)).astype(np.float32)
     y_info = np.iinfo(y_dtype)
     y_zero_point = int(rng.integers(y_info.min, y_info.max + 1))
-    conv, geometry_args = compiled_for(case, x.shape, w.shape, monkeypatch)
+    conv, geometry_args = compiled_for(case, x.shape, w.shape)
     y = conv(x, w, bias, x_zero_point=x_zero_point, requantize=(multiplier, y_zero_point, np.dtype(y_dtype)))
     sums = numpy_conv(x.astype(np.float64) - x_zero_point, w, case["group"], *geometry_args).astype(np.int32)
     if with_bias:
@@ -115,62 +113,96 @@ def test_what_it_was_not_checked_for_is_refused_not_guessed():
 
 
 def test_the_c_boundary_checks_lengths_itself():
-    """A wrapper bug handing wrong lengths gets an error status, not an out-of-bounds access."""
+    """A wrapper bug handing wrong lengths gets an error status, not an out-of-bounds access, at stride 1 and 2."""
     ffi, lib = native.compiled.ffi, native.compiled.lib
-    x, w, y = np.ones(2 * 25, np.float32), np.ones(3 * 18, np.float32), np.empty(3 * 25, np.float32)
-    scratch = np.empty(25 * 18, np.float32)
+    x, w, half = np.ones(2 * 25, np.float32), np.ones(3 * 18, np.float32), np.full(1, 0.5, np.float32)
+    for stride, out in ((1, 5), (2, 3)):
+        y = np.empty(3 * out * out, np.float32)
+        geometry = (1, 2, 5, 5, 3, 1, 3, 3, out, out, stride, stride, 1, 1, 1, 1)
+        needed = lib.rtd_conv2d_scratch(*geometry, 0, 0)
+        assert needed > 0
+        scratch = np.empty(needed + 64, np.float32)
+        packed_len = lib.rtd_conv2d_packed_weights(3, 1, 18)
+        assert packed_len == 16 * 18   # one panel of 16 channels, 3 of them real
+        packed = np.empty(packed_len + 64, np.float32)
 
-    def call(x_len=x.size, w_len=w.size, y_len=y.size, scratch_len=scratch.size, tile=25, y_type=0):
-        return lib.rtd_conv2d(ffi.from_buffer("float[]", x), 0, x_len, 0, ffi.from_buffer("float[]", w), w_len,
-                              ffi.NULL, ffi.NULL, 0, ffi.NULL, 0, 0, ffi.from_buffer("char[]", y, require_writable=True),
-                              y_type, y_len, ffi.from_buffer("float[]", scratch, require_writable=True), scratch_len,
-                              1, 2, 5, 5, 3, 1, 3, 3, 5, 5, 1, 1, 1, 1, 1, 1, 0, tile)
-    assert call() == 0
-    assert call(x_len=x.size + 1) != 0
-    assert call(w_len=w.size - 1) != 0
-    assert call(y_len=y.size + 1) != 0
-    assert call(scratch_len=scratch.size - 1) != 0
-    assert call(tile=26) != 0          # a tile the scratch does not hold
-    assert call(y_type=1) != 0         # 8-bit output from a float input
+        def call(x_len=x.size, w_len=w.size, y_len=y.size, scratch_len=needed, packed_len=packed_len, y_type=0, y=y,
+                 scratch=scratch, packed=packed, geometry=geometry, links=ffi.NULL, params=ffi.NULL, n_links=0,
+                 chain_inputs=None):
+            return lib.rtd_conv2d(ffi.from_buffer("float[]", x), 0, x_len, 0, ffi.from_buffer("float[]", w), w_len,
+                                  ffi.NULL, ffi.NULL, 0, ffi.NULL, 0, 0, ffi.from_buffer("char[]", y, require_writable=True),
+                                  y_type, y_len, ffi.from_buffer("float[]", scratch, require_writable=True), scratch_len,
+                                  ffi.from_buffer("float[]", packed, require_writable=True), packed_len, 1,
+                                  links, params, n_links, chain_inputs or [ffi.NULL, ffi.from_buffer("float[]", half)], [0, 1], 2,
+                                  *geometry, 0)
+        assert call() == 0
+        assert call(x_len=x.size + 1) != 0
+        assert call(w_len=w.size - 1) != 0
+        assert call(y_len=y.size + 1) != 0
+        assert call(scratch_len=needed - 1) != 0
+        assert call(packed_len=packed_len - 1) != 0
+        assert call(y_type=1) != 0         # 8-bit output from a float input
+        mul = ffi.from_buffer("int32_t[]", np.array([2, 0, 1, -2], np.int32))   # Mul(output, input 1)
+        zeros = ffi.from_buffer("float[]", np.zeros(2, np.float32))
+        assert call(links=mul, params=zeros, n_links=1) == 0
+        assert call(links=ffi.from_buffer("int32_t[]", np.array([2, 0, 2, -2], np.int32)), params=zeros, n_links=1) != 0
+        assert call(links=ffi.from_buffer("int32_t[]", np.array([99, 0, 1, -2], np.int32)), params=zeros, n_links=1) != 0
 
 
-def numpy_blas_threads() -> int:
-    """The thread count of NumPy's own OpenBLAS, the one the compiled convolution calls."""
-    return next(lib["num_threads"] for lib in threadpoolctl.threadpool_info()
-                if lib.get("internal_api") == "openblas" and "numpy" in lib.get("filepath", ""))
+def test_kept_panels_are_used_only_for_the_weights_they_were_made_from():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 8, 12, 12), dtype=np.float32)
+    w1, w2 = (rng.standard_normal((20, 8, 3, 3), dtype=np.float32) for _ in range(2))
+    conv = native_conv.Conv2d(x.shape, w1.shape, 1, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [12, 12])
+    first = conv(x, w1, constant=w1)
+    np.testing.assert_array_equal(conv(x, w1), first)                                # packed anew: the same bits
+    np.testing.assert_array_equal(conv(x, w1, constant=w1), first)                   # from the kept panels
+    np.testing.assert_array_equal(conv(x, w2, constant=w2), conv(x, w2))             # other weights: their own
+    np.testing.assert_array_equal(conv(x, w1[:, :, :, :], constant=w1), first)       # a view of the kept weights
 
 
 def test_threads_split_the_work_and_change_no_result():
-    """With two threads the tiles are shared out (each thread's GEMMs single-threaded, BLAS's own
-    thread count restored after); the outputs are those of one thread, float and 8-bit alike, bit for bit.
-
-    Bit for bit because threads change no sum's order: an output is one unit's sgemm dot product over
-    K = C/group · kh · kw terms, then + bias, and the units (image, group, tile of pixels) and their
-    operands are the same at any thread count. The one-thread run has BLAS single-threaded too, as a
-    worker does (daemon/worker.py). Left at the process's default instead (two threads on a two-core
-    host), OpenBLAS's threaded sgemm sums in its own order: 16,249 of the 102,400 float outputs moved
-    here, by at most 1.45e-5. Such a bound says nothing about rtd: two float32 orders of K + 1 terms may
-    differ by up to 2·γ(K+1)·(Σ|x·w| + |bias|), γ(n) = n·2^-24 / (1 − n·2^-24), about 1.7e-3 here (K = 144,
-    Σ|x·w| ≈ 100), while a lost or doubled term moves an output by |x·w| ≈ 0.6 on average."""
+    """With two threads the GEMM's columns are shared out, or its rows (a small map, many channels); the outputs
+    are those of one thread, float and 8-bit alike, stride 1 and 2, and the tenant's limit is restored after."""
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((2, 16, 40, 40), dtype=np.float32)
-    xq = rng.integers(0, 256, x.shape).astype(np.uint8)
-    w = rng.standard_normal((32, 16, 3, 3), dtype=np.float32)
-    wq = rng.integers(-127, 128, w.shape).astype(np.float32)
-    bias = rng.standard_normal(32, dtype=np.float32)
-    requantize = (np.full(1, 1 / 512, np.float32), 3, np.dtype(np.uint8))
-    results = {}
-    try:
-        for threads in (1, 2):
-            native.set_threads(threads)
-            conv = native_conv.Conv2d(x.shape, w.shape, 1, [3, 3], [1, 1], [1, 1], [1, 1], [1, 1], [40, 40])
-            with threadpoolctl.threadpool_limits(1 if threads == 1 else None, user_api="blas"):
-                blas_threads = numpy_blas_threads()
+    for size, stride in ((40, 1), (40, 2), (6, 1), (8, 2)):
+        x = rng.standard_normal((2, 16, size, size), dtype=np.float32)
+        xq = rng.integers(0, 256, x.shape).astype(np.uint8)
+        m = 32 if size > 10 else 256   # a small map with many channels: few units, the GEMM shared out
+        w = rng.standard_normal((m, 16, 3, 3), dtype=np.float32)
+        wq = rng.integers(-127, 128, w.shape).astype(np.float32)
+        bias = rng.standard_normal(m, dtype=np.float32)
+        requantize = (np.full(1, 1 / 512, np.float32), 3, np.dtype(np.uint8))
+        out = (size + 2 - 3) // stride + 1
+        results = {}
+        try:
+            for threads in (1, 2):
+                native.set_threads(threads)
+                conv = native_conv.Conv2d(x.shape, w.shape, 1, [3, 3], [stride] * 2, [1, 1], [1, 1], [1, 1], [out, out])
                 results[threads] = (conv(x, w, bias, True), conv(xq, wq, None, x_zero_point=128, requantize=requantize))
-                assert numpy_blas_threads() == blas_threads
-            assert conv.scratch.size >= threads * conv.per_thread
-            assert native.threads() == threads
-    finally:
-        native.set_threads(1)
-    np.testing.assert_array_equal(results[2][0], results[1][0])
-    np.testing.assert_array_equal(results[2][1], results[1][1])
+                assert native.threads() == threads
+        finally:
+            native.set_threads(1)
+        np.testing.assert_array_equal(results[2][0], results[1][0])   # a split changes no output's sum order
+        np.testing.assert_array_equal(results[2][1], results[1][1])
+
+
+@pytest.mark.parametrize("k, pads", [(1, 0), (3, 1)])   # 1x1 unpadded: the GEMM's epilogue; 3x3: the direct tiles'
+def test_a_fused_chain_gives_the_bits_of_the_chain_run_after(k, pads):
+    """Conv + Relu, then x * sigmoid(x) * scale[channel] + shift: run on the tiles, the same bits as the same
+    compiled chain run over the finished output."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 24, 13, 11), dtype=np.float32)
+    w = rng.standard_normal((37, 24, k, k), dtype=np.float32)
+    bias = rng.standard_normal(37, dtype=np.float32)
+    scale, shift = rng.standard_normal((37, 1, 1), dtype=np.float32), np.float32([0.25])
+    links = [(Node("Sigmoid", "", [], [], {}), [0]), (Node("Mul", "", [], [], {}), [0, -1]),
+             (Node("Mul", "", [], [], {}), [-1, 1]), (Node("Add", "", [], [], {}), [-1, 2])]
+    program = Program.build(links, 3, np.float32)
+    out = (13 + 2 * pads - k) + 1, (11 + 2 * pads - k) + 1
+    conv = native_conv.Conv2d(x.shape, w.shape, 1, [k, k], [1, 1], [1, 1], [pads] * 2, [pads] * 2, list(out))
+    plain = conv(x, w, bias, relu=True)
+    want = np.empty_like(plain)
+    assert program([plain, scale, shift], want) is want
+    fused = conv(x, w, bias, relu=True, chain=(program, [None, scale, shift]))
+    np.testing.assert_array_equal(fused, want)

@@ -9,13 +9,15 @@ from hypothesis import strategies as st
 from rtd.kernels import native
 from rtd.kernels.native import gemm as native_gemm
 
-pytestmark = pytest.mark.skipif(native_gemm.BLAS is None, reason="rtd was installed without its compiled kernels")
+pytestmark = pytest.mark.skipif(native.compiled is None, reason="rtd was installed without its compiled kernels")
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.integers(1, 300), st.integers(1, 70), st.integers(1, 300), st.booleans(), st.booleans(), st.booleans(),
+@given(st.integers(1, 300), st.one_of(st.integers(1, 70), st.integers(250, 600)), st.integers(1, 300), st.booleans(),
+       st.booleans(), st.booleans(),
        st.sampled_from([1, 2]), st.integers(0, 2**31 - 1))
 def test_gemm_rows_equals_numpy(m, k, n, transposed, with_bias, relu, threads, seed):
+    """Plain, and with the weight packed once (kept, then used again)."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k), dtype=np.float32)
     w = rng.standard_normal((n, k), dtype=np.float32).T if transposed else rng.standard_normal((k, n), dtype=np.float32)
@@ -23,11 +25,14 @@ def test_gemm_rows_equals_numpy(m, k, n, transposed, with_bias, relu, threads, s
     try:
         native.set_threads(threads)
         got = native_gemm.gemm_rows(a, w, bias, relu)
+        packed = [native_gemm.gemm_rows(a, w, bias, relu, constant=True) for _ in range(2)]
     finally:
         native.set_threads(1)
     want = a.astype(np.float64) @ w.astype(np.float64) + (bias if with_bias else 0)
     want = np.maximum(want, 0) if relu else want
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    np.testing.assert_allclose(packed[0], want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    np.testing.assert_array_equal(packed[1], packed[0])   # the kept panels: the same sums again
 
 
 def test_big_products_split_among_threads_give_the_one_thread_result():
