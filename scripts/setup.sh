@@ -2,9 +2,17 @@
 # Installs what rtd needs on a fresh Debian machine: apt packages, a venv in .venv, rtd itself.
 # Idempotent and quick when nothing changed (a stamp holds the hash of the install inputs). Says one
 # line per stage on stderr; what apt and pip say is kept aside and shown only when a stage fails.
+# `setup.sh --check` only answers whether it would do nothing (exit 0) or install (exit 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "setup: $*" >&2; }
+stamp=.venv/.rtd-installed
+want=$(cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py \
+       daemon/transport/h2session.[ch] daemon/transport/build_h2session.py | sha256sum | cut -d' ' -f1)  # a changed C file rebuilds
+if [ "${1:-}" = --check ]; then   # whether this checkout is installed as it is now; changes nothing
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]
+  exit
+fi
 APT_PACKAGES=(libseccomp2 python3-venv systemd openssl coreutils iproute2 libgomp1  # libgomp1: LightGBM (tests)
               libnghttp2-dev  # the HTTP/2 session (daemon/transport/h2session.c) is built on libnghttp2
               gcc libc6-dev python3-dev curl)  # gcc..python3-dev: build kernels/native at install time; curl: the README
@@ -20,9 +28,6 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   quietly apt-get update -qq
   quietly env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
-stamp=.venv/.rtd-installed
-want=$(cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py \
-       daemon/transport/h2session.[ch] daemon/transport/build_h2session.py | sha256sum | cut -d' ' -f1)  # a changed C file rebuilds
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   say "rtd in .venv is up to date"
   exit 0
