@@ -8,7 +8,6 @@ import grpc
 
 from rtd.proto import ADMIN_SERVICE, SERVICE
 from rtd.proto import FILE_PREFIX, PROFILE_PARAMETER
-from rtd.tensors import decode_response, encode_inputs
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
 
@@ -93,6 +92,7 @@ class Client:
     def infer(self, name: str, inputs: dict, outputs: list | None = None, timeout: float | None = None,
               profile: bool = False) -> dict:
         """{output: ndarray}; with `profile`, also the worker's Chrome trace as output `rtd.trace`."""
+        from rtd.tensors import decode_response, encode_inputs   # NumPy: for the calls that carry tensors only
         tensors, raw = encode_inputs(inputs)
         request = pb.ModelInferRequest(model_name=name, inputs=tensors, raw_input_contents=raw,
                                        outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name=o) for o in outputs or ()])

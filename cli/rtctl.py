@@ -1,13 +1,15 @@
 """rtctl, the operator's CLI. Each command group lives in its own module of this folder that
 registers its subcommands; every failure is one line `CODE: reason` on stderr
-(rtd.commandline.run), with the exit statuses listed in `rtctl --help`."""
+(rtd.commandline.run), with the exit statuses listed in `rtctl --help`. A command module imports
+what its commands need when they run, so `rtctl --help` and a local command answer at once
+(bench/cli.py measures them)."""
 import argparse
 import sys
 
 from rtd import commandline
-from rtd.cli import doctor, package, serving, trust
+from rtd.cli import doctor, package, serving, token, trust
 
-COMMAND_MODULES = (package, trust, serving, doctor)  # each module: register(subparsers) adding parsers with set_defaults(func=...)
+COMMAND_MODULES = (package, trust, token, serving, doctor)  # each module: register(subparsers) adding parsers with set_defaults(func=...)
 
 
 def main(argv=None) -> int:

@@ -1,25 +1,19 @@
 """rtctl load / run / list / unload / status: the serving commands, spoken over the daemon's
 gRPC (KServe v2 messages, tenant token; status needs the admin token only). Without
 --socket/--url and --token*, they use the embedded default's state dir (--state-dir,
-$RTD_STATE_DIR or ~/.local/state/rtd): its socket, dev.token and admin.token."""
+$RTD_STATE_DIR or ~/.local/state/rtd): its socket, dev.token and admin.token. grpc, NumPy
+and rich are imported when a command runs, not when rtctl starts."""
 import collections
+import contextlib
 import json
 import os
 import re
 import time
 
-import grpc
-import numpy as np
-from rich.console import Console
-
 from rtd.cli.output import show, table
-from rtd.cli.package import check_package_path
-from rtd.cli.client import Client, read_token
-from rtd.daemon.config import default_state_dir
-from rtd.proto import TRACE_OUTPUT
+from rtd.cli.package import package_files
+from rtd.statedir import default_state_dir
 from rtd.errors import Code, RtdError
-from rtd.loader import metadata as package_metadata
-from rtd.loader.intake import read_package
 
 PREVIEW = 6
 
@@ -45,7 +39,18 @@ def state_dir(explicit: str | None) -> str:
     return state
 
 
-def _client(args, tenant: bool = True) -> Client:
+# what to do about a refusal the daemon answered, by its code: the line names the flag or the command
+FIXES = {
+    Code.E_KEY_UNTRUSTED: "trust the signing key first: rtctl trust add KEY.pub.pem",
+}
+
+
+@contextlib.contextmanager
+def _client(args, tenant: bool = True):
+    """A Client of the daemon the flags name (or the embedded default's); a refusal that
+    comes back names the flag or command that fixes it."""
+    import grpc
+    from rtd.cli.client import Client, read_token
     token = None
     if tenant:
         token = args.token or read_token(args.token_file or os.path.join(state_dir(args.state_dir), "dev.token"),
@@ -58,17 +63,25 @@ def _client(args, tenant: bool = True) -> Client:
                     return f.read()
             creds = grpc.ssl_channel_credentials(read(args.tls_ca), args.tls_key and read(args.tls_key),
                                                  args.tls_cert and read(args.tls_cert))
-        return Client(args.url, token, creds)
-    return Client(f"unix:{args.socket or os.path.join(state_dir(args.state_dir), 'rtd.sock')}", token)
+        client = Client(args.url, token, creds)
+    else:
+        client = Client(f"unix:{args.socket or os.path.join(state_dir(args.state_dir), 'rtd.sock')}", token)
+    fixes = {**FIXES, Code.E_UNAUTHENTICATED: "pass the tenant's token: --token-file FILE (default STATE/dev.token)" if tenant
+             else "pass the admin token: --admin-token-file FILE (default STATE/admin.token)"}
+    try:
+        with client:
+            yield client
+    except RtdError as e:
+        if e.code not in fixes:
+            raise
+        raise RtdError(e.code, f"{e.detail}; {fixes[e.code]}" if e.detail else fixes[e.code]) from None
 
 
 def _package_files(path: str) -> tuple[str, dict]:
-    """Read a package (dir or tar) with the loader's safe intake; (signed name, files)."""
-    fileset = read_package(check_package_path(path))
-    try:
-        files = {rel: sealed.bytes() for rel, sealed in fileset.files.items()}
-    finally:
-        fileset.close()
+    """A package (dir or tar) read with the loader's safe intake: (signed name, {path: bytes})."""
+    from rtd.loader import metadata as package_metadata
+    from rtd.proto import FILE_PREFIX
+    files = {path.removeprefix(FILE_PREFIX): data for path, data in package_files(path).items()}
     meta = [data for rel, data in files.items() if rel.endswith("/" + "metadata.json")]
     if len(meta) != 1:
         raise RtdError(Code.E_FILE_MISSING, "the package has no single <version>/metadata.json")
@@ -76,20 +89,17 @@ def _package_files(path: str) -> tuple[str, dict]:
 
 
 def cmd_load(args) -> int:
+    from rich.console import Console
     name, files = _package_files(args.package)
     size = sum(len(b) for b in files.values())
     with _client(args) as client, Console(stderr=True).status(f"uploading {name} ({size / 1e6:.1f} MB, verified by the daemon)"):
-        try:
-            client.load(args.name or name, files)
-        except RtdError as e:
-            if e.code != Code.E_KEY_UNTRUSTED:
-                raise
-            raise RtdError(e.code, f"{e.detail}; trust the signing key first: rtctl trust add KEY.pub.pem") from None
+        client.load(args.name or name, files)
     print(json.dumps({"ok": True, "loaded": args.name or name}) if args.json else f"loaded {args.name or name}")
     return 0
 
 
 def _read_inputs(specs: list[str]) -> dict:
+    import numpy as np
     inputs = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
@@ -115,6 +125,7 @@ def _file_name(output: str, taken: set, directory: str) -> str:
 
 
 def cmd_run(args) -> int:
+    import numpy as np
     inputs = _read_inputs(args.input)
     with _client(args) as client:
         start = time.perf_counter()
@@ -144,6 +155,7 @@ def cmd_run(args) -> int:
 def cmd_profile(args) -> int:
     """One request timed step by step inside the tenant's own worker: its Chrome trace to --out
     (chrome://tracing, ui.perfetto.dev) and the slowest steps on the terminal."""
+    from rtd.proto import TRACE_OUTPUT
     inputs = _read_inputs(args.input)
     with _client(args) as client:
         outputs = client.infer(args.model, inputs, args.output or None, timeout=args.timeout, profile=True)
@@ -163,10 +175,11 @@ def cmd_profile(args) -> int:
         print(json.dumps({"ok": True, "trace": args.out, "steps": len(events) - 1, "total_us": round(total, 1),
                           "slowest": [{"step": n, "us": round(us, 1)} for n, us in steps.most_common(PREVIEW)]}))
         return 0
-    result = table(f"{args.model}: {total / 1e3:.2f} ms in the worker, trace in {args.out}", "step", "µs", "share")
+    result = table(f"{args.model}: {total / 1e3:.2f} ms in the worker", "step", "µs", "share")
     for name, us in steps.most_common(PREVIEW):
         result.add_row(name, f"{us:.1f}", f"{us / total:.0%}" if total else "-")
     show(result)
+    print(f"trace: {args.out} (chrome://tracing or ui.perfetto.dev)")
     return 0
 
 
@@ -191,8 +204,15 @@ def cmd_unload(args) -> int:
 
 
 def admin_token(args) -> str:
-    return read_token(args.admin_token_file or os.path.join(state_dir(args.state_dir), "admin.token"),
-                      "--admin-token-file")
+    """--admin-token-file, else the embedded default's STATE/admin.token."""
+    from rtd.cli.client import read_token
+    if args.admin_token_file:
+        return read_token(args.admin_token_file, "--admin-token-file")
+    state = os.path.abspath(args.state_dir) if args.state_dir else default_state_dir()
+    if not os.path.isdir(state):
+        raise RtdError(Code.E_STATE_MISSING, f"{state}: status needs the admin token: --admin-token-file FILE "
+                                             "(the embedded default's is STATE/admin.token: --state-dir)")
+    return read_token(os.path.join(state, "admin.token"), "--admin-token-file")
 
 
 def cmd_status(args) -> int:

@@ -6,24 +6,19 @@ tenant's `trusted_keys` names. Files are replaced atomically (rtd.files). A revo
 stays revoked: `add` refuses it. Each file is written with its `.last-good` copy
 (rtd.files.write_durable), which the daemon reads in place of a damaged file. After a change
 the running daemon re-reads its trust stores (rtd.Admin/Reload with the admin token, as SIGHUP
-does), so the next load sees it."""
+does), so the next load sees it. The embedded default's store also holds the dev key `rtd serve`
+made (STATE/dev-keys/), and `list` says which one that is. Keys and gRPC are imported when a
+command runs."""
 import contextlib
-import datetime
 import fcntl
 import json
 import os
 import re
 import sys
 
-from rtd.daemon import config as configuration
 from rtd.cli.output import show, table
 from rtd.cli.serving import state_dir
-from rtd.cli.client import Client, read_token
 from rtd.errors import Code, RtdError
-from rtd.beneath import Dir
-from rtd.files import read_copies, write_durable
-from rtd.loader import keys
-from rtd.loader.trust import MAX_LIST_BYTES, REVOCATION_LIST, TrustStore, revocations
 
 _HEX = re.compile(r"[0-9a-f]{16,64}")
 
@@ -33,7 +28,9 @@ class _Store:
 
     def __init__(self, args):
         self.tenant = args.tenant
+        self.dev_key = None   # the embedded default's own dev key, which its dev tenant trusts
         if args.config:
+            from rtd.daemon import config as configuration
             try:
                 config = configuration.load(args.config)
             except configuration.ConfigError as e:
@@ -47,10 +44,12 @@ class _Store:
             state = state_dir(args.state_dir)
             self.directory, self.socket = os.path.join(state, "trust", args.tenant), os.path.join(state, "rtd.sock")
             self.admin_token_file = args.admin_token_file or os.path.join(state, "admin.token")
+            self.dev_key = os.path.join(state, "dev-keys", "signing.pub.pem")
         if not os.path.isdir(self.directory):
             raise RtdError(Code.E_PATH_NOT_FOUND, f"no trust store for tenant {args.tenant!r} at {self.directory}")
 
-    def read(self) -> TrustStore:
+    def read(self):
+        from rtd.loader.trust import TrustStore
         return TrustStore(self.directory)
 
     @contextlib.contextmanager
@@ -68,6 +67,7 @@ class _Store:
         if not os.path.exists(self.socket):
             print(f"rtctl: no daemon at {self.socket}; it reads the trust store when it starts", file=sys.stderr)
             return
+        from rtd.cli.client import Client, read_token
         if self.admin_token_file is None:
             print("rtctl: reload the daemon for this to take effect (systemctl reload rtd, or pass --admin-token-file)",
                   file=sys.stderr)
@@ -85,11 +85,14 @@ class _Store:
 
 
 def _public_key(path: str):
+    from rtd.loader import keys
     with open(path, "rb") as f:
         return keys.check_public(keys.load_public(f.read(1 << 20), path))
 
 
 def _add(args) -> int:
+    from rtd.files import write_durable
+    from rtd.loader import keys
     store = _Store(args)
     key = _public_key(args.key)
     fingerprint = keys.fingerprint(key)
@@ -107,8 +110,9 @@ def _add(args) -> int:
     return 0
 
 
-def _fingerprint_of(what: str, trust: TrustStore) -> str:
+def _fingerprint_of(what: str, trust) -> str:
     """A public key file, a full fingerprint, or an unambiguous prefix (16+ hex digits) of a trusted one."""
+    from rtd.loader import keys
     if os.path.isfile(what):
         return keys.fingerprint(_public_key(what))
     if not _HEX.fullmatch(what):
@@ -122,11 +126,16 @@ def _fingerprint_of(what: str, trust: TrustStore) -> str:
 
 
 def _list_text(data: bytes) -> bytes:
+    from rtd.loader.trust import revocations
     revocations(data)   # refuses a damaged list
     return data
 
 
 def _revoke(args) -> int:
+    import datetime
+    from rtd.beneath import Dir
+    from rtd.files import read_copies, write_durable
+    from rtd.loader.trust import MAX_LIST_BYTES, REVOCATION_LIST
     store = _Store(args)
     with store.changing() as trust:
         if trust.unusable:
@@ -147,8 +156,10 @@ def _revoke(args) -> int:
 
 
 def _list(args) -> int:
+    from rtd.loader import keys
     store = _Store(args)
     trust = store.read()
+    dev = keys.fingerprint(_public_key(store.dev_key)) if store.dev_key and os.path.exists(store.dev_key) else None
     rows = []
     for fingerprint, key in sorted(trust.keys.items(), key=lambda item: trust.files[item[0]]):
         try:
@@ -156,15 +167,17 @@ def _list(args) -> int:
             state = "revoked" if fingerprint in trust.revoked else "refused: store damaged" if trust.unusable else "trusted"
         except RtdError as e:
             state = f"refused: {e.detail}"
-        rows.append({"fingerprint": fingerprint, "file": trust.files[fingerprint], "state": state})
-    rows += [{"fingerprint": f, "file": "", "state": "revoked"} for f in sorted(trust.revoked - set(trust.keys))]
+        rows.append({"fingerprint": fingerprint, "file": trust.files[fingerprint], "state": state,
+                     "dev_key": fingerprint == dev})
+    rows += [{"fingerprint": f, "file": "", "state": "revoked", "dev_key": f == dev} for f in sorted(trust.revoked - set(trust.keys))]
     if args.json:
         print(json.dumps({"tenant": store.tenant, "directory": store.directory, "keys": rows,
                           "unusable": trust.unusable, "problems": trust.problems}))
         return 0
-    result = table(f"tenant {store.tenant}: {store.directory}", "fingerprint (sha256 of the public key)", "file", "state")
-    for row in rows:
-        result.add_row(row["fingerprint"], row["file"], row["state"])
+    result = table(f"tenant {store.tenant}: {store.directory}", "fingerprint", "file", "state")
+    for row in rows:   # the fingerprint's first 16 hex digits (--json: all 64) name a key to revoke too
+        note = " (rtd serve's dev key)" if row["dev_key"] else ""   # STATE/dev-keys/signing.pem
+        result.add_row(row["fingerprint"][:16], row["file"], row["state"] + note)
     show(result)
     for problem in trust.problems:
         show(f"[yellow]{problem}[/yellow]", stderr=True)

@@ -2,11 +2,13 @@
 
 With no config file, `embedded_default()` builds a development setup in a state directory
 that is the same wherever rtd and rtctl start (`default_state_dir()`): gRPC, REST and metrics
-on Unix sockets there (mode 0600 in a 0700 directory: the daemon's own user only), one tenant
-`dev` with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
-to the state dir — and says so on stderr. Its one tunable is max_message_bytes (large
-model packages are uploaded as one message). Unknown keys, wrong types and impossible values
-raise ConfigError naming the offending key; the daemon refuses to start on them.
+on Unix sockets there (mode 0600 in a 0700 directory: the daemon's own user only), gRPC and
+REST also on loopback TCP (Triton's ports 8001 and 8000, or free ones when those are taken:
+what tritonclient needs a host:port for; every call still needs a token), one tenant `dev`
+with a fresh signing key it trusts and a fresh bearer token, an admin token — all written
+to the state dir — and says so on stderr. `rtd serve`'s flags tune it (EmbeddedOptions).
+Unknown keys, wrong types and impossible values raise ConfigError naming the offending key;
+the daemon refuses to start on them.
 """
 import dataclasses
 import hashlib
@@ -14,12 +16,14 @@ import json
 import os
 import re
 import secrets
+import socket
 import sys
 import tomllib
 
 from rtd import beneath
 from rtd.errors import Code, RtdError
 from rtd.loader.layout import check_component
+from rtd.statedir import default_state_dir
 
 TENANT_UID_BASE = 61000
 ALL_MODELS = "*"   # in a tenant's load list: every model of its repository
@@ -92,6 +96,8 @@ class Config:
     rest_unix: str = ""            # KServe v2 REST on a Unix socket (same mode and group); "" = none
     rest_tcp: str = ""             # KServe v2 REST on "host:port"; requires tls_* (mTLS), like tcp
     unsafe_plaintext_rest_tcp: str = ""   # REST without TLS, as unsafe_plaintext_tcp
+    loopback_tcp: int = 0          # gRPC on 127.0.0.1:PORT, plaintext: local users only, each call with its token
+    loopback_rest_tcp: int = 0     # REST likewise
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
@@ -214,6 +220,8 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
         rest_unix=rest_unix and os.path.join(base, rest_unix),
         rest_tcp=_take(listen, "listen", "rest_tcp", str, ""),
         unsafe_plaintext_rest_tcp=_take(listen, "listen", "unsafe_plaintext_rest_tcp", str, ""),
+        loopback_tcp=_take(listen, "listen", "loopback_tcp", int, 0),
+        loopback_rest_tcp=_take(listen, "listen", "loopback_rest_tcp", int, 0),
         tls_cert=_take(listen, "listen", "tls_cert", str, ""),
         tls_key=_take(listen, "listen", "tls_key", str, ""),
         tls_client_ca=_take(listen, "listen", "tls_client_ca", str, ""),
@@ -245,6 +253,13 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
             raise ConfigError(f"{where}: expected host:port")
     if sum(t.unsafe_anonymous for t in config.tenants) > 1:
         raise ConfigError("tenant.unsafe_anonymous: at most one tenant may take calls without a token")
+    for key, port in (("loopback_tcp", config.loopback_tcp), ("loopback_rest_tcp", config.loopback_rest_tcp)):
+        if not 0 <= port < 65536:
+            raise ConfigError(f"listen.{key}: a port, 1..65535 (0: none)")
+        if port and any(t.unsafe_anonymous for t in config.tenants):   # every local user reaches loopback TCP
+            raise ConfigError(f"listen.{key}: loopback TCP is open to every local user, so no tenant may be unsafe_anonymous")
+    if config.loopback_tcp and config.loopback_tcp == config.loopback_rest_tcp:
+        raise ConfigError("listen.loopback_rest_tcp: must differ from listen.loopback_tcp")
     if config.metrics_port and not (config.metrics_token_sha256 or config.admin_token_sha256):
         raise ConfigError("metrics.port: a TCP metrics listener needs metrics.token_sha256 (or admin.token_sha256): "
                           "scrapes without a token are refused")
@@ -299,19 +314,40 @@ def _message_limits(max_message_bytes: int | None) -> str:
         f"{key} = {max(max_message_bytes, getattr(Limits, key))}\n" for key in budgets)
 
 
-def default_state_dir() -> str:
-    """The embedded default's state directory: $RTD_STATE_DIR, else $XDG_STATE_HOME/rtd
-    (~/.local/state/rtd); never relative to where a command happens to start."""
-    explicit = os.environ.get("RTD_STATE_DIR")
-    if explicit:
-        return os.path.abspath(explicit)
-    return os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "rtd")
+GRPC_PORT, HTTP_PORT = 8001, 8000   # Triton's: what a tritonclient example expects
+
+
+def _port_free(port: int) -> bool:
+    """Whether a listener could bind 127.0.0.1:`port` now (as asyncio binds: SO_REUSEADDR)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _loopback_port(chosen: int | None, default: int, what: str, flag: str, notes: list) -> int:
+    """A port the operator chose (taken: refused when the listener starts), else Triton's
+    default, else, when that one is taken (another daemon, another rtd), one the kernel picks."""
+    if chosen is not None or _port_free(default):
+        return default if chosen is None else chosen
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    notes.append(f"127.0.0.1:{default} is taken: {what} on 127.0.0.1:{port} instead ({flag} chooses one)")
+    return port
 
 
 def embedded_default(state_dir: str | None = None, model_repository: str | None = None,
-                     load_at_start: tuple[str, ...] = (), max_message_bytes: int | None = None) -> Config:
+                     load_at_start: tuple[str, ...] = (), max_message_bytes: int | None = None, *,
+                     tcp: bool = True, grpc_port: int | None = None, http_port: int | None = None,
+                     memory_bytes: int | None = None, cpu_cores: float | None = None) -> Config:
     """The no-config development setup; creates what it needs and reports it on stderr.
-    `model_repository` is the dev tenant's Triton repository (DIR/<model>/...)."""
+    `model_repository` is the dev tenant's Triton repository (DIR/<model>/...); `tcp` adds the
+    loopback listeners (on `grpc_port` and `http_port` where given); `memory_bytes` and
+    `cpu_cores` are the dev tenant's sandbox limits over the default policy's."""
     state_dir = os.path.abspath(state_dir or default_state_dir())
     notes = [f"no config given: embedded default, state in {state_dir} (--state-dir or RTD_STATE_DIR choose another)"]
     keys_dir, trust_dir = os.path.join(state_dir, "dev-keys"), os.path.join(state_dir, "trust", "dev")
@@ -320,11 +356,16 @@ def embedded_default(state_dir: str | None = None, model_repository: str | None 
     _ensure_signing_key(keys_dir, trust_dir, notes)
     dev_token = _ensure_token(os.path.join(state_dir, "dev.token"), notes)
     admin_token = _ensure_token(os.path.join(state_dir, "admin.token"), notes)
+    loopback = ""
+    if tcp:
+        loopback = (f"loopback_tcp = {_loopback_port(grpc_port, GRPC_PORT, 'gRPC', '--grpc-port', notes)}\n"
+                    f"loopback_rest_tcp = {_loopback_port(http_port, HTTP_PORT, 'REST', '--http-port', notes)}\n")
+    limits = {k: v for k, v in (("memory_bytes", memory_bytes), ("cpu_cores", cpu_cores)) if v is not None}
     text = f"""
 state_dir = {state_dir!r}
 [listen]
 unix = {os.path.join(state_dir, "rtd.sock")!r}
-[metrics]
+{loopback}[metrics]
 unix = {os.path.join(state_dir, "metrics.sock")!r}
 [admin]
 token_sha256 = [{token_hash(admin_token)!r}]
@@ -333,6 +374,8 @@ id = "dev"
 token_sha256 = [{token_hash(dev_token)!r}]
 trusted_keys = {trust_dir!r}
 """
+    if limits:
+        text += f"policy = {{ limits = {{ {', '.join(f'{k} = {v!r}' for k, v in limits.items())} }} }}\n"
     if model_repository:   # keys of the dev tenant's table: before any other table starts
         text += f"model_repository = {os.path.abspath(model_repository)!r}\nload = {json.dumps(list(load_at_start))}\n"
         notes.append(f"tenant 'dev' loads from the model repository {os.path.abspath(model_repository)}")

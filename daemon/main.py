@@ -9,6 +9,15 @@ stops them. SIGHUP reloads tenant tokens and trust stores (a bad config keeps th
 and says why); SIGTERM/SIGINT drain: no new connections or calls, requests in flight
 finish within `drain_grace_s`, then the workers and the zygote stop.
 """
+import os
+
+# Workers are thread-frugal: the compiled kernels run their own pool (one thread per core of the
+# tenant's) and BLAS runs single-threaded inside it. OpenBLAS sizes its thread server from this
+# variable when the library loads, here, before any import below brings NumPy in; without it every
+# worker would start one BLAS thread per host CPU (per OpenBLAS: NumPy's and SciPy's) against its
+# tenant's pids limit.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
 import argparse
 import asyncio
 import contextlib
@@ -16,7 +25,6 @@ import dataclasses
 import fcntl
 import grp
 import hashlib
-import os
 import resource
 import signal
 import socket
@@ -105,12 +113,12 @@ async def _listen_unix(table: ConnectionTable, path: str, make, config: configur
     os.chmod(path, config.unix_mode)
 
 
-async def _listen_tcp(table: ConnectionTable, address: str, context, make) -> None:
+async def _listen_tcp(table: ConnectionTable, address: str, context, make, choose: str = "another address") -> None:
     host, _, port = address.rpartition(":")
     try:
         await table.listen_tcp(host, int(port), context, make)
     except OSError as e:
-        raise RtdError(Code.E_LISTEN_FAILED, f"{address}: {e.strerror}; stop what holds it or choose another address") from None
+        raise RtdError(Code.E_LISTEN_FAILED, f"{address}: {e.strerror}; stop what holds it or choose {choose}") from None
 
 
 async def _serve(config: configuration.Config, reread, zygote: Zygote, max_connections: int) -> int:
@@ -152,6 +160,11 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
             if address:
                 await _listen_tcp(table, address, None, make)
                 addresses.append(f"{address} ({what}plaintext: unsafe unless a mesh or proxy terminates mTLS)")
+        for port, make, what, key in ((config.loopback_tcp, grpc, "gRPC", "grpc"), (config.loopback_rest_tcp, rest, "REST", "http")):
+            if port:   # local users only, and every call carries its token (config refuses unsafe_anonymous here)
+                await _listen_tcp(table, f"127.0.0.1:{port}", None, make,
+                                  f"another: --{key}-port, or --no-tcp (listen.loopback_{'rest_' if key == 'http' else ''}tcp)")
+                addresses.append(f"127.0.0.1:{port} ({what}, loopback, token required)")
         if config.metrics_unix:   # scraped on this loop: no lock needed
             await listener.start_unix(config.metrics_unix, config.metrics_unix_mode, config.metrics_unix_group)
             addresses.append(f"metrics unix:{config.metrics_unix} (mode {config.metrics_unix_mode:04o})")
@@ -242,9 +255,30 @@ def main(argv=None) -> int:
     serve_cmd.add_argument("--max-message-bytes", type=int, metavar="N",
                            help="largest gRPC message of the embedded default, either way (default 268435456; "
                                 "a package upload is one message); with --config, set limits.max_message_bytes there")
+    serve_cmd.add_argument("--grpc-port", type=int, metavar="PORT",
+                           help=f"embedded default: gRPC on 127.0.0.1:PORT (default {configuration.GRPC_PORT}, or a free "
+                                "port when that one is taken; every call needs the dev or admin token)")
+    serve_cmd.add_argument("--http-port", type=int, metavar="PORT",
+                           help=f"embedded default: REST on 127.0.0.1:PORT (default {configuration.HTTP_PORT}, likewise)")
+    serve_cmd.add_argument("--no-tcp", action="store_true", help="embedded default: Unix sockets only, no loopback TCP")
+    serve_cmd.add_argument("--memory-bytes", type=int, metavar="N",
+                           help="embedded default: the dev tenant's workers' memory together (the policy's "
+                                "limits.memory_bytes, default 1073741824); a model past it is refused, naming it")
+    serve_cmd.add_argument("--cpu-cores", type=float, metavar="C",
+                           help="embedded default: the dev tenant's CPU quota in cores (limits.cpu_cores, default 1.0); "
+                                "its workers run that many kernel threads")
     args = parser.parse_args(argv)
-    if args.config and args.max_message_bytes is not None:
-        parser.error("--max-message-bytes shapes the embedded default; with --config, set limits.max_message_bytes")
+    keys = {"--max-message-bytes": (args.max_message_bytes is not None, "limits.max_message_bytes"),
+            "--grpc-port": (args.grpc_port is not None, "listen.loopback_tcp"),
+            "--http-port": (args.http_port is not None, "listen.loopback_rest_tcp"),
+            "--no-tcp": (args.no_tcp, "no listen.loopback_tcp/loopback_rest_tcp"),
+            "--memory-bytes": (args.memory_bytes is not None, "a tenant's policy limits.memory_bytes"),
+            "--cpu-cores": (args.cpu_cores is not None, "a tenant's policy limits.cpu_cores")}
+    given = [(flag, key) for flag, (on, key) in keys.items() if on]
+    if args.config and given:
+        parser.error("; ".join(f"{flag} shapes the embedded default; with --config, set {key}" for flag, key in given))
+    if args.no_tcp and (args.grpc_port is not None or args.http_port is not None):
+        parser.error("--no-tcp leaves no TCP port to choose")
     if args.config and (args.model_repository or args.load_model):
         parser.error("--model-repository/--load-model are for the embedded default; "
                      "a config file sets model_repository and each tenant's load list")
@@ -256,8 +290,11 @@ def main(argv=None) -> int:
             if args.config:
                 config = configuration.load(args.config)
             else:
-                config = configuration.embedded_default(args.state_dir, args.model_repository, tuple(args.load_model),
-                                                        args.max_message_bytes)
+                config = configuration.embedded_default(
+                    args.state_dir, args.model_repository, tuple(args.load_model), args.max_message_bytes, tcp=not args.no_tcp,
+                    grpc_port=args.grpc_port, http_port=args.http_port, memory_bytes=args.memory_bytes, cpu_cores=args.cpu_cores)
+                # a reload keeps the ports this daemon listens on (its own listeners hold them now)
+                args.grpc_port, args.http_port = config.loopback_tcp or None, config.loopback_rest_tcp or None
         except configuration.ConfigError as e:
             raise RtdError(Code.E_RTD_CONFIG_INVALID, str(e)) from None
         if args.metrics_port is None:

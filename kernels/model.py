@@ -15,6 +15,7 @@ import onnx
 
 from rtd import dtypes
 from rtd.errors import Code, RtdError
+from rtd.served_shapes import served_dims
 
 from . import backend_cupy
 from .cuda_plan import CudaPlan
@@ -48,12 +49,14 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     return TensorSpec(value.name, dtype, tuple(dtypes.declared_dims(t.shape)))
 
 
-def _served(spec: TensorSpec, producers: dict) -> TensorSpec:
+def _served(spec: TensorSpec, producers: dict, rows: dict, input_dims: dict) -> TensorSpec:
     """A ZipMap output is served as the float32 [N, classes] probabilities it wraps: ONNX's
-    sequence of maps cannot travel over KServe v2 (kernels/ops/op_ml_zip_map.py)."""
+    sequence of maps cannot travel over KServe v2 (kernels/ops/op_ml_zip_map.py); an output of an
+    ai.onnx.ml classifier or regressor with as many rows as its input, whatever its declaration
+    says (rtd/served_shapes.py)."""
     node = producers.get(spec.name)
     if spec.dtype is not None or node is None or (node.domain, node.op_type) != (ML_DOMAIN, "ZipMap"):
-        return spec
+        return dataclasses.replace(spec, shape=served_dims(spec.name, spec.shape, rows, input_dims))
     labels = node.attrs.get("classlabels_int64s") or node.attrs.get("classlabels_strings") or []
     return TensorSpec(spec.name, np.dtype(np.float32), (None, len(labels)))
 
@@ -92,7 +95,9 @@ class CompiledModel:
         self.inputs = [_spec(v) for v in proto.graph.input if v.name not in initializers]
         graph = from_onnx(proto, weights)   # weights: initializers' arrays held by the caller (read-only views)
         producers = graph.producers()
-        self.outputs = [_served(_spec(v), producers) for v in proto.graph.output]
+        rows = {name: (node.domain, node.op_type, node.inputs) for name, node in producers.items()}
+        dims = {spec.name: spec.shape for spec in self.inputs}
+        self.outputs = [_served(_spec(v), producers, rows, dims) for v in proto.graph.output]
         self.optimize, self.profile, self.max_plans = optimize, profile, max_plans
         self.disable = set(disable_passes)
         if not optimize:

@@ -9,8 +9,16 @@ Producers: pack.package_files / pack.write_package / pack.sign_version_dir, keys
 The package layout is described in layout.py, the signed metadata in metadata.py, the signature
 envelope in signing.py, and the order of checks in package.py.
 """
-from rtd.loader.layout import IntakeLimits
-from rtd.loader.package import VerifiedFile, VerifiedPackage, verify_package
-from rtd.loader.trust import RollbackStore, TrustStore
+import importlib
 
-__all__ = ["IntakeLimits", "RollbackStore", "TrustStore", "VerifiedFile", "VerifiedPackage", "verify_package"]
+# The names below are imported on first use (PEP 562): `rtctl keygen` needs rtd.loader.keys
+# alone and must not pay for protobuf and the whole verifier at start.
+_EXPORTS = {"IntakeLimits": "layout", "VerifiedFile": "package", "VerifiedPackage": "package", "verify_package": "package",
+            "RollbackStore": "trust", "TrustStore": "trust"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

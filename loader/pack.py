@@ -11,81 +11,46 @@ import io
 import os
 import tarfile
 
-import onnx
-from google.protobuf import text_format
-
-from rtd import dtypes
 from rtd.errors import Code, RtdError
-from rtd.loader import layout, manifest, metadata, signing
-from rtd.loader.config import decode, parse_config
+from rtd.loader import layout, manifest, metadata, onnx_io, signing
 from rtd.loader.intake import ARCHIVE_SUFFIXES
+from rtd.served_shapes import served_dims
+
 from rtd.loader.package import ENSEMBLE
-from rtd.proto import model_config_pb2 as model_config
 
-_ONNX_DTYPES = {v: k for k, v in onnx.TensorProto.DataType.items()}
+# a config.pbtxt is read with protobuf (and its types through rtd.dtypes, NumPy's table): imported
+# where one is read, so `rtctl pack` of a bare model loads neither
 
-
-def _tensor_signature(values, class_labels: dict) -> list[dict]:
-    out = []
-    for value in values:
-        if value.name in class_labels:   # a ZipMap's output, served as FLOAT [N, classes]
-            out.append({"name": value.name, "dtype": "FLOAT", "shape": [None, len(class_labels[value.name])]})
-            continue
-        tensor = value.type.tensor_type
-        out.append({"name": value.name, "dtype": _ONNX_DTYPES.get(tensor.elem_type, "UNDEFINED"),
-                    "shape": dtypes.declared_dims(tensor.shape)})
-    return out
-
-
-def _class_labels(graph) -> dict[str, list]:
-    """{output: labels} for each graph output a ZipMap makes: rtd serves it as the probability
-    tensor the ZipMap wraps, column i being labels[i] (kernels/ops/op_ml_zip_map.py)."""
-    outputs, labels = {v.name for v in graph.output}, {}
-    for node in graph.node:
-        if node.op_type == "ZipMap" and node.domain == "ai.onnx.ml" and node.output and node.output[0] in outputs:
-            for attr in node.attribute:
-                if attr.name == "classlabels_strings":
-                    labels[node.output[0]] = [s.decode("utf-8", "replace") for s in attr.strings]
-                elif attr.name == "classlabels_int64s":
-                    labels[node.output[0]] = list(attr.ints)
-    return labels
+# ONNX's name of each KServe datatype where the two differ (the rest, BOOL and the integers, agree)
+_ONNX_NAME = {"FP16": "FLOAT16", "FP32": "FLOAT", "FP64": "DOUBLE", "BF16": "BFLOAT16", "BYTES": "STRING"}
 
 
 def graph_signature(model_bytes: bytes) -> tuple[list[dict], list[dict], dict[str, list]]:
-    """The inputs and outputs of a model's graph and the class labels of its ZipMap outputs
-    (the operator's tooling parses it; the daemon never does)."""
-    try:
-        graph = onnx.load_from_string(model_bytes).graph
-    except Exception as e:   # onnx raises DecodeError, RuntimeError or ValueError by backend
-        raise RtdError(Code.E_ONNX_PARSE, f"{type(e).__name__}: {e}") from None
-    initializers, labels = {t.name for t in graph.initializer}, _class_labels(graph)
-    return (_tensor_signature((v for v in graph.input if v.name not in initializers), {}),
-            _tensor_signature(graph.output, labels), labels)
+    """The inputs and outputs of a model's graph as it is served, and the class labels of its
+    ZipMap outputs (the operator's tooling reads them; the daemon never does). A ZipMap's output
+    is served as FLOAT [N, classes] (kernels/ops/op_ml_zip_map.py); an ai.onnx.ml classifier's
+    or regressor's with its input's rows (rtd/served_shapes.py)."""
+    graph = onnx_io.graph_io(memoryview(model_bytes))
+    outputs = {v.name for v in graph.outputs}
+    labels = {node.outputs[0]: node.labels for node in graph.nodes
+              if node.labels is not None and node.outputs and node.outputs[0] in outputs}
+    producers = {out: (node.domain, node.op_type, node.inputs) for node in graph.nodes for out in node.outputs if out}
+    inputs = [v for v in graph.inputs if v.name not in graph.initializers]
+    dims = {v.name: v.dims for v in inputs}
 
-
-def _tensors(graph):
-    """Every tensor a graph holds: initializers and tensor attributes, subgraphs included."""
-    graphs = [graph]
-    while graphs:
-        g = graphs.pop()
-        yield from g.initializer
-        for node in g.node:
-            for attr in node.attribute:
-                yield from ([attr.t] if attr.HasField("t") else []) + list(attr.tensors)
-                graphs += ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
+    def served(value) -> dict:
+        if value.name in labels:
+            return {"name": value.name, "dtype": "FLOAT", "shape": [None, len(labels[value.name])]}
+        return {"name": value.name, "dtype": value.dtype, "shape": served_dims(value.name, value.dims, producers, dims)}
+    return ([{"name": v.name, "dtype": v.dtype, "shape": v.dims} for v in inputs], [served(v) for v in graph.outputs],
+            labels)
 
 
 def external_files(model_bytes: bytes, model_dir: str) -> dict[str, bytes]:
     """The files the model's tensors keep their data in (onnx's external data), read from
     `model_dir` to travel signed beside the model: each must be a plain name in that directory."""
-    try:
-        model = onnx.load_from_string(model_bytes)
-    except Exception as e:   # onnx raises DecodeError, RuntimeError or ValueError by backend
-        raise RtdError(Code.E_ONNX_PARSE, f"{type(e).__name__}: {e}") from None
-    names = sorted({entry.value for tensor in _tensors(model.graph) for entry in tensor.external_data
-                    if entry.key == "location"})
     found = {}
-    for name in names:
+    for name in sorted(onnx_io.external_locations(memoryview(model_bytes))):
         layout.check_component(name)   # no path: the file sits beside the model, and beside it in the package
         try:
             with open(os.path.join(model_dir, name), "rb") as f:
@@ -149,6 +114,8 @@ def config_signature(config) -> tuple[list[dict], list[dict], dict]:
     """The inputs and outputs a config.pbtxt declares (an ensemble's, which has no graph), as
     metadata.json states them: ONNX type names, -1 dims unknown, the batch dim first where
     max_batch_size > 0."""
+    from rtd import dtypes
+    from rtd.proto import model_config_pb2 as model_config
     batch = [None] if config.max_batch_size > 0 else []
 
     def side(tensors):
@@ -157,7 +124,7 @@ def config_signature(config) -> tuple[list[dict], list[dict], dict]:
             row = dtypes.BY_CONFIG.get(model_config.DataType.Name(t.data_type))
             if row is None:
                 raise RtdError(Code.E_CONFIG_INVALID, f"tensor {t.name!r}: data_type {model_config.DataType.Name(t.data_type)}")
-            onnx_type = "STRING" if row.wire == "bytes" else _ONNX_DTYPES[onnx.helper.np_dtype_to_tensor_dtype(row.numpy)]
+            onnx_type = _ONNX_NAME.get(row.kserve, row.kserve)
             out.append({"name": t.name, "dtype": onnx_type, "shape": batch + [d if d >= 0 else None for d in t.dims]})
         return out
     return side(config.input), side(config.output), {}
@@ -168,6 +135,10 @@ STAGES_PARAMETER = "rtd_stages"   # config.pbtxt parameter: serve the model cut 
 
 def with_stages(config_bytes: bytes | None, stages: int) -> bytes:
     """A config.pbtxt asking for `stages` pipeline stages (the given one, or a new one)."""
+    from google.protobuf import text_format
+
+    from rtd.loader.config import decode, parse_config
+    from rtd.proto import model_config_pb2 as model_config
     config = parse_config(decode(config_bytes)) if config_bytes is not None else model_config.ModelConfig()
     if config.platform == ENSEMBLE:
         raise RtdError(Code.E_CONFIG_INVALID, "an ensemble is not cut into stages: its steps are models")
@@ -179,6 +150,7 @@ def ensemble_files(config_bytes: bytes, *, name: str, version: str, private_key,
                    expires: str | None = None, **optional) -> dict[str, bytes]:
     """A complete signed ensemble package as {path: bytes}: config.pbtxt (platform "ensemble")
     and the version directory's metadata, no model (Triton's ensembles have none)."""
+    from rtd.loader.config import decode, parse_config
     layout.check_component(name)
     config = parse_config(decode(config_bytes))
     if config.platform != ENSEMBLE or not config.ensemble_scheduling.step:
@@ -250,6 +222,7 @@ def sign_version_dir(version_dir: str, private_key, *, name: str | None = None, 
         if meta["config_sha256"] != (hashlib.sha256(config_bytes).hexdigest() if config_bytes is not None else None):
             raise RtdError(Code.E_DIGEST_MISMATCH, "metadata.json binds a different config.pbtxt")
     else:
+        from rtd.loader.config import decode, parse_config
         config = parse_config(decode(config_bytes)) if config_bytes is not None else None
         ensemble = config is not None and config.platform == ENSEMBLE   # its signature is its config's: no graph
         meta = build_metadata(b"" if ensemble else files[f"{counter_text}/{layout.MODEL}"],

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 
 import rtd
 from rtd.errors import Code, RtdError
-from rtd.loader import config as model_config
 from rtd.loader import formats, keys, layout, manifest, metadata, signing
 from rtd.loader.intake import read_package
 from rtd.loader.sealed import SealedFile
@@ -116,6 +115,7 @@ def _check_bindings(meta: dict, version: str, files, model_dir_name, expected_na
         raise RtdError(Code.E_FILE_MISSING, "metadata.json binds a config.pbtxt that is absent")
     if config_file.sha256 != meta["config_sha256"]:
         raise RtdError(Code.E_DIGEST_MISMATCH, layout.CONFIG)
+    from rtd.loader import config as model_config   # protobuf, for the packages that have a config.pbtxt only
     text = model_config.decode(config_file.data)
     parsed = model_config.parse_config(text)
     if parsed.name and parsed.name != meta["name"]:

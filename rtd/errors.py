@@ -50,7 +50,7 @@ class Code(enum.Enum):
     E_MODEL_INVALID = "the model graph is malformed (dangling names, missing attributes, bad types)", "INVALID_ARGUMENT"
     E_OP_UNSUPPORTED = "the executor has no kernel for an op at this opset", "INVALID_ARGUMENT"
     E_INPUT_INVALID = "an input's name, dtype or shape does not match the model", "INVALID_ARGUMENT"
-    E_RESOURCE_EXHAUSTED = "the request needs more memory than the budget allows", "RESOURCE_EXHAUSTED"
+    E_RESOURCE_EXHAUSTED = "more memory or processes are needed than a limit allows", "RESOURCE_EXHAUSTED"
     # confinement (sandbox)
     E_POLICY_INVALID = "the sandbox policy has unknown keys, wrong types or impossible values", "INVALID_ARGUMENT"
     E_LAYER_UNAVAILABLE = "a mandatory confinement layer is not available on this host", "FAILED_PRECONDITION"

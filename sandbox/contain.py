@@ -26,6 +26,7 @@ Helper and worker report to the launcher as Kind.REPORT frames on one SOCK_SEQPA
 socket (see `channel`); a step that fails reports which step and why, and nothing runs
 unconfined. `Reports` reads them, turning a malformed one into the worker's refusal."""
 import dataclasses
+import errno
 import logging
 import os
 import select
@@ -169,9 +170,16 @@ def _mark(sock: socket.socket, step: str) -> str:
     return step
 
 
-def _failed(sock: socket.socket, step: str, e: BaseException):
-    """Report the failed step; a refusal with a code of its own (the GPU initialiser's) keeps it."""
-    error = RtdError(e.code, f"{step}: {e.detail}") if isinstance(e, RtdError) else RtdError(Code.E_CONTAINMENT, f"{step}: {e}")
+def _failed(sock: socket.socket, step: str, e: BaseException, limits=None):
+    """Report the failed step; a refusal with a code of its own (the GPU initialiser's) keeps it,
+    and a fork the kernel refused with EAGAIN is the pids limit's doing, named with its value."""
+    if step == "fork" and isinstance(e, OSError) and e.errno == errno.EAGAIN and limits is not None:
+        error = RtdError(Code.E_RESOURCE_EXHAUSTED, f"pids: a new worker's fork was refused at the policy's limits.pids "
+                                                    f"{limits.pids} (the tenant's workers and their threads together)")
+    elif isinstance(e, RtdError):
+        error = RtdError(e.code, f"{step}: {e.detail}")
+    else:
+        error = RtdError(Code.E_CONTAINMENT, f"{step}: {e}")
     try:
         _report(sock, error=channel.error_head(error))
     except (OSError, RtdError):
@@ -206,7 +214,7 @@ def _helper(spec: Spec, report: socket.socket, job: Job | None, go: socket.socke
                               "cpu_s": usage.ru_utime + usage.ru_stime})
         return 0
     except BaseException as e:
-        _failed(report, step, e)
+        _failed(report, step, e, spec.policy.limits)
         return EXIT_CONTAINMENT_FAILED
 
 

@@ -1,6 +1,8 @@
 """What this host actually enforces: kernel, cgroup layout and controllers, which cgroup
 hierarchies rtd may write, user namespaces, seccomp, dmem and GPU, per policy which
 layers a worker would get, and whether the executor runs its compiled CPU kernels."""
+import importlib.machinery
+import importlib.util
 import os
 
 from rtd.sandbox import cgroup, gpu, gpu_memory, namespaces, seccomp, syscalls
@@ -70,6 +72,11 @@ def host_report() -> dict:
 
 
 def _cpu_kernels() -> str:
-    """Which executor kernels the workers run: "compiled" (kernels/native, built at install) or "numpy"."""
-    from rtd.kernels import native   # here, not at the top: the executor is heavy and only this line needs it
-    return native.path_in_force()
+    """Which executor kernels the workers run: "compiled" (kernels/native, built at install) or
+    "numpy". Read from the installed files: importing the executor to ask would cost doctor
+    seconds (NumPy, SciPy, every op), and a library that is there is the one it loads."""
+    spec = importlib.util.find_spec("rtd.kernels")   # found, not imported
+    folders = spec.submodule_search_locations if spec is not None else []
+    found = any(os.path.exists(os.path.join(folder, "native", "_compiled" + suffix))
+                for folder in folders for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+    return "compiled" if found else "numpy"

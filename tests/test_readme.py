@@ -1,13 +1,14 @@
-"""The README's shell blocks, run as they are written, in order, on every test run.
+"""The README's shell and Python blocks, run as they are written, in order, on every test run.
 
-Each ```sh/```bash block runs with `bash -e -o pipefail` in one fresh working directory, with
-a fresh HOME (so the embedded default's state is $HOME/.local/state/rtd), no RTD_STATE_DIR
-and the venv's bin first on PATH (what `. .venv/bin/activate` does). A first-line comment
-steers a block: `# readme-test: skip` (installs, hours-long runs, the activation itself)
-or `# readme-test: background` (`rtd serve`: started before the next block once it says
-"serving on", in its own network namespace so its metrics port meets no other daemon's,
-and stopped with SIGTERM at the end, after which it must have stopped cleanly). Any command that
-fails fails the test."""
+Each ```sh/```bash block runs with `bash -e -o pipefail`, each ```python block with this
+Python, in one fresh working directory, with a fresh HOME (so the embedded default's state is
+$HOME/.local/state/rtd), no RTD_STATE_DIR and the venv's bin first on PATH (what
+`. .venv/bin/activate` does). A first-line comment steers a block: `# readme-test: skip`
+(installs, hours-long runs, the activation itself) or `# readme-test: background` (`rtd
+serve`: started before the next block once it says "serving on", in its own network namespace
+so its loopback ports (8000, 8001) meet no other daemon's, and stopped with SIGTERM at the
+end, after which it must have stopped cleanly). The blocks after it run in its network
+namespace (nsenter), as a user's shell beside it would. Any command that fails fails the test."""
 import contextlib
 import os
 import re
@@ -19,27 +20,30 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BLOCK = re.compile(r"^```(?:sh|bash)\n(.*?)^```", re.S | re.M)
+BLOCK = re.compile(r"^```(sh|bash|python)\n(.*?)^```", re.S | re.M)
 MARK = re.compile(r"#\s*readme-test:\s*(skip|background)\b")
 BLOCK_TIMEOUT_S = 300
 
 
-def blocks(text: str) -> list[tuple[str | None, str]]:
-    """(marker or None, block text) for each shell block, in order."""
+def blocks(text: str) -> list[tuple[str | None, str, str]]:
+    """(marker or None, block text, language) for each shell or Python block, in order."""
     result = []
-    for body in BLOCK.findall(text):
+    for language, body in BLOCK.findall(text):
         first = body.splitlines()[0] if body.strip() else ""
         mark = MARK.search(first)
-        result.append((mark.group(1) if mark else None, body))
+        result.append((mark.group(1) if mark else None, body, language))
     return result
 
 
 def test_the_readme_marks_what_it_leaves_out():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         found = blocks(f.read())
-    marks = [mark for mark, _ in found]
+    marks = [mark for mark, _, _ in found]
     assert marks.count("background") == 1 and None in marks, marks
-    for mark, body in found:   # installing and the test command itself never run inside the test
+    run = "".join(body for mark, body, _ in found if mark is None)
+    for client in ("tritonclient.http", "tritonclient.grpc", "curl -sf localhost:8000/v2", "rtctl load"):
+        assert client in run, f"the README's {client} block is one the test runs"
+    for mark, body, _ in found:   # installing and the test command itself never run inside the test
         if re.search(r"scripts/(setup|test|demo|soak|fuzz)\.sh|\.venv/bin/activate", body):
             assert mark == "skip", body
 
@@ -57,14 +61,15 @@ def test_the_readme_runs_verbatim(tmp_path):
     env.update(HOME=str(home), PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""))
     daemons, log = [], tmp_path / "background.log"
     try:
-        for mark, body in found:
+        for mark, body, language in found:
             if mark == "skip":
                 continue
             if mark == "background":
                 daemons.append(_background(body, work, env, log))
                 continue
-            done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=work, env=env,
-                                  capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S)
+            run = ["bash", "-e", "-o", "pipefail", "-c", body] if language != "python" else [sys.executable, "-c", body]
+            beside = ["nsenter", f"--net=/proc/{daemons[-1].pid}/ns/net", "--"] if daemons else []
+            done = subprocess.run([*beside, *run], cwd=work, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S)
             assert done.returncode == 0, f"README block failed ({done.returncode}):\n{body}\n--- stdout\n" \
                                          f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
             assert "Traceback" not in done.stderr, done.stderr

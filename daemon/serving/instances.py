@@ -9,6 +9,8 @@ worker answers and drops the result). How an instance ended is classified once, 
 zygote's exit report, for the owner to count: a crash, a request-caused resource kill
 (the memory layer, or the GPU memory layer's watcher), a containment kill (a GPU worker's
 seccomp filter: the filter too tight for the driver, not the model), a hang, or a stop of ours.
+A resource kill is told as E_RESOURCE_EXHAUSTED naming the layer, the limit's key in the
+tenant's policy, its value and how to raise it (`resource_limit`).
 """
 import asyncio
 import collections
@@ -24,6 +26,19 @@ from rtd.signature import Signature
 WORKER_ENTRY = "rtd.daemon.worker.main:serve"
 RESOURCE_LAYERS = ("memory", "gpu")   # limits a request can run into: its doing, not the model's
 EXIT_GRACE_S = 0.5   # how long a worker whose socket closed has to end by itself before it is killed
+# the limit each resource layer enforces, by its key in the tenant's policy, and what else sets it
+LIMIT_OF_LAYER = {"memory": ("memory_bytes", " or rtd serve --memory-bytes"), "gpu": ("gpu_memory_bytes", "")}
+
+
+def size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:g} MiB"
+
+
+def resource_limit(layer: str, limits) -> str:
+    """The limit a kill by `layer` ran into, named with its value and how to raise it."""
+    key, flag = LIMIT_OF_LAYER[layer]
+    value = getattr(limits, key)
+    return f"the policy's limits.{key} {value} ({size(value)}, the tenant's workers together); raise it in the tenant's policy{flag}"
 
 
 class Ending(enum.Enum):
@@ -35,12 +50,14 @@ class Ending(enum.Enum):
 
 
 class Instance:
-    """A worker process serving one model version; `index` is its place in the instance group."""
+    """A worker process serving one model version; `index` is its place in the instance group,
+    `limits` its tenant's sandbox limits (what a resource kill is told it ran into)."""
 
-    def __init__(self, index: int, on_end):
-        self.index, self.on_end = index, on_end
+    def __init__(self, index: int, on_end, limits):
+        self.index, self.on_end, self.limits = index, on_end, limits
         self.handle, self.channel = None, None
         self.resident = 0                     # bytes charged to its cgroup leaf after load + warm-up
+        self.pids = 0                         # processes and threads of its leaf then (its helper included)
         self.started = self.last_used = time.monotonic()
         self.ending: Ending | None = None
         self.reason, self.layer = "", None
@@ -85,14 +102,19 @@ class Instance:
             if self.ending is None:
                 self.stop(Ending.STOPPED, "load refused")
             if isinstance(e, RtdError) and e.code in (Code.E_WORKER_CRASHED, Code.E_WORKER_PROTOCOL):
-                raise RtdError(e.code, f"{e.detail}; {await self.exit_reason()}") from None
+                reason = await self.exit_reason()
+                if self.ending == Ending.RESOURCE:   # the model itself needs more than the limit: say which, and its value
+                    raise RtdError(Code.E_RESOURCE_EXHAUSTED, f"{self.layer}: loading the model, its worker was killed at "
+                                                              f"{resource_limit(self.layer, self.limits)}") from None
+                raise RtdError(e.code, f"{e.detail}; {reason}") from None
             raise
         try:
             signature = Signature.parse(reply.head)
         except RtdError as e:
             self.stop(Ending.CRASHED, e.detail)
             raise
-        self.resident = self.handle.usage().get("memory_bytes") or 0
+        usage = self.handle.usage()
+        self.resident, self.pids = usage.get("memory_bytes") or 0, usage.get("pids") or 0
         self.last_used = time.monotonic()
         self.loaded = reply.head   # what else the LOAD answer said (a first stage's cut)
         return signature
@@ -184,13 +206,16 @@ class Instance:
             return RtdError(Code.E_MODEL_UNAVAILABLE, f"the instance was stopped ({self.reason})")
         if self.ending == Ending.CONTAINMENT:
             return RtdError(Code.E_CONTAINMENT, f"the model's worker ended ({self.reason}); it is being restarted")
+        if self.ending == Ending.RESOURCE:
+            return RtdError(Code.E_RESOURCE_EXHAUSTED, f"{self.layer}: the request's worker was killed at "
+                                                       f"{resource_limit(self.layer, self.limits)}")
         code = Code.E_SANDBOX_KILLED if self.layer else Code.E_WORKER_CRASHED
         return RtdError(code, f"the model's worker ended ({self.reason}); it is being restarted")
 
     def view(self) -> dict:
         usage = self.handle.usage() if self.live else {}
         return {"index": self.index, "pid": self.handle.pid if self.live else None, "live": self.live,
-                "in_flight": self.in_flight, "resident_bytes": self.resident,
+                "in_flight": self.in_flight, "resident_bytes": self.resident, "pids": usage.get("pids"),
                 "memory_bytes": usage.get("memory_bytes"), "idle_s": round(time.monotonic() - self.last_used, 1),
                 "ending": self.ending.value if self.ending else None, "reason": self.reason,
                 "layers": dict(self.handle.layers) if self.handle is not None else {}}

@@ -74,6 +74,7 @@ class ModelVersion:
         self.retired = False
         self.users = 0                       # requests that chose this version and are not done
         self.measured = 0                    # resident bytes of one instance, once known
+        self.measured_pids = 0               # and its pids
         self.last_reason = ""                # how the last instance that ended did
         self.evictions = 0
         config = package.config
@@ -91,6 +92,11 @@ class ModelVersion:
     def estimate(self) -> int:
         return self.measured or BASE_WORKER_BYTES + 2 * self.package.model.size
 
+    def pids_estimate(self) -> int:
+        """Processes and threads one instance holds: its helper, its worker and the worker's kernel
+        threads (one per core of the tenant's, created on first use), or more where measured so."""
+        return max(self.measured_pids, 1 + self.services.threads)
+
     # -- instances ---------------------------------------------------------------------------
     async def start(self) -> None:
         """Start every instance (the first alone: its signature is the model's); on failure
@@ -104,8 +110,8 @@ class ModelVersion:
 
     async def _start_instance(self, index: int) -> Instance:
         services = self.services
-        await services.make_room(self.estimate(), keep=self)
-        instance = Instance(index, self._ended)
+        await services.make_room(self.estimate(), self.pids_estimate(), keep=self)
+        instance = Instance(index, self._ended, services.policy_limits)
         self.instances.append(instance)
         serve_as = {"name": self.owner.name, "version": self.version_dir, "max_batch": self.max_batch,
                     "max_message_bytes": services.limits.max_message_bytes, "max_elements": services.limits.max_request_elements,
@@ -121,6 +127,7 @@ class ModelVersion:
         if self.signature is None:
             self.signature, self.load_reply = signature, instance.loaded
         self.measured = max(self.measured, instance.resident)
+        self.measured_pids = max(self.measured_pids, instance.pids)
         self.live.set()
         self.owner.version_changed(self)
         return instance
@@ -296,7 +303,7 @@ class ManagedModel:
             raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} has no version to reload")
         old = self.serving
         version = self.make_version(self, old.package, old.held, self.services)   # the same verified bytes and their charge
-        version.measured = old.measured
+        version.measured, version.measured_pids = old.measured, old.measured_pids
         self.loading = version
         try:
             await version.start()

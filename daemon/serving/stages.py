@@ -121,6 +121,10 @@ class StagedVersion:
     def estimate(self) -> int:
         return sum(stage.estimate() for stage in self.stages)
 
+    def pids_estimate(self) -> int:
+        """Processes and threads one of its instances holds, as its largest stage's do."""
+        return max((stage.pids_estimate() for stage in self.stages), default=0)
+
     # -- loading -------------------------------------------------------------------------------
     def _stage(self, index: int, cut: dict | None) -> ModelVersion:
         threads = max(1, self.services.threads // self.count)   # the tenant's cores, shared out

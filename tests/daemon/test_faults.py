@@ -50,9 +50,8 @@ def test_memory_bomb_is_oom_killed_and_the_other_tenant_is_unaffected(fresh_daem
     d.client("beta").load("mlp", d.package("beta", mlp(2), "mlp"))
     with pytest.raises(RtdError) as e:
         d.client("acme").infer("bomb", {"V": np.ones(1, np.float32), "S": np.array([40000, 40000], np.int64)})
-    assert e.value.code in (Code.E_SANDBOX_KILLED, Code.E_RESOURCE_EXHAUSTED), e.value
-    if e.value.code == Code.E_SANDBOX_KILLED:
-        assert "memory" in e.value.detail
+    assert e.value.code == Code.E_RESOURCE_EXHAUSTED and e.value.detail.startswith("memory: "), e.value
+    assert f"limits.memory_bytes {256 << 20} (256 MiB" in e.value.detail and "--memory-bytes" in e.value.detail, e.value
     x = np.ones((1, 4), np.float32)
     assert d.client("beta").infer("mlp", {"X": x})["Y"].shape == (1, 3)
     d.wait_ready("acme", "mlp")

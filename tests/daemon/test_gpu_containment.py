@@ -112,7 +112,7 @@ def ended_by(zygote, policy, device: str, call: str):
 
     async def serve():
         ended = []
-        instance = Instance(0, ended.append)
+        instance = Instance(0, ended.append, policy.limits)
         instance.device, instance.handle, instance.channel = device, handle, WorkerChannel(ours, instance._lost)
         reply = instance.send(wire.Kind.INFER, {}, {}, 60, lambda _: None)
         try:

@@ -9,6 +9,7 @@ caller's, no memory figure, MPS clients) is written by the test; everything down
 NVML is real."""
 import asyncio
 import ctypes
+import dataclasses
 import json
 import os
 import re
@@ -28,7 +29,7 @@ from rtd.daemon.serving.channel import WorkerChannel
 from rtd.daemon.observe.gpu_watch import GpuWatch, probe
 from rtd.daemon.serving.instances import Ending, Instance
 from rtd.errors import Code, RtdError
-from rtd.sandbox import TenantIdentity, Zygote
+from rtd.sandbox import TenantIdentity, Zygote, load_policy
 from tests.daemon.conftest import Daemon, mlp, slow_model
 from tests.sandbox.sandbox_workers import start_echo
 
@@ -340,7 +341,8 @@ def test_without_nvml_the_watcher_refuses_to_start(monkeypatch):
 @pytest.mark.skipif(os.geteuid() != 0, reason="confined workers need root")
 def test_a_confined_worker_killed_by_the_watcher_ends_as_a_gpu_resource_kill(in_process):
     """The zygote's exit report names layer gpu, and an Instance whose worker it was tells
-    a request in flight E_SANDBOX_KILLED and ends as a resource kill, not a crash."""
+    a request in flight E_RESOURCE_EXHAUSTED naming limits.gpu_memory_bytes and its value, and
+    ends as a resource kill, not a crash."""
     zygote = Zygote.start(preload=("rtd.sandbox.echo",), spares=False)
     watch = None
     try:
@@ -350,7 +352,7 @@ def test_a_confined_worker_killed_by_the_watcher_ends_as_a_gpu_resource_kill(in_
 
         async def serve_until_killed():
             ended = []
-            instance = Instance(0, ended.append)
+            instance = Instance(0, ended.append, dataclasses.replace(load_policy().limits, gpu_memory_bytes=1 << 20))
             instance.handle, instance.channel = handle, WorkerChannel(ours, instance._lost)
             assert (await instance.send(wire.Kind.INFER, {"n": 1}, {}, 60, lambda _: None)).head == {"n": 1}
             write_state(in_process, {handle.pid: 2 << 20})
@@ -360,7 +362,8 @@ def test_a_confined_worker_killed_by_the_watcher_ends_as_a_gpu_resource_kill(in_
         status = handle.wait(10)
         assert (status.signal, status.layer) == (signal.SIGKILL, "gpu") and "gpu_memory_bytes 1048576" in status.reason
         assert instance.ending == Ending.RESOURCE and ended == [instance]
-        assert failure.code == Code.E_SANDBOX_KILLED and "gpu:" in failure.detail
+        assert failure.code == Code.E_RESOURCE_EXHAUSTED and failure.detail.startswith("gpu:"), failure
+        assert "limits.gpu_memory_bytes 1048576" in failure.detail and "raise it in the tenant's policy" in failure.detail
     finally:
         if watch is not None:
             watch.stop()
@@ -426,7 +429,8 @@ def test_daemon_kills_the_worker_over_its_gpu_budget_and_the_other_tenant_keeps_
                        r"budget_bytes=1048576 latency_ms=([0-9.]+)", d.read_log())
     assert killed, d.read_log()[-2000:]
     error = outcome["result"]
-    assert isinstance(error, RtdError) and error.code == Code.E_SANDBOX_KILLED and "gpu:" in error.detail, error
+    assert isinstance(error, RtdError) and error.code == Code.E_RESOURCE_EXHAUSTED and error.detail.startswith("gpu:"), error
+    assert "limits.gpu_memory_bytes 1048576" in error.detail, error
     wait_for(lambda: d.metric('rtd_instance_ends_total{ending="resource",model="slow",tenant="acme"}') == 1,
              "the kill counted as a resource kill")
     assert "event=resource_kill tenant=acme model=slow" in d.read_log()

@@ -9,6 +9,7 @@ import time
 from rtd import wire
 from rtd.daemon.serving.channel import WorkerChannel
 from rtd.daemon.serving.instances import Ending, Instance
+from rtd.sandbox import load_policy
 
 
 class ScriptedWorker:
@@ -44,7 +45,7 @@ def run_pipelined(delays: list[float], request_timeout: float) -> tuple[Instance
         ours, theirs = socket.socketpair()
         ScriptedWorker(theirs, delays)
         ended = []
-        instance = Instance(0, ended.append)
+        instance = Instance(0, ended.append, load_policy().limits)
         instance.handle, instance.channel = Handle(), WorkerChannel(ours, instance._lost)
         done = []
         futures = [instance.send(wire.Kind.INFER, {}, {}, request_timeout, done.append) for _ in delays]

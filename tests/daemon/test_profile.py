@@ -40,7 +40,7 @@ def test_rtctl_profile_writes_the_workers_trace(daemon, tmp_path):
     assert abs(summary["total_us"] - sum(s["dur"] for s in steps)) < 1
     table = cli("profile", "prof", "--input", "X=x.npy", "--out", "t2.json", "--socket", d.socket,
                 "--token-file", work / "acme.token", cwd=work).stdout
-    assert "trace in t2.json" in table
+    assert "trace: t2.json" in table
     refused(cli("profile", "prof", "--input", "X=x.npy", "--socket", d.socket, "--token-file", work / "beta.token",
                 cwd=work), "E_MODEL_NOT_FOUND")
 

@@ -1,6 +1,7 @@
 """rtctl and rtd as an operator meets them (real subprocesses): every failure is one line
 `E_CODE: reason` on stderr with a documented exit status and no traceback, and a tenant's
 trust store is managed with `rtctl trust` against a running daemon."""
+import hashlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from rtd.commandline import EXIT_REFUSED, EXIT_UNREACHABLE
+from rtd.daemon import config
 from tests.daemon.conftest import NEEDS_ROOT, mlp
 
 BIN = os.path.dirname(sys.executable)
@@ -121,7 +123,7 @@ def test_trust_add_list_revoke_against_a_running_daemon(daemon, tmp_path):
     assert added.returncode == 0 and "re-read its trust stores" in added.stderr, added.stderr
     listing = json.loads(cli("trust", "list", *where, "--json", cwd=work).stdout)
     fingerprint = added.stdout.split(": ", 1)[1].split()[0]
-    assert {"fingerprint": fingerprint, "file": f"{fingerprint[:16]}.pub.pem", "state": "trusted"} in listing["keys"]
+    assert {"fingerprint": fingerprint, "file": f"{fingerprint[:16]}.pub.pem", "state": "trusted", "dev_key": False} in listing["keys"]
     assert cli("load", "v2.tar", *serving, cwd=work).returncode == 0
 
     x = np.ones((2000, 4), np.float32)   # 6000 output values: all of them in --json
@@ -135,7 +137,7 @@ def test_trust_add_list_revoke_against_a_running_daemon(daemon, tmp_path):
     assert "…" not in shown and "READY" in shown and max(map(len, shown.splitlines())) <= 60, shown   # folded, not cut
 
     assert cli("trust", "revoke", fingerprint[:16], *where, cwd=work).returncode == 0
-    assert {"fingerprint": fingerprint, "file": f"{fingerprint[:16]}.pub.pem", "state": "revoked"} in \
+    assert {"fingerprint": fingerprint, "file": f"{fingerprint[:16]}.pub.pem", "state": "revoked", "dev_key": False} in \
         json.loads(cli("trust", "list", *where, "--json", cwd=work).stdout)["keys"]
     refused(cli("load", "v3.tar", *serving, cwd=work), "E_KEY_REVOKED")
     refused(cli("trust", "add", "keys/signing.pub.pem", *where, cwd=work), "E_KEY_REVOKED")
@@ -171,3 +173,52 @@ def test_revocations_made_at_once_are_all_kept(home):
         assert proc.wait(timeout=120) == 0 and "no daemon at" in proc.stderr.read()
     listed = json.loads(cli("trust", "list", "--state-dir", work / "state", "--json", cwd=work, env=env).stdout)
     assert sorted(k["fingerprint"] for k in listed["keys"] if k["state"] == "revoked") == sorted(fingerprints)
+
+
+def test_token_new_prints_a_token_and_the_line_a_config_takes(home, tmp_path):
+    work, env = home
+    shown = cli("token", "new", cwd=work, env=env).stdout.splitlines()
+    token = shown[0].removeprefix("token = ")
+    line = shown[1].split("#")[0].strip()
+    assert len(token) >= 43 and line == f'token_sha256 = ["{hashlib.sha256(token.encode()).hexdigest()}"]', shown
+    written = cli("token", "new", "--out", "acme.token", cwd=work, env=env)
+    assert written.returncode == 0 and os.stat(work / "acme.token").st_mode & 0o777 == 0o600
+    token = (work / "acme.token").read_text().strip()
+    line = written.stdout.splitlines()[-1].split("#")[0].strip()
+    parsed = config.parse(f'state_dir = "s"\n[[tenant]]\nid = "acme"\n{line}\ntrusted_keys = "t"\n', base=str(tmp_path))
+    assert parsed.tenants[0].token_sha256 == (hashlib.sha256(token.encode()).hexdigest(),)   # the daemon's own hashing
+    assert "--out" in refused(cli("token", "new", "--out", "acme.token", cwd=work, env=env), "E_PATH_EXISTS")
+
+
+def test_trust_list_names_the_dev_key_rtd_serve_made(home, capsys):
+    work, env = home
+    config.embedded_default(str(work / "state"), tcp=False)   # what rtd serve makes before it serves
+    listed = json.loads(cli("trust", "list", "--state-dir", work / "state", "--json", cwd=work, env=env).stdout)
+    assert [k["dev_key"] for k in listed["keys"]] == [True], listed
+    shown = " ".join(cli("trust", "list", "--state-dir", work / "state", cwd=work, env=env).stdout.split())
+    assert "trusted (rtd serve's dev key)" in shown, shown
+
+
+def test_refusals_of_the_daemon_name_the_flag_that_fixes_them(daemon, tmp_path):
+    d, work = daemon, tmp_path
+    (work / "wrong.token").write_text("not-a-token\n")
+    line = refused(cli("status", "--socket", d.socket, "--admin-token-file", work / "wrong.token", cwd=work), "E_UNAUTHENTICATED")
+    assert "--admin-token-file" in line
+    line = refused(cli("list", "--socket", d.socket, "--token-file", work / "wrong.token", cwd=work), "E_UNAUTHENTICATED")
+    assert "--token-file" in line
+    line = refused(cli("status", "--socket", d.socket, "--state-dir", work / "nowhere", cwd=work), "E_STATE_MISSING")
+    assert "--admin-token-file" in line
+
+
+def test_profile_says_where_its_trace_went_on_a_line_of_its_own(daemon, tmp_path):
+    d, work = daemon, tmp_path
+    (work / "acme.token").write_text(d.tokens["acme"])
+    d.client("acme").load("profiled", d.package("acme", mlp(3), "profiled"))
+    np.save(work / "x.npy", np.ones((2, 4), np.float32))
+    shown = cli("profile", "profiled", "--input", "X=x.npy", "--out", "t.json", "--socket", d.socket, "--token-file",
+                work / "acme.token", cwd=work, env=dict(os.environ, COLUMNS="40"))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[-1] == "trace: t.json (chrome://tracing or ui.perfetto.dev)", shown.stdout
+    assert not any(line.rstrip().endswith(",") for line in shown.stdout.splitlines()), shown.stdout
+    assert json.loads((work / "t.json").read_text())["traceEvents"]
+    d.client("acme").unload("profiled")

@@ -1,6 +1,8 @@
 """scikit-learn models end to end through a real `rtd serve`, driven by an unmodified
 tritonclient: a scaler + one-hot pipeline with a string (BYTES) input and string labels, and
 a random forest. ZipMap outputs arrive as the FP32 [N, classes] probability tensor."""
+import json
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -55,3 +57,19 @@ def test_sklearn_model_served_through_tritonclient(daemon, name):
         labels = np.array([v.decode() for v in labels], dtype=object)
     assert labels.tolist() == want["output_label"].tolist()
     client.unload_model(name, headers=headers)
+
+
+def test_metadata_states_what_is_served_for_a_label_output_declared_one_row(daemon):
+    """onnxmltools declares the LightGBM classifier's label output [1]; a batch of 8 answers 8
+    labels, and metadata (and the package's metadata.json) say -1 rows, as served."""
+    model, client, headers = _load(daemon, "lightgbm_classifier")
+    assert [d.dim_value for d in onnx.load_from_string(model).graph.output[0].type.tensor_type.shape.dim] == [1]
+    meta = {t.name: list(t.shape) for t in client.get_model_metadata("lightgbm_classifier", headers=headers).outputs}
+    feeds = SKLEARN_ZOO["lightgbm_classifier"].feeds(np.random.default_rng(3), 8)
+    result = client.infer("lightgbm_classifier", [_input(k, v) for k, v in feeds.items()], headers=headers)
+    assert meta == {"label": [-1], "probabilities": [-1, 3]}, meta
+    assert list(result.as_numpy("label").shape) == [8] and list(result.as_numpy("probabilities").shape) == [8, 3]
+    assert result.as_numpy("label").tolist() == _expected(model, feeds)["label"].tolist()
+    signed = json.loads(daemon.package("acme", model, "lightgbm_classifier")["1/metadata.json"])
+    assert {o["name"]: o["shape"] for o in signed["outputs"]} == {"label": [None], "probabilities": [None, 3]}
+    client.unload_model("lightgbm_classifier", headers=headers)

@@ -75,13 +75,51 @@ def test_sign_in_place_then_verify_and_sha256sum(workdir, model_bytes):
     assert done.returncode == 0, done.stderr
 
 
-def test_pack_refuses_to_overwrite_and_to_pack_non_onnx(workdir):
+def test_pack_refuses_to_overwrite_unless_forced_and_to_pack_non_onnx(workdir):
+    (workdir / "notes.onnx").write_text("not a model")
     (workdir / "pkg").mkdir()
+    (workdir / "pkg" / "old").write_text("kept until the new package verifies")
     done = rtctl("pack", "model.onnx", "--name", "adder", "--version", "1.0.0", "--key", "keys/signing.pem",
                  "--out", "pkg", cwd=workdir)
-    assert done.returncode != 0 and done.stderr.startswith("E_REQUEST_INVALID: ")
-    (workdir / "notes.onnx").write_text("not a model")
+    assert done.returncode != 0 and done.stderr.startswith("E_PATH_EXISTS: ") and "--force" in done.stderr
+    for out in ("pkg", "pkg.tar"):   # a directory replaced by a directory, then an archive by an archive
+        for _ in range(2):
+            done = rtctl("pack", "model.onnx", "--name", "adder", "--version", "1.0.0", "--key", "keys/signing.pem",
+                         "--out", out, "--force", cwd=workdir)
+            assert done.returncode == 0, done.stderr
+        assert rtctl("verify", out, "--pubkey", "keys/signing.pub.pem", cwd=workdir).returncode == 0
+    assert not (workdir / "pkg" / "old").exists() and sorted(p.name for p in workdir.iterdir() if p.name.startswith(".")) == []
+    done = rtctl("pack", "notes.onnx", "--name", "adder", "--version", "1.0.0", "--key", "keys/signing.pem",
+                 "--out", "pkg", "--force", cwd=workdir)   # a failure leaves what --force would have replaced
+    assert done.returncode != 0 and (workdir / "pkg" / "1" / "model.onnx").exists()
     done = rtctl("pack", "notes.onnx", "--name", "adder", "--version", "1.0.0", "--key", "keys/signing.pem",
                  "--out", "pkg2", cwd=workdir)
     assert done.returncode != 0 and done.stderr.startswith("E_ONNX_PARSE: ")
     assert not (workdir / "pkg2").exists()
+
+
+@pytest.mark.parametrize("flags, named", [(("--version", "1.0"), "--version 1.0: expected a semantic version"),
+                                          (("--version", "1.0.0", "--counter", "0"), "--counter 0: expected 1 or more"),
+                                          (("--version", "1.0.0", "--expires", "tomorrow"), "--expires tomorrow: expected"),
+                                          (("--version", "1.0.0", "--min-rtd-version", "2"), "--min-rtd-version 2: expected")])
+def test_pack_names_the_flag_a_bad_value_came_from(workdir, flags, named):
+    done = rtctl("pack", "model.onnx", "--name", "adder", "--key", "keys/signing.pem", "--out", "pkg", *flags, cwd=workdir)
+    assert done.returncode == 2 and done.stderr.startswith("E_USAGE: ") and named in done.stderr, done.stderr
+    assert "metadata.json" not in done.stderr and not (workdir / "pkg").exists()
+
+
+def test_pack_with_a_damaged_key_fails_its_own_verification_and_writes_nothing(workdir):
+    """pack skips OpenSSL's slow consistency check of the private key: the package it signs is
+    verified with the key's public half before it is moved into place, which a damaged key fails."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from rtd.loader import keys
+    n = keys.load_private(str(workdir / "keys" / "signing.pem")).private_numbers()
+    damaged = rsa.RSAPrivateNumbers(n.p, n.q, n.d + 2, n.dmp1 + 2, n.dmq1 + 2, n.iqmp, n.public_numbers)
+    (workdir / "damaged.pem").write_bytes(damaged.private_key(unsafe_skip_rsa_key_validation=True).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    done = rtctl("pack", "model.onnx", "--name", "adder", "--version", "1.0.0", "--key", "damaged.pem", "--out", "pkg.tar",
+                 cwd=workdir)
+    assert done.returncode == 2 and done.stderr.startswith("E_SIG_INVALID: "), done.stderr
+    assert not [p.name for p in workdir.iterdir() if p.name.startswith(("pkg", ".rtctl"))]

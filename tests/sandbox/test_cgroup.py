@@ -2,8 +2,11 @@
 host has the controller, join, populated, hard kill, removal. What the host lacks is skipped,
 saying so."""
 import itertools
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -105,10 +108,42 @@ def test_the_tenant_node_outlives_its_first_worker_and_goes_with_its_last():
     assert usage["memory_limit_bytes"] == (96 << 20 if layout.home("memory") else None)
     assert usage["pids_limit"] == (12 if layout.home("pids") else None) and usage["pids"] == 0
     second.remove()
-    for hierarchy, node in second.tenant_dirs.items():
+    for node in second.tenant_dirs.values():
         assert not os.path.exists(node) and not os.path.exists(os.path.dirname(node))   # tenant and instance nodes
-        base = layout.base(hierarchy, "auto")
-        assert not os.path.isdir(base) or any(e.is_dir() for e in os.scandir(base))   # "rtd" goes once empty
+
+
+PRUNED = """
+import json, os
+from rtd.sandbox import load_policy
+from rtd.sandbox.cgroup import WorkerCgroup, detect_layout
+layout = detect_layout()
+cg = WorkerCgroup.create(layout, "auto", "rcprune", "cgtest", "rcprune-0", load_policy().limits)
+bases = [layout.base(h, "auto") for h in layout.hierarchies()]
+made = all(os.path.isdir(b) for b in bases)
+cg.remove()
+print(json.dumps({"bases": bases, "made": made, "left": [b for b in bases if os.path.exists(b)]}))
+"""
+
+
+def test_the_rtd_directory_goes_with_the_last_worker_even_beside_a_running_rtd():
+    """In a cgroup of its own in every hierarchy (so its "auto" base is a fresh <own>/rtd, which
+    no other rtd on this host shares), a process creates one worker cgroup and removes it: the
+    "rtd" directory it made goes with it. Checked whatever else runs on the host."""
+    layout = detect_layout()
+    own = [os.path.join(os.path.dirname(layout.base(h, "auto")), f"rtdtest-prune-{os.getpid()}") for h in layout.hierarchies()]
+    for path in own:
+        os.mkdir(path)
+    try:
+        shell = 'for f in "$@"; do echo $$ > "$f/cgroup.procs" || exit 97; done; exec "$PYTHON" -c "$SCRIPT"'
+        done = subprocess.run(["sh", "-c", shell, "sh", *own], env=dict(os.environ, PYTHON=sys.executable, SCRIPT=PRUNED),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        assert out["made"] and sorted(map(os.path.dirname, out["bases"])) == sorted(own), out
+        assert out["left"] == [], out
+    finally:
+        for path in own:
+            os.rmdir(path)   # fails if anything was left in it
 
 
 def test_an_absolute_parent_is_the_operators_and_never_removed():

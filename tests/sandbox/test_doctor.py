@@ -1,6 +1,7 @@
 """rtctl doctor end to end: it tells the truth about this host and the battery holds."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import pytest
 
 from rtd.kernels import native
 from rtd.sandbox import host_report
+from rtd.sandbox.escapes import ATTEMPTS
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="doctor launches confined workers (root)")
 
@@ -53,3 +55,15 @@ def test_host_report_never_claims_what_the_host_lacks():
     assert isinstance(report["gpu_libraries"], list) == has_driver, report["gpu_libraries"]
     if not os.path.exists(os.path.join(report["cgroup"]["v2_root"] or "/-", "dmem.capacity")):
         assert report["dmem"].startswith("unavailable")
+
+
+def test_doctor_reads_at_80_columns():
+    """Each attempt's row starts on one line with the layer that stopped it (the first it is
+    expected to meet, as tests/security/test_escapes.py holds it); nothing is wider."""
+    out = subprocess.run([sys.executable, "-m", "rtd.cli.rtctl", "doctor"], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, COLUMNS="80"))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in out.stdout, out.stdout
+    for attempt in ATTEMPTS:
+        assert any(re.search(rf"│ {attempt.name}\s+│ {attempt.stops[0]}\s", line) for line in lines), (attempt.name, out.stdout)

@@ -70,6 +70,22 @@ def test_two_workers_of_a_tenant_share_its_node_and_its_memory_limit(zygote):
     assert survivor.wait(10).code == 0
 
 
+def test_a_fork_the_pids_limit_refuses_is_named_with_the_limit(zygote):
+    """pids = 4: two echo workers (a helper and a worker each) fill the tenant's node; a third
+    worker's fork is refused by the kernel, and the refusal says which limit and its value."""
+    policy = load_policy({"limits": {"pids": 4}})
+    identity = TenantIdentity("pidcap", 61031, 61031)
+    workers = [start_echo(zygote, identity, policy) for _ in range(2)]
+    try:
+        with pytest.raises(RtdError) as e:
+            start_echo(zygote, identity, policy)
+        assert e.value.code is Code.E_RESOURCE_EXHAUSTED and e.value.detail.startswith("pids: "), e.value
+        assert "limits.pids 4" in e.value.detail, e.value
+    finally:
+        for handle, sock in workers:
+            stop(handle, sock)
+
+
 def test_instance_ids_keep_two_zygotes_apart():
     layout = detect_layout()
     first = Zygote.start(preload=("rtd.sandbox.echo",), spares=False, instance=f"ta{os.getpid()}")

@@ -17,6 +17,7 @@ import pytest
 
 from rtd.sandbox import detect_layout
 from rtd.sandbox.cgroup import KILL_BY_PID1
+from tests.progress import RTD_RUNNING
 
 SETPRIV = shutil.which("setpriv")
 UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "systemd", "rtd.service")
@@ -81,12 +82,12 @@ def fresh_host():
     for path, _, _ in (entry for tree in trees for entry in tree):
         with open(os.path.join(path, "cgroup.procs")) as f:
             if f.read().strip():
-                pytest.skip(f"{path} holds processes: an rtd runs on this host, no fresh-host case")
+                pytest.skip(f"{path} holds processes: {RTD_RUNNING}, no fresh-host case")
     for path, _, _ in (entry for tree in trees for entry in tree):
         try:
             os.rmdir(path)
         except OSError as e:
-            pytest.skip(f"{path} cannot be removed ({e.strerror}): an rtd runs on this host, no fresh-host case")
+            pytest.skip(f"{path} cannot be removed ({e.strerror}): {RTD_RUNNING}, no fresh-host case")
     yield
 
 
