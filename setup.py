@@ -1,11 +1,12 @@
 """Maps the top-level folders onto the rtd.* namespace; every folder with an __init__.py is a package.
-Builds the compiled CPU kernels (kernels/native, cffi) and the GPU worker's SIGSYS handler (sandbox/sigsys.c)
+Builds the compiled CPU kernels (kernels/native, cffi), the GPU worker's SIGSYS handler (sandbox/sigsys.c) and the
+HTTP/2 session over libnghttp2 (daemon/transport/h2session.c)
 at install time: the service compiles nothing."""
 import pathlib
 
 from setuptools import setup
 
-FOLDERS = {"rtd": "rtd", "rtd.loader": "loader", "rtd.kernels": "kernels", "rtd.sandbox": "sandbox",
+FOLDERS = {"rtd": "rtd", "rtd.cli": "cli", "rtd.loader": "loader", "rtd.kernels": "kernels", "rtd.sandbox": "sandbox",
            "rtd.daemon": "daemon", "rtd.policies": "policies"}
 
 
@@ -16,4 +17,5 @@ def packages():
 
 
 setup(packages=list(packages()), package_dir=FOLDERS,
-      cffi_modules=["kernels/native/build_native.py:ffibuilder", "sandbox/build_sigsys.py:ffibuilder"])
+      cffi_modules=["kernels/native/build_native.py:ffibuilder", "sandbox/build_sigsys.py:ffibuilder",
+                    "daemon/transport/build_h2session.py:ffibuilder"])

@@ -134,7 +134,7 @@ class Daemon:
         with open(config, "w") as f:
             f.write('state_dir = "state"\n' + "".join(tables))
         self.log = open(os.path.join(root, "rtd.log"), "w+")
-        self.proc = subprocess.Popen([sys.executable, "-c", "import sys; from rtd.daemon.rtd_main import main; sys.exit(main())",
+        self.proc = subprocess.Popen([sys.executable, "-c", "import sys; from rtd.daemon.main import main; sys.exit(main())",
                                       "serve", "--config", config], stderr=self.log, stdout=subprocess.DEVNULL, cwd=root)
         self.url = f"unix:{os.path.join(root, 'state', 'rtd.sock')}"
         for _ in range(300):
@@ -149,7 +149,7 @@ class Daemon:
 
     def load(self, tenant: str, name: str, model: bytes) -> float:
         """Seconds from the upload to READY: spawn, confinement (the GPU's set-up too), compile, warm-up."""
-        from rtd.daemon.client import Client
+        from rtd.cli.client import Client
         from rtd.loader import pack
         files = pack.package_files(model, name=name, version="1.0.0", private_key=self.keys[tenant])
         with Client(self.url, self.tokens[tenant]) as client:
@@ -254,7 +254,7 @@ def section_budget(out: str) -> None:
     if reason:
         row(out, checks[1], f"not run: {reason}")
         return
-    from rtd.daemon.client import Client
+    from rtd.cli.client import Client
     root = tempfile.mkdtemp(prefix="rtd-gpu-check-")
     daemon = None
     try:

@@ -47,7 +47,7 @@ for _ in range(3):
 """
 POD = f"""
 import json, subprocess, sys, time
-from rtd.daemon.gpu_watch import GpuWatch
+from rtd.daemon.observe.gpu_watch import GpuWatch
 from rtd.errors import RtdError
 kills = []
 class Hog:

@@ -3,9 +3,13 @@
 1. Latency of one small ModelInfer request: rtd serve (gRPC over a Unix socket, a confined
    worker) against a plain Python gRPC server that echoes the request (grpcio, the same
    Unix socket kind) and the in-process executor. Overhead = rtd p50 − echo p50 − in-process p50.
-2. Throughput with 1, 4 and 16 concurrent clients (threads, one channel each), rtd vs echo.
+   The supervisor's CPU time per request (its process's user + system time over the rtd
+   requests of this part, from /proc/PID/stat) is reported beside it.
+2. Throughput with 1, 4 and 16 concurrent clients (threads, one channel each), rtd vs echo,
+   with the supervisor's CPU time per request at each.
 3. A 64 MB tensor supervisor → confined worker → supervisor over the worker wire (sealed
-   memfd arenas, no gRPC) against memcpy of the same bytes.
+   memfd arenas, no gRPC) against memcpy of the same bytes. And the supervisor's gRPC layer
+   alone: CPU per ModelInfer call through the HTTP/2 transport and the gRPC front, in memory.
 4. Fairness: one tenant's p50 alone and while another tenant floods the daemon with 10× its
    concurrency from another process.
 5. Supervisor RSS while a client that never opens its flow-control window asks for 40
@@ -32,10 +36,10 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from rtd import wire
-from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.client import Client
+from rtd.daemon.serving.channel import WorkerChannel
+from rtd.cli.client import Client
 from rtd.daemon.config import token_hash
-from rtd.daemon.instances import WORKER_ENTRY
+from rtd.daemon.serving.instances import WORKER_ENTRY
 from rtd.kernels import compile_model
 from rtd.loader import keys, pack
 from rtd.proto import grpc_service_pb2 as pb
@@ -123,7 +127,15 @@ def interleaved(calls: dict, n: int) -> dict:
     return samples
 
 
-def throughput(client_factory, call, clients: int, seconds: float) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads, not its children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(client_factory, call, clients: int, seconds: float) -> tuple[float, int]:
+    """Requests per second and the number of requests made."""
     stop, counts = time.monotonic() + seconds, [0] * clients
 
     def run(i):
@@ -136,7 +148,7 @@ def throughput(client_factory, call, clients: int, seconds: float) -> float:
         t.start()
     for t in threads:
         t.join()
-    return sum(counts) / seconds
+    return sum(counts) / seconds, sum(counts)
 
 
 class Daemon:
@@ -254,6 +266,92 @@ def fairness(daemon: Daemon, x: np.ndarray, requests: int, rounds: int = 3) -> t
     return percentiles(idle)[0], percentiles(flooded)[0]
 
 
+def transport_cpu(calls: int = 3000) -> float:
+    """CPU µs per unary ModelInfer through the daemon's gRPC transport (daemon/transport/grpc_h2.py)
+    and front (daemon/fronts/grpc.py) alone, on uvloop: requests as a gRPC client writes them
+    (HPACK state carried from call to call), one read each, fed to a Connection over an
+    in-memory transport, with the real token check and header scan, and a stand-in supervisor
+    that answers at once. The loop turns the harness spends per call are measured apart and
+    subtracted."""
+    import hashlib
+    import io
+    import struct
+    from types import SimpleNamespace
+
+    import h2.config
+    import h2.connection
+    import h2.settings
+    import uvloop
+
+    from rtd.daemon.fronts import grpc as grpc_front
+    from rtd.daemon.observe.events import EventLog
+    from rtd.daemon.serving.budgets import Ledger
+    from rtd.daemon.serving.tenants import Tenants
+    from rtd.daemon.transport import grpc_h2
+    from rtd.daemon.transport.contract import TransportLimits
+    from rtd.daemon.transport.table import ConnectionTable
+    from tests.fuzz.h2peer import Transport
+
+    token, turns = secrets.token_urlsafe(32), 6
+    x = np.ones((1, 64), np.float32).tobytes()
+    tensor = pb.ModelInferRequest.InferInputTensor(name="X", datatype="FP32", shape=[1, 64])
+    message = pb.ModelInferRequest(model_name="mlp", inputs=[tensor], raw_input_contents=[x]).SerializeToString()
+    output = pb.ModelInferResponse.InferOutputTensor(name="Y", datatype="FP32", shape=[1, 64])
+    answer = np.frombuffer(pb.ModelInferResponse(model_name="mlp", model_version="1", outputs=[output],
+                                                 raw_output_contents=[x]).SerializeToString(), np.uint8)
+
+    class Supervisor:
+        config = SimpleNamespace(limits=SimpleNamespace(max_message_bytes=16 << 20), admin_token_sha256=[], metrics_token_sha256=[],
+                                 tenants=[SimpleNamespace(id="calm", token_sha256=[hashlib.sha256(token.encode()).hexdigest()],
+                                                          unsafe_anonymous=False)])
+        ledger = Ledger({"streams": 1 << 20, "connections": 8, "request_bytes": 1 << 30, "requests": 1 << 20}, {}, ["calm"])
+        tenants = Tenants(config)
+        events = EventLog(io.StringIO())
+
+        async def infer(self, tenant, request):
+            return SimpleNamespace(version="1", body=answer, json_length=None, charges=[])
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    client.local_settings = h2.settings.Settings(client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 30})
+    client.initiate_connection()
+    client.increment_flow_control_window(1 << 30)
+    reads = [client.data_to_send()]
+    client.outbound_flow_control_window = 1 << 30   # the server's window, which this client never reads
+    for _ in range(calls + 200):
+        sid = client.get_next_available_stream_id()
+        client.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"), (b":path", f"/{ECHO_SERVICE}/ModelInfer".encode()),
+                                  (b":authority", b"localhost"), (b"te", b"trailers"), (b"content-type", b"application/grpc"),
+                                  (b"user-agent", b"grpc-python/1.66 grpc-c/42.0.0 (linux; chttp2)"),
+                                  (b"grpc-accept-encoding", b"identity, deflate, gzip"), (b"authorization", f"Bearer {token}".encode())])
+        client.send_data(sid, struct.pack(">BI", 0, len(message)) + message, end_stream=True)
+        reads.append(client.data_to_send())
+        client.streams.pop(sid)   # answers are not read
+    limits = TransportLimits(max_message_bytes=16 << 20, max_connections=8, max_connections_per_peer=8,
+                             max_streams_per_connection=100, auth_timeout_s=60.0, idle_timeout_s=60.0, send_timeout_s=60.0)
+
+    async def run() -> float:
+        async def idle_turns():
+            for _ in range(turns):
+                await asyncio.sleep(0)
+        conn = grpc_h2.Connection(ConnectionTable(limits, Supervisor.ledger), grpc_front.Front(Supervisor(), reload=lambda: None),
+                                  lambda sock: "uid:1")
+        transport = Transport(conn)
+        conn.connection_made(transport)
+        for i, data in enumerate(reads):
+            if i == 201:
+                start = time.process_time()
+            conn.data_received(data)
+            await idle_turns()
+            transport.written.clear()
+        took = time.process_time() - start
+        assert not conn.closed and not conn.streams, "the calls were not all answered"
+        start = time.process_time()
+        for _ in range(calls):
+            await idle_turns()
+        return (took - (time.process_time() - start)) / calls
+    return uvloop.run(run()) * 1e6
+
+
 def never_reading(daemon: Daemon) -> tuple[int, int]:
     from tests.daemon.rawh2 import RawClient
     from tests.daemon.test_budgets import bomb_request
@@ -278,7 +376,7 @@ def main() -> int:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         echo_server(args.echo_server)
         return 0
-    zygote = Zygote.start(preload=("rtd.daemon.worker",))  # before any thread
+    zygote = Zygote.start(preload=("rtd.daemon.worker.main",))  # before any thread
     model = mlp()
     x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
     root = tempfile.mkdtemp(prefix="rtd-bench-")
@@ -299,7 +397,10 @@ def main() -> int:
             "plain Python gRPC echo": lambda: echo_client.infer("mlp", {"X": x}),
             "rtd over gRPC (confined worker)": lambda: rtd_client.infer("mlp", {"X": x}),
         }
+        cpu_before = cpu_seconds(daemon.proc.pid)
         rows = interleaved(calls, args.requests)
+        rtd_requests = len(rows["rtd over gRPC (confined worker)"]) + 50   # with the warm-up calls
+        latency_cpu = (cpu_seconds(daemon.proc.pid) - cpu_before) / rtd_requests
         print(f"latency, one [1,64] MLP request, {args.requests} requests each, in alternating blocks of {BLOCK}")
         stats = {name: percentiles(s) for name, s in rows.items()}
         for name, (p50, p99) in stats.items():
@@ -307,11 +408,16 @@ def main() -> int:
         inproc, echo_p, rtd_p = (stats[k][0] for k in rows)
         print(f"  rtd overhead over the echo (p50): {rtd_p - echo_p - inproc:.1f} µs (goal ≤ 150 µs); "
               f"rtd/echo p50 ratio {rtd_p / echo_p:.2f}")
+        print(f"  supervisor CPU per request, one client: {latency_cpu * 1e6:.0f} µs")
         print(f"throughput, {args.seconds:.0f} s each")
         for clients in (1, 4, 16):
-            r = throughput(lambda: daemon.client("calm"), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
-            e = throughput(lambda: Client(f"unix:{echo_path}", None), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
-            print(f"  {clients:2d} clients: rtd {r:8.0f} req/s   echo {e:8.0f} req/s   ratio {r / e:.2f} (goal ≥ 0.8 at 16)")
+            cpu_before = cpu_seconds(daemon.proc.pid)
+            r, made = throughput(lambda: daemon.client("calm"), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
+            cpu = (cpu_seconds(daemon.proc.pid) - cpu_before) / max(made, 1)
+            e, _ = throughput(lambda: Client(f"unix:{echo_path}", None), lambda c: c.infer("mlp", {"X": x}), clients, args.seconds)
+            print(f"  {clients:2d} clients: rtd {r:8.0f} req/s   echo {e:8.0f} req/s   ratio {r / e:.2f} (goal ≥ 0.8 at 16)   "
+                  f"supervisor CPU {cpu * 1e6:.0f} µs/request")
+        print(f"the supervisor's gRPC layer alone (HTTP/2 transport and front, in memory): {transport_cpu():.1f} µs CPU per call")
         rt = memfd_round_trip(zygote)
         print(f"64 MB tensor supervisor→worker→supervisor: {rt['round_trip_ms']:.1f} ms "
               f"({rt['transfer_GBps']:.2f} GB/s moved) vs memcpy {rt['memcpy_ms']:.1f} ms ({rt['memcpy_GBps']:.2f} GB/s): "

@@ -26,7 +26,7 @@ import onnx
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-from rtd.daemon.client import Client
+from rtd.cli.client import Client
 from rtd.daemon.config import token_hash
 from rtd.loader import keys, pack
 

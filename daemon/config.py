@@ -46,6 +46,7 @@ class TenantConfig:
 class Limits:
     """Every bound the supervisor keeps (systemd/rtd.toml documents each one)."""
     max_message_bytes: int = 256 << 20     # one gRPC message or REST body, either way
+    max_request_elements: int = 1 << 22    # BYTES elements and JSON values one request may make a worker decode
     max_queue: int = 32                    # per tenant: inference and load requests waiting, running or being delivered
     max_concurrency: int = 4               # per tenant: requests in its workers at once
     max_models: int = 16                   # per tenant: loaded models

@@ -61,12 +61,15 @@ class OnDevice:
         return self.op.compute(x, out=out) if kernel is None else kernel(x, out)
 
 
-def _activation(name, xp):
-    """The element-wise op kernel a MatMulBias applies in place to its output (None: none)."""
+def _activation(name, xp, gelu_scale_op, gelu_scale):
+    """The element-wise op kernel a MatMulBias applies in place to its output (None: none); an Erf-form
+    Gelu scales erf's argument as its graph did."""
     if name == "Relu":
         return Relu_6({}, xp)
     if name in ("Gelu", "GeluTanh"):
-        return Gelu_20({"approximate": "tanh" if name == "GeluTanh" else "none"}, xp)
+        gelu = Gelu_20({"approximate": "tanh" if name == "GeluTanh" else "none"}, xp)
+        gelu.erf_scale_op, gelu.erf_scale = gelu_scale_op, gelu_scale
+        return gelu
     return None
 
 
@@ -92,9 +95,10 @@ class MatMulBias(Fused):
 
     arity = 3
     activation = None
+    gelu_scale_op, gelu_scale = Gelu_20.erf_scale_op, Gelu_20.erf_scale
 
     def setup(self, make_kernel):
-        activate = _activation(self.activation, self.xp)
+        activate = _activation(self.activation, self.xp, self.gelu_scale_op, self.gelu_scale)
         if activate is None:
             self.activate = None
         elif self.xp is np:

@@ -8,6 +8,7 @@ named, instead of surfacing as a protobuf recursion error (or a RecursionError) 
 Malformed wire data is E_ONNX_PARSE.
 """
 from rtd.errors import Code, RtdError
+from rtd.protowire import LENGTH, Walker
 
 # message kind -> {field number: child message kind} for the length-delimited fields we descend into
 _DESCEND = {
@@ -18,64 +19,27 @@ _DESCEND = {
     "node": {5: "attribute"},
     "attribute": {6: "subgraph", 11: "subgraph"},
 }
-_FIXED = {1: 8, 5: 4}
-
-
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise RtdError(Code.E_ONNX_PARSE, f"truncated or overlong varint at byte {pos}")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf, pos: int, end: int):
-    """(field, wire type, value) of one message: a varint's value, or (start, length) of a
-    length-delimited field; fixed-width fields are skipped past."""
-    while pos < end:
-        key, pos = _varint(buf, pos, end)
-        field, wire = key >> 3, key & 7
-        if field == 0:
-            raise RtdError(Code.E_ONNX_PARSE, f"field number 0 at byte {pos}")
-        if wire == 0:
-            value, pos = _varint(buf, pos, end)
-        elif wire in _FIXED:
-            value, pos = None, pos + _FIXED[wire]
-        elif wire == 2:
-            length, pos = _varint(buf, pos, end)
-            value, pos = (pos, length), pos + length
-        else:
-            raise RtdError(Code.E_ONNX_PARSE, f"wire type {wire} at byte {pos}")
-        if pos > end:
-            raise RtdError(Code.E_ONNX_PARSE, f"field {field} runs past its message")
-        yield field, wire, value
-
-
 def scan(data: memoryview, *, max_depth: int, max_nodes: int) -> tuple[int, int]:
     """(node count, deepest subgraph nesting) of serialized ModelProto bytes, within the caps."""
-    stack = [("model", 0, len(data), 0)]
+    walker = Walker(data, Code.E_ONNX_PARSE)
+    stack = [("model", 0, len(walker.buf), 0)]
     nodes = deepest = 0
     while stack:
         kind, pos, end, depth = stack.pop()
         children = _DESCEND.get(kind if kind != "subgraph" else "graph", {})
-        for field, wire, value in _fields(data, pos, end):
-            child = children.get(field) if wire == 2 else None
+        for field, wire, value in walker.fields(pos, end):
+            child = children.get(field) if wire == LENGTH else None
             if child == "subgraph":
                 if depth + 1 > max_depth:
                     raise RtdError(Code.E_ONNX_LIMIT, f"subgraphs nest deeper than {max_depth}")
                 deepest = max(deepest, depth + 1)
-                stack.append(("subgraph", value[0], value[0] + value[1], depth + 1))
+                stack.append(("subgraph", *value, depth + 1))
             elif child is not None:
                 if child == "node":
                     nodes += 1
                     if nodes > max_nodes:
                         raise RtdError(Code.E_ONNX_LIMIT, f"more than {max_nodes} nodes")
-                stack.append((child, value[0], value[0] + value[1], depth))
+                stack.append((child, *value, depth))
     return nodes, deepest
 
 
@@ -84,21 +48,22 @@ def raw_data_spans(data: memoryview) -> dict[str, tuple[int, int]]:
     initializers (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.name = 8,
     raw_data = 9; the last occurrence of a field wins, as protobuf parses it). A name given
     to two initializers is left out: which bytes it means is not this scan's to decide."""
+    walker = Walker(data, Code.E_ONNX_PARSE)
     spans: dict[str, tuple[int, int]] = {}
     seen: set[str] = set()
     repeated: set[str] = set()
-    for field, wire, graph in _fields(data, 0, len(data)):
-        if field != 7 or wire != 2:
+    for field, wire, graph in walker.fields(0, len(walker.buf)):
+        if field != 7 or wire != LENGTH:
             continue
-        for field, wire, tensor in _fields(data, graph[0], graph[0] + graph[1]):
-            if field != 5 or wire != 2:
+        for field, wire, tensor in walker.fields(*graph):
+            if field != 5 or wire != LENGTH:
                 continue
             name, raw = None, None
-            for field, wire, value in _fields(data, tensor[0], tensor[0] + tensor[1]):
-                if wire == 2 and field == 8:
-                    name = bytes(data[value[0]:value[0] + value[1]]).decode("utf-8", "replace")
-                elif wire == 2 and field == 9:
-                    raw = value
+            for field, wire, value in walker.fields(*tensor):
+                if wire == LENGTH and field == 8:
+                    name = bytes(data[value[0]:value[1]]).decode("utf-8", "replace")
+                elif wire == LENGTH and field == 9:
+                    raw = (value[0], value[1] - value[0])
             if name is None:
                 continue
             (repeated if name in seen else seen).add(name)

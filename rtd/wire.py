@@ -8,11 +8,11 @@ small ones; large ones in the sender's *arena*, a reusable shared memfd the peer
 Frame = Header(magic, version, kind, fd count, request id, head length, body length)
         + head (UTF-8 JSON object, ≤ max_head) + body (inline tensor bytes, ≤ max_body)
         + ancillary fds (≤ MAX_FDS), sent with the frame's first byte.
-The head lists tensors as {"name", "dtype", "shape", "offset" | "at"[, "nbytes"]} ("offset"
-into the body, "at" into the sender's arena; "nbytes" for BYTES, which travel in Triton's
-length-prefixed form). A Reader checks every length, dtype, shape, fd count and arena bound
-before it builds an array, and refuses an arena the sender could still shrink (a mapping
-of a shrunk memfd faults when read). Frames may be pipelined: a Reader takes any number
+The head lists tensors as {"name", "dtype", "shape", "offset" | "at" | "fd"[, "nbytes"]}
+("offset" into the body, "at" into the sender's arena, "fd" the index of a sealed memfd of the
+frame's that holds it alone; "nbytes" for BYTES, which travel in Triton's length-prefixed form). A Reader checks every length, dtype, shape, fd count and arena bound
+before it builds an array, and refuses an arena the sender could still shrink and a tensor's
+memfd the sender could still change (a mapping of a shrunk memfd faults when read). Frames may be pipelined: a Reader takes any number
 from one read and gives each exactly the fds that arrived with its first byte. Arrays
 over the peer's arena are used in place; `lease=True` hands each region back (through
 `PeerArena.released`) once the last array over it is gone. Nothing here ever unpickles.
@@ -51,6 +51,7 @@ MAX_INLINE_BODY = 1 << 20  # with an arena, inline tensors stop at this much bod
 RECV_CHUNK = 1 << 18
 ALIGN = 64
 _ARENA_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+TENSOR_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE   # a tensor's memfd no one can change
 
 
 class Kind(enum.IntEnum):
@@ -153,8 +154,8 @@ class Arena:
                 self.lent.pop(region[1], None)
 
     def put(self, offset: int, data) -> None:
-        view = memoryview(data)
-        self.map[offset: offset + view.nbytes] = _as_bytes(view)
+        view = _as_bytes(memoryview(data))
+        self.map[offset: offset + view.nbytes] = view
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -163,16 +164,22 @@ class Arena:
 
 
 class _Lease:
-    """One received frame's arena region, handed back when the last array over it is gone."""
+    """One received frame's arena region, handed back when the last array over it is gone;
+    this side's pages of it are dropped then (they stay the peer's), so what it read does not
+    stay counted as its own resident memory."""
 
-    def __init__(self, peer: "PeerArena", region: list, count: int):
+    def __init__(self, peer: "PeerArena", region: list, count: int, span: tuple[int, int]):
         self.peer, self.region, self.count, self.lock = peer, region, count, threading.Lock()
+        self.mapping, self.span = peer.mapping, span
 
     def drop(self) -> None:
         with self.lock:
             self.count -= 1
             if self.count == 0:
                 self.peer.released.append(self.region)
+                start, end = -(-self.span[0] // mmap.PAGESIZE) * mmap.PAGESIZE, self.span[1] // mmap.PAGESIZE * mmap.PAGESIZE
+                if end > start and not self.mapping.closed:
+                    self.mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 class PeerArena:
@@ -180,7 +187,7 @@ class PeerArena:
     and the regions of it this side has finished with (to send back with the next frame)."""
 
     def __init__(self):
-        self.view, self.size, self.released = None, 0, []
+        self.view, self.mapping, self.size, self.released = None, None, 0, []
 
     def replace(self, fd: int) -> None:
         size = os.fstat(fd).st_size
@@ -193,9 +200,10 @@ class PeerArena:
         if not seals & fcntl.F_SEAL_SHRINK:
             raise protocol_error("arena not sealed against shrinking")
         try:
-            self.view, self.size = memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ)), size
+            self.mapping = mmap.mmap(fd, size, prot=mmap.PROT_READ)
         except (OSError, ValueError) as e:   # e.g. an fd opened write-only
             raise protocol_error(f"arena cannot be mapped: {e}") from None
+        self.view, self.size = memoryview(self.mapping), size
 
     def slice(self, at, nbytes: int) -> memoryview:
         if self.view is None or type(at) is not int or at < 0 or at + nbytes > self.size:
@@ -217,17 +225,37 @@ def map_fd(fd: int, size: int) -> memoryview:
     return memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ))
 
 
-def _payload(name: str, value) -> tuple[str, np.ndarray, object]:
-    """(wire dtype, array, bytes-like to send) of one tensor; 0-d arrays stay 0-d."""
+def _payload(name: str, value) -> tuple[str, list, list]:
+    """(wire dtype, shape, the bytes to send as a list of flat byte views) of one tensor;
+    0-d arrays stay 0-d. A `Blob` is a uint8 vector sent from its parts as they are."""
+    if isinstance(value, Blob):
+        return "uint8", [value.nbytes], value.parts
     a = np.asarray(value)
     row = dtypes.of_numpy(a.dtype)
     if row is None:
         raise RtdError(Code.E_REQUEST_INVALID, f"tensor {name!r}: dtype {a.dtype} cannot cross the worker boundary")
     if row.wire == "bytes":
-        return row.wire, a, dtypes.encode_bytes(a)
+        return row.wire, list(a.shape), [memoryview(dtypes.encode_bytes(a))]
     if a.dtype != row.numpy or not a.flags.c_contiguous:
         a = np.array(a, dtype=row.numpy, order="C")
-    return row.wire, a, a
+    return row.wire, list(a.shape), [memoryview(_as_bytes(memoryview(a)))]
+
+
+class FdTensor:
+    """Bytes that travel as one uint8 tensor in a file of their own (a sealed memfd), passed
+    with the frame: never copied, never mapped by the sender."""
+
+    def __init__(self, fd: int, nbytes: int):
+        self.fd, self.nbytes = fd, nbytes
+
+
+class Blob:
+    """Bytes that travel as one uint8 tensor, given as parts (a message built piece by piece:
+    each part is copied once, straight into the frame or the arena)."""
+
+    def __init__(self, parts):
+        self.parts = [memoryview(_as_bytes(memoryview(p))) for p in parts]
+        self.nbytes = sum(p.nbytes for p in self.parts)
 
 
 @dataclasses.dataclass
@@ -248,37 +276,45 @@ def encode(kind: Kind, request_id: int, head: dict | None = None, tensors: dict 
     """Encode one frame; tensors ≥ INLINE_LIMIT bytes go through `arena` when one is given."""
     head = dict(head or {})
     passed = list(fds or [])
-    items = [(name, *_payload(name, value)) for name, value in (tensors or {}).items()]
+    placed = {}
+    for name, value in list((tensors or {}).items()):
+        if isinstance(value, FdTensor):
+            placed[name] = {"name": name, "dtype": "uint8", "shape": [value.nbytes], "fd": len(passed)}
+            passed.append(value.fd)
+    items = [(name, *_payload(name, value)) for name, value in (tensors or {}).items() if name not in placed]
+    sizes = {name: sum(p.nbytes for p in parts) for name, _, _, parts in items}
     big, inline = set(), 0
-    for name, _, _, data in items if arena is not None else ():
-        nbytes = memoryview(data).nbytes
-        if nbytes >= INLINE_LIMIT or inline + nbytes > MAX_INLINE_BODY:
+    for name, _, _, _ in items if arena is not None else ():
+        if sizes[name] >= INLINE_LIMIT or inline + sizes[name] > MAX_INLINE_BODY:
             big.add(name)
         else:
-            inline += nbytes
+            inline += sizes[name]
     region, at = None, 0
     if big:
-        at = arena.allocate(sum(_padded(memoryview(data).nbytes) for name, _, _, data in items if name in big))
+        at = arena.allocate(sum(_padded(sizes[name]) for name in big))
         region = head["arena"] = [arena.generation, at]
         if not arena.announced:
             head["arena_fd"] = len(passed)
             passed.append(arena.fd)
             arena.announced = True
     described, body, offset = [], [], 0
-    for name, wire_name, a, data in items:
-        nbytes = memoryview(data).nbytes
-        entry = {"name": name, "dtype": wire_name, "shape": list(a.shape)}
+    for name, wire_name, shape, parts in items:
+        nbytes = sizes[name]
+        entry = {"name": name, "dtype": wire_name, "shape": shape}
         if wire_name == "bytes":
             entry["nbytes"] = nbytes
         if name in big:
-            arena.put(at, data)
             entry["at"] = at
-            at += _padded(nbytes)
+            for part in parts:
+                arena.put(at, part)
+                at += part.nbytes
+            at = entry["at"] + _padded(nbytes)
         else:
             entry["offset"] = offset
-            body.append(data)
+            body += parts
             offset += nbytes
         described.append(entry)
+    described += placed.values()
     if described:
         head["tensors"] = described
     head_bytes = json.dumps(head, separators=(",", ":")).encode()
@@ -410,12 +446,12 @@ def _parse(kind: Kind, request_id: int, data: bytes, head_len: int, fds: list, p
             peer.replace(fds[i])
             used.add(i)
         region = head.pop("arena", None)
-        tensors, bases = _tensors(head.pop("tensors", []), body, peer)
+        tensors, bases, span = _tensors(head.pop("tensors", []), body, peer, fds, used)
         if region is not None:
             if not (isinstance(region, list) and len(region) == 2 and all(type(v) is int for v in region)):
                 raise protocol_error("bad arena region")
             if lease and bases:
-                holder = _Lease(peer, region, len(bases))
+                holder = _Lease(peer, region, len(bases), span)
                 for base in bases:
                     weakref.finalize(base, holder.drop)
             elif lease:
@@ -428,11 +464,13 @@ def _parse(kind: Kind, request_id: int, data: bytes, head_len: int, fds: list, p
         raise
 
 
-def _tensors(entries, body: memoryview, peer: PeerArena | None) -> tuple[dict, list]:
-    """{name: array} and the arrays that own arena memory (every view of them keeps them alive)."""
+def _tensors(entries, body: memoryview, peer: PeerArena | None, fds: list, used: set) -> tuple[dict, list, tuple]:
+    """{name: array}, the arrays that own arena memory (every view of them keeps them alive)
+    and the arena span they cover. A tensor in an fd of the frame ("fd": its index) is mapped
+    read-only; that fd is then `used`."""
     if not isinstance(entries, list) or len(entries) > MAX_TENSORS:
         raise protocol_error("tensors is not a bounded list")
-    out, bases = {}, []
+    out, bases, low, high = {}, [], MAX_ARENA, 0
     for e in entries:
         if not isinstance(e, dict) or not isinstance(e.get("name"), str) or e["name"] in out:
             raise protocol_error("bad or duplicate tensor entry")
@@ -451,6 +489,19 @@ def _tensors(entries, body: memoryview, peer: PeerArena | None) -> tuple[dict, l
             if peer is None:
                 raise protocol_error(f"tensor {name!r}: arena tensor without an arena")
             data = peer.slice(e["at"], nbytes)
+            low, high = min(low, e["at"]), max(high, e["at"] + nbytes)
+        elif "fd" in e:
+            i = e["fd"]
+            if type(i) is not int or not 0 <= i < len(fds) or i in used:
+                raise protocol_error(f"tensor {name!r}: bad fd index")
+            used.add(i)
+            try:
+                seals = fcntl.fcntl(fds[i], fcntl.F_GET_SEALS)
+            except OSError:
+                seals = 0
+            if seals & TENSOR_SEALS != TENSOR_SEALS:
+                raise protocol_error(f"tensor {name!r}: its memfd is not sealed")
+            data = map_fd(fds[i], nbytes)[:nbytes]
         else:
             off = e.get("offset")
             if type(off) is not int or off < 0 or off + nbytes > len(body):
@@ -466,4 +517,4 @@ def _tensors(entries, body: memoryview, peer: PeerArena | None) -> tuple[dict, l
         out[name] = flat.reshape(shape)
         if "at" in e:
             bases.append(flat)
-    return out, bases
+    return out, bases, (low, high)

@@ -298,6 +298,7 @@ class WorkerCgroup:
                 _write(os.path.join(node, "pids.max"), str(limits.pids))
             if "cpu" in self.layout.v2_controllers:
                 _write(os.path.join(node, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+                _write(os.path.join(node, "cpu.weight"), str(limits.cpu_weight))
             for line in self._dmem_lines(limits):   # one region per write, as the kernel parses it
                 _write(os.path.join(node, "dmem.max"), line)
         elif hierarchy == "memory":
@@ -314,6 +315,7 @@ class WorkerCgroup:
             ctl = _v1_node(self.layout.v1_roots["cpu"], node).controller
             ctl.cfs_period_us = CPU_PERIOD_US
             ctl.cfs_quota_us = quota
+            ctl.shares = max(2, limits.cpu_weight * 1024 // 100)   # v1's default 1024 is v2's weight 100
         elif hierarchy == "pids":   # cgroupspy has no pids controller
             _write(os.path.join(node, "pids.max"), str(limits.pids))
 

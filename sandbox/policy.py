@@ -27,6 +27,7 @@ class Limits:
     memory_bytes: int
     pids: int
     cpu_cores: float
+    cpu_weight: int
     gpu_memory_bytes: int
     gpu_devices: tuple[int, ...]
     scratch_bytes: int
@@ -114,7 +115,7 @@ def _build(data: dict) -> Policy:
     lim = Limits(**{k: convert.get(k, lambda v: v)(v) for k, v in data["limits"].items()})
     bounds = {"memory_bytes": (32 * MIB, 1 << 50), "pids": (4, 1 << 22), "gpu_memory_bytes": (0, 1 << 50),
               "scratch_bytes": (MIB, 1 << 40), "nofile": (8, 1 << 20), "fsize_bytes": (0, 1 << 50),
-              "cpu_seconds": (0, 1 << 31)}
+              "cpu_seconds": (0, 1 << 31), "cpu_weight": (1, 10000)}
     for key, (low, high) in bounds.items():
         if not low <= getattr(lim, key) <= high:
             raise RtdError(Code.E_POLICY_INVALID, f"limits.{key}={getattr(lim, key)} outside [{low}, {high}]")

@@ -9,9 +9,10 @@
 #   FUZZ_EXAMPLES=20000 bash scripts/fuzz.sh wire kserve          # some of them
 #   FUZZ_EXAMPLES=1000000 FUZZ_SHARDS=16 bash scripts/fuzz.sh wire  # one target on 16 cores
 #
-# Targets: wire (rtd/wire.py Reader), channel (daemon/channel.py WorkerChannel on asyncio and
-# uvloop), kserve (ModelInferRequest parse + daemon/tensors.py decode_request), http2
-# (daemon/http2.py Connection behind the real gRPC front), intake (verify_package over
+# Targets: wire (rtd/wire.py Reader), channel (daemon/serving/channel.py WorkerChannel on asyncio
+# and uvloop), kserve (the supervisor's header reading, rtd/infer_request.py, against protobuf's own
+# parser, and the worker's decoding of gRPC and REST bodies, daemon/worker/kserve_codec.py), http2
+# (daemon/transport/grpc_h2.py Connection behind the real gRPC front), intake (verify_package over
 # uploads, tar/tar.gz and directories, and the signed documents), config (config.pbtxt).
 # A target's file also holds the regression tests for the bugs the fuzzer found; they run once
 # per shard, in seconds. A property tolerates nothing: the first input it fails on ends it,

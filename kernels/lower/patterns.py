@@ -203,15 +203,18 @@ def fuse_attention(graph: Graph) -> Graph:
 
 
 def _activation(index: Index, name: str):
-    """The Relu or fused Gelu that alone reads `name`: (node, activation name) or (None, None)."""
+    """The Relu or fused Gelu that alone reads `name`: (node, activation name, its attributes) or
+    (None, None, {}); an Erf-form Gelu's attributes say how its graph scaled erf's argument."""
     uses = index.uses(name)
     if len(uses) == 1 and name not in index.pinned:
         act = uses[0]
         if act.domain == "" and act.op_type == "Relu":
-            return act, "Relu"
+            return act, "Relu", {}
         if act.domain == RTD_DOMAIN and act.op_type == "Gelu":
-            return act, "GeluTanh" if act.attrs["approximate"] == "tanh" else "Gelu"
-    return None, None
+            if act.attrs["approximate"] == "tanh":
+                return act, "GeluTanh", {}
+            return act, "Gelu", {"gelu_scale_op": act.attrs["scale_op"], "gelu_scale": act.attrs["scale"]}
+    return None, None, {}
 
 
 def _gemm_as_matmul(graph: Graph, index: Index, gemm: Node):
@@ -243,9 +246,9 @@ def fuse_matmul_bias(graph: Graph) -> Graph:
             parts = _gemm_as_matmul(graph, index, mm)
             if parts is None:
                 continue
-            act, activation = _activation(index, mm.outputs[0])
+            act, activation, scaling = _activation(index, mm.outputs[0])
             last = act or mm
-            replace_node(graph, last, _fused("MatMulBias", list(parts), [last.outputs[0]], activation=activation))
+            replace_node(graph, last, _fused("MatMulBias", list(parts), [last.outputs[0]], activation=activation, **scaling))
             if last is not mm:
                 graph.nodes.remove(mm)
             continue
@@ -257,9 +260,10 @@ def fuse_matmul_bias(graph: Graph) -> Graph:
         bias = index.constant(bias_name)
         if bias is None or bias.ndim != 1 or bias.size != w.shape[1] or bias.dtype != w.dtype:
             continue
-        act, activation = _activation(index, add.outputs[0])
+        act, activation, scaling = _activation(index, add.outputs[0])
         last = act or add
-        replace_node(graph, last, _fused("MatMulBias", [mm.inputs[0], mm.inputs[1], bias_name], [last.outputs[0]], activation=activation))
+        replace_node(graph, last, _fused("MatMulBias", [mm.inputs[0], mm.inputs[1], bias_name], [last.outputs[0]],
+                                         activation=activation, **scaling))
         if last is not add:
             graph.nodes.remove(add)
     return graph
@@ -279,7 +283,7 @@ def fuse_conv_activation(graph: Graph) -> Graph:
         other = index.other(add, y) if add is not None else ""
         if other == y or (add is not None and id(add) in taken):
             add, other = None, ""
-        act, activation = _activation(index, (add or conv).outputs[0])
+        act, activation, _ = _activation(index, (add or conv).outputs[0])
         if activation != "Relu":
             act = None
         last = act or add

@@ -6,7 +6,7 @@ from rtd.errors import Code, RtdError
 
 import numpy as np
 
-from ..native.activation import GELU, GELU_TANH, activation
+from ..native.activation import ERF, GELU, GELU_TANH, activation
 from . import _erf
 from ._blocked import blockable, in_blocks
 from .base import Elementwise
@@ -33,11 +33,16 @@ class Gelu_20(Elementwise):
         return f"0.5 * in0 * (1 + erf(in0 {'/' if self.erf_scale_op == 'Div' else '*'} {self.erf_scale!r}))"
 
     def compute(self, x, out=None):
-        if self.xp is np and (y := activation(GELU_TANH if self.approximate == "tanh" else GELU, x, out)) is not None:
+        if self.xp is np and (self.approximate == "tanh" or self._compiled_scale()) \
+                and (y := activation(GELU_TANH if self.approximate == "tanh" else GELU, x, out)) is not None:
             return y
         if blockable(self.xp, x, out):
             return in_blocks(self._gelu, x, out)
         return self._gelu(x, out)
+
+    def _compiled_scale(self) -> bool:
+        """Whether erf's argument is scaled as activation.c's GELU scales it (x times float32 1/√2)."""
+        return self.erf_scale_op == "Mul" and np.float32(self.erf_scale) == np.float32(math.sqrt(0.5))
 
     def _gelu(self, x, out):
         xp = self.xp
@@ -50,7 +55,8 @@ class Gelu_20(Elementwise):
         else:
             scale = x.dtype.type(self.erf_scale)  # typed: bfloat16 * float is float32
             gate = xp.divide(x, scale) if self.erf_scale_op == "Div" else xp.multiply(x, scale)
-            _erf.erf(xp, gate, out=gate)
+            if xp is not np or activation(ERF, gate, gate) is None:   # as the Erf op's kernel computes it
+                _erf.erf(xp, gate, out=gate)
         gate += 1
         gate *= 0.5
         return xp.multiply(x, gate, out=out)

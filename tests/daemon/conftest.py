@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from rtd.daemon.client import Client
+from rtd.cli.client import Client
 from rtd.daemon.config import token_hash
 from rtd.loader import keys, pack
 
@@ -58,11 +58,13 @@ def slow_model(layers: int = 12, width: int = 384) -> bytes:
 
 
 def memory_bomb() -> bytes:
-    """Expand a scalar to the shape the request names: the guard cannot know the size."""
+    """Expand a scalar to the shape the request names, then add zero (Expand alone may be a
+    broadcast view that takes no memory): the guard cannot know the size."""
+    zero = numpy_helper.from_array(np.zeros(1, np.float32), "Z")
     graph = helper.make_graph(
-        [helper.make_node("Expand", ["V", "S"], ["Y"])], "bomb",
+        [helper.make_node("Expand", ["V", "S"], ["E"]), helper.make_node("Add", ["E", "Z"], ["Y"])], "bomb",
         [helper.make_tensor_value_info("V", TensorProto.FLOAT, [1]), helper.make_tensor_value_info("S", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["A", "B"])])
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["A", "B"])], [zero])
     return _bytes(graph)
 
 

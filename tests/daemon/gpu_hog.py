@@ -17,7 +17,7 @@ import sys
 import time
 
 from rtd import wire
-from rtd.daemon.gpu_watch import GpuWatch
+from rtd.daemon.observe.gpu_watch import GpuWatch
 from rtd.kernels import backend_cupy
 from rtd.sandbox import TenantIdentity, Zygote, gpu_memory, load_policy
 from rtd.sandbox.cgroup import detect_layout

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from rtd.daemon.gpu_watch import GpuWatch
+from rtd.daemon.observe.gpu_watch import GpuWatch
 from rtd.errors import RtdError
 
 

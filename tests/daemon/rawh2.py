@@ -9,7 +9,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from rtd.daemon.grpc_front import SERVICE
+from rtd.proto import SERVICE
 
 
 class RawClient:

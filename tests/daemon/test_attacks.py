@@ -58,11 +58,11 @@ def raw_connect(path: str, settings=()) -> socket.socket:
 
 class FrameReader(threading.Thread):
     """Reads the server's frames: the header blocks of the HEADERS frames that end a stream,
-    in order, and the GOAWAY reasons."""
+    in order, and the GOAWAY reasons and error codes."""
 
     def __init__(self, sock: socket.socket):
         super().__init__(daemon=True)
-        self.sock, self.blocks, self.goaways, self.closed = sock, [], [], False
+        self.sock, self.blocks, self.goaways, self.goaway_codes, self.closed = sock, [], [], [], False
         self.cv = threading.Condition()
         self.start()
 
@@ -79,6 +79,7 @@ class FrameReader(threading.Thread):
                             self.blocks.append(payload)
                         elif kind == GOAWAY:
                             self.goaways.append(payload[8:].decode(errors="replace"))
+                            self.goaway_codes.append(int.from_bytes(payload[4:8], "big"))
                         self.cv.notify_all()
         except OSError:
             pass

@@ -1,135 +1,257 @@
-"""Dynamic batching on its own: requests within the delay run as one execution, split back
-in order; mismatched shapes wait for their own batch; a failed execution fails each of its
-requests; a request whose deadline passed before its batch ran is left out of it; closing
-fails what is still queued. The runner is a plain coroutine of the inputs."""
+"""Dynamic batching, in its two halves. The worker's (worker/infer.py `Serving.answer`, with a
+real compiled model): the requests of one frame that agree in everything but the batch dim run
+as one execution and are split back in order, each answered in its own encoding; mismatched
+shapes run apart; one bad request is refused alone; a profiled one runs alone. The
+scheduler's (serving/scheduler.py): requests within the delay go to one worker in one frame,
+at most max_batch_size of them; a request whose deadline passed before its frame formed is
+left out; closing fails what is still queued; a frame holds one of the tenant's slots until
+the worker answers. The scheduler's worker here is the real Serving in this process, behind
+a stand-in instance that answers a frame as the channel would."""
 import asyncio
+import json
+import math
 import time
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-from rtd.daemon.batching import Batcher
-from rtd.daemon.metrics import Series, Timing
+from rtd import wire
+from rtd.daemon.observe.metrics import Series, Timing
+from rtd.daemon.serving.scheduler import Answer, InferRequest, Scheduler, infer_frame, parse_answer
+from rtd.daemon.worker.infer import Serving
+from rtd.daemon.worker.kserve_codec import Caps
 from rtd.errors import Code, RtdError
+from rtd.kernels import compile_model
+from rtd.proto import TRACE_OUTPUT
+from rtd.proto import grpc_service_pb2 as pb
+from rtd.tensors import decode_response
+from tests.daemon.worker_calls import grpc_body
+
+W = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
 
 
-class Runner:
-    def __init__(self, fail=False, delay=0.0):
-        self.calls, self.fail, self.delay = [], fail, delay
-
-    async def __call__(self, inputs, outputs, deadline, timing):
-        self.calls.append({n: a.shape for n, a in inputs.items()})
-        timing.computing()
-        timing.input_end = time.monotonic()
-        await asyncio.sleep(self.delay)
-        timing.output_start = time.monotonic()
-        if self.fail:
-            raise RtdError(Code.E_WORKER_CRASHED, "boom")
-        return {"Y": inputs["X"] * 2, "S": inputs["X"].sum(axis=1, keepdims=True)}
+def scaled_model():
+    """X[N, 3] · W[3, 4] → Y[N, 4] and its row sums S[N, 1]."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"]), helper.make_node("ReduceSum", ["Y", "axes"], ["S"], keepdims=1)], "scaled",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4]), helper.make_tensor_value_info("S", TensorProto.FLOAT, ["N", 1])],
+        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return compile_model(model.SerializeToString())
 
 
-def run(coro):
-    return asyncio.run(coro)
+class Counted:
+    """The compiled model, counting its executions (it still runs every one)."""
+
+    def __init__(self, model):
+        self.model, self.calls, self.dtypes = model, [], []
+        self.inputs, self.outputs = model.inputs, model.outputs
+
+    def run(self, feeds, record=None):
+        self.calls.append({n: a.shape for n, a in feeds.items()})
+        self.dtypes.append(str(feeds["X"].dtype))
+        return self.model.run(feeds, record=record)
 
 
-async def submit_all(batcher, arrays, outputs=None, timeout=10):
-    deadline = time.monotonic() + timeout
-    return await asyncio.gather(*(batcher.submit({"X": a}, outputs, deadline, Timing(time.monotonic())) for a in arrays),
-                                return_exceptions=True)
+def serving(max_batch: int = 8) -> Serving:
+    return Serving(Counted(scaled_model()), "scaled", "1", Caps(1 << 20), 1 << 20, max_batch)
 
 
-def test_concurrent_requests_share_one_execution_and_get_their_own_rows():
+def frame_of(requests: list) -> wire.Frame:
+    head, tensors = infer_frame(requests)
+    return wire.Frame(wire.Kind.INFER, 1, head, tensors, [])
+
+
+def grpc(x: np.ndarray, outputs=(), **parameters) -> InferRequest:
+    body = pb.ModelInferRequest.FromString(grpc_body("scaled", {"X": x}, outputs))
+    for key, value in parameters.items():
+        body.parameters[key].bool_param = value
+    return InferRequest("scaled", "", "grpc", body.SerializeToString(), rows=x.shape[0] if x.ndim else None)
+
+
+def rest(x: np.ndarray) -> InferRequest:
+    doc = {"inputs": [{"name": "X", "datatype": "FP32", "shape": list(x.shape), "data": x.reshape(-1).tolist()}]}
+    return InferRequest("scaled", "", "rest", json.dumps(doc).encode())
+
+
+def answers(s: Serving, requests: list) -> list:
+    head, tensors = s.answer(frame_of(requests))
+    reply = wire.Frame(wire.Kind.OK, 1, head, {k: np.frombuffer(b"".join(bytes(p) for p in v.parts), np.uint8)
+                                              for k, v in tensors.items()}, [])
+    out, _ = parse_answer(reply, len(requests), 1 << 20)
+    return out
+
+
+def outputs_of(answer: Answer, encoding: str = "grpc") -> dict:
+    if encoding == "grpc":
+        return decode_response(pb.ModelInferResponse.FromString(answer.body.tobytes()))
+    doc = json.loads(answer.body.tobytes()[:answer.json_length])
+    return {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"]) for o in doc["outputs"]}
+
+
+# -- the worker's half ---------------------------------------------------------------------------
+def test_agreeing_requests_run_as_one_execution_and_get_their_own_rows():
+    s = serving()
+    xs = [np.full((i + 1, 3), i, np.float32) for i in range(3)]
+    got = answers(s, [grpc(xs[0]), rest(xs[1]), grpc(xs[2])])
+    assert s.model.calls == [{"X": (6, 3)}]
+    for x, answer, encoding in zip(xs, got, ("grpc", "rest", "grpc")):
+        out = outputs_of(answer, encoding)
+        np.testing.assert_allclose(out["Y"], x @ W, rtol=1e-6)
+        np.testing.assert_allclose(out["S"], (x @ W).sum(1, keepdims=True), rtol=1e-6)
+        assert answer.rows == x.shape[0]
+
+
+def test_mismatched_requests_run_apart_and_a_bad_one_is_refused_alone():
+    s = serving()
+    bad = InferRequest("scaled", "", "grpc", b"\xff\xff\xff")
+    got = answers(s, [grpc(np.ones((1, 3), np.float32), outputs=["Y"]), bad, grpc(np.ones((2, 3), np.float64)),
+                      grpc(np.ones((1, 3), np.float32))])
+    assert isinstance(got[1], RtdError) and got[1].code == Code.E_REQUEST_INVALID
+    assert isinstance(got[2], RtdError) and got[2].code == Code.E_INPUT_INVALID   # FP64 for an FP32 model
+    assert set(outputs_of(got[0])) == {"Y"} and set(outputs_of(got[3])) == {"Y", "S"}
+    assert s.model.calls == [{"X": (2, 3)}, {"X": (2, 3)}] and s.model.dtypes == ["float32", "float64"]
+
+
+def test_rows_past_the_batch_size_and_inputs_without_a_batch_dim_are_refused():
+    s = serving(max_batch=4)
+    got = answers(s, [grpc(np.ones((5, 3), np.float32)), grpc(np.ones((4, 3), np.float32))])
+    assert isinstance(got[0], RtdError) and got[0].code == Code.E_INPUT_INVALID
+    assert outputs_of(got[1])["Y"].shape == (4, 4)
+    with pytest.raises(RtdError) as e:   # a frame with more requests than the batch size is the supervisor's bug
+        s.answer(frame_of([grpc(np.ones((1, 3), np.float32))] * 5))
+    assert e.value.code == Code.E_WORKER_PROTOCOL
+
+
+def test_a_profiled_request_runs_alone_and_carries_its_trace():
+    s = serving()
+    got = answers(s, [grpc(np.ones((1, 3), np.float32), rtd_profile=True), grpc(np.ones((1, 3), np.float32))])
+    assert len(s.model.calls) == 2
+    trace = outputs_of(got[0])[TRACE_OUTPUT]
+    assert json.loads(trace.reshape(-1)[0])["traceEvents"] and TRACE_OUTPUT not in outputs_of(got[1])
+
+
+# -- the scheduler's half ------------------------------------------------------------------------
+class Version:
+    """A version whose one instance is the real Serving in this process."""
+
+    def __init__(self, s: Serving, delay: float = 0.0):
+        self.serving, self.delay, self.frames, self.answered_count = s, delay, [], 0
+        self.in_flight = 0
+
+    async def instance(self, deadline):
+        return self
+
+    def answered(self):
+        self.answered_count += 1
+
+    def protocol_error(self, instance, error):
+        raise AssertionError(error)
+
+    def send(self, kind, head, tensors, timeout, on_done):
+        frame = wire.Frame(kind, 1, head, tensors, [])
+        self.frames.append(len(head["requests"]))
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        async def work():
+            await asyncio.sleep(self.delay)
+            answer_head, blobs = self.serving.answer(frame)
+            on_done(True)
+            future.set_result(wire.Frame(wire.Kind.OK, 1, answer_head, {
+                k: np.frombuffer(b"".join(bytes(p) for p in v.parts), np.uint8) for k, v in blobs.items()}, []))
+        loop.create_task(work())
+        return future
+
+
+class Limits:
+    request_timeout_s, max_message_bytes = 10.0, 1 << 20
+
+
+def scheduler(version: Version, slots: asyncio.Semaphore, delay_s: float | None = 0.2, max_batch: int = 8) -> Scheduler:
+    return Scheduler("scaled", version, slots, Limits, max_batch, delay_s, on_execution=lambda: None)
+
+
+def submit(sched: Scheduler, request: InferRequest, timeout: float = 10, series: Series | None = None):
+    timing = Timing(time.monotonic())
+    if series is not None:
+        timing.queue_in(series)
+    request.deadline = time.monotonic() + timeout if timeout != math.inf else math.inf
+    return sched.submit(request, timing)
+
+
+def test_requests_within_the_delay_share_one_frame_and_leave_the_queue_together():
     async def main():
-        runner = Runner()
-        batcher = Batcher("m", 8, 0.3, runner)
-        arrays = [np.full((i + 1, 3), i, np.float32) for i in range(3)]
-        results = await submit_all(batcher, arrays)
-        for a, r in zip(arrays, results):
-            np.testing.assert_array_equal(r["Y"], a * 2)
-            np.testing.assert_array_equal(r["S"], a.sum(axis=1, keepdims=True))
-        assert len(runner.calls) == 1 and runner.calls[0]["X"] == (6, 3)
-        batcher.close()
-    run(main())
+        version, series = Version(serving()), Series()
+        sched = scheduler(version, asyncio.Semaphore(4))
+        xs = [np.full((1, 3), i, np.float32) for i in range(3)]
+        got = await asyncio.gather(*(submit(sched, grpc(x), series=series) for x in xs))
+        assert version.frames == [3] and version.serving.model.calls == [{"X": (3, 3)}] and series.pending == 0
+        for x, answer in zip(xs, got):
+            np.testing.assert_allclose(outputs_of(answer)["Y"], x @ W, rtol=1e-6)
+        sched.close()
+    asyncio.run(main())
 
 
-def test_members_are_pending_until_their_batch_computes_and_take_its_phases():
+def test_a_frame_holds_at_most_the_batch_size_and_unbatched_requests_go_alone():
     async def main():
-        series, seen = Series(), []
-
-        async def runner(inputs, outputs, deadline, timing):
-            seen.append(series.pending)        # still queued: the slot and instance are not yet had
-            timing.computing()
-            seen.append(series.pending)
-            timing.input_end = timing.output_start = time.monotonic()
-            return {"Y": inputs["X"]}
-        batcher = Batcher("m", 8, 0.2, runner)
-        timings = [Timing(time.monotonic()) for _ in range(3)]
-        for t in timings:
-            t.queue_in(series)
-        await asyncio.gather(*(batcher.submit({"X": np.ones((1, 3), np.float32)}, None, time.monotonic() + 5, t)
-                               for t in timings))
-        assert seen == [3, 0] and series.pending == 0
-        assert len({t.compute_start for t in timings}) == 1 and all(t.prep_s >= 0 and t.input_end for t in timings)
-        batcher.close()
-    run(main())
+        version = Version(serving(max_batch=2))
+        sched = scheduler(version, asyncio.Semaphore(4), max_batch=2)
+        await asyncio.gather(*(submit(sched, grpc(np.ones((1, 3), np.float32))) for _ in range(5)))
+        assert sorted(version.frames) == [1, 2, 2]
+        sched.close()
+        alone = Version(serving(max_batch=0))
+        plain = scheduler(alone, asyncio.Semaphore(4), delay_s=None, max_batch=0)
+        await asyncio.gather(*(submit(plain, grpc(np.ones((1, 3), np.float32))) for _ in range(3)))
+        assert alone.frames == [1, 1, 1]
+    asyncio.run(main())
 
 
-def test_requested_outputs_only_and_mismatched_shapes_run_separately():
+def test_a_slot_is_held_until_the_worker_answers_even_when_the_caller_gave_up():
     async def main():
-        runner = Runner()
-        batcher = Batcher("m", 8, 0.3, runner)
-        results = await submit_all(batcher, [np.ones((1, 3), np.float32), np.ones((1, 5), np.float32)], outputs=["Y"])
-        assert [set(r) for r in results] == [{"Y"}, {"Y"}]
-        assert sorted(c["X"] for c in runner.calls) == [(1, 3), (1, 5)]
-        batcher.close()
-    run(main())
-
-
-def test_batch_limit_and_refusals():
-    async def main():
-        batcher = Batcher("m", 4, 0.01, Runner())
-        for bad in ({"X": np.ones((5, 3), np.float32)}, {"X": np.float32(1)}, {}):
-            with pytest.raises(RtdError) as e:
-                await batcher.submit(bad, None, time.monotonic() + 5, Timing(time.monotonic()))
-            assert e.value.code == Code.E_INPUT_INVALID
-        batcher.close()
-    run(main())
-
-
-def test_a_failed_execution_fails_every_request_in_it():
-    async def main():
-        batcher = Batcher("m", 8, 0.3, Runner(fail=True))
-        results = await submit_all(batcher, [np.ones((1, 3), np.float32)] * 3)
-        assert [r.code for r in results] == [Code.E_WORKER_CRASHED] * 3
-        batcher.close()
-    run(main())
-
-
-def test_outputs_must_keep_the_batch_dimension():
-    async def main():
-        async def wrong(inputs, outputs, deadline, timing):
-            return {"Y": np.ones(7)}
-        batcher = Batcher("m", 8, 0.01, wrong)
+        version, slots = Version(serving(), delay=0.3), asyncio.Semaphore(1)
+        sched = scheduler(version, slots, delay_s=None)
         with pytest.raises(RtdError) as e:
-            await batcher.submit({"X": np.ones((2, 3), np.float32)}, None, time.monotonic() + 5, Timing(time.monotonic()))
-        assert e.value.code == Code.E_MODEL_INVALID
-        batcher.close()
-    run(main())
+            await submit(sched, grpc(np.ones((1, 3), np.float32)), timeout=0.05)
+        assert e.value.code == Code.E_DEADLINE and slots.locked()
+        await asyncio.sleep(0.4)
+        assert not slots.locked() and version.answered_count == 1
+    asyncio.run(main())
 
 
 def test_expired_requests_are_left_out_and_closing_fails_the_queue():
     async def main():
-        runner = Runner(delay=0.2)
-        batcher = Batcher("m", 8, 0.05, runner)
-        short = await submit_all(batcher, [np.ones((1, 3), np.float32)], timeout=0.01)
-        assert short[0].code == Code.E_DEADLINE
+        version = Version(serving())
+        sched = scheduler(version, asyncio.Semaphore(4), delay_s=0.05)
+        with pytest.raises(RtdError) as e:
+            await submit(sched, grpc(np.ones((1, 3), np.float32)), timeout=0.01)
+        assert e.value.code == Code.E_DEADLINE
         await asyncio.sleep(0.1)
-        assert runner.calls == []                      # its batch formed after its deadline: never ran
-        waiting = asyncio.ensure_future(submit_all(batcher, [np.ones((1, 3), np.float32)]))
+        assert version.frames == []                      # its frame formed after its deadline: never sent
+        blocked = scheduler(version, asyncio.Semaphore(4), delay_s=60)
+        waiting = asyncio.ensure_future(submit(blocked, grpc(np.ones((1, 3), np.float32))))
         await asyncio.sleep(0.01)
-        batcher.close()
-        [closed] = await waiting
-        assert closed.code == Code.E_MODEL_UNAVAILABLE
-        late = await submit_all(batcher, [np.ones((1, 3), np.float32)])
-        assert late[0].code == Code.E_MODEL_UNAVAILABLE
-    run(main())
+        blocked.close()
+        with pytest.raises(RtdError) as e:
+            await waiting
+        assert e.value.code == Code.E_MODEL_UNAVAILABLE
+        with pytest.raises(RtdError) as e:
+            await submit(blocked, grpc(np.ones((1, 3), np.float32)))
+        assert e.value.code == Code.E_MODEL_UNAVAILABLE
+        sched.close()
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("head, why", [
+    ({"results": [], "ns": {"decode": 0, "run": 0, "encode": 0}}, "one result per request"),
+    ({"results": [{"code": "E_NOT_A_CODE", "detail": "x"}], "ns": {"decode": 0, "run": 0, "encode": 0}}, "known code"),
+    ({"results": [{"rows": 1, "json_length": None}], "ns": {"decode": 0, "run": 0, "encode": 0}}, "response bytes"),
+    ({"results": [{"rows": 1, "json_length": None}], "ns": {"decode": -1, "run": 0, "encode": 0}}, "decode time"),
+])
+def test_a_worker_answer_is_parsed_once_and_bounded(head, why):
+    with pytest.raises(RtdError) as e:
+        parse_answer(wire.Frame(wire.Kind.OK, 1, head, {}, []), 1, 1 << 20)
+    assert e.value.code == Code.E_WORKER_PROTOCOL and why in e.value.detail

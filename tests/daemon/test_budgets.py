@@ -17,8 +17,8 @@ import time
 import numpy as np
 import pytest
 
-from rtd.daemon.budgets import RESERVE
-from rtd.daemon.client import Client
+from rtd.daemon.serving.budgets import RESERVE
+from rtd.cli.client import Client
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
 from tests.daemon.conftest import memory_bomb, mlp, slow_model

@@ -6,10 +6,11 @@ import os
 
 import pytest
 
-from rtd.daemon import config, rtd_main
+from rtd.daemon import config
+from rtd.daemon import main as rtd_main
 from rtd.daemon.config import ConfigError
-from rtd.daemon.registry import Registry
-from rtd.daemon.tenants import Tenants
+from rtd.daemon.state.registry import Registry
+from rtd.daemon.serving.tenants import Tenants
 from rtd.errors import Code, RtdError
 from rtd.loader.sealed import seal_bytes
 

@@ -21,12 +21,13 @@ import types
 import pytest
 
 from rtd import wire
-from rtd.daemon import worker
-from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.events import EventLog
-from rtd.daemon.instances import Ending, Instance
-from rtd.daemon.lifecycle import ModelVersion
-from rtd.daemon.metrics import Metrics
+from rtd.daemon.worker import main as worker
+from rtd.daemon.serving.channel import WorkerChannel
+from rtd.daemon.observe.events import EventLog
+from rtd.daemon.serving.instances import Ending, Instance
+from rtd.daemon.serving.lifecycle import ModelVersion
+from rtd.daemon.serving.services import TenantServices
+from rtd.daemon.observe.metrics import Metrics
 from rtd.errors import Code
 from rtd.sandbox import TenantIdentity, load_policy, seccomp, sigsys
 from rtd.sandbox.syscalls import libc
@@ -144,14 +145,14 @@ def test_in_audit_mode_the_same_unknown_call_is_refused_and_the_worker_serves_on
 
 
 def version_counting(events: io.StringIO) -> ModelVersion:
-    """A ModelVersion whose owner is the least the ending path reads: limits, events, metrics."""
+    """A ModelVersion with the least of services the ending path reads: limits, events, metrics."""
     limits = types.SimpleNamespace(max_instances=4, restart_backoff_s=3600.0, restart_backoff_max_s=3600.0, crash_limit=1,
-                                   resource_error_window_s=60.0)
-    supervisor = types.SimpleNamespace(events=EventLog(events), metrics=Metrics())
-    tenancy = types.SimpleNamespace(limits=limits, supervisor=supervisor, tenant=types.SimpleNamespace(id="acme"))
-    owner = types.SimpleNamespace(tenancy=tenancy, name="m", version_changed=lambda version: None)
+                                   resource_error_window_s=60.0, request_timeout_s=60.0, max_message_bytes=1 << 20)
+    services = TenantServices("acme", limits, types.SimpleNamespace(cpu_cores=1, gpu_devices=[0]), EventLog(events), Metrics(),
+                              spawn=None, make_room=None, slots=asyncio.Semaphore(1))
+    owner = types.SimpleNamespace(name="m", version_changed=lambda version: None)
     package = types.SimpleNamespace(config=None, version_dir="1", model=types.SimpleNamespace(size=1))
-    return ModelVersion(owner, package, held=None)
+    return ModelVersion(owner, package, held=None, services=services)
 
 
 def test_a_containment_ending_counts_no_crash_toward_crash_limit(zygote):

@@ -24,9 +24,9 @@ import pytest
 import tritonclient.grpc as tc
 
 from rtd import wire
-from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.gpu_watch import GpuWatch, probe
-from rtd.daemon.instances import Ending, Instance
+from rtd.daemon.serving.channel import WorkerChannel
+from rtd.daemon.observe.gpu_watch import GpuWatch, probe
+from rtd.daemon.serving.instances import Ending, Instance
 from rtd.errors import Code, RtdError
 from rtd.sandbox import TenantIdentity, Zygote
 from tests.daemon.conftest import Daemon, mlp, slow_model
@@ -194,7 +194,7 @@ def test_a_gpu_that_becomes_blind_is_unhealthy_until_it_clears_and_what_is_attri
 
 
 def test_a_worker_nvml_does_not_list_makes_its_gpus_blind_after_the_grace(in_process):
-    from rtd.daemon.gpu_watch import UNLISTED_GRACE_S
+    from rtd.daemon.observe.gpu_watch import UNLISTED_GRACE_S
     unlisted, health = Child(), []
     write_state(in_process, {})
     watch = start_watch({"acme": 1 << 30}, [], health)

@@ -7,8 +7,8 @@ import threading
 import time
 
 from rtd import wire
-from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.instances import Ending, Instance
+from rtd.daemon.serving.channel import WorkerChannel
+from rtd.daemon.serving.instances import Ending, Instance
 
 
 class ScriptedWorker:

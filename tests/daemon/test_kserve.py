@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from rtd.daemon import config as configuration
-from rtd.daemon import rtd_main
-from rtd.daemon.tenants import Tenants
+from rtd.daemon import main as rtd_main
+from rtd.daemon.serving.tenants import Tenants
 from rtd.errors import Code, RtdError
 from rtd.loader import keys, pack
 from tests.daemon.conftest import NEEDS_ROOT, RTD, free_port, mlp

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rtd.errors import Code, RtdError
-from rtd.daemon.lifecycle import BASE_WORKER_BYTES
+from rtd.daemon.serving.lifecycle import BASE_WORKER_BYTES
 from tests.daemon.conftest import memory_bomb, mlp, slow_model
 from tests.daemon.test_budgets import Calm
 from tests.daemon.test_serving import reference

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import onnxruntime
 import pytest
-from rtd.daemon.kserve import TRACE_OUTPUT
+from rtd.proto import TRACE_OUTPUT
 from rtd.errors import Code, RtdError
 from tests.daemon.conftest import mlp
 from tests.daemon.test_rest import curl

@@ -170,6 +170,6 @@ def test_embedded_default_loads_listed_models_at_start_once(tmp_path):
 
 
 def test_load_model_is_refused_with_a_config_file(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "rtd.daemon.rtd_main", "serve", "--config", str(tmp_path / "x.toml"),
+    result = subprocess.run([sys.executable, "-m", "rtd.daemon.main", "serve", "--config", str(tmp_path / "x.toml"),
                              "--load-model", "m"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "embedded default" in result.stderr

@@ -18,8 +18,9 @@ import tritonclient.http as tc_http
 from tritonclient.utils import InferenceServerException
 
 from rtd import dtypes
-from rtd.daemon.rest_front import BY_CODE, HTTP_STATUS, Tensor
-from rtd.daemon.tensors import decode_inputs, json_data, raw_from_json
+from rtd.daemon.worker.kserve_codec import Caps, decode_rest
+from rtd.daemon.transport.rest_h1 import BY_CODE, HTTP_STATUS
+from rtd.tensors import json_data, raw_from_json
 from rtd.errors import Code, RtdError
 from tests.daemon.conftest import free_port, mlp, slow_model
 from tests.daemon.test_serving import reference
@@ -346,7 +347,8 @@ def test_json_data_round_trips_every_datatype(row):
     else:
         a = want = (np.arange(4) % 2 == 1 if row.wire == "bool" else np.arange(4) + 1).astype(row.numpy).reshape(2, 2)
     flat = json.loads(json.dumps(json_data(a)))
-    got = decode_inputs([Tensor("t", row.kserve, [2, 2])], [raw_from_json("t", row.kserve, flat)], 1 << 20)["t"]
+    body = json.dumps({"inputs": [{"name": "t", "datatype": row.kserve, "shape": [2, 2], "data": flat}]}).encode()
+    got = decode_rest(body, None, Caps(1 << 20)).inputs["t"]
     assert got.shape == (2, 2) and got.tolist() == want.tolist()
     with pytest.raises(RtdError):   # a value of another kind
         raw_from_json("t", row.kserve, [1.5, 2, 3, 4] if row.wire != "bytes" and row.numpy.kind != "f" else [[1], 2, 3, {}])

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from rtd.daemon.cli_errors import EXIT_REFUSED, EXIT_UNREACHABLE
+from rtd.commandline import EXIT_REFUSED, EXIT_UNREACHABLE
 from tests.daemon.conftest import NEEDS_ROOT, mlp
 
 BIN = os.path.dirname(sys.executable)

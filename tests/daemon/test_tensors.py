@@ -1,8 +1,10 @@
-"""KServe tensor decoding: every malformed input is INVALID_ARGUMENT before allocation."""
+"""KServe tensor decoding in the worker (kserve_codec) from the serialized request, and the
+client's encoding: every malformed input is INVALID_ARGUMENT before allocation."""
 import numpy as np
 import pytest
 
-from rtd.daemon.tensors import decode_request, decode_response, encode_inputs, response_parts
+from rtd.daemon.worker.kserve_codec import Caps, decode_grpc
+from rtd.tensors import decode_response, encode_inputs, response_parts
 from rtd.dtypes import encode_bytes
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
@@ -13,6 +15,11 @@ LIMIT = 1 << 20
 
 def _request(inputs, raw=()):
     return pb.ModelInferRequest(model_name="m", inputs=inputs, raw_input_contents=list(raw))
+
+
+def decode_request(request: pb.ModelInferRequest, limit: int) -> dict:
+    """The inputs as the worker decodes them from the serialized request."""
+    return decode_grpc(request.SerializeToString(), Caps(limit)).inputs
 
 
 def test_raw_round_trip_all_numeric_types():

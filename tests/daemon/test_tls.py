@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from rtd.daemon.client import Client
+from rtd.cli.client import Client
 from rtd.errors import RtdError
 from tests.daemon.conftest import free_port, mlp
 

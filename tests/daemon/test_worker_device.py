@@ -11,8 +11,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from rtd import wire
-from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.instances import WORKER_ENTRY
+from rtd.daemon.serving.channel import WorkerChannel
+from tests.daemon import worker_calls
+from rtd.daemon.serving.instances import WORKER_ENTRY
 from rtd.errors import Code, RtdError
 from rtd.kernels import backend_cupy
 from rtd.sandbox import TenantIdentity, Zygote, load_policy
@@ -48,7 +49,7 @@ def load_with_device(zygote, device: str):
             if refusal is None or refusal.code is Code.E_WORKER_PROTOCOL:
                 return refusal, None
             await channel.request(wire.Kind.LOAD, {"external": [], "threads": 1, "device": "cpu"}, fds=[fd])
-            y = (await channel.request(wire.Kind.INFER, {}, {"X": np.array([-1, 2], np.float32)})).tensors["Y"]
+            y = (await worker_calls.infer(channel, {"X": np.array([-1, 2], np.float32)}))["Y"]
             return refusal, y
         finally:
             os.close(fd)
@@ -59,7 +60,7 @@ def load_with_device(zygote, device: str):
 
 @pytest.fixture(scope="module")
 def zygote():
-    z = Zygote.start(preload=("rtd.daemon.worker",), instance="idevice")
+    z = Zygote.start(preload=("rtd.daemon.worker.main",), instance="idevice")
     yield z
     z.close()
 

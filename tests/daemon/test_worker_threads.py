@@ -12,8 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rtd import wire
-from rtd.daemon.channel import WorkerChannel
-from rtd.daemon.instances import WORKER_ENTRY
+from rtd.daemon.serving.channel import WorkerChannel
+from tests.daemon import worker_calls
+from rtd.daemon.serving.instances import WORKER_ENTRY
 from rtd.sandbox import TenantIdentity, Zygote, load_policy
 from tests.daemon.conftest import NEEDS_ROOT
 
@@ -43,7 +44,7 @@ def kernel_threads(zygote, threads: int) -> tuple:
         fd = gemm_model_fd()
         try:
             await channel.request(wire.Kind.LOAD, {"external": [], "threads": threads}, fds=[fd])
-            y = (await channel.request(wire.Kind.INFER, {}, {"X": np.ones((4, K), np.float32)})).tensors["Y"]
+            y = (await worker_calls.infer(channel, {"X": np.ones((4, K), np.float32)}))["Y"]
             assert y.shape == (4, K)
             head = (await channel.request(wire.Kind.PING, {}, {})).head
             return head["blas_threads"], head["kernel_threads"]
@@ -55,7 +56,7 @@ def kernel_threads(zygote, threads: int) -> tuple:
 
 
 def test_kernel_threads_follow_the_tenants_cores_and_blas_stays_single():
-    zygote = Zygote.start(preload=("rtd.daemon.worker",), instance="ithreads")
+    zygote = Zygote.start(preload=("rtd.daemon.worker.main",), instance="ithreads")
     try:
         granted = {cores: kernel_threads(zygote, cores) for cores in (1, 2)}
     finally:

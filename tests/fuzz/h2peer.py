@@ -1,4 +1,4 @@
-"""Driving daemon/http2.py's Connection without a socket: a transport that records what the
+"""Driving daemon/transport/grpc_h2.py's Connection without a socket: a transport that records what the
 server writes and ends the connection the way asyncio's does (connection_lost on the next
 loop turn), the real grpc_front.Front over a stand-in supervisor, and an h2 client that
 writes requests and reads the answers."""
@@ -6,22 +6,27 @@ import asyncio
 import hashlib
 import io
 import struct
+import tempfile
 from types import SimpleNamespace
 
 import h2.config
 import h2.connection
 
-from rtd.daemon import grpc_front, http2, kserve
-from rtd.daemon.budgets import Ledger
-from rtd.daemon.events import EventLog
-from rtd.daemon.tenants import Tenants
+from rtd.daemon.fronts import grpc as grpc_front
+from rtd.daemon.transport import grpc_h2
+from rtd.daemon.transport.contract import TransportLimits
+from rtd.daemon.transport.table import ConnectionTable
+from rtd.daemon.serving.budgets import Ledger
+from rtd.daemon.worker import kserve_codec
+from rtd.daemon.observe.events import EventLog
+from rtd.daemon.serving.tenants import Tenants
 from rtd.errors import Code, RtdError
 
 TOKEN, ADMIN = "good-token", "admin-token"
-LIMITS = http2.TransportLimits(max_message_bytes=1 << 20, max_connections=8, max_connections_per_peer=8,
-                               max_streams_per_connection=16, auth_timeout_s=30.0, idle_timeout_s=60.0,
-                               send_timeout_s=30.0)
-PER_TENANT = {"streams": 64, "connections": 8, "request_bytes": 4 << 20, "requests": 64}
+LIMITS = TransportLimits(max_message_bytes=1 << 20, max_connections=8, max_connections_per_peer=8, max_streams_per_connection=16,
+                         auth_timeout_s=30.0, idle_timeout_s=60.0, send_timeout_s=30.0)
+STATE_DIR = tempfile.mkdtemp(prefix="rtd-h2peer-")   # uploads spool here (unlinked files: nothing stays)
+PER_TENANT = {"streams": 64, "connections": 8, "request_bytes": 4 << 20, "requests": 64, "package_bytes": 4 << 20}
 
 
 class Transport:
@@ -33,6 +38,10 @@ class Transport:
 
     def write(self, data) -> None:
         self.written += data
+
+    def writelines(self, pieces) -> None:
+        for piece in pieces:
+            self.written += piece
 
     def close(self) -> None:
         if not self.closing:
@@ -60,7 +69,8 @@ class Supervisor:
         tenant = SimpleNamespace(id="acme", token_sha256=[digest], unsafe_anonymous=False)
         self.config = SimpleNamespace(limits=SimpleNamespace(max_message_bytes=max_message_bytes), tenants=[tenant],
                                       admin_token_sha256=[hashlib.sha256(ADMIN.encode()).hexdigest()],
-                                      metrics_token_sha256=[])
+                                      metrics_token_sha256=[], state_dir=STATE_DIR)
+        self.ledger = Ledger(PER_TENANT, {}, ["acme"])
         self.tenants = Tenants(self.config)
         self.events = EventLog(io.StringIO())   # the front's audit lines, kept off the test's stderr
 
@@ -87,19 +97,22 @@ class Supervisor:
     async def load(self, tenant, name, files, config=None):
         raise RtdError(Code.E_SIG_MISSING, "the stand-in verifies nothing")
 
-    async def infer(self, tenant, name, version, inputs, outputs, deadline, encode):
-        return SimpleNamespace(version="1", outputs=dict(inputs), charges=[], encoded=encode("1", dict(inputs)))
+    async def infer(self, tenant, request):
+        """Echo the inputs, decoded and encoded in this process by the worker's own codec."""
+        decoded = kserve_codec.decode_grpc(request.body, kserve_codec.Caps(self.config.limits.max_message_bytes))
+        parts, _ = kserve_codec.encode_grpc(request.model, "1", decoded, decoded.inputs)
+        return SimpleNamespace(version="1", body=b"".join(bytes(memoryview(p)) for p in parts), json_length=None, charges=[])
 
 
-def server(supervisor: Supervisor | None = None) -> tuple[http2.Server, grpc_front.Front]:
-    front = grpc_front.Front(supervisor or Supervisor(), reload=lambda: None)
-    ledger = Ledger(PER_TENANT, {}, ["acme"])
-    return http2.Server(front.methods, LIMITS, ledger, front.authenticate, kserve.describe), front
+def server(supervisor: Supervisor | None = None) -> tuple[ConnectionTable, grpc_front.Front]:
+    supervisor = supervisor or Supervisor()
+    front = grpc_front.Front(supervisor, reload=lambda: None)
+    return ConnectionTable(LIMITS, supervisor.ledger), front
 
 
-def connect(srv: http2.Server) -> tuple[http2.Connection, Transport]:
+def connect(table: ConnectionTable, front: grpc_front.Front) -> tuple[grpc_h2.Connection, Transport]:
     """A connection as accepted from a local peer (call inside the running loop)."""
-    conn = http2.Connection(srv, lambda sock: "uid:1000")
+    conn = grpc_h2.Connection(table, front, lambda sock: "uid:1000")
     transport = Transport(conn)
     conn.connection_made(transport)
     return conn, transport
@@ -154,8 +167,7 @@ async def exchange(write) -> tuple:
     the server gets them in one data_received, then the connection ends. Returns what write
     returned, what data_received raised (None), the answers (statuses(); none once the client
     has sent GOAWAY) and the exceptions of the tasks that read started."""
-    srv, _ = server()
-    conn, transport = connect(srv)
+    conn, transport = connect(*server())
     c = client()
     wrote = write(c)
     tasks_before = asyncio.all_tasks()

@@ -1,4 +1,4 @@
-"""daemon/http2.py Connection fed hostile client bytes through data_received, over a fake
+"""daemon/transport/grpc_h2.py Connection fed hostile client bytes through data_received, over a fake
 transport (h2peer.py), with the real grpc_front.Front and the real token check behind it.
 
 A session is written by an h2 client — calls to every route and to unknown ones, with good,
@@ -14,12 +14,14 @@ budget charge (streams, connections, request bytes) has been given back.
 import asyncio
 import logging
 
+import h2.events
 import h2.settings
 import pytest
 from hypothesis import strategies as st
 
-from rtd.daemon import grpc_front
-from rtd.daemon.budgets import OPERATOR
+from rtd.daemon.fronts import grpc as grpc_front
+from rtd.daemon.transport import grpc_h2
+from rtd.daemon.serving.budgets import OPERATOR
 
 from . import h2peer
 from .harness import edit_bytes, note, run
@@ -98,8 +100,8 @@ def sessions(draw) -> list:
 
 
 async def _scenario(chunks: list):
-    srv, _ = h2peer.server()
-    conn, transport = h2peer.connect(srv)
+    srv, front = h2peer.server()
+    conn, transport = h2peer.connect(srv, front)
     raised = None
     for chunk in chunks:
         if transport.closing:   # a real transport delivers nothing after close()
@@ -148,7 +150,7 @@ def test_connection_survives_hostile_clients():
 
 # -- regressions: bugs the fuzzer found ------------------------------------------------------------
 def test_a_superscript_digit_in_grpc_timeout_is_answered_not_raised():
-    """Was: daemon/http2.py `parse_timeout` took "²" (header byte 0xb2) for a digit
+    """Was: daemon/transport/grpc_h2.py `parse_timeout` took "²" (header byte 0xb2) for a digit
     (str.isdigit), then int("²") raised ValueError out of Connection.data_received, which
     dropped the connection with every call on it."""
     sid, raised, answers, _ = asyncio.run(h2peer.exchange(
@@ -160,7 +162,7 @@ def test_a_superscript_digit_in_grpc_timeout_is_answered_not_raised():
 
 @pytest.mark.parametrize("method, then", [("Nope", "reset"), ("Nope", "goaway"), ("ServerLive", "goaway")])
 def test_a_call_the_client_already_closed_is_dropped_quietly(method, then):
-    """Was: daemon/http2.py answered streams without asking h2 whether the client had closed
+    """Was: daemon/transport/grpc_h2.py answered streams without asking h2 whether the client had closed
     them: a call and its RST_STREAM (or GOAWAY) in one read made `_trailers_only` (from
     `_headers`) raise h2's StreamClosedError / ProtocolError out of data_received, and
     `_answer`'s send_headers raise inside the call's task."""
@@ -171,3 +173,112 @@ def test_a_call_the_client_already_closed_is_dropped_quietly(method, then):
     _, raised, _, failed = asyncio.run(h2peer.exchange(write))
     assert raised is None, f"{type(raised).__name__} escaped data_received: {raised}"
     assert not failed, f"the call's task failed: {failed}"
+
+
+# -- the frame budget --------------------------------------------------------------------------------
+def test_a_well_behaved_client_never_comes_near_the_frame_budget():
+    """2000 calls on one connection from h2 (the tests' peer), every tenth answered with 48 KiB
+    (several DATA frames), each answer's DATA acknowledged as it arrives (WINDOW_UPDATEs on
+    the stream and the connection), a PING every 20 calls and a SETTINGS every 200: the
+    budget's low point stays above half of it."""
+    from rtd.daemon.transport.h2session import FRAME_ALLOWANCE
+    from rtd.proto import grpc_service_pb2 as pb
+
+    def request(values: int) -> bytes:
+        tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[values])
+        return pb.ModelInferRequest(model_name="m", inputs=[tensor], raw_input_contents=[b"\0" * 4 * values]).SerializeToString()
+
+    async def session():
+        conn, transport = h2peer.connect(*h2peer.server())
+        c = h2peer.client()
+        answered = 0
+        for i in range(2000):
+            sid, body = c.get_next_available_stream_id(), h2peer.grpc_body(request(12 << 10 if i % 10 == 0 else 4))
+            c.send_headers(sid, h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
+            for at in range(0, len(body), c.max_outbound_frame_size):
+                c.send_data(sid, body[at:at + c.max_outbound_frame_size])
+            c.end_stream(sid)
+            if i % 20 == 0:
+                c.ping(i.to_bytes(8, "big"))
+            if i % 200 == 0:
+                c.update_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: 1 << 14})
+            conn.data_received(c.data_to_send())
+            await h2peer.settle(4)
+            for event in c.receive_data(bytes(transport.written)):
+                if isinstance(event, h2.events.DataReceived):
+                    c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                answered += isinstance(event, h2.events.StreamEnded)
+            transport.written.clear()
+            assert not transport.closing, f"the connection was closed after {i + 1} calls"
+        lowest = conn.session.h.lowest
+        transport.close()
+        await h2peer.settle()
+        return answered, lowest
+
+    answered, lowest = asyncio.run(session())
+    assert answered == 2000
+    print(f"budget low point {lowest:.0f} of {FRAME_ALLOWANCE}")
+    assert lowest > FRAME_ALLOWANCE / 2, f"a well-behaved client took the budget down to {lowest:.0f} of {FRAME_ALLOWANCE}"
+
+
+def test_a_large_answer_reaches_the_transport_as_views_of_the_reply_itself():
+    """No copy of a reply's large part in the supervisor: its slices go to the transport as
+    views of the part (the socket's copy is the only one), the frames around them are right,
+    and the reply's charge is released once its last byte has been handed over."""
+    from rtd.daemon.transport.contract import Method, Reply
+    part = bytes(range(256)) * 4096   # 1 MiB
+    released = []
+
+    class Charge:
+        def release(self):
+            released.append(True)
+
+    class Routes:
+        async def answer(call):
+            return Reply([part], [Charge()])
+        methods = {"/t.T/Big": Method(answer, public=True)}
+        describe = staticmethod(str)
+
+    class Recording(h2peer.Transport):
+        views = 0
+
+        def writelines(self, pieces):
+            for piece in pieces:
+                if isinstance(piece, memoryview) and piece.obj is part:
+                    self.views += piece.nbytes
+            super().writelines(pieces)
+
+    async def session():
+        table, _ = h2peer.server()
+        conn = grpc_h2.Connection(table, Routes(), lambda sock: "uid:1000")
+        transport = Recording(conn)
+        conn.connection_made(transport)
+        c = h2peer.client()
+        c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
+        c.increment_flow_control_window(1 << 24)
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, h2peer.call_headers(b"/t.T/Big", None))
+        c.send_data(sid, h2peer.grpc_body(b""), end_stream=True)
+        body, trailers = bytearray(), None
+        for _ in range(50):
+            conn.data_received(c.data_to_send())
+            await h2peer.settle(4)
+            for event in c.receive_data(bytes(transport.written)):
+                if isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.TrailersReceived):
+                    trailers = dict(event.headers)
+            transport.written.clear()
+            if trailers is not None:
+                break
+        transport.close()
+        await h2peer.settle()
+        return transport.views, bytes(body), trailers
+
+    views, body, trailers = asyncio.run(session())
+    assert trailers == {b"grpc-status": b"0"}
+    assert body == h2peer.grpc_body(part), "the message arrived whole and in order"
+    # slices under 4 KiB (here the 5 bytes a frame's prefix displaced) are copied with the frame headers
+    assert len(part) - views < 4096, f"{views} of {len(part)} bytes went to the transport as views of the reply's part"
+    assert released == [True]

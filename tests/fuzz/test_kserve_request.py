@@ -1,15 +1,17 @@
-"""KServe request decoding: pb.ModelInferRequest.FromString over hostile bytes, and
-daemon/tensors.decode_request over hostile requests (datatypes valid and not, shapes with
-negative, zero and huge dims, raw contents of any length, typed contents in any field,
-tensor parameters, duplicate names).
+"""KServe request decoding over hostile requests (datatypes valid and not, shapes with negative,
+zero and huge dims, raw contents of any length, typed contents in any field, tensor
+parameters, duplicate names) and hostile bytes: the supervisor's bounded header reading
+(rtd/infer_request.py `scan` + `declared_inputs`) and the worker's decoding
+(daemon/worker/kserve_codec.py `decode_grpc`), both from the serialized request.
 
-Property: FromString gives a message or protobuf's DecodeError (that layer only — the
-transport turns it into E_REQUEST_INVALID, tested below); decode_request gives
-{name: array} in the inputs' order, each with the request's shape and the datatype's dtype
-and exactly the bytes or values sent, or raises RtdError(E_REQUEST_INVALID).
+Properties: decoding gives {name: array} in the inputs' order, each with the request's shape
+and the datatype's dtype and exactly the bytes or values sent, or raises
+RtdError(E_REQUEST_INVALID); the header reading never disagrees with protobuf's own parser
+on a message both accept, and never lets anything but an RtdError escape.
 """
 import asyncio
 import functools
+import json
 import tracemalloc
 
 import numpy as np
@@ -17,7 +19,8 @@ from google.protobuf.message import DecodeError
 from hypothesis import strategies as st
 
 from rtd import dtypes
-from rtd.daemon.tensors import decode_request
+from rtd.daemon.worker.kserve_codec import Caps, decode_grpc, decode_rest
+from rtd.infer_request import declared_inputs, scan
 from rtd.errors import Code
 from rtd.proto import grpc_service_pb2 as pb
 
@@ -81,6 +84,10 @@ def requests(draw) -> tuple[pb.ModelInferRequest, int]:
     return request, draw(st.sampled_from([64, 4096, 1 << 20]))
 
 
+def decode_request(request: pb.ModelInferRequest, max_bytes: int) -> dict:
+    return decode_grpc(request.SerializeToString(), Caps(max_bytes)).inputs
+
+
 def check_decoded(request: pb.ModelInferRequest, max_bytes: int) -> None:
     try:
         with bounded_address_space():
@@ -124,12 +131,24 @@ def message_bytes(draw) -> bytes:
 
 
 def check_message(case) -> None:
+    """The header reading on any bytes: a refusal, or what protobuf itself reads there."""
     data, max_bytes = case
+    try:
+        head = scan(data)
+        declared = declared_inputs(head, max_bytes)
+    except Exception as e:
+        assert_refusal(e, Code.E_REQUEST_INVALID)
+        note(f"refused: {e.detail[:40]}")
+        return
     try:
         request = pb.ModelInferRequest.FromString(data)
     except DecodeError:
-        note("DecodeError")
-        return
+        raise AssertionError("the header reading accepted what protobuf cannot parse") from None
+    assert (head.model_name, head.model_version, head.id) == (request.model_name, request.model_version, request.id)
+    assert [(t.name, t.datatype, t.shape) for t in head.inputs] == [(t.name, t.datatype, tuple(t.shape)) for t in request.inputs]
+    assert [o.name for o in head.outputs] == [o.name for o in request.outputs]
+    assert [bytes(memoryview(data)[a:b]) for a, b in head.raw] == list(request.raw_input_contents)
+    assert list(declared) == [t.name for t in request.inputs]
     check_decoded(request, max_bytes)
 
 
@@ -178,3 +197,60 @@ def test_an_undecodable_message_is_invalid_argument_e_request_invalid():
     assert raised is None, f"{type(raised).__name__} escaped data_received: {raised}"
     status, message = answers[sid]
     assert (status, message.split(":")[0]) == ("3", "E_REQUEST_INVALID"), f"grpc-status {status}: {message}"
+
+
+# -- REST bodies: the worker's decoding of the JSON inference header and the binary part ------------
+json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
+                                     st.text(max_size=4)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                           max_leaves=12)
+
+
+@st.composite
+def rest_bodies(draw) -> tuple[bytes, int | None, int]:
+    """A REST inference body (JSON header, binary part), sane or edited, and its header length."""
+    inputs = []
+    binary = b""
+    for _ in range(draw(st.integers(0, 3))):
+        datatype = draw(datatypes)
+        shape = draw(st.lists(st.integers(0, 4), max_size=3)) if draw(st.booleans()) else draw(shapes)
+        tensor = {"name": draw(st.sampled_from(["x", "y", "x"])), "datatype": datatype, "shape": shape}
+        if draw(st.booleans()):
+            raw = draw(raw_contents(datatype, shape))
+            tensor["parameters"] = {"binary_data_size": draw(st.sampled_from([len(raw), len(raw) + 1, -1, 2**40]))}
+            binary += raw
+        else:
+            tensor["data"] = draw(st.lists(json_values, max_size=8))
+        if draw(st.integers(0, 10)) == 0:
+            tensor[draw(st.text(max_size=5))] = draw(json_values)
+        inputs.append(tensor)
+    doc = {"inputs": inputs}
+    if draw(st.booleans()):
+        doc["outputs"] = draw(st.lists(st.fixed_dictionaries({"name": st.text(max_size=3)}, optional={
+            "parameters": st.dictionaries(st.sampled_from(["binary_data", "classification"]), json_values, max_size=2)}), max_size=2))
+    if draw(st.booleans()):
+        doc["parameters"] = draw(st.dictionaries(st.sampled_from(["timeout", "binary_data_output", "rtd_profile", "x"]),
+                                                 json_values, max_size=3))
+    header = bytearray(json.dumps(doc).encode())
+    for _ in range(draw(st.integers(0, 2))):
+        edit_bytes(draw, header, draw(st.sampled_from(["flip", "cut", "insert"])))
+    split = draw(st.sampled_from([len(header), None, 0, len(header) + 1]))
+    return bytes(header) + binary, (None if split is None and binary else split), draw(st.sampled_from([64, 4096, 1 << 20]))
+
+
+def check_rest(case) -> None:
+    body, split, max_bytes = case
+    try:
+        with bounded_address_space():
+            request = decode_rest(body, split, Caps(max_bytes, max_elements=1 << 12))
+    except Exception as e:
+        assert_refusal(e, Code.E_REQUEST_INVALID, Code.E_MESSAGE_TOO_LARGE)
+        note(e.code.name)
+        return
+    note(f"decoded {len(request.inputs)} inputs")
+    for name, array in request.inputs.items():
+        assert isinstance(name, str) and isinstance(array, np.ndarray)
+
+
+def test_rest_bodies_decode_or_are_refused_with_an_e_code():
+    run(rest_bodies(), check_rest, default=150)

@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from rtd.daemon.config import Config, TenantConfig
-from rtd.daemon.supervisor import Supervisor
-from rtd.daemon.tenancy import Tenancy
+from rtd.daemon.serving.supervisor import Supervisor
+from rtd.daemon.serving.tenancy import Tenancy
+from rtd.sandbox import load_policy
 from rtd.errors import Code
 from rtd.loader import RollbackStore, TrustStore, boundedjson, keys, manifest, metadata, pack, signing, verify_package
 
@@ -383,7 +384,8 @@ def test_a_refused_upload_returns_its_package_budget():
     state = tempfile.mkdtemp(dir=s.root)
     tenant = TenantConfig(id="acme", token_sha256=(), trusted_keys=s.trust.directory, uid=60000, gid=60000)
     supervisor = Supervisor(Config(state_dir=state, unix_socket=os.path.join(state, "rtd.sock"), tenants=(tenant,)), zygote=None)
-    supervisor.tenancies = {"acme": Tenancy(supervisor, tenant)}   # what start() does, without arming spares
+    supervisor.tenancies = {"acme": Tenancy(tenant, supervisor.config.limits, load_policy(None), supervisor.events,
+                                            supervisor.metrics, spawn=None)}   # what start() does, without arming spares
     files = _with_value("2/checksum.sha256.sig", "signature", "\u0080")
 
     async def upload():

@@ -10,6 +10,7 @@ the channel and the loop are closed no fd is left open.
 """
 import asyncio
 import json
+import os
 import socket
 
 import numpy as np
@@ -17,7 +18,7 @@ import uvloop
 from hypothesis import strategies as st
 
 from rtd import wire
-from rtd.daemon.channel import Lost, WorkerChannel
+from rtd.daemon.serving.channel import Lost, WorkerChannel
 from rtd.errors import Code, RtdError
 from rtd.wire import Kind
 
@@ -209,3 +210,28 @@ def test_replies_to_real_requests_resolve_them():
     frame, error = asyncio.run(scenario())
     np.testing.assert_array_equal(frame.tensors["y"], np.arange(4))
     assert isinstance(error, RtdError) and error.code == Code.E_INPUT_INVALID
+
+
+def test_an_fd_closed_before_its_request_is_sent_fails_that_request_alone():
+    """Was: daemon/serving/channel.py `request` dup'ed the caller's fds with os.dup, whose EBADF (a
+    package closed while one of its instances restarted) escaped as OSError: a task's traceback
+    in the daemon's log. The request fails E_MODEL_UNAVAILABLE; the channel serves on, and a
+    file the request held is not leaked."""
+    async def scenario():
+        worker, ours = frames.socketpair()
+        channel = WorkerChannel(ours, lambda error: None)
+        gone = os.memfd_create("gone")
+        os.close(gone)
+        done = []
+        refused = channel.request(Kind.LOAD, {}, fds=[gone], on_done=done.append)
+        served = channel.request(Kind.PING)
+        wire.send(worker, Kind.OK, 2, {"pong": True})
+        await asyncio.wait_for(asyncio.gather(refused, served, return_exceptions=True), 5)
+        assert channel.lost is None and channel.in_flight == 0 and done == [False]
+        channel.close()
+        worker.close()
+        return refused.exception(), served.result()
+
+    error, frame = asyncio.run(scenario())
+    assert isinstance(error, RtdError) and error.code == Code.E_MODEL_UNAVAILABLE
+    assert frame.head == {"pong": True}

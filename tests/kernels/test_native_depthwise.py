@@ -217,9 +217,9 @@ def test_the_kernel_runs_in_a_confined_worker():
 
 
 def test_the_worker_module_the_zygote_preloads_loads_the_library():
-    """The zygote pre-imports rtd.daemon.worker before any fork; that import alone must map the
+    """The zygote pre-imports rtd.daemon.worker.main before any fork; that import alone must map the
     library, since a confined worker cannot open it later."""
-    code = "import sys, rtd.daemon.worker; print('rtd.kernels.native._compiled' in sys.modules)"
+    code = "import sys, rtd.daemon.worker.main; print('rtd.kernels.native._compiled' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "True", done.stderr
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-RTCTL = [sys.executable, "-m", "rtd.daemon.rtctl"]
+RTCTL = [sys.executable, "-m", "rtd.cli.rtctl"]
 
 
 def rtctl(*args, cwd):

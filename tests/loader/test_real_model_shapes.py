@@ -15,7 +15,7 @@ from rtd.kernels import compile_model
 from rtd.kernels.ops import supported
 from rtd.loader import TrustStore, keys, metadata, onnx_guard, pack, verify_package
 
-RTCTL = [sys.executable, "-m", "rtd.daemon.rtctl"]
+RTCTL = [sys.executable, "-m", "rtd.cli.rtctl"]
 NAME_4096 = "h" * metadata.MAX_DIM_NAME
 EXPRESSION = " + ".join(f"floor((width_{i} - 1)/2)" for i in range(14))[:330]   # an exporter's output dim
 

@@ -16,7 +16,7 @@ from rtd.sandbox.cgroup import WorkerCgroup, detect_layout
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="creating cgroups needs root"),
               pytest.mark.usefixtures("no_cgroup_leftovers")]
-LIMITS = load_policy({"limits": {"memory_bytes": 96 << 20, "pids": 12, "cpu_cores": 0.5}}).limits
+LIMITS = load_policy({"limits": {"memory_bytes": 96 << 20, "pids": 12, "cpu_cores": 0.5, "cpu_weight": 300}}).limits
 INSTANCE = f"rc{os.getpid()}"
 
 
@@ -39,7 +39,8 @@ def test_limits_are_written_on_the_tenant_node_in_the_hierarchy_that_drives_each
     for resource, v1_file, v2_file, expected_v1, expected_v2 in [
             ("memory", "memory.limit_in_bytes", "memory.max", str(96 << 20), str(96 << 20)),
             ("pids", "pids.max", "pids.max", "12", "12"),
-            ("cpu", "cpu.cfs_quota_us", "cpu.max", "50000", "50000 100000")]:
+            ("cpu", "cpu.cfs_quota_us", "cpu.max", "50000", "50000 100000"),
+            ("cpu", "cpu.shares", "cpu.weight", "3072", "300")]:
         home = layout.home(resource)
         hierarchy, name, expected = (resource, v1_file, expected_v1) if home == "v1" else ("v2", v2_file, expected_v2)
         if home:
@@ -49,7 +50,7 @@ def test_limits_are_written_on_the_tenant_node_in_the_hierarchy_that_drives_each
             checked += 1
     if layout.home("memory") == "v1" and os.path.exists(os.path.join(node["memory"], "memory.memsw.limit_in_bytes")):
         assert read(os.path.join(node["memory"], "memory.memsw.limit_in_bytes")) == str(96 << 20)
-    assert checked == sum(layout.home(r) is not None for r in ("memory", "pids", "cpu"))
+    assert checked == sum(layout.home(r) is not None for r in ("memory", "pids", "cpu", "cpu"))
     if not layout.v2_controllers:
         print(f"v2 limit files untested: the v2 hierarchy at {layout.v2_root} has no controllers on this host")
 

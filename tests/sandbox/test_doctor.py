@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="doctor launches confi
 
 
 def test_doctor_json_reports_host_and_battery():
-    out = subprocess.run([sys.executable, "-m", "rtd.daemon.rtctl", "doctor", "--json"],
+    out = subprocess.run([sys.executable, "-m", "rtd.cli.rtctl", "doctor", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)

@@ -8,7 +8,7 @@ import functools
 import numpy as np
 import onnxruntime
 
-from rtd.daemon.client import Client
+from rtd.cli.client import Client
 from rtd.errors import Code, RtdError
 from tests.daemon.conftest import memory_bomb, mlp, slow_model
 

@@ -12,8 +12,8 @@ import traceback
 import zlib
 
 from rtd.daemon import config as configuration
-from rtd.daemon.client import Client
-from rtd.daemon.rtd_main import instance_id
+from rtd.cli.client import Client
+from rtd.daemon.main import instance_id
 from tests.daemon.conftest import Daemon
 from tests.soak.book import Book
 from tests.soak.catalog import Catalog, model_bytes

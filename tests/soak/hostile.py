@@ -7,7 +7,9 @@ and the daemon no longer knows (`acknowledged load vanished`), and an unload cut
 its deadline that leaves memory and disk apart (`unload cut short settles`).
 
   HostileInfer   memory-bomb answers, responses beyond max_message_bytes, requests that
-                 exhaust the worker's memory, wrong inputs, unknown models, churned models
+                 exhaust the worker's memory, wrong inputs, unknown models, churned models,
+                 payloads the worker decodes (typed contents) and ones the supervisor refuses
+                 from their header alone (BYTES contents for an FP32 input)
   DeadlineStorm  bursts of requests with 1-50 ms deadlines on the slow model
   RawAttack      raw HTTP/2 clients that never open their window or never read, asking
                  for 4 MiB responses until the response budget refuses them
@@ -23,6 +25,7 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
+from rtd.tensors import decode_response
 from tests.daemon.rawh2 import RawClient
 from tests.daemon.test_budgets import bomb_request
 from tests.soak.harness import Actor, seed_of
@@ -83,13 +86,16 @@ class HostileInfer(Hostile):
     element = "hostile-infer"
     low, high = 0.01, 0.06
     KINDS = (("small", 35), ("slow", 15), ("churned", 20), ("oversized", 5), ("oom", 1), ("bad_input", 6),
-             ("unknown", 3))
+             ("unknown", 3), ("typed", 4), ("wrong_contents", 3))
 
     def step(self) -> None:
         kinds, weights = zip(*self.KINDS)
         kind = self.rng.choices(kinds, weights)[0]
         if kind == "churned":
             self.churned(self.rng.choice(NAMES))
+            return
+        if kind in ("typed", "wrong_contents"):
+            self.payload(kind)
             return
         bomb = {"V": np.full(1, 3, np.float32), "S": np.array([2, 3], np.int64)}
         name, inputs = {
@@ -112,6 +118,24 @@ class HostileInfer(Hostile):
                  "slow": lambda: got.shape == (32, 384) and bool(np.allclose(got, 0.999 ** 12, rtol=1e-4))}.get(kind)
         # the other kinds must be refused: an answer to them is as wrong as a wrong answer
         self.soak.tally.check("hostile answer right", right is not None and right(), f"{self.tenant} {kind} answered {got.shape}")
+
+    def payload(self, kind: str) -> None:
+        """The slow model's input as typed fp32_contents (decoded by its worker, answered right), or
+        as bytes_contents (refused from the header, never decoded)."""
+        request = pb.ModelInferRequest(model_name="slow")
+        tensor = request.inputs.add(name="X", datatype="FP32", shape=[32, 384])
+        if kind == "typed":
+            tensor.contents.fp32_contents.extend(np.ones(32 * 384, np.float32))
+        else:
+            tensor.contents.bytes_contents.extend([b"x"] * (32 * 384))
+        result, error = self.call(f"hostile.{kind}", "call", "ModelInfer", request, 60)
+        if kind == "wrong_contents":
+            self.soak.tally.check("hostile answer right", error is not None and error.code == Code.E_REQUEST_INVALID,
+                                  f"{self.tenant} {kind}: {error or 'answered'}")
+        elif error is None:
+            got = decode_response(result)["Y"]
+            self.soak.tally.check("hostile answer right", got.shape == (32, 384) and bool(np.allclose(got, 0.999 ** 12, rtol=1e-4)),
+                                  f"{self.tenant} typed answered {got.shape}")
 
     def churned(self, name: str) -> None:
         index = self.rng.randrange(len(self.soak.catalog.inputs))

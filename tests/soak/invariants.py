@@ -25,7 +25,7 @@ import json
 import os
 import time
 
-from rtd.daemon.http2 import WRITE_HIGH_WATER
+from rtd.daemon.transport.contract import WRITE_HIGH_WATER
 from rtd.errors import RtdError
 from tests.soak.harness import LIMITS, Actor
 from tests.soak.tally import no_answer

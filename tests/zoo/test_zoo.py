@@ -97,7 +97,7 @@ def test_weights_as_read_only_views_give_the_same_outputs(name, compiled):
     """The worker serves initializers as read-only views of the sealed model memfd (its
     `_weights`): every zoo model gives bit-identical outputs that way, run twice, so no
     kernel or lowering pass writes into a weight or depends on owning it."""
-    from rtd.daemon.worker import _weights
+    from rtd.daemon.worker.main import _weights
     from rtd.kernels.ops import supported
     from rtd.loader import onnx_guard
     data = bytearray(open(ZOO[name].path(), "rb").read())

@@ -1,0 +1,237 @@
+"""One model version's request path, in one direction: queue → batch → tenant slot → instance
+→ worker → one completion.
+
+Requests arrive with their bodies unread (InferRequest). Without dynamic batching each runs
+alone; with it (Triton's `max_batch_size` + `dynamic_batching { max_queue_delay_microseconds }`)
+the requests that arrive within the delay go to one worker in one frame, up to max_batch_size
+requests and, where the supervisor knows their rows (gRPC headers), up to max_batch_size
+rows; the worker decodes them, runs those whose shapes agree as one execution and answers
+each on its own (worker/infer.py). A frame holds one of the tenant's `max_concurrency` slots
+from before it is sent until the worker answers — a client's deadline ends the wait, not the
+work — and goes to the least busy live instance; one is started again if all were evicted.
+The worker's answer is read here, once, bounded: a result per request, each a response's
+bytes in the worker's arena (`{"rows", "json_length"}`) or a coded refusal, and the worker's
+decode/run/encode times; anything else is E_WORKER_PROTOCOL and ends that instance.
+"""
+import asyncio
+import collections
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from rtd import wire
+from rtd.daemon.observe.metrics import Timing
+from rtd.daemon.serving.channel import Lost
+from rtd.errors import Code, RtdError
+
+MAX_DETAIL = 500
+
+
+@dataclasses.dataclass
+class InferRequest:
+    """One inference request as the serving core sees it, whatever protocol brought it."""
+    model: str
+    version: str                 # "" for the serving one
+    encoding: str                # "grpc" | "rest": how the worker reads `body` and writes the answer
+    body: object                 # the request as received (the transport's body, or bytes-like), passed on unread
+    deadline: float = math.inf   # time.monotonic(); inf: none (request_timeout_s still bounds the wait)
+    inputs: dict | None = None   # {name: (wire dtype, shape)} from gRPC headers; None: the worker checks
+    outputs: list | None = None  # outputs asked for (gRPC headers); None: all, or the worker knows
+    rows: int | None = None      # the batch dim, where the headers tell it
+    json_length: int | None = None   # REST: the inference header's length, where given
+    received: float = 0.0        # time.monotonic() when its body was complete
+
+
+@dataclasses.dataclass
+class Answer:
+    """A request's response: its bytes (a view of the worker's arena) and what the worker said of it."""
+    body: np.ndarray
+    rows: int
+    json_length: int | None
+
+
+class _Pending:
+    __slots__ = ("request", "timing", "future")
+
+    def __init__(self, request: InferRequest, timing: Timing, future: asyncio.Future):
+        self.request, self.timing, self.future = request, timing, future
+
+
+def infer_frame(requests: list) -> tuple[dict, dict]:
+    """(head, tensors) of the INFER frame that passes `requests` (InferRequest) to a worker
+    unread: each body as the transport's body object makes it a tensor (a large one in its own
+    sealed memfd), or a bytes-like body as it is."""
+    head = {"requests": [{"encoding": r.encoding, "tensor": str(i), "json_length": r.json_length, "received": r.received}
+                         for i, r in enumerate(requests)]}
+    return head, {str(i): r.body.as_tensor() if hasattr(r.body, "as_tensor") else np.frombuffer(r.body, np.uint8)
+                  for i, r in enumerate(requests)}
+
+
+def parse_answer(reply: wire.Frame, count: int, max_bytes: int) -> tuple[list, dict]:
+    """A worker's INFER answer for `count` requests: ([Answer | RtdError], its times in ns)."""
+    results, ns = reply.head.get("results"), reply.head.get("ns")
+    if not isinstance(results, list) or len(results) != count or not isinstance(ns, dict):
+        raise RtdError(Code.E_WORKER_PROTOCOL, "an INFER answer without one result per request")
+    times = {}
+    for key in ("decode", "run", "encode"):
+        value = ns.get(key)
+        if type(value) is not int or not 0 <= value < 1 << 62:
+            raise RtdError(Code.E_WORKER_PROTOCOL, f"an INFER answer's {key} time")
+        times[key] = value
+    out = []
+    for i, result in enumerate(results):
+        if not isinstance(result, dict):
+            raise RtdError(Code.E_WORKER_PROTOCOL, "an INFER result is not an object")
+        if "code" in result:
+            code, detail = Code.__members__.get(result["code"]) if isinstance(result["code"], str) else None, result.get("detail")
+            if code is None or not isinstance(detail, str):
+                raise RtdError(Code.E_WORKER_PROTOCOL, "an INFER refusal without a known code and a detail")
+            out.append(RtdError(code, detail[:MAX_DETAIL]))
+            continue
+        body, rows, json_length = reply.tensors.get(str(i)), result.get("rows"), result.get("json_length")
+        if (body is None or body.dtype != np.uint8 or body.ndim != 1 or type(rows) is not int or rows < 0
+                or (json_length is not None and (type(json_length) is not int or not 0 <= json_length <= body.size))):
+            raise RtdError(Code.E_WORKER_PROTOCOL, "an INFER result without its response bytes, rows or JSON length")
+        if body.size > max_bytes:
+            raise RtdError(Code.E_WORKER_PROTOCOL, f"a response of {body.size} bytes, over max_message_bytes")
+        out.append(Answer(body, rows, json_length))
+    return out, times
+
+
+class Scheduler:
+    """`version` offers `instance(deadline)`, `answered()` and `protocol_error(instance, e)`;
+    `slots` is the tenant's semaphore; `on_execution()` counts one execution."""
+
+    def __init__(self, name: str, version, slots: asyncio.Semaphore, limits, max_batch: int, delay_s: float | None,
+                 on_execution):
+        self.name, self.version, self.slots, self.limits = name, version, slots, limits
+        self.max_batch, self.delay, self.on_execution = max_batch, delay_s, on_execution
+        self.queue: collections.deque = collections.deque()
+        self.forming: list = []                  # taken from the queue into the frame being gathered
+        self.arrived = asyncio.Event()
+        self.closed = False
+        self.task = asyncio.get_running_loop().create_task(self._gather()) if delay_s is not None else None
+
+    async def submit(self, request: InferRequest, timing: Timing) -> Answer:
+        """The request's answer, or its refusal; waiting ends at its deadline."""
+        if self.closed:
+            raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} was unloaded")
+        if self.max_batch > 0 and request.rows is not None and not 0 < request.rows <= self.max_batch:
+            raise RtdError(Code.E_INPUT_INVALID, f"{self.name} batches along dim 0: the inputs' first dims must agree "
+                                                 f"and be 1..{self.max_batch}")
+        pending = _Pending(request, timing, asyncio.get_running_loop().create_future())
+        if self.task is None:
+            asyncio.get_running_loop().create_task(self._execute([pending]))
+        else:
+            self.queue.append(pending)
+            self.arrived.set()
+        try:
+            wait = None if request.deadline == math.inf else max(0.0, request.deadline - time.monotonic())
+            return await asyncio.wait_for(asyncio.shield(pending.future), wait)
+        except TimeoutError:
+            raise RtdError(Code.E_DEADLINE, "the deadline passed before the model answered") from None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.task is not None:
+            self.task.cancel()
+        for pending in (*self.forming, *self.queue):
+            self._settle(pending, RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.name} was unloaded"))
+        self.queue.clear()
+        self.forming = []
+
+    @staticmethod
+    def _settle(pending: _Pending, outcome) -> None:
+        if pending.future.done():
+            return
+        if isinstance(outcome, BaseException):
+            pending.future.set_exception(outcome)
+            pending.future.exception()   # retrieved: its caller may have gone
+        else:
+            pending.future.set_result(outcome)
+
+    # -- batching ------------------------------------------------------------------------------
+    async def _gather(self) -> None:
+        while True:
+            while not self.queue:
+                self.arrived.clear()
+                await self.arrived.wait()
+            batch = self.forming = [self.queue.popleft()]
+            rows = batch[0].request.rows or 1
+            until = time.monotonic() + self.delay
+            while len(batch) < self.max_batch and rows < self.max_batch:
+                if not self.queue:
+                    self.arrived.clear()
+                    try:
+                        await asyncio.wait_for(self.arrived.wait(), max(0.0, until - time.monotonic()))
+                    except TimeoutError:
+                        break
+                    continue
+                nxt = self.queue[0].request.rows or 1
+                if rows + nxt > self.max_batch:
+                    break
+                batch.append(self.queue.popleft())
+                rows += nxt
+            self.forming, now = [], time.monotonic()
+            batch = [p for p in batch if p.request.deadline > now and not p.future.done()]
+            if batch:
+                asyncio.get_running_loop().create_task(self._execute(batch))
+
+    # -- execution -----------------------------------------------------------------------------
+    async def _execute(self, batch: list) -> None:
+        """One frame to one worker, holding a slot from before it is sent until it is answered."""
+        deadline = max(p.request.deadline for p in batch)
+        queued_until = min(deadline, time.monotonic() + self.limits.request_timeout_s)
+        try:
+            async with asyncio.timeout(max(0.0, queued_until - time.monotonic())):
+                await self.slots.acquire()
+        except TimeoutError:
+            for p in batch:
+                self._settle(p, RtdError(Code.E_DEADLINE, "expired while queued for a worker"))
+            return
+        released = False
+
+        def finished(answered: bool) -> None:   # when the worker is through, not when the callers give up
+            nonlocal released
+            if not released:
+                released = True
+                self.slots.release()
+                if answered:
+                    self.version.answered()
+        try:
+            instance = await self.version.instance(queued_until)
+            timing = batch[0].timing
+            timing.computing(*(p.timing for p in batch[1:]))
+            head, tensors = infer_frame([p.request for p in batch])
+            future = instance.send(wire.Kind.INFER, head, tensors, self.limits.request_timeout_s, finished)
+            timing.sent()
+        except BaseException as e:
+            finished(False)
+            for p in batch:
+                self._settle(p, e if isinstance(e, RtdError) else RtdError(Code.E_INTERNAL, type(e).__name__))
+            if not isinstance(e, Exception):
+                raise
+            return
+        for p in batch:
+            p.request.body = None   # in the worker's hands now: the supervisor keeps no copy
+        try:
+            reply = await future
+            answers, ns = parse_answer(reply, len(batch), self.limits.max_message_bytes)
+        except Lost:
+            failure = await instance.failure()
+            for p in batch:
+                self._settle(p, failure)
+            return
+        except RtdError as e:
+            if e.code == Code.E_WORKER_PROTOCOL:
+                self.version.protocol_error(instance, e)
+            for p in batch:
+                self._settle(p, e)
+            return
+        timing.answered(ns)
+        self.on_execution()
+        for p, answer in zip(batch, answers):
+            p.timing.took(timing)
+            self._settle(p, answer)
