@@ -430,8 +430,9 @@ def _gemm_ops(step: Step, a: str, w: str, bias: str | None, y: str, relu: bool) 
 
 def _matmul_bias(step: Step) -> Emitted | None:
     kernel = step.kernel
-    if kernel.activation not in (None, "Relu", "Gelu", "GeluTanh"):
-        return None
+    if kernel.activation not in (None, "Relu", "Gelu", "GeluTanh") or (kernel.activation == "Gelu"
+                                                                       and not kernel.activate.__self__._compiled_scale()):
+        return None   # an Erf-form GELU the graph scaled its own way runs the Erf op's erf, not the compiled GELU
     a, w, bias = (step.node.inputs + ["", ""])[:3]
     y = step.output()
     ops = _gemm_ops(step, a, w, bias, y, kernel.activation == "Relu")
@@ -476,10 +477,10 @@ def _softmax(step: Step) -> Emitted | None:
 
 
 def _gelu(step: Step) -> Emitted | None:
-    """GELU's float32 kernel is the compiled activation, whichever way the graph scaled erf's argument."""
+    """GELU as the compiled activation, where its kernel runs that too (the tanh form, or erf's argument scaled as activation.c scales it)."""
     gelu = step.kernel.gelu if step.node.domain == RTD_DOMAIN else step.kernel
     x, y = step.input(0), step.output()
-    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32:
+    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or (gelu.approximate != "tanh" and not gelu._compiled_scale()):
         return None
     return Emitted([Op(ACTIVATION, (reads(Value(x)), writes(Value(y))), (4 if gelu.approximate == "none" else 5,))], {})
 
@@ -513,6 +514,8 @@ def _reduce(step: Step) -> Emitted | None:
     outer, r, inner = math.prod(shape[:axes[0]]), math.prod(shape[axes[0]:axes[-1] + 1]), math.prod(shape[axes[-1] + 1:])
     if outer * inner != math.prod(step.shape(y)):
         return None
+    if inner == 1 and r > 1 and kind in (REDUCE_KINDS["ReduceSum"], REDUCE_KINDS["ReduceMean"]):
+        return None   # along contiguous elements NumPy sums pairwise, in an order pool.c's lanes do not follow
     return Emitted([Op(REDUCE, (reads(Value(x)), writes(Value(y))), (kind, outer, r, inner))], {})
 
 

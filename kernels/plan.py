@@ -214,7 +214,7 @@ class Plan:
                 ops.append(op._replace(operands=tuple(
                     o._replace(ref=Scratch(renamed[o.ref.key], o.ref.nbytes)) if isinstance(o.ref, Scratch) else o
                     for o in op.operands)))
-                labels.append(self._label(node))
+                labels.append((self._label(node), step))
         produced = {o for node in nodes for o in node.outputs if o}
         later = {n for node in self.graph.nodes[end:] for n in node.inputs + node.implicit if n} | set(self.graph.outputs)
         referenced = {o.ref.name for op in ops for o in op.operands if isinstance(o.ref, Value)}
@@ -299,6 +299,7 @@ class Plan:
         for node in self.graph.nodes:
             ops[node.op_type] = ops.get(node.op_type, 0) + 1
         native = sum(e is not None for e in self.emitted)
-        return {"steps": len(self.steps), "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
+        timed = sum(1 if s is None else len(s.nodes) for s in self.segments)   # what a profiled run records
+        return {"steps": len(self.steps), "timed_steps": timed, "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
                 "naive_bytes": self.naive_bytes, "ops": ops, "host_steps": self.where.count(HOST),
                 "native_nodes": native, "native_segments": sum(s is not None for s in self.segments)}

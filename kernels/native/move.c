@@ -73,62 +73,64 @@ void rtd_move_fill(char *dst, int64_t size, int64_t count, int64_t bits)
     for (int64_t i = 0; i < count; i++) memcpy(dst + i * size, value, (size_t)size);
 }
 
-/* A value read as double (exact for every source type but the 64-bit integers beyond 2^53, which go
-   through int64 below). */
-static double read_double(const void *src, int type, int64_t i)
-{
-    switch (type) {
-    case RTD_TYPE_F32: return ((const float *)src)[i];
-    case RTD_TYPE_F64: return ((const double *)src)[i];
-    case RTD_TYPE_I64: return (double)((const int64_t *)src)[i];
-    case RTD_TYPE_I32: return ((const int32_t *)src)[i];
-    case RTD_TYPE_I8: return ((const int8_t *)src)[i];
-    case RTD_TYPE_U8: return ((const uint8_t *)src)[i];
-    default: return ((const uint8_t *)src)[i] != 0;
-    }
-}
-
-static int64_t read_int(const void *src, int type, int64_t i)
-{
-    switch (type) {
-    case RTD_TYPE_I64: return ((const int64_t *)src)[i];
-    case RTD_TYPE_I32: return ((const int32_t *)src)[i];
-    case RTD_TYPE_I8: return ((const int8_t *)src)[i];
-    case RTD_TYPE_U8: return ((const uint8_t *)src)[i];
-    default: return ((const uint8_t *)src)[i] != 0;
-    }
-}
-
 /* cvttsd2si's rule: truncation, and the minimum for NaN or a value out of range */
 static int64_t to_i64(double v) { return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? (int64_t)v : INT64_MIN; }
 static int32_t to_i32(double v) { return v > -2147483649.0 && v < 2147483648.0 ? (int32_t)v : INT32_MIN; }
 
+/* One loop per (destination, source) pair, the types chosen once per call: EXPR converts v, the source
+   element (a bool read as v != 0). */
+#define LOOP(ST, EXPR) {                                                              \
+        const ST *s = (const ST *)src;                                                \
+        for (int64_t i = 0; i < count; i++) { const ST v = s[i]; d[i] = (EXPR); }     \
+        return;                                                                       \
+    }
+#define FROM_EVERY_SOURCE(FLOAT_EXPR, INT_EXPR)                                       \
+    switch (src_type) {                                                               \
+    case RTD_TYPE_F32: LOOP(float, FLOAT_EXPR)                                        \
+    case RTD_TYPE_F64: LOOP(double, FLOAT_EXPR)                                       \
+    case RTD_TYPE_I64: LOOP(int64_t, INT_EXPR)                                        \
+    case RTD_TYPE_I32: LOOP(int32_t, INT_EXPR)                                        \
+    case RTD_TYPE_I8: LOOP(int8_t, INT_EXPR)                                          \
+    case RTD_TYPE_U8: LOOP(uint8_t, INT_EXPR)                                         \
+    default: {                                                                        \
+        const uint8_t *s = (const uint8_t *)src;                                      \
+        for (int64_t i = 0; i < count; i++) { const int v = s[i] != 0; d[i] = (INT_EXPR); } \
+        return;                                                                       \
+    }                                                                                 \
+    }
+
 void rtd_move_cast(void *dst, int dst_type, const void *src, int src_type, int64_t count)
 {
-    const int from_float = src_type == RTD_TYPE_F32 || src_type == RTD_TYPE_F64;
-    for (int64_t i = 0; i < count; i++) {
-        switch (dst_type) {
-        case RTD_TYPE_F32:   /* int64 -> float32 rounds once, as NumPy's */
-            ((float *)dst)[i] = src_type == RTD_TYPE_I64 ? (float)((const int64_t *)src)[i] : (float)read_double(src, src_type, i);
-            break;
-        case RTD_TYPE_F64:
-            ((double *)dst)[i] = src_type == RTD_TYPE_I64 ? (double)((const int64_t *)src)[i] : read_double(src, src_type, i);
-            break;
-        case RTD_TYPE_I64:
-            ((int64_t *)dst)[i] = from_float ? to_i64(read_double(src, src_type, i)) : read_int(src, src_type, i);
-            break;
-        case RTD_TYPE_I32:
-            ((int32_t *)dst)[i] = from_float ? to_i32(read_double(src, src_type, i)) : (int32_t)read_int(src, src_type, i);
-            break;
-        case RTD_TYPE_I8:   /* from integers only (the interpreter refuses floats to 8 bits) */
-            ((int8_t *)dst)[i] = (int8_t)read_int(src, src_type, i);
-            break;
-        case RTD_TYPE_U8:
-            ((uint8_t *)dst)[i] = (uint8_t)read_int(src, src_type, i);
-            break;
-        default:
-            ((uint8_t *)dst)[i] = from_float ? read_double(src, src_type, i) != 0.0 : read_int(src, src_type, i) != 0;
-            break;
-        }
+    switch (dst_type) {
+    case RTD_TYPE_F32: {   /* every source rounds once (int64 directly, as NumPy's) */
+        float *d = (float *)dst;
+        FROM_EVERY_SOURCE((float)v, (float)v)
+    }
+    case RTD_TYPE_F64: {
+        double *d = (double *)dst;
+        FROM_EVERY_SOURCE((double)v, (double)v)
+    }
+    case RTD_TYPE_I64: {
+        int64_t *d = (int64_t *)dst;
+        FROM_EVERY_SOURCE(to_i64((double)v), (int64_t)v)
+    }
+    case RTD_TYPE_I32: {
+        int32_t *d = (int32_t *)dst;
+        FROM_EVERY_SOURCE(to_i32((double)v), (int32_t)v)
+    }
+    case RTD_TYPE_I8: {   /* from integers only (the interpreter refuses floats to 8 bits) */
+        int8_t *d = (int8_t *)dst;
+        FROM_EVERY_SOURCE((int8_t)to_i32((double)v), (int8_t)v)
+    }
+    case RTD_TYPE_U8: {
+        uint8_t *d = (uint8_t *)dst;
+        FROM_EVERY_SOURCE((uint8_t)to_i32((double)v), (uint8_t)v)
+    }
+    default: {
+        uint8_t *d = (uint8_t *)dst;
+        FROM_EVERY_SOURCE(v != 0, v != 0)
+    }
     }
 }
+#undef FROM_EVERY_SOURCE
+#undef LOOP

@@ -69,11 +69,18 @@ class Segment:
     """Consecutive native steps as one program. `homes` maps every value the ops name to its Home;
     `specs` maps names to (shape, dtype); `externals` are the frame values the program reads (passed to
     `run` after the arena, in this order); `fresh` the values a run allocates; `exports` the values `run`
-    returns (fresh ones or views of fresh and frame arrays), in order; `labels` the label of each op."""
+    returns (fresh ones or views of fresh and frame arrays), in order; `labels` each op's (label, step): the
+    node it came from, timed as one under that label by a profiled run."""
 
     def __init__(self, ops: list, labels: list, homes: dict, specs: dict, scratch: dict, externals: list,
                  fresh: list, exports: list):
-        self.labels, self.specs = labels, specs
+        self.labels, self.specs = [label for label, _ in labels], specs
+        self.nodes = []   # (label, first op, end op) per node that has ops
+        for k, (label, step) in enumerate(labels):
+            if k and labels[k - 1][1] == step:
+                self.nodes[-1] = (label, self.nodes[-1][1], k + 1)
+            else:
+                self.nodes.append((label, k, k + 1))
         self.externals, self.fresh, self.exports = externals, fresh, exports
         slot_of: dict = {}
         self.slot_arrays: list = []   # constants, by slot
@@ -180,9 +187,9 @@ class Segment:
     def run_profiled(self, profile, arena, *values) -> tuple:
         state, held, arrays = self._bind(arena, values)
         clock = time.perf_counter_ns
-        for k, label in enumerate(self.labels):
+        for label, first, end in self.nodes:
             start = clock()
-            self._call(state, k, k + 1)
+            self._call(state, first, end)
             profile.record(label, start, clock())
         return self._exports(arrays)
 
