@@ -121,7 +121,6 @@ __attribute__((optimize("fp-contract=off"))) CLONES static void apply(int op, co
     case RTD_CHAIN_ABS:   /* clears -0's sign too */
         VECTOR_OP((v8)((v8i)x & 0x7fffffff)) SCALAR_OP(fabsf(x)) break;
     case RTD_CHAIN_SQRT: sqrt_block(a, r, count); break;
-    case RTD_CHAIN_POW: for (; i < count; i++) r[i] = powf(a[i], b[i]); break;
     default:   /* the transcendental ones: the op kernels' own code (activation.c) */
         if (op >= RTD_CHAIN_SIGMOID && op <= RTD_CHAIN_GELU_TANH)
             rtd_activation_block(op - RTD_CHAIN_SIGMOID + RTD_ACT_SIGMOID, a, r, count);
@@ -159,7 +158,7 @@ int rtd_chain_check(const int32_t *links, int64_t n_links, int64_t n_inputs)
     if (n_inputs < 0 || n_inputs > MAX_INPUTS || n_links < 1)
         return RTD_NATIVE_E_ARGUMENT;
     for (int64_t l = 0; l < n_links; l++) {
-        if (links[4 * l] < RTD_CHAIN_ADD || links[4 * l] > RTD_CHAIN_POW)
+        if (links[4 * l] < RTD_CHAIN_ADD || links[4 * l] > RTD_CHAIN_SQRT)
             return RTD_NATIVE_E_ARGUMENT;
         for (int s = 1; s < 4; s++) {
             int32_t source = links[4 * l + s];
