@@ -100,10 +100,10 @@ class Client:
             request.parameters[PROFILE_PARAMETER].bool_param = True
         return decode_response(self.call("ModelInfer", request, timeout))
 
-    def _admin(self, rpc: str, admin_token: str) -> bytes:
+    def _admin(self, rpc: str, admin_token: str, body: bytes = b"") -> bytes:
         method = self.channel.unary_unary(f"/{ADMIN_SERVICE}/{rpc}")
         try:
-            return method(b"", metadata=(("authorization", f"Bearer {admin_token}"),), timeout=10)
+            return method(body, metadata=(("authorization", f"Bearer {admin_token}"),), timeout=30)
         except grpc.RpcError as e:
             raise _as_rtd_error(e, self.target) from None
 
@@ -113,3 +113,7 @@ class Client:
     def reload(self, admin_token: str) -> None:
         """Re-read tenant tokens and trust stores, as SIGHUP does; a refusal says why."""
         self._admin("Reload", admin_token)
+
+    def repair(self, admin_token: str, tenant: str) -> list[str]:
+        """Have the daemon write a tenant's damaged state files again from what it knows; what it did."""
+        return json.loads(self._admin("Repair", admin_token, json.dumps({"tenant": tenant}).encode()))["done"]

@@ -217,6 +217,26 @@ def cmd_status(args) -> int:
     show(result)
     for line in status["damaged"]:
         show(f"[yellow]state directory: {line}[/yellow]", stderr=True)
+    for t in status["tenants"]:
+        if t.get("state_damaged"):
+            show(f"[red]{t['tenant']}: loads refused: {t['state_damaged']} (rtctl state repair --tenant {t['tenant']})[/red]",
+                 stderr=True)
+        for name, outcome in (t.get("load_at_start") or {}).items():
+            if outcome not in ("loaded", "pending", "loading"):
+                show(f"[yellow]{t['tenant']}: load at start of {name}: {outcome}[/yellow]", stderr=True)
+    return 0
+
+
+def cmd_repair(args) -> int:
+    """rtctl state repair: the operator's decision that a tenant's damaged state files be written
+    again from what the daemon knows now (its loads are refused until then)."""
+    with _client(args, tenant=False) as client:
+        done = client.repair(admin_token(args), args.tenant)
+    if args.json:
+        print(json.dumps({"tenant": args.tenant, "done": done}))
+        return 0
+    for line in done:
+        show(f"{args.tenant}: {line}")
     return 0
 
 
@@ -240,8 +260,14 @@ def register(commands) -> None:
     status = commands.add_parser("status", help="tenants, workers, confinement layers, memory, restarts (admin)")
     status.add_argument("--admin-token-file", help="file holding the admin token (default STATE/admin.token); "
                         "no tenant token is needed")
+    state = commands.add_parser("state", help="the daemon's durable state of a tenant (admin)")
+    repair = state.add_subparsers(dest="action", required=True, metavar="ACTION").add_parser(
+        "repair", help="write a tenant's damaged registry index or rollback marks again from what the daemon knows, "
+                       "and read its trust store again; its loads are refused until this is done (admin)")
+    repair.add_argument("--tenant", default="dev", help="tenant id (default dev, the embedded default's)")
+    repair.add_argument("--admin-token-file", help="file holding the admin token (default STATE/admin.token)")
     for parser, func in ((load, cmd_load), (run, cmd_run), (profile, cmd_profile), (listing, cmd_list), (unload, cmd_unload),
-                         (status, cmd_status)):
+                         (status, cmd_status), (repair, cmd_repair)):
         _connection(parser)
         parser.add_argument("--json", action="store_true", help="machine-readable output")
         parser.set_defaults(func=func)

@@ -3,8 +3,10 @@ and `revoked.txt` that the loader verifies packages against (rtd.loader.trust).
 
 The store is the embedded default's (STATE/trust/<tenant>) or, with --config, the one the
 tenant's `trusted_keys` names. Files are replaced atomically (rtd.files). A revoked key
-stays revoked: `add` refuses it. After a change the running daemon re-reads its trust
-stores (rtd.Admin/Reload with the admin token, as SIGHUP does), so the next load sees it."""
+stays revoked: `add` refuses it. Each file is written with its `.last-good` copy
+(rtd.files.write_durable), which the daemon reads in place of a damaged file. After a change
+the running daemon re-reads its trust stores (rtd.Admin/Reload with the admin token, as SIGHUP
+does), so the next load sees it."""
 import contextlib
 import datetime
 import fcntl
@@ -18,9 +20,10 @@ from rtd.cli.output import show, table
 from rtd.cli.serving import state_dir
 from rtd.cli.client import Client, read_token
 from rtd.errors import Code, RtdError
-from rtd.files import write_atomic
+from rtd.beneath import Dir
+from rtd.files import read_copies, write_durable
 from rtd.loader import keys
-from rtd.loader.trust import REVOCATION_LIST, TrustStore
+from rtd.loader.trust import MAX_LIST_BYTES, REVOCATION_LIST, TrustStore, revocations
 
 _HEX = re.compile(r"[0-9a-f]{16,64}")
 
@@ -91,14 +94,14 @@ def _add(args) -> int:
     key = _public_key(args.key)
     fingerprint = keys.fingerprint(key)
     with store.changing() as trust:
-        if trust.revocation_error or fingerprint in trust.revoked:
+        if trust.unusable or fingerprint in trust.revoked:
             raise RtdError(Code.E_KEY_REVOKED, f"key {fingerprint[:16]}... in {store.directory}: a revoked key is never "
                                                "trusted again; sign with a new key (rtctl keygen)")
         if fingerprint in trust.keys:
             print(f"already trusted by tenant {store.tenant}: {fingerprint} ({trust.files[fingerprint]})")
             return 0
         path = os.path.join(store.directory, f"{fingerprint[:16]}.pub.pem")
-        write_atomic(path, keys.public_pem(key), mode=0o644)
+        write_durable(path, keys.public_pem(key), mode=0o644)
     print(f"trusted by tenant {store.tenant}: {fingerprint} ({path})")
     store.tell_daemon()
     return 0
@@ -118,23 +121,26 @@ def _fingerprint_of(what: str, trust: TrustStore) -> str:
     return matches[0]
 
 
+def _list_text(data: bytes) -> bytes:
+    revocations(data)   # refuses a damaged list
+    return data
+
+
 def _revoke(args) -> int:
     store = _Store(args)
     with store.changing() as trust:
-        if trust.revocation_error:
-            raise RtdError(Code.E_KEY_REVOKED, f"{store.directory}/{trust.revocation_error}: fix it by hand first")
+        if trust.unusable:
+            raise RtdError(Code.E_STATE_DAMAGED, f"{store.directory}: {trust.unusable}: fix it by hand first")
         fingerprint = _fingerprint_of(args.key, trust)
         if fingerprint in trust.revoked:
             print(f"already revoked for tenant {store.tenant}: {fingerprint}")
             return 0
-        path = os.path.join(store.directory, REVOCATION_LIST)
-        old = b""
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                old = f.read()
+        with Dir.open(store.directory) as d:   # the text it had (or its good copy's), comments and all
+            old = read_copies(d, REVOCATION_LIST, _list_text, MAX_LIST_BYTES, allow_links=True).usable() or b""
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         line = f"{fingerprint}  # revoked {when} {trust.files.get(fingerprint, '')}".rstrip() + "\n"
-        write_atomic(path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + line.encode(), mode=0o644)
+        write_durable(os.path.join(store.directory, REVOCATION_LIST),
+                      old + (b"\n" if old and not old.endswith(b"\n") else b"") + line.encode(), mode=0o644)
     print(f"revoked for tenant {store.tenant}: {fingerprint}")
     store.tell_daemon()
     return 0
@@ -147,21 +153,23 @@ def _list(args) -> int:
     for fingerprint, key in sorted(trust.keys.items(), key=lambda item: trust.files[item[0]]):
         try:
             keys.check_public(key)
-            state = "revoked" if fingerprint in trust.revoked or trust.revocation_error else "trusted"
+            state = "revoked" if fingerprint in trust.revoked else "refused: store damaged" if trust.unusable else "trusted"
         except RtdError as e:
             state = f"refused: {e.detail}"
         rows.append({"fingerprint": fingerprint, "file": trust.files[fingerprint], "state": state})
     rows += [{"fingerprint": f, "file": "", "state": "revoked"} for f in sorted(trust.revoked - set(trust.keys))]
     if args.json:
         print(json.dumps({"tenant": store.tenant, "directory": store.directory, "keys": rows,
-                          "revocation_error": trust.revocation_error}))
+                          "unusable": trust.unusable, "problems": trust.problems}))
         return 0
     result = table(f"tenant {store.tenant}: {store.directory}", "fingerprint (sha256 of the public key)", "file", "state")
     for row in rows:
         result.add_row(row["fingerprint"], row["file"], row["state"])
     show(result)
-    if trust.revocation_error:
-        show(f"[red]{trust.revocation_error}: every key is refused[/red]", stderr=True)
+    for problem in trust.problems:
+        show(f"[yellow]{problem}[/yellow]", stderr=True)
+    if trust.unusable:
+        show(f"[red]{trust.unusable}: every key is refused[/red]", stderr=True)
     return 0
 
 

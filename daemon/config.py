@@ -17,12 +17,14 @@ import secrets
 import sys
 import tomllib
 
-from rtd.errors import RtdError
+from rtd import beneath
+from rtd.errors import Code, RtdError
 from rtd.loader.layout import check_component
 
 TENANT_UID_BASE = 61000
 ALL_MODELS = "*"   # in a tenant's load list: every model of its repository
 TOKEN_BYTES = 32  # 256 bits, well above the 128-bit floor
+MAX_TOKEN_FILE = 4096
 
 
 class ConfigError(ValueError):
@@ -53,6 +55,7 @@ class Limits:
     max_instances: int = 8                 # per model: instance_group count
     request_timeout_s: float = 60.0        # a worker that answers no request for this long is hung
     load_timeout_s: float = 120.0
+    repository_timeout_s: float = 10.0     # one reading of a tenant's model repository (index, version choice)
     crash_limit: int = 3                   # crashes or hangs in a row before a model is FAILED
     resource_error_window_s: float = 300.0  # memory-layer kills are counted over this window
     restart_backoff_s: float = 0.2
@@ -267,8 +270,13 @@ def _ensure_token(path: str, notes: list) -> str:
     if not os.path.exists(path):
         _write_secret(path, (secrets.token_urlsafe(TOKEN_BYTES) + "\n").encode())
         notes.append(f"wrote a fresh token to {path}")
-    with open(path, encoding="utf-8") as f:
-        return f.read().strip()
+    try:   # beneath the state dir: a regular file, no link, no FIFO, a few bytes
+        data = beneath.read_file(path, MAX_TOKEN_FILE, Code.E_RTD_CONFIG_INVALID, allow_links=True)
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8") from None
+    except RtdError as e:
+        raise ConfigError(e.detail) from None
 
 
 def _ensure_signing_key(keys_dir: str, trust_dir: str, notes: list) -> None:

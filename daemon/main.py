@@ -2,8 +2,9 @@
 
 Order matters: the sandbox zygote is forked FIRST, before any thread exists (forking a
 threaded process is unsafe); then the soft fd limit is raised to the hard one, the event
-loop starts, the supervisor restores its models, the listeners come up, and only then
-systemd hears READY=1. WATCHDOG=1 pings come from the event loop itself, so a stuck loop
+loop starts, the supervisor restores its models, the listeners come up, systemd hears
+READY=1, and only then each tenant's `load` list loads from its model repository, in the
+background (a tenant's repository delays nobody else). WATCHDOG=1 pings come from the event loop itself, so a stuck loop
 stops them. SIGHUP reloads tenant tokens and trust stores (a bad config keeps the old one
 and says why); SIGTERM/SIGINT drain: no new connections or calls, requests in flight
 finish within `drain_grace_s`, then the workers and the zygote stop.
@@ -38,6 +39,7 @@ from rtd.sandbox import Zygote, cleanup_instance, detect_layout, load_policy
 from rtd.sandbox.syscalls import check_architecture
 
 WORKER_MODULE = "rtd.daemon.worker.main"
+DECODER_MODULE = "rtd.daemon.worker.upload"   # the confined upload decoder (serving/uploads.py)
 LOCK_WAIT_S = 5.0
 FD_RESERVE_FRACTION = 4   # a quarter of the fd limit stays for workers' sockets, memfds and files
 
@@ -160,6 +162,7 @@ async def _serve(config: configuration.Config, reread, zygote: Zygote, max_conne
                     max_connections=table.limits.max_connections)
         print(f"rtd: serving on {', '.join(addresses)}", file=sys.stderr, flush=True)
         sd_notify("READY=1")
+        supervisor.load_at_start()   # each tenant's `load` list, in the background: nobody waits for another's repository
         watchdog = loop.create_task(_watchdog())
         await stop.wait()
         sd_notify("STOPPING=1")
@@ -202,7 +205,7 @@ def lock_state_dir(state_dir: str) -> int:
 def serve(config: configuration.Config, reread) -> int:
     lock_state_dir(config.state_dir)
     instance = instance_id(config)
-    zygote = Zygote.start(preload=(WORKER_MODULE,), instance=instance)  # before any thread
+    zygote = Zygote.start(preload=(WORKER_MODULE, DECODER_MODULE), instance=instance)  # before any thread
     try:
         layout = detect_layout()
         for parent in {load_policy(t.policy or None).cgroup_parent for t in config.tenants}:

@@ -13,12 +13,11 @@ capped while streaming, so a bomb is refused with bounded memory: E_ARCHIVE_LIMI
 Members may sit under one top directory (the model directory, whose name is then bound to the
 signed name) or directly at the root (`config.pbtxt`, `<N>/...`).
 """
-import errno
 import os
-import stat
 import tarfile
 import zlib
 
+from rtd.beneath import Dir
 from rtd.errors import Code, RtdError
 from rtd.loader import layout
 from rtd.loader.fileset import FileSet
@@ -105,14 +104,10 @@ def _read_member(stream: tarfile.TarFile, member, parts, files: FileSet, inflati
 
 def read_archive(path: str, files: FileSet) -> None:
     """Stream a tar (optionally gzip/bz2/xz compressed) package into `files`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as e:
-        code = Code.E_LINK_FORBIDDEN if e.errno == errno.ELOOP else Code.E_FILE_MISSING
-        raise RtdError(code, f"{path}: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as raw:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RtdError(Code.E_SPECIAL_FILE, f"{path} is not a regular file")
+    directory, name = os.path.split(os.path.abspath(path))
+    with Dir.open(directory) as parent:   # the archive itself: no link, no FIFO, a regular file
+        archive = parent.open_file(name, 2 * files.limits.max_total_bytes + (1 << 20), Code.E_ARCHIVE_LIMIT, allow_links=True)
+    with os.fdopen(archive.fd, "rb") as raw:
         compressed = raw.read(6).startswith(_COMPRESSED_MAGICS)
         raw.seek(0)
         inflation, top, members = (_Inflation(raw, files.limits) if compressed else None), [], 0

@@ -8,15 +8,19 @@ import json
 from rtd.errors import Code, RtdError
 
 
+class _Refused(ValueError):
+    """What the document breaks, in this module's words (a refusal never quotes the document)."""
+
+
 def _no_constants(name):
-    raise ValueError(f"{name} is not JSON")
+    raise _Refused("NaN and Infinity are not JSON")
 
 
 def _unique(pairs):
     obj = {}
     for key, value in pairs:
         if key in obj:
-            raise ValueError(f"duplicate key {key!r}")
+            raise _Refused("a key appears twice in one object")
         obj[key] = value
     return obj
 
@@ -55,7 +59,9 @@ def loads(data, *, code: Code, max_bytes: int, max_depth: int, what: str) -> dic
         raise RtdError(code, f"{what} nests deeper than {max_depth}")
     try:
         obj = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constants)
-    except ValueError as e:
+    except json.JSONDecodeError as e:   # its msg is the grammar's expectation, never the text found
+        raise RtdError(code, f"{what} line {e.lineno} column {e.colno}: {e.msg}") from None
+    except _Refused as e:
         raise RtdError(code, f"{what}: {e}") from None
     if not isinstance(obj, dict):
         raise RtdError(code, f"{what} is not a JSON object")

@@ -1,121 +1,83 @@
-"""Reading a package directory: every file opened once, beneath a directory fd, never by path.
+"""Reading a package directory: every file opened once, beneath the model directory, never by path.
 
-Each entry is one path component checked by the layout, inspected with fstatat(AT_SYMLINK_NOFOLLOW)
-and only then opened relative to its directory fd with O_NOFOLLOW|O_NONBLOCK. Since names never
-contain '/', that gives openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) semantics without the
-syscall: no component is resolved through a link and nothing escapes the package directory.
-Symlinks and hardlinked files (nlink > 1) are E_LINK_FORBIDDEN, FIFOs/devices/sockets
-E_SPECIAL_FILE (never opened, so a FIFO cannot block), and the opened inode must be the one
-inspected. The bytes go straight into a sealed memfd (sealed.seal_from_fd).
+The directory is an rtd.beneath.Dir, so this module keeps no opening rules of its own: each
+entry is one path component checked by the layout, its kind read from the directory entry
+(symlinks E_LINK_FORBIDDEN, FIFOs, sockets and devices E_SPECIAL_FILE, never opened), and
+each file opened and checked by Dir.open_file (no link, one hard link, its size cap before a
+byte is read). The bytes go straight into a sealed memfd (sealed.seal_from_fd).
 
-The source may be the model directory (config.pbtxt + one numeric version directory) or a
-version directory itself, whose parent's config.pbtxt then belongs to the package.
+The source is a model directory (config.pbtxt and numeric version directories), read whole,
+or one version of it (`ModelDir(dir, version)`, as the model repository names it, or a path
+to a version directory itself), read with the model directory's config.pbtxt.
 """
-import errno
+import dataclasses
 import os
-import stat
 
+from rtd.beneath import Dir
 from rtd.errors import Code, RtdError
 from rtd.loader import layout
 from rtd.loader.fileset import FileSet
 from rtd.loader.sealed import seal_from_fd
 
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+@dataclasses.dataclass
+class ModelDir:
+    """An open model directory and the one version directory of it to read (None: every one it holds)."""
+    dir: Dir
+    version: str | None = None
 
 
-def _refuse_non_regular(mode: int, path: str) -> None:
-    if stat.S_ISLNK(mode):
-        raise RtdError(Code.E_LINK_FORBIDDEN, f"{path} is a symlink")
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise RtdError(Code.E_SPECIAL_FILE, f"{path} is not a regular file")
+def _read_file(model_dir: Dir, parts: tuple[str, ...], files: FileSet) -> None:
+    layout.classify(parts)
+    cap, code = layout.size_cap(parts, files.limits)
+    with model_dir.open_file("/".join(parts), cap, code) as f:
+        files.admit(parts, f.size)
+        files.add(parts, seal_from_fd("/".join(parts), f.fd, f.size))
 
 
-def _open_dir(name: str, dir_fd: int | None, path: str) -> int:
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):   # O_DIRECTORY|O_NOFOLLOW on a symlink: ENOTDIR
-            _refuse_non_regular(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode, path)
-            raise RtdError(Code.E_SPECIAL_FILE, f"{path} is not a directory") from None
-        if e.errno == errno.ENOENT:
-            raise RtdError(Code.E_FILE_MISSING, f"{path} does not exist") from None
-        raise
+def refuse_kind_of(model_dir: Dir, rel: str, kind: str) -> None:
+    """A directory entry that is no regular file is refused by what it is, before anything opens it."""
+    if kind == "a symlink":
+        raise RtdError(Code.E_LINK_FORBIDDEN, f"{model_dir.where(rel)} is a symlink")
+    if kind != "a regular file":
+        raise RtdError(Code.E_SPECIAL_FILE, f"{model_dir.where(rel)} is {kind}, not a regular file")
 
 
-def _read_file(dir_fd: int, parts: tuple[str, ...], files: FileSet) -> None:
-    path = "/".join(parts)
-    before = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
-    _refuse_non_regular(before.st_mode, path)
-    if before.st_nlink != 1:
-        raise RtdError(Code.E_LINK_FORBIDDEN, f"{path} has {before.st_nlink} hard links")
-    files.admit(parts, before.st_size)
-    try:
-        fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise RtdError(Code.E_LINK_FORBIDDEN, f"{path} became a symlink") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(st.st_mode):
-            raise RtdError(Code.E_SPECIAL_FILE, f"{path} was replaced while being opened")
-        if st.st_nlink != 1:
-            raise RtdError(Code.E_LINK_FORBIDDEN, f"{path} has {st.st_nlink} hard links")
-        files.admit(parts, st.st_size)
-        files.add(parts, seal_from_fd(path, fd, st.st_size))
-    finally:
-        os.close(fd)
-
-
-def _read_version_dir(dir_fd: int, version: str, files: FileSet) -> None:
-    for name in sorted(os.listdir(dir_fd)):
+def _read_version_dir(model_dir: Dir, version: str, files: FileSet) -> None:
+    for name, kind in model_dir.entries(version):
         parts = (version, layout.check_component(name))
-        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-        if stat.S_ISDIR(mode):
+        if kind == "a directory":
             raise RtdError(Code.E_FILE_UNLISTED, f"{'/'.join(parts)} is a directory")
-        _read_file(dir_fd, parts, files)
+        refuse_kind_of(model_dir, "/".join(parts), kind)
+        _read_file(model_dir, parts, files)
 
 
-def _read_model_dir(dir_fd: int, files: FileSet) -> None:
-    for name in sorted(os.listdir(dir_fd)):
+def read_model_dir(source: ModelDir, files: FileSet) -> None:
+    """Read an open model directory (one version of it, or all) into `files`."""
+    model_dir, version = source.dir, source.version
+    for name, kind in model_dir.entries():
+        if version is not None and name not in (version, layout.CONFIG):
+            continue   # another version, or what the repository keeps beside the package
         layout.check_component(name)
-        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-        _refuse_non_regular(mode, name)
-        if stat.S_ISDIR(mode):
-            layout.classify((name, layout.MODEL))   # only numeric version directories
-            sub_fd = _open_dir(name, dir_fd, name)
-            try:
-                _read_version_dir(sub_fd, name, files)
-            finally:
-                os.close(sub_fd)
-        else:
-            _read_file(dir_fd, (name,), files)
+        if kind != "a directory":
+            refuse_kind_of(model_dir, name, kind)
+            _read_file(model_dir, (name,), files)
+            continue
+        layout.classify((name, layout.MODEL))   # only numeric version directories
+        _read_version_dir(model_dir, name, files)
+    if version is not None and not any(p.startswith(version + "/") for p in files.files):
+        raise RtdError(Code.E_FILE_MISSING, f"{model_dir.where(version)} does not exist")
 
 
 def read_directory(path: str, files: FileSet) -> None:
-    """Read a model directory or a version directory into `files`."""
-    try:
-        _read_tree(path, files)
-    except OSError as e:   # an entry vanished or became unreadable between listing and reading
-        raise RtdError(Code.E_FILE_MISSING, f"{e.filename or path}: {e.strerror}") from None
-
-
-def _read_tree(path: str, files: FileSet) -> None:
-    top_fd = _open_dir(path, None, path)
-    try:
-        if layout.MANIFEST in os.listdir(top_fd):
-            version = os.path.basename(os.path.normpath(path))
-            if not layout.is_version_dir(version):
-                raise RtdError(Code.E_BINDING_MISMATCH, f"version directory {version!r} is not a number")
-            _read_version_dir(top_fd, version, files)
-            parent_fd = _open_dir("..", top_fd, "..")
-            try:
-                if layout.CONFIG in os.listdir(parent_fd):
-                    _read_file(parent_fd, (layout.CONFIG,), files)
-            finally:
-                os.close(parent_fd)
-        else:
-            _read_model_dir(top_fd, files)
-    finally:
-        os.close(top_fd)
+    """Read a model directory or a version directory (the operator's path) into `files`."""
+    path = os.path.normpath(path)
+    with Dir.open(path) as top:
+        if not top.exists(layout.MANIFEST):
+            read_model_dir(ModelDir(top), files)
+            return
+    version = os.path.basename(path)
+    if not layout.is_version_dir(version):
+        raise RtdError(Code.E_BINDING_MISMATCH, f"version directory {version!r} is not a number")
+    with Dir.open(os.path.dirname(path)) as model_dir:
+        read_model_dir(ModelDir(model_dir, version), files)

@@ -47,9 +47,13 @@ SMALL_CAPS = {
 }
 
 
-def check_component(name) -> str:
+def is_component(name) -> bool:
     """One path component: clean UTF-8 text from a short allow-listed alphabet, not '.' or '..'."""
-    if not isinstance(name, str) or not _COMPONENT.fullmatch(name) or name in (".", ".."):
+    return isinstance(name, str) and bool(_COMPONENT.fullmatch(name)) and name not in (".", "..")
+
+
+def check_component(name) -> str:
+    if not is_component(name):
         raise RtdError(Code.E_PATH_UNSAFE, f"unsafe name {name!r}")
     return name
 

@@ -40,9 +40,8 @@ def parse(data) -> dict[str, str]:
             name = raw_name.decode("utf-8", "strict")
         except UnicodeDecodeError:
             raise RtdError(Code.E_PATH_UNSAFE, f"manifest line {number}: name is not UTF-8") from None
-        if "/" in name:
-            raise RtdError(Code.E_PATH_UNSAFE, f"manifest line {number}: {name!r} is not a plain file name")
-        layout.check_component(name)
+        if "/" in name or not layout.is_component(name):   # the manifest is not yet verified: never quoted
+            raise RtdError(Code.E_PATH_UNSAFE, f"manifest line {number}: the name is not a plain file name")
         if name in layout.UNSIGNED:
             raise RtdError(Code.E_MANIFEST_INVALID, f"manifest lists {name}, which it cannot cover")
         if previous is not None and raw_name <= previous:

@@ -3,7 +3,14 @@
 A SealedFile is the only form in which package bytes leave intake: the memfd is sealed
 against write, shrink and grow, so the bytes the manifest vouched for are the bytes the
 worker receives (its fd is handed over; nothing re-opens a path). `.data` is a read-only
-memoryview over a private mapping of the same memfd.
+memoryview over a private mapping of the same memfd; only the small documents and a model's
+first and last bytes are ever read through it, so a big file's pages are never faulted into
+the supervisor.
+
+A file of a spooled upload or of the registry's blobs (`FileExtent`) is copied into its memfd
+by the kernel (seal_copy: copy_file_range or sendfile), sealed, and only then hashed from the
+sealed memfd in chunks: never held whole in the supervisor's memory. A memfd a confined
+decoder filled is taken over the same way (seal_memfd).
 """
 import concurrent.futures
 import fcntl
@@ -12,6 +19,7 @@ import mmap
 import os
 
 from rtd.errors import Code, RtdError
+from rtd.files import copy_fd
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
 _COPIER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rtd-seal")  # its thread starts on first use
@@ -78,6 +86,64 @@ def seal_from_fd(name: str, src_fd: int, size: int, offset: int = 0,
     except BaseException:
         writer.discard()
         raise
+
+
+def seal_copy(name: str, src_fd: int, size: int, offset: int = 0, short_code: Code = Code.E_DIGEST_MISMATCH) -> SealedFile:
+    """`size` bytes from `offset` of a file nobody changes meanwhile, copied into a new memfd by
+    the kernel, sealed and hashed (seal_memfd). A file that ends early is refused with `short_code`."""
+    fd = _new_memfd(name)
+    try:
+        copy_fd(src_fd, fd, size, offset)
+    except OSError as e:
+        os.close(fd)
+        raise RtdError(short_code, f"{name}: {e.strerror}") from None
+    return seal_memfd(name, fd, size, short_code)
+
+
+def seal_memfd(name: str, fd: int, size: int, code: Code = Code.E_DIGEST_MISMATCH) -> SealedFile:
+    """A memfd someone else filled (the kernel's copy, a confined decoder), taken over: sealed
+    against any further change (refused with `code` if it cannot be: not a memfd, sealing not
+    allowed, a writable mapping still open), checked to hold exactly `size` bytes, then hashed
+    from the sealed memfd itself, 1 MiB at a time, so the digest is of exactly the bytes held.
+    The fd is the SealedFile's from here on, or closed."""
+    try:
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+        except OSError as e:
+            raise RtdError(code, f"{name} cannot be sealed: {e.strerror}") from None
+        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS or os.fstat(fd).st_size != size:
+            raise RtdError(code, f"{name} does not hold the {size} bytes it was said to")
+        digest, buf, done = hashlib.sha256(), memoryview(bytearray(min(_CHUNK, size))), 0
+        while done < size:
+            n = os.preadv(fd, [buf[:size - done]], done)
+            digest.update(buf[:n])
+            done += n
+        mapping = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ) if size else None
+        return SealedFile(name, fd, size, digest.hexdigest(), mapping)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class FileExtent:
+    """`size` bytes at `offset` of an open file nobody changes while it is read (a spooled upload,
+    a registry blob): an intake source (loader.intake.Extent). `owned`: close() closes the fd."""
+
+    def __init__(self, fd: int, offset: int, size: int, owned: bool = False):
+        self.fd, self.offset, self.size, self.owned = fd, offset, size, owned
+
+    def __len__(self) -> int:
+        return self.size
+
+    def seal(self, name: str, cap: int, code: Code) -> SealedFile:
+        if self.size > cap:
+            raise RtdError(code, f"{name} is {self.size} bytes, over the {cap}-byte cap")
+        return seal_copy(name, self.fd, self.size, self.offset)
+
+    def close(self) -> None:
+        if self.owned and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class SealedWriter:

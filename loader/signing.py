@@ -63,7 +63,7 @@ def read_envelope(data) -> Envelope:
     if set(env) != _FIELDS or env["format"] != FORMAT:
         raise RtdError(Code.E_SIG_INVALID, f"envelope must be {FORMAT} with exactly {sorted(_FIELDS)}")
     if env["alg"] != ALGORITHM:
-        raise RtdError(Code.E_ALG_UNSUPPORTED, f"signature algorithm {env['alg']!r}")
+        raise RtdError(Code.E_ALG_UNSUPPORTED, f"the envelope's alg is not {ALGORITHM}")
     for field in ("key", "manifest_sha256"):
         if not isinstance(env[field], str) or not _HEX64.fullmatch(env[field]):
             raise RtdError(Code.E_SIG_INVALID, f"envelope {field} is not SHA-256 hex")

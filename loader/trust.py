@@ -2,26 +2,54 @@
 
 TrustStore: one tenant's trust root, a directory of `*.pub.pem` keys and `revoked.txt`
 (key fingerprints, one per line; `#` comments and blank lines allowed). Each tenant has its
-own directory, so a key trusted by tenant A means nothing for tenant B. A malformed
-revocation list refuses every key (fail closed), never none.
+own directory, so a key trusted by tenant A means nothing for tenant B. Every file is read
+beneath the directory (rtd.beneath: no symlink, no FIFO, capped), and each may have a
+`.last-good` copy (rtctl trust writes both): a damaged file is replaced by its copy, logged
+in `problems`; a file with neither copy usable makes the store `unusable` and refuses every
+key (fail closed) until it is repaired. Revocations are the union of revoked.txt and its
+copy, so emptying or deleting the file revokes nothing back.
 
 RollbackStore: the persisted high-water mark of the counter per (tenant, model), with the
-manifest digest of the package that set it, a JSON file replaced atomically (temporary
-file, fsync, rename, fsync of the directory). A package below the mark is a rollback; one
-at the mark is accepted only when it is the very package that set it (same manifest
-digest), so re-sending what is loaded is not mistaken for a replay.
+manifest digest of the package that set it, in a JSON file and its last good copy (each
+replaced atomically). The marks are read once and kept in memory, the higher of the two
+copies for each model, so neither a damaged nor a reset file lowers one. A package below the
+mark is a rollback; one at the mark is accepted only when it is the very package that set it
+(same manifest digest), so re-sending what is loaded is not mistaken for a replay. When both
+copies are damaged (or the caller knows the file existed and both are gone) the store is
+`unusable`: every check is refused (E_STATE_DAMAGED, naming the file) until `repair()`.
 """
 import json
 import os
 import re
 import threading
 
+from rtd.beneath import Dir
 from rtd.errors import Code, RtdError
-from rtd.files import write_atomic
+from rtd.files import LAST_GOOD, Copies, read_copies, set_aside, write_durable
 from rtd.loader import keys
 
 _FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 REVOCATION_LIST = "revoked.txt"
+MAX_KEY_BYTES = 1 << 20
+MAX_LIST_BYTES = 1 << 20
+MAX_MARKS_BYTES = 64 << 20
+REPAIR = "rtctl state repair"
+
+
+def revocations(data: bytes) -> set[str]:
+    """The fingerprints a revocation list names; ValueError naming the line that is not one."""
+    try:
+        text = data.decode("utf-8", "strict")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 (at byte {e.start})") from None
+    revoked = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if line and not _FINGERPRINT.fullmatch(line):
+            raise ValueError(f"line {number} is not a fingerprint")
+        revoked.add(line)
+    revoked.discard("")
+    return revoked
 
 
 class TrustStore:
@@ -30,26 +58,40 @@ class TrustStore:
         self.keys: dict[str, object] = {}       # fingerprint -> public key
         self.files: dict[str, str] = {}         # fingerprint -> the file it came from
         self.revoked: set[str] = set()
-        self.revocation_error: str | None = None
+        self.problems: list[str] = []           # damaged files, each replaced by its last good copy
+        self.unusable: str | None = None        # why every key is refused (a file with no usable copy)
         if directory is None:
             return
-        for entry in sorted(os.listdir(directory)):
-            if entry.endswith(".pub.pem"):
-                with open(os.path.join(directory, entry), "rb") as f:
-                    key = keys.load_public(f.read(1 << 20), entry)
-                self.keys[keys.fingerprint(key)] = key
-                self.files[keys.fingerprint(key)] = entry
-        path = os.path.join(directory, REVOCATION_LIST)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8", errors="strict") as f:
-                for number, line in enumerate(f, 1):
-                    line = line.split("#", 1)[0].strip()
-                    if not line:
-                        continue
-                    if not _FINGERPRINT.fullmatch(line):
-                        self.revocation_error = f"{REVOCATION_LIST} line {number} is not a fingerprint"
-                        break
-                    self.revoked.add(line)
+        try:
+            with Dir.open(directory, "trusted_keys") as d:
+                for name, _ in d.entries():
+                    if name.endswith(".pub.pem"):
+                        self._key(d, name)
+                self._revocations(d)
+        except RtdError as e:
+            self.unusable = self.unusable or e.detail
+
+    def _usable(self, copies: Copies):
+        if copies.lost():
+            self.unusable = self.unusable or copies.lost()
+        elif copies.main is None and copies.last_good is not None:
+            self.problems.append(f"{'; '.join(copies.problems) or copies.name + ': gone'}: its last good copy is used")
+        return copies.usable()
+
+    def _key(self, d: Dir, name: str) -> None:
+        copies = read_copies(d, name, lambda data: keys.load_public(data, name), MAX_KEY_BYTES, allow_links=True)
+        if copies.main is None and "file" not in copies.present:
+            return   # removed since listed
+        key = self._usable(copies)
+        if key is not None:
+            self.keys[keys.fingerprint(key)] = key
+            self.files[keys.fingerprint(key)] = name
+
+    def _revocations(self, d: Dir) -> None:
+        copies = read_copies(d, REVOCATION_LIST, revocations, MAX_LIST_BYTES, allow_links=True)
+        self._usable(copies)
+        for value in (copies.main, copies.last_good):   # the union: a revocation is for good
+            self.revoked |= value or set()
 
     @classmethod
     def from_pem_files(cls, paths) -> "TrustStore":
@@ -57,68 +99,96 @@ class TrustStore:
         store = cls(None)
         for path in paths:
             with open(path, "rb") as f:
-                key = keys.load_public(f.read(1 << 20), path)
+                key = keys.load_public(f.read(MAX_KEY_BYTES), path)
             store.keys[keys.fingerprint(key)] = key
         return store
 
     def key_for(self, fingerprint: str):
         """The trusted, unrevoked public key with this fingerprint, or RtdError."""
-        if self.revocation_error:
-            raise RtdError(Code.E_KEY_REVOKED, self.revocation_error + "; every key is refused")
+        if self.unusable:
+            raise RtdError(Code.E_STATE_DAMAGED, f"{self.unusable}: every key is refused until it is repaired")
         if fingerprint in self.revoked:
             raise RtdError(Code.E_KEY_REVOKED, f"key {fingerprint[:16]}...")
         try:
             return self.keys[fingerprint]
         except KeyError:
-            where = self.directory or "the public keys given"
+            where = "the tenant's trusted_keys" if self.directory else "the public keys given"
             raise RtdError(Code.E_KEY_UNTRUSTED, f"key {fingerprint[:16]}... is not in {where}") from None
+
+
+def _marks(data: bytes) -> dict:
+    """{(tenant, model): (counter, digest or None)} of a rollback file; ValueError naming what is malformed."""
+    try:
+        doc = json.loads(data)
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8") from None
+    if not isinstance(doc, dict) or not all(isinstance(models, dict) for models in doc.values()):
+        raise ValueError("not a rollback store: {tenant: {model: mark}}")
+    marks = {}
+    for tenant, models in doc.items():
+        for name, mark in models.items():
+            if isinstance(mark, int) and not isinstance(mark, bool):   # written before marks carried their digest
+                marks[(tenant, name)] = (mark, None)
+            elif (isinstance(mark, dict) and isinstance(mark.get("counter"), int) and not isinstance(mark["counter"], bool)
+                  and (mark.get("manifest_sha256") is None or isinstance(mark["manifest_sha256"], str))):
+                marks[(tenant, name)] = (mark["counter"], mark.get("manifest_sha256"))
+            else:
+                raise ValueError("a mark is malformed")
+    return marks
 
 
 class RollbackStore:
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
-        # Marks also kept in memory: what `record` raised (even if its write failed) and what
-        # the caller knows from elsewhere (the daemon's registry), for a file that lags or was reset.
-        self.floors: dict[tuple[str, str], tuple[int, str | None]] = {}
+        self.floors: dict[tuple[str, str], tuple[int, str | None]] = {}   # the marks in force
+        self.problems: list[str] = []
+        self.unusable: str | None = None
+        directory, name = os.path.split(os.path.abspath(path))
+        copies = Copies(name)
+        if os.path.isdir(directory):
+            with Dir.open(directory) as d:
+                copies = read_copies(d, name, _marks, MAX_MARKS_BYTES)
+        self.present = bool(copies.present)    # the file (or its copy) was ever written
+        for marks in (copies.main, copies.last_good):
+            for key, mark in (marks or {}).items():
+                self.floors[key] = _higher(self.floors.get(key), mark)
+        self.unusable = copies.lost()
+        if copies.main is None and copies.last_good is not None:   # the file again from its copy, at once
+            aside = set_aside(path)
+            self.problems.append(f"{'; '.join(copies.problems) or name + ': gone'}: its last good copy is used"
+                                 + (f" (the damaged file is kept as {os.path.basename(aside)})" if aside else ""))
+            try:
+                self._write()
+            except OSError as e:
+                self.problems.append(f"{name} could not be written again: {e.strerror}")
 
-    def _read(self) -> dict:
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return {}
-        except ValueError:   # fail closed: an unreadable store refuses every load, it never resets
-            raise RtdError(Code.E_INTERNAL, f"{self.path} is not valid JSON") from None
-        if not isinstance(data, dict):
-            raise RtdError(Code.E_INTERNAL, f"{self.path} is not a rollback store")
-        return data
+    def missing(self, why: str) -> None:
+        """The caller knows the file was written once, and neither copy is there: refuse until repaired."""
+        self.unusable = self.unusable or f"{os.path.basename(self.path)} and its last good copy are gone while {why}"
 
-    def _mark(self, tenant: str, name: str) -> tuple[int, str | None] | None:
-        """The higher of the file's mark and the one in memory (at one counter: the one that knows its digest)."""
-        return _higher(self._file_mark(tenant, name), self.floors.get((tenant, name)))
+    def ensure(self) -> None:
+        """Write the file if it never was, so that its absence later means it was lost."""
+        with self._lock:
+            if not self.present:
+                self._write()
 
-    def _file_mark(self, tenant: str, name: str) -> tuple[int, str | None] | None:
-        mark = self._read().get(tenant, {}).get(name)
-        if mark is None:
-            return None
-        if isinstance(mark, int):   # written before marks carried their digest
-            return mark, None
-        if not isinstance(mark, dict) or not isinstance(mark.get("counter"), int):
-            raise RtdError(Code.E_INTERNAL, f"{self.path}: malformed mark for {tenant}/{name}")
-        return mark["counter"], mark.get("manifest_sha256")
+    def _refuse_if_unusable(self) -> None:
+        if self.unusable:
+            raise RtdError(Code.E_STATE_DAMAGED, f"until `{REPAIR}`: {self.unusable}")
 
     def raise_floor(self, tenant: str, name: str, counter: int, manifest_sha256: str | None) -> None:
         """A mark known from elsewhere, held in memory only (it never lowers one)."""
         self.floors[(tenant, name)] = _higher(self.floors.get((tenant, name)), (counter, manifest_sha256))
 
     def high_water(self, tenant: str, name: str) -> int | None:
-        mark = self._mark(tenant, name)
+        mark = self.floors.get((tenant, name))
         return None if mark is None else mark[0]
 
     def check(self, tenant: str, name: str, counter: int, *, manifest_sha256: str | None = None,
               allow_rollback: bool = False) -> None:
-        mark = self._mark(tenant, name)
+        self._refuse_if_unusable()
+        mark = self.floors.get((tenant, name))
         if mark is None or allow_rollback or counter > mark[0]:
             return
         if counter == mark[0] and manifest_sha256 is not None and manifest_sha256 == mark[1]:
@@ -128,16 +198,33 @@ class RollbackStore:
 
     def record(self, tenant: str, name: str, counter: int, manifest_sha256: str | None = None) -> None:
         """Raise the mark to `counter` with the digest of the package at it (never lowers
-        it); durable on return. The mark holds in memory even when writing it fails (OSError)."""
+        it); durable on return. The mark holds in memory even when writing it fails (OSError),
+        and an unusable store is not written until repaired."""
         with self._lock:
+            old = self.floors.get((tenant, name))
             self.raise_floor(tenant, name, counter, manifest_sha256)
-            data = self._read()
-            old = self._file_mark(tenant, name)
-            new = _higher(old, (counter, manifest_sha256))
-            if new == old:
-                return
-            data.setdefault(tenant, {})[name] = {"counter": new[0], "manifest_sha256": new[1]}
-            write_atomic(self.path, json.dumps(data, sort_keys=True).encode())
+            if self.floors[(tenant, name)] != old or not self.present:
+                self._write()
+
+    def _write(self) -> None:
+        if self.unusable:
+            return
+        doc: dict = {}
+        for (tenant, name), (counter, digest) in sorted(self.floors.items()):
+            doc.setdefault(tenant, {})[name] = {"counter": counter, "manifest_sha256": digest}
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), mode=0o700, exist_ok=True)
+        write_durable(self.path, json.dumps(doc, sort_keys=True).encode())
+        self.present = True
+
+    def repair(self) -> str:
+        """The operator's decision: the marks known now (both copies' and those raised since) become
+        the file; the damaged copies are kept aside. Returns what was done."""
+        with self._lock:
+            kept = [os.path.basename(a) for a in (set_aside(self.path), set_aside(self.path + LAST_GOOD)) if a]
+            self.unusable = None
+            self._write()
+        return (f"{os.path.basename(self.path)} written with {len(self.floors)} mark(s) known now"
+                + (f"; kept {', '.join(kept)}" if kept else ""))
 
 
 def _higher(a: tuple | None, b: tuple | None) -> tuple | None:

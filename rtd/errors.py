@@ -72,6 +72,8 @@ class Code(enum.Enum):
     E_WORKER_PROTOCOL = "the worker sent a malformed reply and was killed", "UNAVAILABLE"
     E_UNIMPLEMENTED = "this call is not offered by rtd", "UNIMPLEMENTED"
     E_STATE_LOCKED = "another rtd serves this state directory", "FAILED_PRECONDITION"
+    E_STATE_DAMAGED = "a state file of this tenant and its last good copy are damaged or gone: loads are refused until an operator repairs it", "FAILED_PRECONDITION"
+    E_REPOSITORY_UNAVAILABLE = "the tenant's model repository cannot be read or did not answer in time", "UNAVAILABLE"
     E_LISTEN_FAILED = "an address to listen on could not be bound", "UNAVAILABLE"
     # the operator's side (rtctl, rtd serve)
     E_USAGE = "the command line is not valid", "INVALID_ARGUMENT"

@@ -66,6 +66,7 @@ class Kind(enum.IntEnum):
     REPORT = 9    # helper or worker → launcher: one confinement step, the worker's pid, its exit or an error
     ZYGOTE = 10   # supervisor ↔ fork server: head {op, ...}, fds (go sockets)
     RESULT = 11   # run_confined's child → caller: head {ok, result | rtd, detail | type, message}
+    DECODE = 12   # supervisor → upload decoder: head {size, caps}, fds [a spooled REST load request, read-only]
 
 
 @dataclasses.dataclass

@@ -1,5 +1,5 @@
 """The gRPC front: KServe v2 `inference.GRPCInferenceService` for tenants, grpc.health.v1
-and `rtd.Admin/Status` and `rtd.Admin/Reload` for operators, served by rtd's own HTTP/2 transport (transport/grpc_h2.py).
+and `rtd.Admin/Status`, `rtd.Admin/Reload` and `rtd.Admin/Repair` for operators, served by rtd's own HTTP/2 transport (transport/grpc_h2.py).
 Each handler only translates the message onto the Supervisor API and back; refusals are
 mapped through the ONE table (`Code.status`) in `kserve.describe`; anything unexpected is INTERNAL
 "Internal server error" with no details. RPCs not listed here (shared memory, trace/log
@@ -17,7 +17,8 @@ from rtd import __version__
 from rtd.daemon.serving.budgets import OPERATOR
 from rtd.daemon.transport.contract import Call, Method, Reply
 from rtd.daemon.fronts import kserve
-from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, deadline_of, describe, load_parameters, model_statistics, repository_index
+from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, deadline_of, describe, model_statistics, repository_index
+from rtd.daemon.serving.uploads import from_grpc
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.infer_request import declared_inputs, scan
 from rtd.errors import Code, RtdError
@@ -31,11 +32,6 @@ def _message(cls, call: Call | memoryview):
         return cls.FromString(call.message if isinstance(call, Call) else call)
     except DecodeError:
         raise RtdError(Code.E_REQUEST_INVALID, f"not a {cls.DESCRIPTOR.name} message") from None
-
-
-def _value(param: pb.ModelRepositoryParameter):
-    which = param.WhichOneof("parameter_choice")
-    return getattr(param, which) if which else None
 
 
 def _reply(message) -> Reply:
@@ -62,6 +58,7 @@ class Front:
             (SERVICE, "ModelStatistics"): (self.model_statistics, control),
             (SERVICE, "RepositoryModelUnload"): (self.repository_unload, control),
             (ADMIN_SERVICE, "Status"): (self.admin_status, control), (ADMIN_SERVICE, "Reload"): (self.admin_reload, control),
+            (ADMIN_SERVICE, "Repair"): (self.admin_repair, control),
             (SERVICE, "ModelInfer"): (self.model_infer, work), (SERVICE, "RepositoryModelLoad"): (self.repository_load, upload),
         }
         self.methods = {f"/{service}/{rpc}": Method(handler, **kind) for (service, rpc), (handler, kind) in routes.items()}
@@ -70,7 +67,7 @@ class Front:
 
     def authenticate(self, metadata, method: Method) -> str:
         """Who pays for a call: the operator for admin calls, else the caller's tenant."""
-        if method.handler in (self.admin_status, self.admin_reload):
+        if method.handler in (self.admin_status, self.admin_reload, self.admin_repair):
             self.supervisor.tenants.authenticate_admin(metadata)
             return OPERATOR
         return self.supervisor.tenants.authenticate(metadata).id
@@ -152,6 +149,21 @@ class Front:
         await self._audited(call, "reload", reload())
         return Reply([b""])
 
+    async def admin_repair(self, call):
+        """`rtctl state repair`: {"tenant": ID} -> {"done": [what was written again]}."""
+        try:
+            tenant = json.loads(bytes(call.message))["tenant"]
+        except (ValueError, TypeError, KeyError):
+            raise RtdError(Code.E_REQUEST_INVALID, 'the body is {"tenant": ID}') from None
+        if not isinstance(tenant, str):
+            raise RtdError(Code.E_REQUEST_INVALID, 'the body is {"tenant": ID}')
+        done = []
+
+        async def repair():
+            done.extend(await self.supervisor.repair(tenant))
+        await self._audited(call, "repair", repair(), repaired=tenant[:64])
+        return Reply([json.dumps({"tenant": tenant, "done": done}).encode()])
+
     # -- work ------------------------------------------------------------------------------------
     async def model_infer(self, call):
         """Read the request's header (bounded, its tensors untouched), check it against the
@@ -169,9 +181,8 @@ class Front:
         return Reply([result.body], result.charges)
 
     async def repository_load(self, call):
-        request = _message(pb.RepositoryModelLoadRequest, call.message.view())
-        files, config = load_parameters({key: _value(param) for key, param in request.parameters.items()})
-        name = request.model_name
-        del request
-        await self._audited(call, "load", self.supervisor.load(self._tenant(call), name, files, config), model=name)
+        """Find the package's files in the spooled request (a bounded walk, rtd/load_request.py) and
+        load them from there: the package never passes through the supervisor's memory."""
+        name, upload = from_grpc(call.message)
+        await self._audited(call, "load", kserve.load(self.supervisor, self._tenant(call), name, upload), model=name)
         return _reply(pb.RepositoryModelLoadResponse())

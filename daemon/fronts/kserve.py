@@ -1,6 +1,6 @@
-"""What the two KServe v2 fronts (gRPC in grpc_front.py, REST in rest_front.py) share: the
-server's identity and extensions, the public text of a refusal, the meaning of the request
-parameters both protocols carry (a load's package files and config, tritonclient's timeout),
+"""What the two KServe v2 fronts (gRPC in grpc.py, REST in rest.py) share: the server's
+identity and extensions, the public text of a refusal, an upload's spool and its load (the
+request itself is read by upload.py), tritonclient's timeout,
 and the repository index and statistics as Triton lays them out. Each front only moves these between its own encoding and the Supervisor API."""
 import errno
 import os
@@ -8,7 +8,6 @@ import time
 
 from rtd.daemon.transport.contract import BufferBody, SpooledBody
 from rtd.errors import Code, RtdError
-from rtd.proto import FILE_PREFIX
 
 SERVER_NAME = "rtd"
 MEMFD_BODY_BYTES = 1 << 16   # inference bodies at least this big go to a memfd (passed to the worker as it is)
@@ -23,19 +22,14 @@ def describe(error: RtdError) -> str:
     return str(error)
 
 
-def load_parameters(parameters: dict) -> tuple[dict, str | None]:
-    """A load request's parameters ({key: bytes or str}) as (package files, config JSON):
-    `file:<path>` carries a package file's bytes, `config` tritonclient's config JSON;
-    anything else is refused (rtd serves signed packages only)."""
-    files, config = {}, None
-    for key, value in parameters.items():
-        if key.startswith(FILE_PREFIX) and isinstance(value, bytes):
-            files[key[len(FILE_PREFIX):]] = value
-        elif key == "config" and isinstance(value, str):
-            config = value
-        else:
-            raise RtdError(Code.E_REQUEST_INVALID, f"load parameter {key!r} is not offered (signed packages only)")
-    return files, config
+async def load(supervisor, tenant, name: str, upload) -> None:
+    """Load what a spooled load request names (serving/uploads.py found it): its files, or with none the
+    model of the tenant's repository; the spool's fd is closed once the intake is done with it."""
+    if not upload:
+        upload.close()
+        await supervisor.load(tenant, name, None, upload.config)
+        return
+    await supervisor.load(tenant, name, upload, upload.config, upload=upload)
 
 
 def deadline_of(deadline: float | None, timeout_us: int) -> float | None:
@@ -65,6 +59,14 @@ def model_statistics(supervisor, tenant, name: str, version: str) -> list[dict]:
             for model, served, s in supervisor.statistics(tenant, name, version)]
 
 
+class UploadSpool(SpooledBody):
+    """A spooled upload and its package_bytes charge (a load takes its package's share of it)."""
+
+    def __init__(self, fd: int, expected: int, charge):
+        super().__init__(fd, expected)
+        self.charge = charge
+
+
 def upload_spool(supervisor, who: str, length: int):
     """Where an upload's body goes as it arrives: an unlinked file in the state directory's
     spool/ (nothing survives a crash), its whole length allocated at once (so a full disk
@@ -89,7 +91,7 @@ def upload_spool(supervisor, who: str, length: int):
             os.close(fd)
         code = Code.E_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
         raise RtdError(code, f"spooling an upload: {e.strerror}") from None
-    return SpooledBody(fd, length), charge
+    return UploadSpool(fd, length, charge), charge
 
 
 def request_body(ledger, who: str, length: int):

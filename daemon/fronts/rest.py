@@ -5,10 +5,9 @@ call onto the Supervisor API and back, as the gRPC front does; the transport
 
 Statistics are those of the gRPC front (kserve.model_statistics). An inference body is handed
 on unread (the worker parses it); the JSON parsed here is that of control calls, whose bodies
-the transport holds to CONTROL_MESSAGE_BYTES, and of a load's parameters.
+the transport holds to CONTROL_MESSAGE_BYTES. A load's JSON stays in its spool and is decoded
+by the tenant's confined upload decoder (serving/uploads.py).
 """
-import base64
-import binascii
 import functools
 import json
 import re
@@ -20,7 +19,7 @@ from rtd import __version__, jsondoc
 from rtd.daemon.transport.contract import Call, Method, Reply
 from rtd.daemon.transport.rest_h1 import length_of
 from rtd.daemon.fronts import kserve
-from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, describe, load_parameters, model_statistics, repository_index
+from rtd.daemon.fronts.kserve import EXTENSIONS, SERVER_NAME, describe, model_statistics, repository_index
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.errors import Code, RtdError
 from rtd.jsondoc import field
@@ -117,18 +116,11 @@ class Front:
 
     # -- work ------------------------------------------------------------------------------------
     async def load(self, request):
-        doc = jsondoc.parse(request.message.view(), "the request", MAX_JSON_VALUES)
-        parameters = {}
-        for key, value in field(doc, "parameters", dict, "request", {}).items():
-            if key.startswith("file:") and isinstance(value, str):   # tritonclient sends the files base64
-                try:
-                    value = base64.b64decode(value, validate=True)
-                except binascii.Error:
-                    raise _bad(f"load parameter {key[:100]!r}: not base64") from None
-            parameters[key] = value
-        del doc
-        files, config = load_parameters(parameters)
-        await self.supervisor.load(self._tenant(request), request.params["name"], files, config)
+        """The package's files, decoded from the spooled JSON by the tenant's confined upload decoder
+        (serving/uploads.py), loaded from there: the supervisor never parses the upload."""
+        tenant = self._tenant(request)
+        upload = await self.supervisor.rest_upload(tenant, request.message)
+        await kserve.load(self.supervisor, tenant, request.params["name"], upload)
         return _ok()
 
     async def infer(self, request):

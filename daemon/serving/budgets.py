@@ -47,6 +47,18 @@ class Charge:
             self.ledger._give_back(self.who, self.resource, self.amount)
             self.amount = 0
 
+    def split(self, amount: int) -> "Charge":
+        """Up to `amount` of this charge as a charge of its own: nothing is taken anew (so one
+        thing is never charged twice, e.g. an upload's spool and the package read from it)."""
+        amount = min(amount, self.amount)
+        self.amount -= amount
+        return Charge(self.ledger, self.who, self.resource, amount)
+
+    def merge(self, other: "Charge") -> "Charge":
+        """This charge, holding `other`'s amount too (of the same payer and resource)."""
+        self.amount, other.amount = self.amount + other.amount, 0
+        return self
+
     def __enter__(self) -> "Charge":
         return self
 

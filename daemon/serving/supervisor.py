@@ -1,39 +1,36 @@
 """The Supervisor: the ONE serving API (load, unload, infer, list, metadata, config, status)
 that every front (gRPC, rtctl, tests, benchmarks) translates onto, on the daemon's event
-loop. It holds the budgets (budgets.Ledger) every front inherits, verifies packages with the
-loader, hands each tenant's models to that tenant's Tenancy, and keeps the durable state
-(registry, rollback marks) consistent with what it serves: a load is persisted before it
+loop. It holds the budgets (budgets.Ledger) every front inherits, verifies packages through its
+Intake, hands each tenant's models to that tenant's Tenancy, and keeps the durable state
+(state.keeper: registry, rollback marks) consistent with what it serves: a load is persisted before it
 is answered and before the new version serves; an unload is persisted before anything
 stops; a failed write changes nothing. Tenants are authenticated by the fronts; names are
 per tenant. The supervisor never parses a model graph.
 """
 import asyncio
-import concurrent.futures
 import functools
-import os
 import time
 
-from google.protobuf import json_format
-
-from rtd.daemon.serving.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.config import ALL_MODELS, Config, TenantConfig
 from rtd.daemon.observe.events import EventLog
-from rtd.daemon.observe.gpu_watch import GpuKill, GpuWatch
-from rtd.daemon.serving.lifecycle import ManagedModel, ModelState
+from rtd.daemon.observe.gpu_events import start_watch
+from rtd.daemon.observe.gpu_watch import GpuWatch
 from rtd.daemon.observe.metrics import Metrics, Timing
-from rtd.daemon.state.registry import Registry
-from rtd.daemon.state.repository import check_version_policy, package_size, repository_models, repository_version
+from rtd.daemon.serving import model_views
+from rtd.daemon.serving.budgets import OPERATOR, Charge, Ledger
 from rtd.daemon.serving.instances import WORKER_ENTRY
+from rtd.daemon.serving.intake import Intake, check_config_override, close_all
+from rtd.daemon.serving.lifecycle import ManagedModel, ModelState
 from rtd.daemon.serving.scheduler import InferRequest
 from rtd.daemon.serving.tenancy import Tenancy
+from rtd.daemon.serving.tenant_io import TenantIO
 from rtd.daemon.serving.tenants import Tenants
-from rtd.dtypes import BY_CONFIG, BY_KSERVE
+from rtd.daemon.serving.uploads import Upload
+from rtd.daemon.state.keeper import StateKeeper
+from rtd.daemon.state.repository import Repository
 from rtd.errors import Code, RtdError
-from rtd.loader import IntakeLimits, RollbackStore, TrustStore, verify_package
 from rtd.proto import model_config_pb2 as mc
 from rtd.sandbox import TenantIdentity, load_policy
-
-PLATFORM = "rtd_onnx"
 
 
 async def _to_the_end(work) -> None:
@@ -72,11 +69,13 @@ class Supervisor:
         per_tenant, total = budgets_of(config)
         self.ledger = Ledger(per_tenant, total, [t.id for t in config.tenants], on_refusal=self._budget_refused)
         self.tenants = Tenants(config)
-        self.registry = Registry(config.state_dir)
-        self.rollback = RollbackStore(os.path.join(config.state_dir, "rollback.json"))
-        self.trust = {t.id: TrustStore(t.trusted_keys) for t in config.tenants}
+        self.state = StateKeeper(config, self.events)
+        self.io = {t.id: TenantIO(t.id) for t in config.tenants}   # each tenant's file work, on threads of its own
+        self.intake = Intake(config, self.ledger, self.state, self.io, zygote, self.events)
+        self.at_start: dict[str, dict] = {}                        # tenant -> its load-at-start: {model: state}
+        self.repository_refusals: dict[str, dict] = {}             # tenant -> {model: why its last load from the repository failed}
+        self.background: list[asyncio.Task] = []
         self.tenancies: dict[str, Tenancy] = {}
-        self.io = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="rtd-io")   # hashing, fsync
         self.started, self.draining = False, False
         self.gpu_watch: GpuWatch | None = None   # started when a tenant names GPUs and NVML initialises
         self.gpu_unattributed = ""               # why the watcher refused to start: NVML's memory is nobody's we can tell
@@ -86,8 +85,17 @@ class Supervisor:
         self.metrics.budget_refused(who, resource)
         self.events.emit("budget_refused", None if who == OPERATOR else who, level="warning", resource=resource)
 
-    async def _io(self, fn, *args, **kwargs):
-        return await asyncio.get_running_loop().run_in_executor(self.io, lambda: fn(*args, **kwargs))
+    async def repair(self, tid: str) -> list[str]:
+        """The operator's `rtctl state repair` (state.keeper), on the tenant's threads, no load of
+        the tenant meanwhile."""
+        if tid not in self.io:
+            raise RtdError(Code.E_MODEL_NOT_FOUND, f"no tenant {tid[:64]!r}")
+        repair = functools.partial(self.state.repair, tid, self.tenants.by_id[tid].trusted_keys)
+        tenancy = self.tenancies.get(tid)
+        if tenancy is None:
+            return await self.io[tid].run(repair, timeout=None, what="repairing its state")
+        async with tenancy.load_lock:
+            return await self.io[tid].run(repair, timeout=None, what="repairing its state")
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -99,7 +107,8 @@ class Supervisor:
             identity = TenantIdentity(name=tenant.id, uid=tenant.uid, gid=tenant.gid)
             self.tenancies[tenant.id] = Tenancy(tenant, self.config.limits, policy, self.events, self.metrics,
                                                 functools.partial(self._spawn, tenant.id, policy, identity))
-        await self._start_gpu_watch()
+        self.gpu_watch, self.gpu_unattributed = await start_watch({tid: t.policy for tid, t in self.tenancies.items()},
+                                                                  self.events, self.metrics)
         for tenancy in self.tenancies.values():
             # a confined spare per tenant, armed now, makes its first worker start as fast as a
             # restart; one that cannot be armed is no refusal: the first spawn reports the same
@@ -109,36 +118,46 @@ class Supervisor:
                                                                                  gid=tenancy.tenant.gid))
             except RtdError as e:
                 self.events.emit("spare_not_armed", tenancy.tenant.id, level="warning", reason=e.detail)
-        for tenant_id, name, entry in self.registry.listing():
-            # rollback marks at least as high as what the registry holds (rollback.json may lag or be reset):
-            # in memory first, then on disk if there is room
-            self.rollback.raise_floor(tenant_id, name, entry["counter"], entry["manifest_sha256"])
-            try:
-                self.rollback.record(tenant_id, name, entry["counter"], entry["manifest_sha256"])
-            except OSError as e:
-                self.events.emit("rollback_write_failed", tenant_id, level="error", model=name, reason=e.strerror)
-        for tenant_id, name, entry in self.registry.listing():
+        self.state.raise_floors()
+        registry = self.state.registry
+        for tenant_id, name, entry in registry.listing():
             tenancy = self.tenancies.get(tenant_id)
             if tenancy is None:
-                self.registry.damaged.append(f"{tenant_id}/{name}: tenant no longer configured, not restored")
+                registry.damaged.append(f"{tenant_id}/{name}: tenant no longer configured, not restored")
                 continue
             try:
-                files = await self._io(self.registry.files_of, entry)
+                files = await self.io[tenant_id].run(registry.files_of, entry, timeout=None, what="reading its blobs",
+                                                     discard=close_all)
                 await self._load(tenancy, name, files, record=False)
                 self.events.emit("restore", tenant_id, model=name, version=entry.get("version_dir"))
             except (RtdError, OSError) as e:
                 reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
-                self.registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
+                registry.damaged.append(f"{tenant_id}/{name}: not restored: {reason[:200]}")
                 self.events.emit("restore_failed", tenant_id, level="error", model=name, reason=reason)
-        for tenancy in self.tenancies.values():
-            names = tenancy.tenant.load_at_start
-            if ALL_MODELS in names:
-                names = [name for name, _ in await self._io(repository_models, tenancy.tenant.model_repository)]
-            for name in names:
-                await self._load_at_start(tenancy, name)
-        for line in self.registry.damaged:
-            self.events.emit("registry_damaged", level="error", detail=line)
+        self.state.report()
         self.started = True
+
+    def load_at_start(self) -> None:
+        """Each tenant's `load` list, from its model repository, in the background (the listeners
+        are up): a tenant's slow or hostile repository delays only its own models."""
+        for tenancy in self.tenancies.values():
+            if tenancy.tenant.load_at_start:
+                self.background.append(asyncio.get_running_loop().create_task(self._load_listed(tenancy)))
+
+    async def _load_listed(self, tenancy: Tenancy) -> None:
+        tid = tenancy.tenant.id
+        names, progress = tenancy.tenant.load_at_start, self.at_start.setdefault(tid, {})
+        if ALL_MODELS in names:
+            try:
+                names = [m["name"] for m in await self.intake.repository(tid, "listing it", Repository.models)]
+            except RtdError as e:
+                progress[ALL_MODELS] = f"not loaded: {e}"
+                self.events.emit("load_at_start_failed", tid, level="error", reason=str(e))
+                return
+        progress.update({name: "pending" for name in names})
+        for name in names:
+            progress[name] = "loading"
+            progress[name] = await self._load_at_start(tenancy, name)
 
     def _spawn(self, tenant: str, policy, identity: TenantIdentity, sock):
         """Blocking: a confined worker of `tenant` (called off the event loop); the NVML
@@ -148,53 +167,18 @@ class Supervisor:
             self.gpu_watch.watch(tenant, handle)
         return handle
 
-    async def _start_gpu_watch(self) -> None:
-        """The NVML watcher, when some tenant names GPUs (off the loop: NVML calls block);
-        without NVML the daemon serves without it and says so."""
-        budgets = {tid: t.policy.limits.gpu_memory_bytes for tid, t in self.tenancies.items() if t.policy.limits.gpu_devices}
-        if not budgets:
-            return
-        loop = asyncio.get_running_loop()
-        gpus = {tid: t.policy.limits.gpu_devices for tid, t in self.tenancies.items() if tid in budgets}
-        try:
-            self.gpu_watch = await loop.run_in_executor(None, lambda: GpuWatch.start(budgets, self._gpu_killed, self._gpu_health,
-                                                                                     tenant_gpus=gpus))
-        except RtdError as e:
-            if e.code is Code.E_GPU_UNATTRIBUTED:   # NVML runs, but its memory is nobody's we can tell: not ready
-                self.gpu_unattributed = e.detail
-                self.events.emit("gpu_watch_refused", level="error", code=e.code.name, reason=e.detail,
-                                 detail="GPU tenants' models are not ready: no GPU budget can be enforced")
-                return
-            self.events.emit("gpu_watch_unavailable", level="error", reason=e.detail,
-                             detail="GPU tenants' memory is not watched; rtctl doctor says which limit holds")
-            return
-        self.metrics.gpu_source = self.gpu_watch.readings
-        self.events.emit("gpu_watch", gpus=",".join(f"{g.minor}:{g.uuid}" for g in self.gpu_watch.gpus),
-                         tenants=",".join(sorted(budgets)), poll_ms=self.gpu_watch.poll_s * 1000)
-
-    def _gpu_killed(self, kill: GpuKill) -> None:
-        """The watcher's thread killed a worker over its tenant's GPU budget (EventLog is thread-safe)."""
-        self.events.emit("gpu_kill", kill.tenant, level="warning", pid=kill.pid, tenant_bytes=kill.tenant_bytes,
-                         worker_bytes=kill.worker_bytes, budget_bytes=kill.budget_bytes, latency_ms=kill.latency_ms)
-
-    def _gpu_health(self, minor: int, error: str | None) -> None:
-        self.events.emit("gpu_health", level="error" if error else "info", gpu=minor,
-                         state=f"unhealthy: {error}" if error else "healthy")
-
-    async def _load_at_start(self, tenancy: Tenancy, name: str) -> None:
+    async def _load_at_start(self, tenancy: Tenancy, name: str) -> str:
         """Load a model the tenant lists in `load` from its repository, unless the registry
-        already restored that very version; a failure costs that model only."""
+        already restored that very version; a failure costs that model only. Its outcome, for status."""
         tid = tenancy.tenant.id
         try:
-            source = await self._io(repository_version, tenancy.tenant.model_repository, name)
-            model = tenancy.models.get(name)
-            if model is not None and model.serving is not None and model.serving.version_dir == os.path.basename(source):
-                return
             async with tenancy.load_lock:
-                await self._load(tenancy, name, source)
+                await self._load(tenancy, name, None, at_start=True)
+            return "loaded"
         except (RtdError, OSError) as e:
             reason = str(e) if isinstance(e, RtdError) else f"{type(e).__name__}: {e}"
-            self.registry.damaged.append(f"{tid}/{name}: not loaded from the model repository: {reason[:200]}")
+            self.events.emit("load_at_start_failed", tid, level="error", model=name, reason=reason[:200])
+            return f"not loaded: {reason[:200]}"
 
     def ready(self) -> bool:
         return self.started and not self.draining
@@ -202,6 +186,8 @@ class Supervisor:
     async def drain(self, grace_s: float) -> None:
         """Stop taking work, let requests in flight finish up to `grace_s`, stop every worker."""
         self.draining = True
+        for task in self.background:
+            task.cancel()
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(
                 i.in_flight for t in self.tenancies.values() for v in t.versions() for i in v.instances):
@@ -212,7 +198,6 @@ class Supervisor:
                 version.package.close()
         if self.gpu_watch is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.gpu_watch.stop)
-        self.io.shutdown(wait=False, cancel_futures=True)
 
     def reload_config(self, config: Config) -> None:
         """SIGHUP: tokens and trust stores from a new config, all or nothing. Changes that
@@ -226,8 +211,10 @@ class Supervisor:
                 raise RtdError(Code.E_CONFIG_INVALID, f"tenant {tid}: uid, gid or policy changed: restart rtd")
         if config.limits != self.config.limits:
             raise RtdError(Code.E_CONFIG_INVALID, "limits changed: restart rtd")
-        trust = {t.id: TrustStore(t.trusted_keys) for t in config.tenants}   # raises before anything changes
-        self.tenants, self.trust, self.config = Tenants(config), trust, config
+        if any(new[tid].model_repository != old[tid].model_repository for tid in new):
+            raise RtdError(Code.E_CONFIG_INVALID, "model_repository changed: restart rtd")
+        self.state.trust = self.state.reread_trust(config)
+        self.tenants, self.config = Tenants(config), config
         for tenancy in self.tenancies.values():
             tenancy.tenant = new[tenancy.tenant.id]
 
@@ -241,62 +228,69 @@ class Supervisor:
             raise RtdError(Code.E_MODEL_NOT_FOUND, repr(name))
         return model
 
-    async def load(self, tenant: TenantConfig, name: str, files: dict, config_json: str | None = None) -> None:
-        """Verify a signed package ({relative path: bytes}) and serve it beside the old
-        version until it is ready. No files: load `name` from the tenant's model repository
-        (its highest numbered version), or without one reload the loaded package. The work
-        runs to its end even if the caller stops waiting, and holds the tenant's request
-        budget until then."""
-        if self.draining:
-            raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
+    async def load(self, tenant: TenantConfig, name: str, files, config_json: str | None = None, upload=None) -> None:
+        """Verify a signed package ({relative path: bytes or Extent}) and serve it beside the old
+        version until it is ready. No files: load `name` from the tenant's model repository (the
+        version its config picks), or without one reload the loaded package. `upload`: the
+        spooled request the files lie in, whose package_bytes charge the package's bytes are
+        taken from (never charged twice). The work runs to its end even if the caller stops
+        waiting, and holds the tenant's request budget until then."""
         tenancy = self._tenancy(tenant)
-        if not files and config_json:
-            raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
+        try:   # the files are this call's to close from here on (their reader does, once it has them)
+            if self.draining:
+                raise RtdError(Code.E_MODEL_UNAVAILABLE, "the daemon is stopping")
+            if not files and config_json:
+                raise RtdError(Code.E_CONFIG_INVALID, "a config override without a signed package is refused")
+            if files or tenant.model_repository:
+                charge = self.ledger.take(tenant.id, "requests", 1)
+        except BaseException:
+            if files:
+                close_all(files)
+            raise
         if not files and not tenant.model_repository:
             async with tenancy.load_lock:
                 await self._model(tenant, name).reload()
             return
-        charge = self.ledger.take(tenant.id, "requests", 1)
 
         async def run():
             try:
                 async with tenancy.load_lock:
-                    source = files or await self._io(repository_version, tenant.model_repository, name)
-                    await self._load(tenancy, name, source, config_json=config_json)
+                    await self._load(tenancy, name, files or None, config_json=config_json, upload=upload)
             finally:
                 charge.release()
         await _to_the_end(run())
 
-    async def _load(self, tenancy: Tenancy, name: str, source: dict | str, config_json: str | None = None,
-                    record: bool = True) -> None:
-        """Verify `source` (files as bytes, or a version directory of the model repository) and serve it."""
+    async def _load(self, tenancy: Tenancy, name: str, files, config_json: str | None = None, record: bool = True,
+                    upload=None, at_start: bool = False) -> None:
+        """Verify `files` (an upload's or the registry's: {path: bytes or Extent}) or, for None, the
+        version of `name` the tenant's model repository picks, and serve it."""
         tid, started = tenancy.tenant.id, time.monotonic()
-        if name not in tenancy.models and len(tenancy.models) >= self.config.limits.max_models:
-            raise self._refused(tid, name, RtdError(Code.E_BUDGET_EXCEEDED, f"models: tenant {tid} holds "
-                                                    f"{len(tenancy.models)} of limits.max_models"))
-        size = sum(len(b) for b in source.values()) if isinstance(source, dict) else await self._io(package_size, source)
         try:
-            held = self.ledger.take(tid, "package_bytes", size)
+            try:
+                if record:
+                    self.state.refuse_damaged(tid)
+                if name not in tenancy.models and len(tenancy.models) >= self.config.limits.max_models:
+                    raise RtdError(Code.E_BUDGET_EXCEEDED, f"models: tenant {tid} holds {len(tenancy.models)} of "
+                                                           "limits.max_models")
+            except BaseException:
+                if files is not None:
+                    close_all(files)
+                raise
+            if files is None:
+                pkg, held = await self.intake.from_repository(tenancy, name, at_start)
+                if pkg is None:
+                    return   # at start: the registry restored that very version
+            else:
+                pkg, held = await self.intake.files(tid, name, files, record, upload)
         except RtdError as e:
-            raise self._refused(tid, name, e) from None
-        try:
-            pkg = await self._io(verify_package, source, trust=self.trust[tid], tenant=tid,
-                                 rollback=self.rollback if record else None, expected_name=name,
-                                 limits=self._intake_limits)
-        except BaseException as e:   # whatever failed, the bytes are no longer held
-            held.release()
-            if isinstance(e, RtdError):
-                raise self._refused(tid, name, e) from None
-            raise
+            raise self._refused(tid, name, e, from_repository=files is None) from None
         model = tenancy.model(name)
         version = None
         try:
-            self._check_config_param(pkg, config_json)
-            if isinstance(source, str):
-                await self._io(check_version_policy, pkg.config, source)
+            check_config_override(pkg, config_json)
             version = await model.prepare(pkg, held)
             if record:
-                await asyncio.shield(self._io(self._persist, tid, name, pkg))
+                await asyncio.shield(self.io[tid].run(self.state.record, tid, name, pkg, timeout=None, what="recording it"))
         except BaseException as e:
             if version is not None:
                 model.abort(version)
@@ -306,43 +300,23 @@ class Supervisor:
             if model.serving is None and model.loading is None:
                 del tenancy.models[name]
             if isinstance(e, RtdError):
-                raise self._refused(tid, name, e) from None
+                raise self._refused(tid, name, e, from_repository=files is None) from None
             raise
         model.commit(version)
+        self.repository_refusals.get(tid, {}).pop(name, None)
         self.events.emit("load", tid, model=name, version=pkg.version_dir, semver=pkg.version,
                          instances=version.count, ms=round((time.monotonic() - started) * 1000))
 
-    @property
-    def _intake_limits(self) -> IntakeLimits:
-        """What one package may hold: the tenant's package budget, also for one file (a big
-        model's external data); model.onnx itself stays under the worker guard's cap."""
-        budget = self.config.limits.tenant_package_bytes
-        return IntakeLimits(max_file_bytes=budget, max_total_bytes=budget)
+    async def rest_upload(self, tenant: TenantConfig, spool) -> Upload:
+        """A spooled REST load request's files and config, decoded by the tenant's confined upload decoder."""
+        return await self.intake.rest_upload(self._tenancy(tenant), spool)
 
-    def _persist(self, tenant: str, name: str, pkg) -> None:
-        self.registry.record(tenant, name, pkg, self.config.limits.tenant_disk_bytes)
-        try:
-            self.rollback.record(tenant, name, pkg.counter, pkg.manifest_sha256)
-        except OSError as e:   # the start raises marks to the registry's counters again
-            self.events.emit("rollback_write_failed", tenant, level="error", model=name, reason=e.strerror)
-
-    def _refused(self, tenant: str, name: str, error: RtdError) -> RtdError:
+    def _refused(self, tenant: str, name: str, error: RtdError, from_repository: bool = False) -> RtdError:
+        if from_repository:   # the repository index says why it is not loaded
+            self.repository_refusals.setdefault(tenant, {})[name] = str(error)
         self.metrics.refused(tenant, error.code.name)
         self.events.emit("load_refused", tenant, level="warning", model=name, code=error.code.name, reason=error.detail)
         return error
-
-    @staticmethod
-    def _check_config_param(pkg, config_json: str | None) -> None:
-        """tritonclient may send `config` JSON; only the signed config.pbtxt counts, so a
-        `config` that says anything else is refused rather than silently ignored."""
-        if not config_json:
-            return
-        try:
-            given = json_format.Parse(config_json, mc.ModelConfig())
-        except json_format.ParseError as e:
-            raise RtdError(Code.E_CONFIG_INVALID, f"config parameter: {e}") from None
-        if given != (pkg.config or mc.ModelConfig()):
-            raise RtdError(Code.E_CONFIG_INVALID, "the config parameter differs from the signed config.pbtxt")
 
     async def unload(self, tenant: TenantConfig, name: str) -> None:
         """Forget the model on disk first, then drain its requests and stop its instances;
@@ -352,7 +326,7 @@ class Supervisor:
         async def run():
             async with tenancy.load_lock:
                 model = self._model(tenant, name)
-                await self._io(self.registry.forget, tenant.id, name)
+                await self.io[tenant.id].run(self.state.registry.forget, tenant.id, name, timeout=None, what="forgetting it")
                 await model.unload()
                 tenancy.models.pop(name, None)
             self.events.emit("unload", tenant.id, model=name)
@@ -360,16 +334,26 @@ class Supervisor:
 
     async def models(self, tenant: TenantConfig) -> list[dict]:
         """The tenant's models: those loaded, and those of its model repository not loaded
-        (UNAVAILABLE, as Triton's repository index lists them; the directory is read off
-        the event loop)."""
-        on_disk = await self._io(repository_models, tenant.model_repository) if tenant.model_repository else []
+        (UNAVAILABLE, as Triton's repository index lists them, with the reason one cannot be
+        loaded, or why its last load from the repository was refused). The directory is read on the tenant's threads; a
+        repository that cannot be read at all is E_REPOSITORY_UNAVAILABLE (one not made yet is empty)."""
+        tid = tenant.id
+        on_disk = []
+        if tenant.model_repository:
+            try:
+                on_disk = await self.intake.repository(tid, "listing it", Repository.models)
+            except RtdError as e:
+                if e.code is not Code.E_FILE_MISSING:
+                    raise
         loaded = self._tenancy(tenant).models
         views = {name: m.view() for name, m in loaded.items()}
-        if on_disk:
-            for name, version in on_disk:
-                if name not in loaded:
-                    views[name] = {"name": name, "state": "UNAVAILABLE", "reason": "unloaded", "version": version,
-                                   "semver": "", "serving": None, "loading": None}
+        refused = self.repository_refusals.get(tid, {})
+        for found in on_disk:
+            name = found["name"]
+            if name not in loaded:
+                views[name] = {"name": name, "state": "UNAVAILABLE", "version": found["version"],
+                               "reason": found.get("reason") or refused.get(name, "unloaded"),
+                               "semver": "", "serving": None, "loading": None}
         return [views[name] for name in sorted(views)]
 
     def model_ready(self, tenant: TenantConfig, name: str, version: str = "") -> bool:
@@ -383,40 +367,10 @@ class Supervisor:
                 and (not gpus or (not self.gpu_unattributed and (self.gpu_watch is None or self.gpu_watch.healthy(gpus)))))
 
     def metadata(self, tenant: TenantConfig, name: str, version: str = "") -> dict:
-        serving = self._model(tenant, name).version_for(version)
-        config = serving.package.config
-        if config is not None and (config.input or config.output):
-            batch = [-1] if config.max_batch_size > 0 else []
-
-            def from_config(t):
-                row = BY_CONFIG.get(mc.DataType.Name(t.data_type))
-                return {"name": t.name, "datatype": row.kserve if row else "", "shape": batch + list(t.dims)}
-            inputs, outputs = [from_config(t) for t in config.input], [from_config(t) for t in config.output]
-        else:
-            def from_spec(spec):
-                return {"name": spec.name, "datatype": spec.datatype, "shape": spec.public_shape()}
-            inputs = [from_spec(spec) for spec in serving.signature.inputs]
-            outputs = [from_spec(spec) for spec in serving.signature.outputs]
-        platform = (config.platform or config.backend) if config is not None else ""
-        return {"name": name, "versions": [serving.version_dir], "platform": platform or PLATFORM,
-                "inputs": inputs, "outputs": outputs}
+        return model_views.metadata(name, self._model(tenant, name).version_for(version))
 
     def model_config(self, tenant: TenantConfig, name: str, version: str = "") -> mc.ModelConfig:
-        serving = self._model(tenant, name).version_for(version)
-        if serving.package.config is not None:
-            config = mc.ModelConfig()
-            config.CopyFrom(serving.package.config)
-            config.name = config.name or name
-            return config
-        meta = self.metadata(tenant, name, version)
-
-        def enum(datatype):
-            row = BY_KSERVE.get(datatype)
-            return mc.DataType.Value(row.config) if row else 0
-        return mc.ModelConfig(
-            name=name, platform=meta["platform"],
-            input=[mc.ModelInput(name=t["name"], data_type=enum(t["datatype"]), dims=t["shape"]) for t in meta["inputs"]],
-            output=[mc.ModelOutput(name=t["name"], data_type=enum(t["datatype"]), dims=t["shape"]) for t in meta["outputs"]])
+        return model_views.model_config(name, self._model(tenant, name).version_for(version))
 
     # -- inference ------------------------------------------------------------------------------
     async def infer(self, tenant: TenantConfig, request: InferRequest) -> InferResult:
@@ -478,6 +432,9 @@ class Supervisor:
 
     # -- operator views --------------------------------------------------------------------------
     def status(self) -> dict:
-        return {"ready": self.ready(), "state_dir": self.config.state_dir, "damaged": list(self.registry.damaged),
+        return {"ready": self.ready(), "state_dir": self.config.state_dir, "damaged": list(self.state.registry.damaged),
                 "budgets": self.ledger.usage(),
-                "tenants": [{**t.view(), "budgets": self.ledger.usage(tid)} for tid, t in self.tenancies.items()]}
+                "tenants": [{**t.view(), "budgets": self.ledger.usage(tid), "state_damaged": self.state.damage(tid),
+                             "load_at_start": dict(self.at_start.get(tid, {}))} for tid, t in self.tenancies.items()]}
+
+

@@ -1,6 +1,7 @@
 """A real `rtd serve` subprocess on a real Unix socket with two tenants (acme, beta), each
 with its own RSA key, trust store and token, plus helpers that build small ONNX models
 with onnx.helper and sign them with the loader's own packer."""
+import json
 import os
 import secrets
 import signal
@@ -80,19 +81,21 @@ class Daemon:
 
     def __init__(self, root, max_queue: int = 32, max_concurrency: int = 4, memory_bytes: int = 512 << 20,
                  listen: str = "", limits: dict | None = None, tenants=TENANTS, repository: str = "",
-                 metrics: str = "", policies: dict | None = None):
-        """`policies`: per tenant, [limits] keys of its sandbox policy over memory_bytes (e.g. gpu_devices)."""
+                 metrics: str = "", policies: dict | None = None, loads: dict | None = None):
+        """`policies`: per tenant, [limits] keys of its sandbox policy over memory_bytes (e.g. gpu_devices);
+        `loads`: per tenant, its `load` list (models of its repository loaded at start)."""
         self.root = str(root)
         self.state = os.path.join(self.root, "state")
         self.socket = os.path.join(self.state, "rtd.sock")
         self.metrics_port = free_port()
-        self.tokens, self.keys = {}, {}
+        self.tokens, self.keys, self.trust = {}, {}, {}
         self.admin_token = secrets.token_urlsafe(32)
         self.metrics_token = secrets.token_urlsafe(32)
         tenant_tables = []
         for i, tenant in enumerate(tenants):
             key_dir, trust = os.path.join(self.root, "keys", tenant), os.path.join(self.root, "trust", tenant)
             os.makedirs(trust)
+            self.trust[tenant] = trust
             private, public = keys.write_keypair(key_dir)
             os.link(public, os.path.join(trust, os.path.basename(public)))
             self.keys[tenant] = keys.load_private(private)
@@ -104,6 +107,7 @@ token_sha256 = ["{token_hash(self.tokens[tenant])}"]
 trusted_keys = "{trust}"
 uid = {62000 + i}
 gid = {62000 + i}
+{f"load = {json.dumps((loads or {})[tenant])}" if tenant in (loads or {}) else ""}
 policy = {{ limits = {{ {", ".join(f"{k} = {v!r}" for k, v in
                         {"memory_bytes": memory_bytes, **(policies or {}).get(tenant, {})}.items())} }} }}
 """)
@@ -151,6 +155,21 @@ token_sha256 = ["{token_hash(self.admin_token)}"]
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+    def state_file(self, tenant: str, name: str) -> str:
+        """A tenant's durable state file: registry.json or rollback.json (each with its .last-good)."""
+        return os.path.join(self.state, "tenants", tenant, name)
+
+    def registry(self) -> dict:
+        """{tenant: {model: entry}} as the registry's files on disk say."""
+        found = {}
+        for tenant in sorted(os.listdir(os.path.join(self.state, "tenants"))):
+            try:
+                with open(self.state_file(tenant, "registry.json")) as f:
+                    found[tenant] = json.load(f)["models"]
+            except FileNotFoundError:
+                continue
+        return {t: models for t, models in found.items() if models}
 
     def read_log(self) -> str:
         with open(self.log, errors="replace") as f:

@@ -3,6 +3,7 @@ tokens match only by hash, and the registry survives a reopen and never tears.""
 import hashlib
 import json
 import os
+import shutil
 
 import pytest
 
@@ -126,7 +127,18 @@ DISK = 1 << 20
 
 
 def packages(registry):
-    return sorted((t, n, registry.files_of(e)) for t, n, e in registry.listing())
+    """(tenant, name, {path: bytes}) of every entry, read back from its blobs."""
+    out = []
+    for t, n, e in registry.listing():
+        extents = registry.files_of(e)
+        out.append((t, n, {rel: os.pread(x.fd, x.size, 0) for rel, x in extents.items()}))
+        for x in extents.values():
+            x.close()
+    return sorted(out)
+
+
+def index(tmp_path, tenant: str = "acme"):
+    return tmp_path / "tenants" / tenant / "registry.json"
 
 
 def test_registry_persists_dedups_and_collects_blobs(tmp_path):
@@ -143,26 +155,49 @@ def test_registry_persists_dedups_and_collects_blobs(tmp_path):
         ("acme", "m", ["2/metadata.json", "2/model.onnx"])]
     assert len(os.listdir(tmp_path / "blobs")) == 2
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]   # no temporary file outlives a write
-    assert (tmp_path / "registry.json.last-good").read_bytes() == (tmp_path / "registry.json").read_bytes()
+    for tenant in ("acme", "beta"):
+        assert (index(tmp_path, tenant).with_suffix(".json.last-good").read_bytes() == index(tmp_path, tenant).read_bytes())
 
 
 def test_a_foreign_or_garbage_index_is_set_aside_and_the_last_good_one_used(tmp_path):
     r = Registry(str(tmp_path))
     r.record("acme", "m", Pkg("m", 1, b"model-a"), DISK)
     r.record("acme", "n", Pkg("n", 1, b"model-n"), DISK)
-    for garbage in (json.dumps({"format": 99}), "", "{not json", "\xff\xfe"):
-        (tmp_path / "registry.json").write_text(garbage)
+    r.record("beta", "o", Pkg("o", 1, b"model-o"), DISK)
+    last_good = index(tmp_path).with_suffix(".json.last-good")
+    for garbage in (json.dumps({"format": 99}), json.dumps({"format": 3, "tenant": "beta", "models": {}}), "", "{not json",
+                    "\xff\xfe"):
+        index(tmp_path).write_text(garbage)
         reopened = Registry(str(tmp_path))
-        assert [(t, n) for t, n, _ in reopened.listing()] == [("acme", "m"), ("acme", "n")]
-        assert "unreadable" in reopened.damaged[0] and "restored the last good registry" in reopened.damaged[1]
+        assert [(t, n) for t, n, _ in reopened.listing()] == [("acme", "m"), ("acme", "n"), ("beta", "o")]
+        assert any("restored the last good registry" in line for line in reopened.damaged), reopened.damaged
+        assert not reopened.unusable
         # set aside, and written again from what is served from now on
-        assert (tmp_path / "registry.json").read_bytes() == (tmp_path / "registry.json.last-good").read_bytes()
+        assert index(tmp_path).read_bytes() == last_good.read_bytes()
         reopened.record("acme", "n", Pkg("n", 1, b"model-n"), DISK)
-    assert len([p for p in os.listdir(tmp_path) if ".damaged-" in p]) >= 1
-    (tmp_path / "registry.json").write_text("")
-    (tmp_path / "registry.json.last-good").write_text("[]")
-    empty = Registry(str(tmp_path))
-    assert empty.listing() == [] and empty.damaged[-1] == "no usable last good registry: starting empty"
+    assert len([p for p in os.listdir(index(tmp_path).parent) if ".damaged-" in p]) >= 1
+    index(tmp_path).write_text("")
+    last_good.write_text("[]")
+    broken = Registry(str(tmp_path))   # both unusable: that tenant's index is refused until repaired, the other's serves
+    assert [(t, n) for t, n, _ in broken.listing()] == [("beta", "o")] and "acme" in broken.unusable
+    assert "registry.json" in broken.unusable["acme"] and "not JSON" in broken.unusable["acme"]
+    blobs = sorted(os.listdir(tmp_path / "blobs"))
+    broken.forget("beta", "o")
+    assert sorted(os.listdir(tmp_path / "blobs")) == blobs, "no blob is collected while a tenant's index is unknown"
+    broken.repair("acme")
+    assert Registry(str(tmp_path)).unusable == {}
+
+
+def test_the_earlier_layout_is_split_into_one_index_per_tenant(tmp_path):
+    r = Registry(str(tmp_path))
+    r.record("acme", "m", Pkg("m", 1, b"model-a"), DISK)
+    r.record("beta", "o", Pkg("o", 1, b"model-o"), DISK)
+    earlier = {"format": 2, "tenants": {t: json.loads(index(tmp_path, t).read_text())["models"] for t in ("acme", "beta")}}
+    shutil.rmtree(tmp_path / "tenants")
+    (tmp_path / "registry.json").write_text(json.dumps(earlier))
+    split = Registry(str(tmp_path))
+    assert [(t, n) for t, n, _ in split.listing()] == [("acme", "m"), ("beta", "o")] and not split.unusable
+    assert not (tmp_path / "registry.json").exists() and (tmp_path / "registry.json.migrated").exists()
 
 
 def test_a_missing_blob_costs_only_its_model(tmp_path):
@@ -181,9 +216,9 @@ def test_a_missing_blob_costs_only_its_model(tmp_path):
 def test_the_disk_budget_is_per_tenant_and_a_refused_record_changes_nothing(tmp_path):
     r = Registry(str(tmp_path))
     r.record("acme", "m", Pkg("m", 1, b"a" * 600), 1000)
-    before = (tmp_path / "registry.json").read_bytes(), sorted(os.listdir(tmp_path / "blobs"))
+    before = index(tmp_path).read_bytes(), sorted(os.listdir(tmp_path / "blobs"))
     with pytest.raises(RtdError) as e:
         r.record("acme", "n", Pkg("n", 1, b"b" * 600), 1000)
     assert e.value.code == Code.E_BUDGET_EXCEEDED and "disk_bytes" in e.value.detail
-    assert ((tmp_path / "registry.json").read_bytes(), sorted(os.listdir(tmp_path / "blobs"))) == before
+    assert (index(tmp_path).read_bytes(), sorted(os.listdir(tmp_path / "blobs"))) == before
     r.record("beta", "n", Pkg("n", 1, b"b" * 600), 1000)       # another tenant's budget is its own

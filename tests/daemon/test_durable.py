@@ -3,7 +3,6 @@ between tenants keep the registry consistent, what a client was told succeeded s
 restart or a kill -9 and what failed left no trace, a full disk is RESOURCE_EXHAUSTED and
 changes nothing, and a damaged state directory costs only what is damaged."""
 import concurrent.futures
-import json
 import os
 import random
 import signal
@@ -21,8 +20,7 @@ X = np.array([[1, 2, 3, 4], [0.5, -1, 2, 0]], np.float32)
 
 
 def registry(d) -> dict:
-    with open(os.path.join(d.state, "registry.json")) as f:
-        return json.load(f)["tenants"]
+    return d.registry()
 
 
 def consistent(d) -> None:
@@ -130,8 +128,8 @@ def test_a_full_disk_refuses_loads_and_unloads_and_changes_nothing(fresh_daemon,
     try:
         d.client("acme").load("m", d.package("acme", mlp(1), "m"))
         d.client("beta").load("m", d.package("beta", mlp(2), "m"))
-        before = open(os.path.join(d.state, "registry.json"), "rb").read()
-        marks = open(os.path.join(d.state, "rollback.json"), "rb").read()
+        before = open(d.state_file("acme", "registry.json"), "rb").read()
+        marks = open(d.state_file("acme", "rollback.json"), "rb").read()
         filler = fill(d.state)
         big = mlp(3)
         with pytest.raises(RtdError) as e:
@@ -143,8 +141,8 @@ def test_a_full_disk_refuses_loads_and_unloads_and_changes_nothing(fresh_daemon,
         assert [m.name for m in d.client("acme").index()] == ["m"]     # neither the load nor the unload happened
         serves(d, "acme", "m", 1)
         serves(d, "beta", "m", 2)
-        assert open(os.path.join(d.state, "registry.json"), "rb").read() == before
-        assert open(os.path.join(d.state, "rollback.json"), "rb").read() == marks
+        assert open(d.state_file("acme", "registry.json"), "rb").read() == before
+        assert open(d.state_file("acme", "rollback.json"), "rb").read() == marks
         assert d.stop() == 0
         os.unlink(filler)
         d.start()
@@ -176,14 +174,16 @@ def test_a_damaged_state_directory_costs_only_what_is_damaged(fresh_daemon):
     assert any("acme/b" in line for line in d.status()["damaged"]) and not os.path.exists(torn)
     for garbage in (b"", b"{\x00garbage"):
         assert d.stop() == 0
-        open(os.path.join(d.state, "registry.json"), "wb").write(garbage)
+        open(d.state_file("acme", "registry.json"), "wb").write(garbage)
+        open(d.state_file("beta", "registry.json"), "wb").write(garbage)
         d.start()
         serves(d, "acme", "a", 1)
         serves(d, "beta", "c", 3)
         assert any("restored the last good registry" in line for line in d.status()["damaged"])
     assert d.stop() == 0
-    with open(os.path.join(d.state, "rollback.json"), "w") as f:
-        f.write("{}")                                                   # replay protection reset on disk
+    for copy in ("rollback.json", "rollback.json.last-good"):
+        with open(d.state_file("beta", copy), "w") as f:
+            f.write("{}")                                               # replay protection reset on disk, both copies
     d.start()
     with pytest.raises(RtdError) as e:
         d.client("beta").load("c", d.package("beta", mlp(9), "c", counter=1))   # an older copy of c, replayed

@@ -156,7 +156,10 @@ def test_embedded_default_loads_listed_models_at_start_once(tmp_path):
         seen = os.path.getsize(log)
         proc = _serve(state, "--model-repository", str(repo), "--load-model", "mlp")
         try:
-            _wait_serving(proc, log, seen)
+            _wait_serving(proc, log, seen)   # the listeners first; the `load` list loads in the background
+            deadline = time.monotonic() + 60
+            while not client.is_model_ready("mlp", headers=headers) and time.monotonic() < deadline:
+                time.sleep(0.1)
             assert client.is_model_ready("mlp", headers=headers)
             y, version = infer(client, headers)
             np.testing.assert_allclose(y, expected(model), rtol=1e-5, atol=1e-6)

@@ -181,8 +181,7 @@ def test_tampered_package_refused_and_nothing_changes(daemon):
     assert [(m.name, m.version, m.state) for m in client.index()] == before
     x = np.ones((1, 4), np.float32)
     np.testing.assert_allclose(client.infer("keep", {"X": x})["Y"], reference(mlp(7), {"X": x})["Y"], rtol=1e-5, atol=1e-6)
-    with open(os.path.join(daemon.state, "registry.json")) as f:
-        assert json.load(f)["tenants"]["acme"]["keep"]["counter"] == 1
+    assert daemon.registry()["acme"]["keep"]["counter"] == 1
 
 
 def test_rollback_to_an_older_counter_is_refused(daemon):

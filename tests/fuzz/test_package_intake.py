@@ -398,7 +398,6 @@ def test_a_refused_upload_returns_its_package_budget():
         asyncio.run(upload())
         held = supervisor.ledger.usage("acme")["package_bytes"]["used"], supervisor.ledger.usage()["package_bytes"]["used"]
     finally:
-        supervisor.io.shutdown(wait=True)
         shutil.rmtree(state)
     assert held == (0, 0), f"a refused upload still holds {held[0]} bytes of the tenant's package budget"
 

@@ -87,11 +87,16 @@ def fds(pid: int) -> int:
 
 # -- durable state ---------------------------------------------------------------------------------
 def _registry(state: str) -> dict:
-    try:
-        with open(os.path.join(state, "registry.json")) as f:
-            return json.load(f)["tenants"]
-    except FileNotFoundError:
-        return {}
+    """{tenant: {model: entry}} as each tenant's registry.json says (tenants/<tenant>/registry.json)."""
+    found = {}
+    tenants = os.path.join(state, "tenants")
+    for tenant in sorted(os.listdir(tenants)) if os.path.isdir(tenants) else ():
+        try:
+            with open(os.path.join(tenants, tenant, "registry.json")) as f:
+                found[tenant] = json.load(f)["models"]
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def registry_names(soak) -> dict[str, set]:
