@@ -34,7 +34,7 @@ CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, RED
 # move.h's element types, pool.h's kinds, activation.h's ops
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
-POOL_MAX, POOL_AVERAGE = 0, 1
+POOL_MAX = 0
 REDUCE_KINDS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3}
 MAX_DIMS = 8                 # move.h's RTD_MOVE_MAX_DIMS
 FEW_ROWS = 4                 # gemm.c's: up to this many rows a transposed b is read as dot products
@@ -520,27 +520,18 @@ def _reduce(step: Step) -> Emitted | None:
 
 
 def _pool(step: Step) -> Emitted | None:
+    """MaxPool (AveragePool stays NumPy's: pool.c sums a window in another order than its kernel does)."""
     x, y = step.input(0), step.output()
     kernel, shape = step.kernel, step.shape(x)
     a = kernel.__dict__
-    if step.dtype(x) != FLOAT32 or len(shape) != 4 or len([o for o in step.node.outputs if o]) != 1 \
-            or (step.node.op_type == "MaxPool" and a.get("storage_order", 0)):
+    if step.dtype(x) != FLOAT32 or len(shape) != 4 or len([o for o in step.node.outputs if o]) != 1 or a.get("storage_order", 0):
         return None
     k, strides, dilations = list(kernel.kernel_shape), list(kernel.strides or [1, 1]), list(a.get("dilations") or [1, 1])
     out_shape, begin, end = geometry(shape[2:], k, strides, dilations, kernel.pads, kernel.auto_pad, a.get("ceil_mode", 0))
     if tuple(shape[:2]) + tuple(out_shape) != step.shape(y) or len(k) != 2:
         return None
-    if step.node.op_type == "MaxPool":
-        kind, counted = POOL_MAX, (0, 0, 0, 0)
-    else:
-        kind = POOL_AVERAGE
-        if a.get("count_include_pad", 0):   # the explicit pads count, never ceil mode's overhang
-            explicit = list(kernel.pads or [0, 0, 0, 0]) if kernel.auto_pad in ("NOTSET", "") else begin + end
-            counted = (begin[0], begin[1], explicit[2], explicit[3])
-        else:
-            counted = (0, 0, 0, 0)
     return Emitted([Op(POOL, (reads(Value(x)), writes(Value(y))),
-                       (kind, *shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1], *counted))], {})
+                       (POOL_MAX, *shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1], 0, 0, 0, 0))], {})
 
 
 def _lstm(step: Step) -> Emitted | None:
@@ -618,7 +609,6 @@ EMITTERS = {
     ("", "MatMul"): _matmul,
     ("", "Softmax"): _softmax,
     ("", "MaxPool"): _pool,
-    ("", "AveragePool"): _pool,
     ("", "GlobalAveragePool"): _reduce,
     ("", "GlobalMaxPool"): _reduce,
     **{("", op): _reduce for op in REDUCE_KINDS},

@@ -70,7 +70,7 @@ def test_native_program_gives_the_per_step_paths_and_onnxruntimes_values(threads
         native.set_threads(1)
     (plan,) = compiled_model._plans.values()
     stats = plan.stats()
-    assert stats["native_segments"] >= 1 and stats["native_nodes"] >= sum(stats["ops"].values()) - 1, stats   # all but the mean along a row
+    assert stats["native_segments"] >= 1 and stats["native_nodes"] >= sum(stats["ops"].values()) - 2, stats   # all but the mean along a row and AveragePool
     reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     for name, expected in zip(("sm", "mean", "gout", "y", "yh", "yc", "flat"), reference):
         np.testing.assert_allclose(ours[name], python[name], rtol=1e-5, atol=1e-7, err_msg=name)
