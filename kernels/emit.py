@@ -30,11 +30,10 @@ from .ops._quant import frozen
 from .ops._window import geometry
 
 # program.h's opcodes
-CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GRU, GATHER = range(1, 16)
-# move.h's element types, pool.h's kinds, activation.h's ops
+CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER = range(1, 15)
+# move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
-POOL_MAX = 0
 REDUCE_KINDS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3}
 MAX_DIMS = 8                 # move.h's RTD_MOVE_MAX_DIMS
 FEW_ROWS = 4                 # gemm.c's: up to this many rows a transposed b is read as dot products
@@ -409,7 +408,7 @@ def _gemm_ops(step: Step, a: str, w: str, bias: str | None, y: str, relu: bool) 
     """y (rows, n) = a (rows, k) @ constant w (k, n) + bias (n) then ReLU: the GEMM with w packed once."""
     weights = step.constant(w)
     a_shape = step.shape(a)
-    if weights is None or weights.ndim != 2 or weights.dtype != FLOAT32 or step.dtype(a) != FLOAT32 or not a_shape \
+    if weights is None or weights.ndim != 2 or weights.dtype != FLOAT32 or step.dtype(a) != FLOAT32 or len(a_shape) < 2 \
             or a_shape[-1] != weights.shape[0] or step.dtype(y) != FLOAT32 or min(*a_shape, weights.shape[1]) < 1:
         return None
     k, n = weights.shape
@@ -531,7 +530,7 @@ def _pool(step: Step) -> Emitted | None:
     if tuple(shape[:2]) + tuple(out_shape) != step.shape(y) or len(k) != 2:
         return None
     return Emitted([Op(POOL, (reads(Value(x)), writes(Value(y))),
-                       (POOL_MAX, *shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1], 0, 0, 0, 0))], {})
+                       (*shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1]))], {})
 
 
 def _lstm(step: Step) -> Emitted | None:

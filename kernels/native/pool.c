@@ -1,14 +1,14 @@
-/* Max and average pooling over 2-D windows, and reductions over the middle axis of (outer, r, inner),
- * for float32 (pool.h): what CNN heads and the streaming models' tails spend their few microseconds on.
+/* Max pooling over 2-D windows, and reductions over the middle axis of (outer, r, inner), for float32
+ * (pool.h): what CNN heads and the streaming models' tails spend their few microseconds on.
  *
  * A pool computes each output row from the input rows its windows cover, clamping every window to the
- * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case;
- * average pooling divides by the cells its counting rule admits (pool.h). A reduction keeps 8 lanes of
- * partial results: along `inner` when it is 8 or more, else along r (then a fixed-order horizontal sum),
- * so each output element's sum has one order whatever the threads.
+ * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case.
+ * A reduction adds row after row of r into the `inner` results (8 lanes at a time), so each output
+ * element's sum has one order whatever the threads: NumPy's along a strided axis; along contiguous
+ * elements (inner 1) NumPy sums pairwise, so emit.py leaves those sums to NumPy.
  *
- * The callers (pool.py, program.c) check shapes once; the lengths are checked again here, so a wrong call
- * fails with a status instead of reading out of bounds.
+ * The caller (program.c) checks shapes once; the lengths are checked again here, so a wrong call fails
+ * with a status instead of reading out of bounds.
  */
 #include <math.h>
 #include <stdint.h>
@@ -22,9 +22,8 @@
 #define MIN_READS_PER_THREAD (1 << 16)
 
 struct pool {
-    int kind; const float *x; float *y;
+    const float *x; float *y;
     int64_t c, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left;
-    int64_t count_top, count_left, count_bottom, count_right;
 };
 
 static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -49,56 +48,35 @@ static void pool_planes(void *context, int64_t worker, int64_t first, int64_t la
             const int64_t row0 = oy * p->sh - p->pad_top;
             int64_t i0, i1;
             taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-            int64_t rows_counted = 0;
-            if (p->kind == RTD_POOL_AVERAGE) {
-                int64_t c0, c1;
-                taps_inside(row0, p->kh, p->dh, -p->count_top, p->h + p->count_bottom, &c0, &c1);
-                rows_counted = c1 - c0;
-            }
             for (int64_t ox = 0; ox < p->ow; ox++) {
                 const int64_t col0 = ox * p->sw - p->pad_left;
                 int64_t j0, j1;
                 taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
-                if (p->kind == RTD_POOL_MAX) {
-                    float best = -INFINITY;
-                    for (int64_t i = i0; i < i1; i++) {
-                        const float *row = x + (row0 + i * p->dh) * p->wd + col0;
-                        for (int64_t j = j0; j < j1; j++) {
-                            const float v = row[j * p->dw];
-                            best = v > best || v != v ? v : best;   /* a NaN wins and stays */
-                            if (best != best) break;
-                        }
-                    }
-                    y[oy * p->ow + ox] = best;
-                    continue;
-                }
-                float sum = 0.0f;
+                float best = -INFINITY;
                 for (int64_t i = i0; i < i1; i++) {
                     const float *row = x + (row0 + i * p->dh) * p->wd + col0;
-                    for (int64_t j = j0; j < j1; j++) sum += row[j * p->dw];
+                    for (int64_t j = j0; j < j1; j++) {
+                        const float v = row[j * p->dw];
+                        best = v > best || v != v ? v : best;   /* a NaN wins and stays */
+                        if (best != best) break;
+                    }
                 }
-                int64_t c0, c1;
-                taps_inside(col0, p->kw, p->dw, -p->count_left, p->wd + p->count_right, &c0, &c1);
-                const int64_t cells = rows_counted * (c1 - c0);
-                y[oy * p->ow + ox] = sum / (float)(cells > 0 ? cells : 1);
+                y[oy * p->ow + ox] = best;
             }
         }
     }
 }
 
-int rtd_pool2d_f32(int kind, const float *x, int64_t x_len, float *y, int64_t y_len,
-                   int64_t n, int64_t c, int64_t h, int64_t wd, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                   int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left,
-                   int64_t count_top, int64_t count_left, int64_t count_bottom, int64_t count_right)
+int rtd_max_pool2d_f32(const float *x, int64_t x_len, float *y, int64_t y_len,
+                       int64_t n, int64_t c, int64_t h, int64_t wd, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                       int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left)
 {
-    if ((kind != RTD_POOL_MAX && kind != RTD_POOL_AVERAGE) || n < 0 || c < 0 || h < 1 || wd < 1 || kh < 1 || kw < 1
-        || oh < 0 || ow < 0 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pad_top < 0 || pad_left < 0
-        || count_top < 0 || count_left < 0 || count_bottom < 0 || count_right < 0)
+    if (n < 0 || c < 0 || h < 1 || wd < 1 || kh < 1 || kw < 1 || oh < 0 || ow < 0 || sh < 1 || sw < 1 || dh < 1 || dw < 1
+        || pad_top < 0 || pad_left < 0)
         return RTD_NATIVE_E_ARGUMENT;
     if (x_len != n * c * h * wd || y_len != n * c * oh * ow)
         return RTD_NATIVE_E_LENGTH;
-    struct pool p = {kind, x, y, c, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left,
-                     count_top, count_left, count_bottom, count_right};
+    struct pool p = {x, y, c, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left};
     int64_t threads = rtd_threads();
     if (y_len * kh * kw / (threads > 0 ? threads : 1) < MIN_READS_PER_THREAD) threads = 1;
     rtd_parallel_for(threads, n * c, pool_planes, &p);
@@ -121,21 +99,6 @@ RTD_CLONES static void reduce_rows_clone(const struct reduce *a, int64_t first, 
     for (int64_t o = first; o < last; o++) {
         const float *x = a->x + o * a->r * a->inner;
         float *y = a->y + o * a->inner;
-        if (a->inner == 1) {   /* along r: 8 partial results, then a fixed-order sum of the lanes */
-            float lanes[8];
-            int64_t i = 0;
-            for (int l = 0; l < 8; l++) lanes[l] = summing ? 0.0f : x[0];
-            if (summing) {
-                v8 acc = {0};
-                for (; i + 8 <= a->r; i += 8) acc += load8(x + i);
-                store8(lanes, acc);
-            }
-            for (; i < a->r; i++) lanes[i % 8] = combine(kind, lanes[i % 8], x[i]);
-            float total = lanes[0];
-            for (int l = 1; l < 8; l++) total = combine(kind, total, lanes[l]);
-            y[0] = kind == RTD_REDUCE_MEAN ? total / (float)a->r : total;   /* a sum divided, as np.mean's */
-            continue;
-        }
         for (int64_t j = 0; j < a->inner; j++) y[j] = x[j];
         for (int64_t i = 1; i < a->r; i++) {
             const float *row = x + i * a->inner;
@@ -144,7 +107,7 @@ RTD_CLONES static void reduce_rows_clone(const struct reduce *a, int64_t first, 
                 for (; j + 8 <= a->inner; j += 8) store8(y + j, load8(y + j) + load8(row + j));
             for (; j < a->inner; j++) y[j] = combine(kind, y[j], row[j]);
         }
-        if (kind == RTD_REDUCE_MEAN)
+        if (kind == RTD_REDUCE_MEAN)   /* a sum divided, as np.mean's */
             for (int64_t j = 0; j < a->inner; j++) y[j] /= (float)a->r;
     }
 }

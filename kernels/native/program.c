@@ -196,19 +196,14 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
         NEED(2, 4);
         return rtd_reduce_f32((int)p[0], f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[1], p[2], p[3]);
     case RTD_OP_POOL:
-        NEED(2, 19);
-        return rtd_pool2d_f32((int)p[0], f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[1], p[2], p[3], p[4], p[5],
-                              p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17], p[18]);
+        NEED(2, 14);
+        return rtd_max_pool2d_f32(f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[0], p[1], p[2], p[3], p[4], p[5],
+                                  p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13]);
     case RTD_OP_LSTM:
         NEED(6, 7);
         if (floats(&o[2]) != floats(&o[3])) return RTD_NATIVE_E_LENGTH;
         return rtd_lstm_f32(f(&o[0]), floats(&o[0]), p[0], p[1], f(&o[1]), floats(&o[1]), fw(&o[2]), fw(&o[3]), floats(&o[2]),
                             fw(&o[4]), floats(&o[4]), p[2], p[3], fw(&o[5]), floats(&o[5]), p[4], p[5], p[6]);
-    case RTD_OP_GRU:
-        NEED(6, 8);
-        return rtd_gru_f32(f(&o[0]), floats(&o[0]), p[0], p[1], f(&o[1]), floats(&o[1]), o[2].p ? f(&o[2]) : NULL,
-                           floats(&o[2]), fw(&o[3]), floats(&o[3]), fw(&o[4]), floats(&o[4]), p[2], p[3], fw(&o[5]),
-                           floats(&o[5]), p[4], p[5], p[6], (int)p[7]);
     case RTD_OP_GATHER:
         NEED(3, 3);
         return gather(o, p, n_params);

@@ -22,9 +22,8 @@
     FILL       dst; size count bits
     CAST       src dst; src_type dst_type count (move.h's types)
     REDUCE     x y; kind outer r inner (pool.h)
-    POOL       x y; kind n c h w kh kw oh ow sh sw dh dw pad_top pad_left count_top count_left count_bottom count_right
+    POOL       x y; n c h w kh kw oh ow sh sw dh dw pad_top pad_left: the window maxima (pool.h)
     LSTM       xw r h c y gates; xw_offset xw_step y_offset y_step seq hidden batch (recurrent.h)
-    GRU        xw r rbh h y scratch; xw_offset xw_step y_offset y_step seq hidden batch linear_before_reset
     GATHER     table indices out; rows row_bytes count: out[i] = table row indices[i] (int64, negative from
                the end), a status for an index out of range */
 #define RTD_OP_CONV 1
@@ -40,8 +39,7 @@
 #define RTD_OP_REDUCE 11
 #define RTD_OP_POOL 12
 #define RTD_OP_LSTM 13
-#define RTD_OP_GRU 14
-#define RTD_OP_GATHER 15
+#define RTD_OP_GATHER 14
 #define RTD_PROGRAM_E_INDEX 3
 int rtd_program_run(const int64_t *code, int64_t code_len, void **slots, const int64_t *slot_bytes,
                     const uint8_t *slot_writable, int64_t n_slots, int64_t *failed);
