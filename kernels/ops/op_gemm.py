@@ -20,8 +20,10 @@ class Gemm_1(Kernel):
         xp = self.xp
         if xp is np and self.alpha == 1.0 and not self.transA and a.ndim == 2 and b.ndim == 2 and a.dtype == np.float32 \
                 and (c is None or (self.beta == 1.0 and c.shape[-1:] == (c.size,))):
+            constant = frozen(b)   # else w row-major: a transposed one would be read as dot products for a few rows
             w = b.T if self.transB else b
-            rows = gemm_rows(np.ascontiguousarray(a), w, None if c is None else np.ascontiguousarray(c.reshape(-1)), constant=frozen(b))
+            rows = gemm_rows(np.ascontiguousarray(a), w if constant else np.ascontiguousarray(w),
+                             None if c is None else np.ascontiguousarray(c.reshape(-1)), constant=constant)
             if rows is not None:
                 return (rows,)
         a = a.T if self.transA else a
