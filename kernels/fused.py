@@ -108,8 +108,11 @@ class MatMulBias(Fused):
 
     def run(self, a, w, bias=None, out=None):
         xp = self.xp
-        if xp is np and a.ndim >= 2 and w.ndim == 2 and a.flags.c_contiguous:   # rows shared among the threads
-            flat_bias = bias.reshape(-1) if bias is not None and bias.shape[-1:] == (bias.size,) else None
+        if xp is np and a.ndim >= 2 and w.ndim == 2 and a.dtype == np.float32:   # rows shared among the threads
+            # a strided a (a Transpose's view) is copied, not handed to np.matmul: a native program, whose
+            # values are all contiguous, runs this GEMM on it, and a model's runs must agree bit for bit
+            a = np.ascontiguousarray(a)
+            flat_bias = np.ascontiguousarray(bias.reshape(-1)) if bias is not None and bias.shape[-1:] == (bias.size,) else None
             rows = gemm_rows(a.reshape(-1, a.shape[-1]), w, flat_bias,
                              out=None if out is None else out.reshape(-1, w.shape[1]), constant=True)   # w: a constant, by the fusion
             if rows is not None:

@@ -26,6 +26,12 @@ class Node:
     implicit: list = dataclasses.field(default_factory=list)  # outer names the subgraphs read
     name: str = ""
 
+    def editable(self) -> "Node":
+        """A copy the passes may edit (they reassign inputs, outputs and attrs) without touching this one,
+        which a control-flow body's interpreter or another signature's plan may share."""
+        return dataclasses.replace(self, inputs=list(self.inputs), outputs=list(self.outputs), attrs=dict(self.attrs),
+                                   implicit=list(self.implicit))
+
     def subgraphs(self):
         for value in self.attrs.values():
             if isinstance(value, Graph):

@@ -156,7 +156,7 @@ class CompiledModel:
         outputs = [env[name] for name in self.runner.output_names]
         if any(isinstance(v, list) or v is None for v in values):
             return None, outputs  # sequence/optional feeds: interpret, no shape plan
-        graph, shapes, static = lower_signature(self.graph, dict(env.maps[0], **dict(zip(self.graph.inputs, on_device))), self.disable)
+        graph, shapes, static = lower_signature(self.graph, dict(env.maps[0], **dict(zip(self.graph.inputs, on_device))), self.disable, self.xp)
         if self.xp is np:
             plan = Plan(graph, shapes, static, self.xp)
         else:   # ops the GPU backend lacks run on the host, the graph cut where fewest bytes cross

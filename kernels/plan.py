@@ -4,16 +4,23 @@ Values live in a flat list (the frame) at indices fixed at build time, so the ho
 no name lookups. Fused kernels get their output (and scratch) buffers as extra arguments:
 views into a per-thread arena placed by `memory.place`, so a run allocates nothing for them.
 A value that may escape (a graph output or a view of one) is never given arena bytes.
+
+On the CPU, steps the signature fixes and `emit` can express run natively: each run of consecutive
+such steps is one `native.program.Segment`, a program the C interpreter runs in one call, its values
+in the same arena (or, where they escape, in arrays made per run); Python runs only the other steps
+and hands values across at the edges.
 """
 import threading
 import time
 
 import numpy as np
 
+from .emit import emit
 from .fused import Fused
 from .graph import make_kernel
 from .ir import Graph
 from .memory import Aliases, Request, place
+from .native.program import Home, Scratch, Segment, Value
 from .partition import HOST, TRANSFER_DOMAIN, Transfer
 
 
@@ -25,7 +32,7 @@ class Plan:
         self.graph, self.xp = graph, xp
         self.where = where or []
         self.partitioned = HOST in self.where
-        names = ["", "#discard"] + list(graph.constants) + [n for n in graph.inputs if n not in graph.constants]
+        names = ["", "#discard", "#arena"] + list(graph.constants) + [n for n in graph.inputs if n not in graph.constants]
         names += [o for node in graph.nodes for o in node.outputs if o and o not in names]
         names += sorted({n for node in graph.nodes for n in node.inputs + node.implicit if n} - set(names))
         self.names = names
@@ -34,22 +41,40 @@ class Plan:
         self.output_slots = [self.slot[n] for n in graph.outputs]
         self.constant_slots = {self.slot[n] for n in graph.constants}
         on_host = [w == HOST for w in self.where] or [False] * len(graph.nodes)
-        kernels = [Transfer(node.op_type, transfers) if node.domain == TRANSFER_DOMAIN else
-                   make_kernel(node, graph.opsets, np if host else xp) for node, host in zip(graph.nodes, on_host)]
+        self.kernels = kernels = [Transfer(node.op_type, transfers) if node.domain == TRANSFER_DOMAIN else   # one per node
+                                  make_kernel(node, graph.opsets, np if host else xp) for node, host in zip(graph.nodes, on_host)]
         self.host_constants = {n for node, host in zip(graph.nodes, on_host) if host
                                for n in node.inputs + node.implicit if n in graph.constants}
+        native = xp is np and not self.partitioned
+        self.emitted = [emit(node, kernel, shapes, static, graph.constants) if native else None
+                        for node, kernel in zip(graph.nodes, kernels)]
         buffers = self._buffers(kernels, shapes, static)
         frees = self._frees()
-        self.labels, self.steps = [], []
-        for step, (node, kernel) in enumerate(zip(graph.nodes, kernels)):
+        self.labels, self.steps, self.segments = [], [], []
+        step = 0
+        while step < len(graph.nodes):
+            if self.emitted[step] is not None:
+                end = step
+                while end < len(graph.nodes) and self.emitted[end] is not None:
+                    end += 1
+                self._add_segment(step, end, shapes, frees)
+                step = end
+                continue
+            node, kernel = graph.nodes[step], kernels[step]
             args = tuple(self.slot[n] for n in node.inputs + node.implicit)
             if isinstance(kernel, Fused):  # buffers follow the full positional arity
                 args += (0,) * (kernel.arity - len(args)) + tuple(buffers[step])
             outs = tuple(self.slot[o] if o else 1 for o in node.outputs)
             self.steps.append((self._call(kernel, node), args, outs, frees[step]))
-            links = node.attrs.get("links") if node.op_type == "ElementwiseChain" else None
-            self.labels.append(f"{node.op_type}({'+'.join(n.op_type for n, _ in links)})" if links else node.op_type)
+            self.segments.append(None)
+            self.labels.append(self._label(node))
+            step += 1
         self._local = threading.local()
+
+    @staticmethod
+    def _label(node) -> str:
+        links = node.attrs.get("links") if node.op_type == "ElementwiseChain" else None
+        return f"{node.op_type}({'+'.join(n.op_type for n, _ in links)})" if links else node.op_type
 
     @staticmethod
     def _call(kernel, node):
@@ -60,14 +85,19 @@ class Plan:
         return lambda *args: kernel.run(*args[:n_in], scope=dict(zip(names, args[n_in:])))
 
     def _buffers(self, kernels, shapes, static) -> list:
-        """Arena requests for fused kernels' buffers; per step, the slots that will hold their views."""
+        """Arena requests for fused kernels' buffers and natively computed values; per step, the slots
+        that will hold fused buffers' views. Sets `homes` (where each natively computed value lives)."""
         nodes = self.graph.nodes
         aliases = Aliases(len(self.names))
         last_use = {}
         for step, (node, kernel) in enumerate(zip(nodes, kernels)):
             for n in node.inputs + node.implicit:
                 last_use[self.slot[n]] = step
-            if not isinstance(kernel, Fused):  # its results may be views of (or hold) its inputs
+            emitted = self.emitted[step]
+            if emitted is not None:   # only the views it declares share their input's bytes
+                for out, (source, _) in emitted.aliases.items():
+                    aliases.union(self.slot[out], self.slot[source])
+            elif not isinstance(kernel, Fused):  # its results may be views of (or hold) its inputs
                 for o in node.outputs:
                     for n in node.inputs + node.implicit:
                         if o and n:
@@ -77,26 +107,131 @@ class Plan:
         for s, step in last_use.items():
             root = aliases.find(s)
             class_end[root] = max(class_end.get(root, -1), step)
-        self.requests, self.buffer_slots, per_step = [], [], []
+        self.requests, self.views, per_step = [], [], []   # views: (slot, request or array or None, byte offset, shape, dtype)
+        native_values, self.scratch = {}, {}   # name -> its request (None: made per run); step -> {key: request}
         for step, (node, kernel) in enumerate(zip(nodes, kernels)):
             slots = []
             out = node.outputs[0] if node.outputs else ""
+            emitted = self.emitted[step]
+            if emitted is not None:
+                for o in node.outputs:
+                    if not o or o in emitted.aliases:
+                        continue
+                    root = aliases.find(self.slot[o])
+                    if root in escaping:
+                        native_values[o] = None
+                        continue
+                    shape, dtype = shapes[o]
+                    request = Request(max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1), step, max(class_end.get(root, step), step))
+                    self.requests.append(request)
+                    native_values[o] = request
+                scratch = {}
+                for op in emitted.ops:
+                    for operand in op.operands:
+                        if isinstance(operand.ref, Scratch) and operand.ref.key not in scratch:
+                            scratch[operand.ref.key] = request = Request(max(operand.ref.nbytes, 1), step, step)
+                            self.requests.append(request)
+                self.scratch[step] = scratch
             info = shapes.get(out) if out in static else None
-            for k in range(len(kernel.buffers) if isinstance(kernel, Fused) else 0):
+            for k in range(len(kernel.buffers) if isinstance(kernel, Fused) and emitted is None else 0):
                 root = aliases.find(self.slot[out])
                 if info is None or (k == 0 and root in escaping):
                     slots.append(0)  # none planned: the kernel allocates
                     continue
                 shape, dtype = kernel.buffer_shape(k, [shapes.get(n) for n in node.inputs], info)
                 end = max(class_end.get(root, step), step) if k == 0 else step
-                self.requests.append((Request(int(np.prod(shape)) * np.dtype(dtype).itemsize, step, end), tuple(shape), dtype))
+                request = Request(int(np.prod(shape)) * np.dtype(dtype).itemsize, step, end)
+                self.requests.append(request)
                 self.names.append(f"{out}#buffer{k}")
-                self.buffer_slots.append(len(self.names) - 1)
+                self.views.append((len(self.names) - 1, request, 0, tuple(shape), dtype))
                 slots.append(len(self.names) - 1)
             per_step.append(slots)
-        self.peak_bytes = place([r for r, _, _ in self.requests])
-        self.naive_bytes = sum(r.nbytes for r, _, _ in self.requests)
+        self.peak_bytes = place(self.requests)
+        self.naive_bytes = sum(r.nbytes for r in self.requests)
+        self.homes = self._homes(native_values, shapes)
         return per_step
+
+    def _homes(self, native_values: dict, shapes: dict) -> dict:
+        """Where each value a native step names lives (Home) plan-wide: constants, natively computed values
+        (the arena, or made per run: "fresh"), declared views followed to their source, the rest in the frame.
+        An arena or constant home that a Python step or the graph's outputs read gets a view in the template."""
+        homes = {name: Home("constant", value, 0) for name, value in self.graph.constants.items()}
+        for node, emitted in zip(self.graph.nodes, self.emitted):
+            for o in node.outputs:
+                if not o:
+                    continue
+                if emitted is None:
+                    homes[o] = Home("frame", o, 0)
+                elif o in emitted.aliases:
+                    source, offset = emitted.aliases[o]
+                    home = homes.get(source, Home("frame", source, 0))
+                    homes[o] = Home(home.base, home.key, home.offset + offset)
+                elif native_values[o] is None:
+                    homes[o] = Home("fresh", o, 0)
+                else:
+                    homes[o] = Home("arena", None, native_values[o].offset)
+        read_by_python = {n for node, emitted in zip(self.graph.nodes, self.emitted) if emitted is None
+                          for n in node.inputs + node.implicit if n} | set(self.graph.outputs)
+        for node, emitted in zip(self.graph.nodes, self.emitted):
+            for o in node.outputs if emitted is not None else ():
+                home = homes.get(o)
+                if o and o in read_by_python and home.base in ("arena", "constant"):
+                    shape, dtype = shapes[o]
+                    self.views.append((self.slot[o], None if home.base == "arena" else home.key, home.offset, tuple(shape), dtype))
+        return homes
+
+    def _segment_homes(self, first: int, end: int, names: set) -> dict:
+        """The homes of `names` as the program of steps [first, end) sees them: a value from outside it is
+        read where it lives if that is the arena or a constant, else from the frame as itself; inside, views
+        follow their sources and fresh values are the segment's own."""
+        produced = {o: step for step in range(first, end) for o in self.graph.nodes[step].outputs if o}
+        local: dict = {}
+
+        def home(name: str) -> Home:
+            if name in local:
+                return local[name]
+            found = self.homes.get(name, Home("frame", name, 0))
+            if name not in produced:
+                found = found if found.base in ("arena", "constant") else Home("frame", name, 0)
+            elif name in self.emitted[produced[name]].aliases:
+                source, offset = self.emitted[produced[name]].aliases[name]
+                base = home(source)
+                found = Home(base.base, base.key, base.offset + offset)
+            local[name] = found
+            return found
+        return {name: home(name) for name in names}
+
+    def _add_segment(self, first: int, end: int, shapes: dict, frees: list) -> None:
+        """Steps [first, end) as one program step."""
+        nodes = self.graph.nodes[first:end]
+        ops, labels, scratch = [], [], {}
+        for step, node in zip(range(first, end), nodes):
+            emitted = self.emitted[step]
+            renamed = {key: f"{step}:{key}" for key in self.scratch.get(step, {})}
+            for key, request in self.scratch.get(step, {}).items():
+                scratch[renamed[key]] = request.offset
+            for op in emitted.ops:
+                ops.append(op._replace(operands=tuple(
+                    o._replace(ref=Scratch(renamed[o.ref.key], o.ref.nbytes)) if isinstance(o.ref, Scratch) else o
+                    for o in op.operands)))
+                labels.append((self._label(node), step))
+        produced = {o for node in nodes for o in node.outputs if o}
+        later = {n for node in self.graph.nodes[end:] for n in node.inputs + node.implicit if n} | set(self.graph.outputs)
+        referenced = {o.ref.name for op in ops for o in op.operands if isinstance(o.ref, Value)}
+        homes = self._segment_homes(first, end, referenced | (produced & later))
+        exports = [o for o in sorted(produced & later, key=self.slot.get) if homes[o].base in ("fresh", "frame")]
+        externals = sorted({h.key for h in homes.values() if h.base == "frame"}, key=self.slot.get)
+        fresh = sorted({h.key for h in homes.values() if h.base == "fresh"}, key=self.slot.get)
+        constants = self.graph.constants
+        specs = {n: (tuple(constants[n].shape), constants[n].dtype) if n in constants else (tuple(shapes[n][0]), np.dtype(shapes[n][1]))
+                 for n in set(homes) | set(externals) | set(fresh)}
+        segment = Segment(ops, labels, homes, specs, scratch, externals, fresh, exports)
+        args = (self.slot["#arena"],) + tuple(self.slot[n] for n in externals)
+        outs = tuple(self.slot[n] for n in exports)
+        dying = tuple(sorted({s for step in range(first, end) for s in frees[step]}))
+        self.steps.append((segment.run, args, outs, dying))
+        self.segments.append(segment)
+        self.labels.append("+".join(sorted({self._label(node) for node in nodes})))
 
     def _frees(self) -> list:
         """Per step, the slots whose values no later step reads (dropped so memory returns early)."""
@@ -113,15 +248,20 @@ class Plan:
         return [tuple(f) for f in frees]
 
     def _template(self) -> list:
-        """This thread's frame template: constants and arena views in their slots."""
+        """This thread's frame template: constants, the arena and views of it in their slots."""
         template = getattr(self._local, "template", None)
         if template is None:
             template = [None] * len(self.names)
             for name, value in self.graph.constants.items():
                 template[self.slot[name]] = np.asarray(value) if name in self.host_constants else self.xp.asarray(value)
             arena = self.xp.empty(max(self.peak_bytes, 1), np.uint8)
-            for slot, (req, shape, dtype) in zip(self.buffer_slots, self.requests):
-                template[slot] = arena[req.offset : req.offset + req.nbytes].view(dtype).reshape(shape)
+            template[self.slot["#arena"]] = arena
+            for slot, base, offset, shape, dtype in self.views:   # base: a Request, a constant array, or None (the arena)
+                if isinstance(base, Request):
+                    base, offset = None, base.offset + offset
+                source = arena if base is None else np.asarray(base).reshape(-1).view(np.uint8)
+                nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+                template[slot] = source[offset : offset + nbytes].view(dtype).reshape(shape)
             self._local.template = template
         return template
 
@@ -141,18 +281,25 @@ class Plan:
                     frame[i] = None
         else:
             clock = time.perf_counter_ns
-            for label, (fn, args, outs, frees) in zip(self.labels, self.steps):
+            for label, segment, (fn, args, outs, frees) in zip(self.labels, self.segments, self.steps):
                 start = clock()
-                for i, value in zip(outs, fn(*[frame[i] for i in args])):
+                if segment is not None:   # its ops timed one by one, under their nodes' labels
+                    results = segment.run_profiled(profile, *[frame[i] for i in args])
+                else:
+                    results = fn(*[frame[i] for i in args])
+                    profile.record(label, start, clock())
+                for i, value in zip(outs, results):
                     frame[i] = value
                 for i in frees:
                     frame[i] = None
-                profile.record(label, start, clock())
         return [frame[i].copy() if i in self.constant_slots else frame[i] for i in self.output_slots]
 
     def stats(self) -> dict:
         ops: dict = {}
         for node in self.graph.nodes:
             ops[node.op_type] = ops.get(node.op_type, 0) + 1
-        return {"steps": len(self.steps), "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
-                "naive_bytes": self.naive_bytes, "ops": ops, "host_steps": self.where.count(HOST)}
+        native = sum(e is not None for e in self.emitted)
+        timed = sum(1 if s is None else len(s.nodes) for s in self.segments)   # what a profiled run records
+        return {"steps": len(self.steps), "timed_steps": timed, "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
+                "naive_bytes": self.naive_bytes, "ops": ops, "host_steps": self.where.count(HOST),
+                "native_nodes": native, "native_segments": sum(s is not None for s in self.segments)}

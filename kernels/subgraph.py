@@ -53,7 +53,7 @@ class PlannedSubgraph:
                 self._planning = False   # shapes that keep changing: interpreting costs less than planning
                 return outputs
             trace = dict(env.maps[0], **dict(zip(self.input_names + self.free, values)))
-            graph, shapes, static = lower_signature(self._lowered_graph(), trace)
+            graph, shapes, static = lower_signature(self._lowered_graph(), trace, xp=self.xp)
             self._plans[key] = Plan(graph, shapes, static, self.xp)
         return outputs
 

@@ -14,7 +14,8 @@ import platform
 import cffi
 
 HERE = pathlib.Path(__file__).parent
-SOURCES = ["depthwise.c", "conv.c", "gemm.c", "chain.c", "activation.c", "recurrent.c", "forest.c", "parallel.c"]  # scripts/setup.sh hashes kernels/native/*.[ch] to know when to rebuild
+SOURCES = ["depthwise.c", "conv.c", "gemm.c", "chain.c", "activation.c", "recurrent.c", "forest.c", "pool.c", "move.c",
+           "program.c", "parallel.c"]  # scripts/setup.sh hashes kernels/native/*.[ch] to know when to rebuild
 MODULE = "rtd.kernels.native._compiled"
 
 
@@ -26,12 +27,13 @@ def _flags() -> list[str]:
 
 
 ffibuilder = cffi.FFI()
-HEADERS = ["depthwise.h", "conv.h", "gemm.h", "chain.h", "activation.h", "recurrent.h", "forest.h", "threads.h"]  # the cffi interface
+HEADERS = ["depthwise.h", "conv.h", "gemm.h", "chain.h", "activation.h", "recurrent.h", "forest.h", "pool.h", "program.h",
+           "threads.h"]  # the cffi interface
 ffibuilder.cdef("\n".join((HERE / name).read_text() for name in HEADERS))   # cffi drops the comments
 # Paths are relative to the project root, where setuptools runs the build. `depends` rebuilds on
 # a changed header; `optional` lets an install without a compiler finish (the executor then
 # runs NumPy and says so), while scripts/setup.sh installs gcc and insists on the library.
 ffibuilder.set_source(MODULE, "".join(f'#include "{name}"\n' for name in HEADERS),
                       sources=[f"kernels/native/{name}" for name in SOURCES],
-                      depends=[f"kernels/native/{name}" for name in HEADERS + ["parallel.h", "gemm_core.h", "simd.h", "activation_block.h", "chain_links.h"]], include_dirs=["kernels/native"],
+                      depends=[f"kernels/native/{name}" for name in HEADERS + ["parallel.h", "gemm_core.h", "simd.h", "activation_block.h", "chain_links.h", "move.h"]], include_dirs=["kernels/native"],
                       extra_compile_args=_flags(), optional=True)

@@ -91,6 +91,13 @@ RTD_INLINE v8 v_leaky(v8 x, float alpha) { const v8 zero = {0}; return SELECT(x 
 RTD_INLINE v8 v_unit(v8 v) { const v8 zero = {0}, one = zero + 1.0f; v = SELECT(v < zero, zero, v); return SELECT(v > one, one, v); }
 RTD_INLINE float s_unit(float v) { v = v < 0.0f ? 0.0f : v; return v > 1.0f ? 1.0f : v; }
 
+/* sqrt has one correct rounding, so any instruction gives np.sqrt's bits; errno is not wanted (it would keep
+   the loop scalar), a negative input gives NaN as in NumPy. */
+__attribute__((optimize("no-math-errno"))) CLONES static void sqrt_block(const float *a, float *r, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) r[i] = sqrtf(a[i]);
+}
+
 __attribute__((optimize("fp-contract=off"))) CLONES static void apply(int op, const float *a, const float *b, const float *c,
                                                                       float alpha, float beta, float *r, int64_t count)
 {
@@ -113,6 +120,7 @@ __attribute__((optimize("fp-contract=off"))) CLONES static void apply(int op, co
     case RTD_CHAIN_NEG: VECTOR_OP(-x) SCALAR_OP(-x) break;
     case RTD_CHAIN_ABS:   /* clears -0's sign too */
         VECTOR_OP((v8)((v8i)x & 0x7fffffff)) SCALAR_OP(fabsf(x)) break;
+    case RTD_CHAIN_SQRT: sqrt_block(a, r, count); break;
     default:   /* the transcendental ones: the op kernels' own code (activation.c) */
         if (op >= RTD_CHAIN_SIGMOID && op <= RTD_CHAIN_GELU_TANH)
             rtd_activation_block(op - RTD_CHAIN_SIGMOID + RTD_ACT_SIGMOID, a, r, count);
@@ -150,7 +158,7 @@ int rtd_chain_check(const int32_t *links, int64_t n_links, int64_t n_inputs)
     if (n_inputs < 0 || n_inputs > MAX_INPUTS || n_links < 1)
         return RTD_NATIVE_E_ARGUMENT;
     for (int64_t l = 0; l < n_links; l++) {
-        if (links[4 * l] < RTD_CHAIN_ADD || links[4 * l] > RTD_CHAIN_GELU_TANH)
+        if (links[4 * l] < RTD_CHAIN_ADD || links[4 * l] > RTD_CHAIN_SQRT)
             return RTD_NATIVE_E_ARGUMENT;
         for (int s = 1; s < 4; s++) {
             int32_t source = links[4 * l + s];

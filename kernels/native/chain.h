@@ -22,5 +22,6 @@
 #define RTD_CHAIN_ERF 16
 #define RTD_CHAIN_GELU 17
 #define RTD_CHAIN_GELU_TANH 18
+#define RTD_CHAIN_SQRT 19      /* correctly rounded, as np.sqrt */
 int rtd_chain_f32(const float **inputs, const int64_t *in_len, const int64_t *in_inner, int64_t n_inputs,
                   const int32_t *links, const float *params, int64_t n_links, float *out, int64_t out_len);

@@ -28,6 +28,7 @@ OPCODES = {
     "HardSwish": (10, 1, None, None), "Neg": (11, 1, None, None), "Abs": (12, 1, None, None),
     "Sigmoid": (13, 1, None, None), "Tanh": (14, 1, None, None), "Exp": (15, 1, None, None), "Erf": (16, 1, None, None),
     "Gelu": (17, 1, None, None),   # 18 with approximate="tanh"
+    "Sqrt": (19, 1, None, None),
 }
 GELU_TANH = 18
 

@@ -301,3 +301,46 @@ int rtd_gemm_rows(const float *a, int64_t a_len, const float *b, int64_t b_len, 
     rtd_gemm_parallel(&g, rtd_threads());
     return 0;
 }
+
+struct batched { struct rtd_gemm g; int64_t a_step, b_step, c_step; };
+
+static void run_batches(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct batched *p = context;
+    (void)worker;
+    for (int64_t i = first; i < last; i++) {
+        struct rtd_gemm g = p->g;
+        g.a += i * p->a_step;
+        g.b += i * p->b_step;
+        g.c += i * p->c_step;
+        rtd_gemm_block(&g, 0, g.m, 0, g.n);
+    }
+}
+
+int rtd_gemm_batched(const float *a, int64_t a_len, const float *b, int64_t b_len, int b_layout, float *c, int64_t c_len,
+                     int64_t batch, int64_t m, int64_t k, int64_t n, int64_t a_step, int64_t b_step)
+{
+    if (batch < 1 || m < 1 || k < 1 || n < 1 || a_step < 0 || b_step < 0
+        || (b_layout != RTD_GEMM_B_ROWS && b_layout != RTD_GEMM_B_COLUMNS))
+        return RTD_NATIVE_E_ARGUMENT;
+    if (a_len < (batch - 1) * a_step + m * k || b_len < (batch - 1) * b_step + k * n || c_len != batch * m * n)
+        return RTD_NATIVE_E_LENGTH;
+    struct batched p = {.g = {.a = a, .lda = k, .b = b, .ldb = b_layout == RTD_GEMM_B_COLUMNS ? k : n, .b_layout = b_layout,
+                              .c = c, .ldc = n, .bias_kind = RTD_GEMM_BIAS_NONE, .m = m, .n = n, .k = k},
+                        .a_step = a_step, .b_step = b_step, .c_step = m * n};
+    int64_t threads = rtd_threads();
+    if (2 * batch * m * n * k / (threads > 0 ? threads : 1) < MIN_FLOPS_PER_THREAD)
+        threads = 1;
+    if (threads <= 1 || batch >= threads) {   /* whole products per thread: no split of one product's rows */
+        rtd_parallel_for(threads, batch, run_batches, &p);
+        return 0;
+    }
+    for (int64_t i = 0; i < batch; i++) {
+        struct rtd_gemm g = p.g;
+        g.a += i * a_step;
+        g.b += i * b_step;
+        g.c += i * p.c_step;
+        rtd_gemm_parallel(&g, threads);
+    }
+    return 0;
+}

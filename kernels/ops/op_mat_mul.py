@@ -13,7 +13,8 @@ from .base import Kernel
 class MatMul_1(Kernel):
     def run(self, a, b):
         xp = self.xp
-        if xp is np and a.ndim >= 2 and b.ndim == 2 and a.flags.c_contiguous:   # rows shared among the threads
+        if xp is np and a.ndim >= 2 and b.ndim == 2 and a.dtype == np.float32:   # rows shared among the threads
+            a = np.ascontiguousarray(a)   # a strided a too: a native program runs this GEMM on its contiguous copy
             rows = gemm_rows(a.reshape(-1, a.shape[-1]), b, constant=frozen(b))
             if rows is not None:
                 return (rows.reshape(a.shape[:-1] + (b.shape[1],)),)

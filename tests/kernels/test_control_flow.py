@@ -103,3 +103,45 @@ def test_loop_with_zero_iterations_returns_initial_state_and_typed_empty_scans()
         out = compile_model(m, optimize=optimize).run({"n": np.array(0, np.int64), "init": np.ones(2, np.float32)})
         np.testing.assert_array_equal(out["final"], np.ones(2, np.float32))
         assert out["stacked"].shape[0] == 0 and out["stacked"].dtype == np.int64
+
+
+def _plan_ops(compiled, feeds) -> dict:
+    return compiled.plan_stats(feeds)["ops"]
+
+
+def test_if_on_a_shape_is_inlined_per_signature_and_takes_the_right_branch():
+    # exporters' rank checks: If(Equal(Gather(Shape(x), 0), 1)) then Squeeze else Identity; the signature fixes it
+    then = helper.make_graph([node("Squeeze", ["x", "axis0"], ["t"])], "then", [], [vi("t")])
+    other = helper.make_graph([node("Identity", ["x"], ["e"])], "else", [], [vi("e")])
+    nodes = [node("Shape", ["x"], ["shape"]), node("Gather", ["shape", "zero"], ["first"]),
+             node("Equal", ["first", "one"], ["c"]), node("If", ["c"], ["picked"], then_branch=then, else_branch=other),
+             node("Relu", ["picked"], ["out"])]
+    m = model(nodes, [("x", ["n", 3])], [("out", None)],
+              [const("zero", np.int64(0)), const("one", np.int64(1)), const("axis0", np.array([0], np.int64))], opset=13)
+    for rows in (1, 2):
+        feeds = {"x": np.arange(-3, 3 * rows - 3, dtype=np.float32).reshape(rows, 3)}
+        agree(m, feeds)
+        assert "If" not in _plan_ops(compile_model(m), feeds)
+
+
+def test_outer_constants_become_the_branch_constants_and_fold_there():
+    # a branch slicing an outer weight on every call (a recurrent layer's gates inside silero's If): folded once
+    then = helper.make_graph([node("Slice", ["w", "starts", "ends"], ["half"]), node("MatMul", ["x", "half"], ["t"])],
+                             "then", [], [vi("t")])
+    other = helper.make_graph([node("MatMul", ["x", "w"], ["e0"]), node("Slice", ["e0", "zero1", "two1", "one1"], ["e"])],
+                              "else", [], [vi("e")])
+    nodes = [node("ReduceSum", ["x"], ["s"], keepdims=0), node("Greater", ["s", "zero"], ["c"]),
+             node("If", ["c"], ["out"], then_branch=then, else_branch=other)]
+    w = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    m = model(nodes, [("x", [2, 3])], [("out", None)],
+              [const("zero", np.float32(0)), const("w", w), const("starts", np.array([0, 0], np.int64)),
+               const("ends", np.array([3, 2], np.int64)), const("zero1", np.array([0], np.int64)),
+               const("two1", np.array([2], np.int64)), const("one1", np.array([1], np.int64))], opset=13)
+    positive = {"x": np.ones((2, 3), np.float32)}
+    agree(m, positive)
+    agree(m, {"x": -np.ones((2, 3), np.float32)})
+    compiled = compile_model(m)
+    if_node = next(n for n in compiled.graph.nodes if n.op_type == "If")
+    assert "w" in if_node.attrs["then_branch"].constants and "w" not in if_node.implicit
+    body = compiled.runner.nodes[-1][1].then_branch
+    assert [n.op_type for n in body._lowered_graph().nodes] == ["MatMul"]   # the Slice of the weight folded

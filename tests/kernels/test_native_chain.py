@@ -15,7 +15,7 @@ from rtd.kernels.native.chain import OPCODES, Program
 
 pytestmark = pytest.mark.skipif(native.compiled is None, reason="rtd was installed without its compiled kernels")
 
-UNARY = ["Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Erf", "Gelu"]
+UNARY = ["Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Erf", "Gelu", "Sqrt"]
 BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
 OUT_SHAPE = (2, 3, 20, 21)   # past chain.MIN_ELEMENTS, where the compiled path takes over
 BROADCASTS = [OUT_SHAPE, (), (1,), (3, 1, 1), (1, 3, 1, 1), (21,), (20, 21), (2, 3, 1, 1), (3, 20, 1)]

@@ -1,0 +1,146 @@
+/* Data movement for compiled plans (move.h): strided copies (Slice, Transpose, Concat, Split, Expand,
+ * Pad's borders, nearest upsampling are all one or a few of them), fills and element conversions, so a
+ * plan's shape plumbing runs between its kernels without a return to Python.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "move.h"
+
+int64_t rtd_move_type_size(int type)
+{
+    static const int64_t sizes[RTD_TYPE_COUNT] = {4, 8, 8, 4, 1, 1, 1};
+    return type >= 0 && type < RTD_TYPE_COUNT ? sizes[type] : 0;
+}
+
+/* The innermost axis: n elements of `size` bytes (short contiguous runs copied by a typed loop, not a
+   memcpy call each: a slice keeping 4 of every 5 floats is 66,000 such runs in a VAD's front end). */
+static void copy_run(char *dst, const char *src, int64_t size, int64_t n, int64_t s, int64_t d)
+{
+    if (s == 1 && d == 1 && n * size >= 64) {
+        memcpy(dst, src, (size_t)(n * size));
+        return;
+    }
+#define STRIDED(T) {                                                                  \
+        T *o = (T *)(void *)dst;                                                     \
+        const T *i = (const T *)(const void *)src;                                   \
+        for (int64_t k = 0; k < n; k++) memcpy(o + k * d, i + k * s, sizeof(T));     \
+        return;                                                                      \
+    }
+    switch (size) {
+    case 1: STRIDED(uint8_t)
+    case 2: STRIDED(uint16_t)
+    case 4: STRIDED(uint32_t)
+    default: STRIDED(uint64_t)
+    }
+#undef STRIDED
+}
+
+void rtd_move_copy(char *dst, const char *src, int64_t size, int64_t ndim, const int64_t *shape,
+                   const int64_t *src_strides, const int64_t *dst_strides)
+{
+    for (int64_t k = 0; k < ndim; k++)
+        if (shape[k] == 0) return;
+    if (ndim == 0) {
+        memcpy(dst, src, (size_t)size);
+        return;
+    }
+    if (ndim == 1) {
+        copy_run(dst, src, size, shape[0], src_strides[0], dst_strides[0]);
+        return;
+    }
+    /* the outer axes by an index counter, the last two in a plain double loop */
+    const int64_t last = ndim - 1, rows = shape[last - 1];
+    const int64_t row_src = src_strides[last - 1] * size, row_dst = dst_strides[last - 1] * size;
+    int64_t index[RTD_MOVE_MAX_DIMS] = {0};
+    for (;;) {
+        int64_t so = 0, doff = 0;
+        for (int64_t k = 0; k < last - 1; k++) {
+            so += index[k] * src_strides[k];
+            doff += index[k] * dst_strides[k];
+        }
+        const char *s = src + so * size;
+        char *d = dst + doff * size;
+        for (int64_t r = 0; r < rows; r++)
+            copy_run(d + r * row_dst, s + r * row_src, size, shape[last], src_strides[last], dst_strides[last]);
+        int64_t k = last - 2;
+        for (; k >= 0; k--) {
+            if (++index[k] < shape[k]) break;
+            index[k] = 0;
+        }
+        if (k < 0) return;
+    }
+}
+
+void rtd_move_fill(char *dst, int64_t size, int64_t count, int64_t bits)
+{
+    char value[8];
+    memcpy(value, &bits, 8);   /* little-endian: the low `size` bytes first */
+    if (size == 1) {
+        memset(dst, value[0], (size_t)count);
+        return;
+    }
+    for (int64_t i = 0; i < count; i++) memcpy(dst + i * size, value, (size_t)size);
+}
+
+/* cvttsd2si's rule: truncation, and the minimum for NaN or a value out of range */
+static int64_t to_i64(double v) { return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? (int64_t)v : INT64_MIN; }
+static int32_t to_i32(double v) { return v > -2147483649.0 && v < 2147483648.0 ? (int32_t)v : INT32_MIN; }
+
+/* One loop per (destination, source) pair, the types chosen once per call: EXPR converts v, the source
+   element (a bool read as v != 0). */
+#define LOOP(ST, EXPR) {                                                              \
+        const ST *s = (const ST *)src;                                                \
+        for (int64_t i = 0; i < count; i++) { const ST v = s[i]; d[i] = (EXPR); }     \
+        return;                                                                       \
+    }
+#define FROM_EVERY_SOURCE(FLOAT_EXPR, INT_EXPR)                                       \
+    switch (src_type) {                                                               \
+    case RTD_TYPE_F32: LOOP(float, FLOAT_EXPR)                                        \
+    case RTD_TYPE_F64: LOOP(double, FLOAT_EXPR)                                       \
+    case RTD_TYPE_I64: LOOP(int64_t, INT_EXPR)                                        \
+    case RTD_TYPE_I32: LOOP(int32_t, INT_EXPR)                                        \
+    case RTD_TYPE_I8: LOOP(int8_t, INT_EXPR)                                          \
+    case RTD_TYPE_U8: LOOP(uint8_t, INT_EXPR)                                         \
+    default: {                                                                        \
+        const uint8_t *s = (const uint8_t *)src;                                      \
+        for (int64_t i = 0; i < count; i++) { const int v = s[i] != 0; d[i] = (INT_EXPR); } \
+        return;                                                                       \
+    }                                                                                 \
+    }
+
+void rtd_move_cast(void *dst, int dst_type, const void *src, int src_type, int64_t count)
+{
+    switch (dst_type) {
+    case RTD_TYPE_F32: {   /* every source rounds once (int64 directly, as NumPy's) */
+        float *d = (float *)dst;
+        FROM_EVERY_SOURCE((float)v, (float)v)
+    }
+    case RTD_TYPE_F64: {
+        double *d = (double *)dst;
+        FROM_EVERY_SOURCE((double)v, (double)v)
+    }
+    case RTD_TYPE_I64: {
+        int64_t *d = (int64_t *)dst;
+        FROM_EVERY_SOURCE(to_i64((double)v), (int64_t)v)
+    }
+    case RTD_TYPE_I32: {
+        int32_t *d = (int32_t *)dst;
+        FROM_EVERY_SOURCE(to_i32((double)v), (int32_t)v)
+    }
+    case RTD_TYPE_I8: {   /* from integers only (the interpreter refuses floats to 8 bits) */
+        int8_t *d = (int8_t *)dst;
+        FROM_EVERY_SOURCE((int8_t)to_i32((double)v), (int8_t)v)
+    }
+    case RTD_TYPE_U8: {
+        uint8_t *d = (uint8_t *)dst;
+        FROM_EVERY_SOURCE((uint8_t)to_i32((double)v), (uint8_t)v)
+    }
+    default: {
+        uint8_t *d = (uint8_t *)dst;
+        FROM_EVERY_SOURCE(v != 0, v != 0)
+    }
+    }
+}
+#undef FROM_EVERY_SOURCE
+#undef LOOP

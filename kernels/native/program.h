@@ -1,0 +1,45 @@
+/* A compiled plan's steps run by one C loop (program.c); cffi reads the declarations below as they are.
+   The program is int64 words, op after op: opcode, operand count, parameter count, then per operand
+   (slot, byte offset, bytes, writes) and the parameters. An operand is the bytes [offset, offset + bytes)
+   of slot `slot` (slot -1: absent, a NULL pointer, bytes 0); an operand that writes must lie in a
+   writable slot. Every operand is checked against its slot before its op runs, and each op's kernel
+   checks the lengths again against its geometry, so a wrong program stops with a status (the failing
+   op's index in *failed) instead of touching memory out of bounds. The operands and parameters of
+   each op (program.py builds them):
+    CONV       x w bias y scratch packed multiplier links link_params chain_inputs[8];
+               x_type x_zero_point y_type y_zero_point n_links chain_len[8] n_chain_inputs, the 16 numbers of
+               conv.h's geometry (n c h w m group kh kw oh ow sh sw dh dw pad_top pad_left), relu
+    DEPTHWISE  x w bias y padded; n c h w kh kw oh ow sh sw dh dw pad_top pad_left pad_bottom pad_right relu
+    GEMM       a b bias c; b_layout m k n relu (gemm.h's rtd_gemm_rows)
+    MATMUL     a b c; batch m k n a_step b_step b_layout: batch products a[i] (m, k) @ b[i] (k, n) into c[i],
+               a[i] at a + i * a_step floats, b[i] at b + i * b_step (0: one b for all), b rows (0) or its
+               transpose (1)
+    CHAIN      links link_params out inputs[n]; n_links n in_len[n] in_inner[n] (chain.h)
+    ACTIVATION x y; op (activation.h)
+    SOFTMAX    x y; rows cols
+    COPY       src dst; size ndim shape[ndim] src_strides[ndim] dst_strides[ndim] src_origin dst_origin: the
+               element of index 0 at origin elements into each operand (negative strides reach below it)
+    FILL       dst; size count bits
+    CAST       src dst; src_type dst_type count (move.h's types)
+    REDUCE     x y; kind outer r inner (pool.h)
+    POOL       x y; n c h w kh kw oh ow sh sw dh dw pad_top pad_left: the window maxima (pool.h)
+    LSTM       xw r h c y gates; xw_offset xw_step y_offset y_step seq hidden batch (recurrent.h)
+    GATHER     table indices out; rows row_bytes count: out[i] = table row indices[i] (int64, negative from
+               the end), a status for an index out of range */
+#define RTD_OP_CONV 1
+#define RTD_OP_DEPTHWISE 2
+#define RTD_OP_GEMM 3
+#define RTD_OP_MATMUL 4
+#define RTD_OP_CHAIN 5
+#define RTD_OP_ACTIVATION 6
+#define RTD_OP_SOFTMAX 7
+#define RTD_OP_COPY 8
+#define RTD_OP_FILL 9
+#define RTD_OP_CAST 10
+#define RTD_OP_REDUCE 11
+#define RTD_OP_POOL 12
+#define RTD_OP_LSTM 13
+#define RTD_OP_GATHER 14
+#define RTD_PROGRAM_E_INDEX 3
+int rtd_program_run(const int64_t *code, int64_t code_len, void **slots, const int64_t *slot_bytes,
+                    const uint8_t *slot_writable, int64_t n_slots, int64_t *failed);

@@ -1,0 +1,214 @@
+"""Compiled plans' native segments: runs of steps as one program for the C interpreter (program.c).
+
+An op is made (kernels/emit.py) with symbolic operands: `Value` (bytes of a plan value, by name),
+`Constant` (an array the program keeps: weights, packed panels, a chain's opcodes) and `Scratch` (bytes
+private to one step). `Segment` resolves them once per shape signature against where each value lives
+(`Home`: the plan's arena, a constant, an array from the frame, or one made per run for values that
+leave the plan) and assembles the int64 program. A run fills the pointers of what changes per run (the
+frame's arrays, the fresh outputs) and calls the interpreter once; with a profile it runs the program
+op by op, each timed under the label of the node it came from.
+"""
+import threading
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from rtd.errors import Code, RtdError
+
+from . import compiled
+
+ABSENT_SLOT = -1
+
+
+class Value(NamedTuple):
+    """`nbytes` bytes of a plan value from `offset` on (None: to its end)."""
+    name: str
+    offset: int = 0
+    nbytes: int | None = None
+
+
+class Constant(NamedTuple):
+    array: np.ndarray
+
+
+class Scratch(NamedTuple):
+    key: str
+    nbytes: int
+
+
+class Operand(NamedTuple):
+    ref: Value | Constant | Scratch | None   # None: absent (a NULL pointer)
+    writes: bool = False
+
+
+class Op(NamedTuple):
+    opcode: int
+    operands: tuple
+    params: tuple
+
+
+def reads(ref) -> Operand:
+    return Operand(ref, False)
+
+
+def writes(ref) -> Operand:
+    return Operand(ref, True)
+
+
+class Home(NamedTuple):
+    """Where a value's bytes are: `base` "arena" (the plan's, `key` None), "constant" (`key` the array),
+    "frame" (`key` the name of the value whose array the frame holds) or "fresh" (`key` the name of the
+    value a run allocates); `offset` bytes in."""
+    base: str
+    key: object
+    offset: int
+
+
+class Segment:
+    """Consecutive native steps as one program. `homes` maps every value the ops name to its Home;
+    `specs` maps names to (shape, dtype); `externals` are the frame values the program reads (passed to
+    `run` after the arena, in this order); `fresh` the values a run allocates; `exports` the values `run`
+    returns (fresh ones or views of fresh and frame arrays), in order; `labels` each op's (label, step): the
+    node it came from, timed as one under that label by a profiled run."""
+
+    def __init__(self, ops: list, labels: list, homes: dict, specs: dict, scratch: dict, externals: list,
+                 fresh: list, exports: list):
+        self.labels, self.specs = [label for label, _ in labels], specs
+        self.nodes = []   # (label, first op, end op) per node that has ops
+        for k, (label, step) in enumerate(labels):
+            if k and labels[k - 1][1] == step:
+                self.nodes[-1] = (label, self.nodes[-1][1], k + 1)
+            else:
+                self.nodes.append((label, k, k + 1))
+        self.externals, self.fresh, self.exports = externals, fresh, exports
+        slot_of: dict = {}
+        self.slot_arrays: list = []   # constants, by slot
+        writable = [1]                # slot 0: the arena
+        self.slot_bytes = [0]
+
+        def slot(home: Home) -> int:
+            key = (home.base, id(home.key) if home.base == "constant" else home.key)
+            if key not in slot_of:
+                slot_of[key] = len(writable)
+                if home.base == "constant":   # read in C order: a strided constant (a folded transpose) as a copy
+                    self.slot_arrays.append((len(writable), np.ascontiguousarray(home.key)))
+                    writable.append(0)
+                    self.slot_bytes.append(home.key.nbytes)
+                else:
+                    spec = specs[home.key]
+                    writable.append(1 if home.base == "fresh" else 0)
+                    self.slot_bytes.append(int(np.prod(spec[0])) * np.dtype(spec[1]).itemsize)
+            return slot_of[key]
+
+        for name in externals:
+            slot(Home("frame", name, 0))
+        for name in fresh:
+            slot(Home("fresh", name, 0))
+        words, self.op_starts = [], []
+        for op in ops:
+            self.op_starts.append(len(words))
+            words += [op.opcode, len(op.operands), len(op.params)]
+            for operand in op.operands:
+                words += self._operand(operand, homes, specs, scratch, slot)
+            words += [int(p) for p in op.params]
+        self.op_starts.append(len(words))
+        self.code = np.array(words, np.int64)
+        self.code_pointer = compiled.ffi.from_buffer("int64_t[]", self.code)
+        self.writable = compiled.ffi.new("uint8_t[]", writable)
+        self.n_slots = len(writable)
+        self.external_slots = [slot_of[("frame", name)] for name in externals]
+        self.fresh_slots = [slot_of[("fresh", name)] for name in fresh]
+        self.export_homes = [homes[name] for name in exports]
+        self._local = threading.local()
+
+    @staticmethod
+    def _operand(operand: Operand, homes: dict, specs: dict, scratch: dict, slot) -> list:
+        ref, written = operand
+        if ref is None:
+            return [ABSENT_SLOT, 0, 0, 0]
+        if isinstance(ref, Constant):
+            return [slot(Home("constant", ref.array, 0)), 0, ref.array.nbytes, 0]
+        if isinstance(ref, Scratch):
+            return [0, scratch[ref.key], ref.nbytes, 1]
+        home = homes[ref.name]
+        shape, dtype = specs[ref.name]
+        total = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        nbytes = total - ref.offset if ref.nbytes is None else ref.nbytes
+        number = 0 if home.base == "arena" else slot(home)
+        return [number, home.offset + ref.offset, nbytes, int(written)]
+
+    def _thread_state(self, arena):
+        """This thread's slot table: the arena's and the constants' pointers set once."""
+        ffi = compiled.ffi
+        state = self._local.__dict__
+        state["arena"] = arena
+        keep = [ffi.from_buffer("char[]", arena, require_writable=True)]
+        pointers = ffi.new("void *[]", self.n_slots)
+        sizes = ffi.new("int64_t[]", self.slot_bytes)
+        sizes[0] = arena.nbytes
+        pointers[0] = keep[0]
+        for number, array in self.slot_arrays:
+            keep.append(ffi.from_buffer("char[]", array))
+            pointers[number] = keep[-1]
+        state["keep"], state["pointers"], state["sizes"] = keep, pointers, sizes
+        state["failed"] = ffi.new("int64_t *")
+        return state
+
+    def _bind(self, arena, values):
+        """The slot table for this run (the frame's arrays and fresh ones in place), and what keeps them alive."""
+        state = self._local.__dict__
+        if state.get("arena") is not arena:
+            state = self._thread_state(arena)
+        ffi, pointers = compiled.ffi, state["pointers"]
+        held, arrays = [], {}
+        for number, name, value in zip(self.external_slots, self.externals, values):
+            shape, dtype = self.specs[name]
+            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != shape:
+                raise ValueError(f"a compiled step expected {name!r} as {np.dtype(dtype)}{list(shape)}, got "
+                                 f"{getattr(value, 'dtype', type(value).__name__)}{list(getattr(value, 'shape', ()))}")
+            if not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value)
+            arrays[name] = value
+            held.append(ffi.from_buffer("char[]", value))
+            pointers[number] = held[-1]
+        for number, name in zip(self.fresh_slots, self.fresh):
+            shape, dtype = self.specs[name]
+            arrays[name] = value = np.empty(shape, dtype)
+            held.append(ffi.from_buffer("char[]", value, require_writable=True))
+            pointers[number] = held[-1]
+        return state, held, arrays
+
+    def run(self, arena, *values) -> tuple:
+        state, held, arrays = self._bind(arena, values)
+        self._call(state, 0, len(self.labels))
+        return self._exports(arrays)
+
+    def run_profiled(self, profile, arena, *values) -> tuple:
+        state, held, arrays = self._bind(arena, values)
+        clock = time.perf_counter_ns
+        for label, first, end in self.nodes:
+            start = clock()
+            self._call(state, first, end)
+            profile.record(label, start, clock())
+        return self._exports(arrays)
+
+    def _call(self, state, first: int, last: int) -> None:
+        start, end = self.op_starts[first], self.op_starts[last]
+        status = compiled.lib.rtd_program_run(self.code_pointer + start, end - start, state["pointers"], state["sizes"],
+                                              self.writable, self.n_slots, state["failed"])
+        if status != 0:   # the plan's checks make this unreachable; the C checks each op all the same
+            raise RtdError(Code.E_INTERNAL, f"compiled step {self.labels[first + state['failed'][0]]!r} refused its "
+                                            f"operands (status {status})")
+
+    def _exports(self, arrays: dict) -> tuple:
+        out = []
+        for name, home in zip(self.exports, self.export_homes):
+            shape, dtype = self.specs[name]
+            base = arrays[home.key]
+            if home.offset == 0 and base.dtype == dtype and base.size == int(np.prod(shape)):
+                out.append(base.reshape(shape))
+            else:
+                nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+                out.append(base.reshape(-1).view(np.uint8)[home.offset:home.offset + nbytes].view(dtype).reshape(shape))
+        return tuple(out)
