@@ -231,35 +231,36 @@ def test_a_crash_in_a_step_is_one_coded_error_naming_it_and_the_other_tenant_not
 
 
 def test_steps_of_different_requests_overlap_and_each_step_batches(fresh_daemon):
+    # Overlap is seen, not timed: while the second step runs a batch, the first runs a later request. A
+    # short batch delay sends the second step each batch while the first is still busy, however fast the
+    # executor runs these models (a 100 ms delay outlasted all of the first step's work once it ran in C).
     d = fresh_daemon(max_concurrency=8)
-    batched = b'max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 100000 }'
-    first, second = slow_model(60, 256), slow_model(60, 256)   # both slow: each step's run is long enough to be seen
+    batched = b'max_batch_size: 32 dynamic_batching { max_queue_delay_microseconds: 20000 }'
+    first, second = slow_model(60, 768), slow_model(60, 768)   # 4 rows a request: each step's run lasts milliseconds
     d.client("acme").load("first", d.package("acme", first, "first"))
     d.client("acme").load("second", d.package("acme", second, "second", config=batched))
     config = b'''name: "pair" platform: "ensemble"
-      input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 256 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ -1, 256 ] } ]
+      input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 768 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ -1, 768 ] } ]
       ensemble_scheduling { step [
         { model_name: "first" model_version: -1 input_map { key: "X" value: "x" } output_map { key: "Y" value: "a" } },
         { model_name: "second" model_version: -1 input_map { key: "X" value: "a" } output_map { key: "Y" value: "y" } } ] }'''
     d.client("acme").load("pair", ensemble(d, "acme", config, name="pair"))
-    xs = [np.random.default_rng(i).standard_normal((1, 256)).astype(np.float32) * 0.1 for i in range(12)]
+    requests = 16   # within the tenant's queue (max_queue)
+    xs = [np.random.default_rng(i).standard_normal((4, 768)).astype(np.float32) * 0.1 for i in range(requests)]
     busy_together = False
-    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+    with concurrent.futures.ThreadPoolExecutor(requests) as pool:
         futures = [pool.submit(d.client("acme").infer, "pair", {"x": x}) for x in xs]
-        while not all(f.done() for f in futures):
+        while not all(f.done() for f in futures) and not busy_together:
             models = d.tenant("acme")["models"]
             flights = {n: sum(i["in_flight"] for i in models[n]["serving"]["instances"]) for n in ("first", "second")}
-            busy_together |= all(flights.values())
-            time.sleep(0.01)
+            busy_together = all(flights.values())
         results = [f.result() for f in futures]
     for x, got in zip(xs, results):
         np.testing.assert_allclose(got["y"], run(second, {"X": run(first, {"X": x})["Y"]})["Y"], rtol=1e-4, atol=1e-5)
     assert busy_together, "the second step never ran while the first ran another request"
-    stats = d.client("acme")
     executions = d.metric('nv_inference_exec_count{model="second",tenant="acme"')
-    assert d.metric('nv_inference_request_success{model="second",tenant="acme"') == 12 and executions < 12
-    assert d.metric('nv_inference_request_success{model="pair",tenant="acme"') == 12
-    stats.close()
+    assert d.metric('nv_inference_request_success{model="second",tenant="acme"') == requests and executions < requests
+    assert d.metric('nv_inference_request_success{model="pair",tenant="acme"') == requests
 
 
 def test_an_unloaded_step_refuses_the_ensembles_requests_naming_it(daemon):
