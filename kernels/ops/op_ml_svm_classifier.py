@@ -89,15 +89,17 @@ class SVMClassifier_1(MlKernel):
             if self.proba:
                 scores = self._probabilities(scores)
             best = np.argmax(votes, axis=1)
-            top = votes[np.arange(len(best)), best]
         else:
             if self.coef.size != len(self.labels) * x.shape[1]:
                 self.refuse(f"{self.coef.size} coefficients for {x.shape[1]} features")
             scores = x.astype(np.float64) @ self.coef.reshape(len(self.labels), -1).T + self.rho_[0]
             best = np.argmax(scores, axis=1)
             top = scores[np.arange(len(best)), best]
-        if self.svc and len(self.labels) == 2 and not self.proba and self.all_positive:
-            best = np.where(top >= 0.5, 1, best)
+        if not self.svc and len(self.labels) == 2 and not self.prob_a:
+            # onnxruntime's binary rule for a linear model: the second label once the top score passes
+            # 0.5 (all coefficients >= 0) or 0 (otherwise). A support-vector model's label is its
+            # vote's: there the rule's weight stays 0.
+            best = np.where(top >= 0.5 if self.all_positive else top > 0, 1, best)
         label = self.labels[best]
         if scores.shape[1] == 1 and len(self.labels) == 2:
             return label, binary_scores(scores[:, 0], self.post_transform, mixed=True)

@@ -368,9 +368,25 @@ def test_svm_classifier_votes(kernel, counts):
     k, n = len(counts), sum(counts)
     node = ml_node("SVMClassifier", ["X"], ["Y", "Z"], kernel_type=kernel, kernel_params=[0.2, 0.0, 3.0],
                    vectors_per_class=counts, support_vectors=RNG.standard_normal(n * 4).tolist(),
-                   coefficients=RNG.standard_normal((k - 1) * n).tolist(), rho=[0.1, -0.2, 0.3][:k * (k - 1) // 2],
+                   coefficients=[-1.0, *RNG.standard_normal((k - 1) * n - 1)], rho=[0.1, -0.2, 0.3][:k * (k - 1) // 2],
                    classlabels_ints=[1, 2, 3][:k])
     agree(ml_model(node, [vi("X", F, [None, 4])], [vi("Y", I64), vi("Z")]), {"X": rows(13, 4)})
+
+
+@pytest.mark.parametrize("signs", ["positive", "mixed"])
+def test_binary_svm_classifiers_label_as_onnxruntime(signs):
+    """Two classes: a support-vector model labels by its vote whatever its coefficients' signs; a
+    linear one by onnxruntime's rule on its top score (0.5 when every coefficient is >= 0, else 0).
+    onnx.reference applies the 0.5 rule to a support-vector model's votes too: onnxruntime only here
+    (test_svm_classifier_votes keeps a negative coefficient, where the two agree)."""
+    coefficients = np.abs(RNG.standard_normal(10)) if signs == "positive" else RNG.standard_normal(10)
+    svc = ml_node("SVMClassifier", ["X"], ["Y", "Z"], kernel_type="LINEAR", kernel_params=[0.2, 0.0, 3.0],
+                  vectors_per_class=[6, 4], support_vectors=RNG.standard_normal(40).tolist(),
+                  coefficients=coefficients.tolist(), rho=[0.1], classlabels_ints=[1, 2])
+    agree(ml_model(svc, [vi("X", F, [None, 4])], [vi("Y", I64), vi("Z")]), {"X": rows(64, 4)}, reference=False)
+    linear = ml_node("SVMClassifier", ["X"], ["Y", "Z"], kernel_type="LINEAR", kernel_params=[0.0, 0.0, 1.0],
+                     coefficients=coefficients[:8].tolist(), rho=[-0.3], classlabels_ints=[1, 2])
+    agree(ml_model(linear, [vi("X", F, [None, 4])], [vi("Y", I64), vi("Z")]), {"X": rows(64, 4) * 0.3}, reference=False)
 
 
 def test_svm_classifier_linear_without_support_vectors():
