@@ -15,7 +15,7 @@ import asyncio
 import time
 
 from rtd import dtypes
-from rtd.daemon.serving.pipeline import Plan, Runner, Step
+from rtd.daemon.serving.pipeline import PipelinedVersion, Plan, Runner, Step
 from rtd.daemon.serving.services import TenantServices
 from rtd.errors import Code, RtdError
 from rtd.proto import model_config_pb2 as mc
@@ -35,7 +35,7 @@ def config_specs(config, tensors) -> tuple:
     return tuple(specs)
 
 
-class EnsembleVersion:
+class EnsembleVersion(PipelinedVersion):
     """One verified ensemble package: its checked plan and the runner of its requests."""
     runs_steps = True   # a pipeline itself: never an ensemble's step
 
@@ -107,17 +107,6 @@ class EnsembleVersion:
         return self._step_version(name, asked, Code.E_MODEL_UNAVAILABLE)
 
     # -- serving -------------------------------------------------------------------------------
-    async def submit(self, request, timing):
-        if self.retired or self.runner is None:
-            raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.owner.name} was unloaded")
-        return await self.runner.run(request, timing)
-
-    def answered(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.retired = True
-
     def evict(self, instance) -> None:
         pass
 

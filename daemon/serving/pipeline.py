@@ -147,6 +147,26 @@ class StepCall:
         return fields, renamed
 
 
+class PipelinedVersion:
+    """What a version served by a Runner (an ensemble, a staged model) answers where a ModelVersion
+    answers through its scheduler: it is its own scheduler, its steps' workers report to their own
+    versions."""
+
+    owner = runner = None
+    retired = False
+
+    async def submit(self, request: InferRequest, timing: Timing) -> Answer:
+        if self.retired or self.runner is None:
+            raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.owner.name} was unloaded")
+        return await self.runner.run(request, timing)
+
+    def answered(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.retired = True
+
+
 class Runner:
     """Runs requests through a plan. `resolve(index)` is the version serving step `index` now
     (a ModelVersion's surface: scheduler, signature, max_batch, version_dir, users) or a

@@ -16,7 +16,7 @@ import time
 
 from rtd.daemon.observe.metrics import Series
 from rtd.daemon.serving.lifecycle import ModelVersion
-from rtd.daemon.serving.pipeline import Plan, Runner, Step
+from rtd.daemon.serving.pipeline import PipelinedVersion, Plan, Runner, Step
 from rtd.daemon.serving.services import TenantServices
 from rtd.errors import Code, RtdError
 from rtd.kernels.stages import MAX_STAGES
@@ -72,7 +72,7 @@ class _StageOwner:
         self.staged.stage_changed()
 
 
-class StagedVersion:
+class StagedVersion(PipelinedVersion):
     """One verified package served as K stages."""
     runs_steps = True   # a pipeline itself: never an ensemble's step
 
@@ -172,17 +172,6 @@ class StagedVersion:
         self.owner.version_changed(self)
 
     # -- serving -------------------------------------------------------------------------------
-    async def submit(self, request, timing):
-        if self.retired or self.runner is None:
-            raise RtdError(Code.E_MODEL_UNAVAILABLE, f"{self.owner.name} was unloaded")
-        return await self.runner.run(request, timing)
-
-    def answered(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.retired = True
-
     def evict(self, instance) -> None:
         for stage in self.stages:
             if instance in stage.instances:
