@@ -29,10 +29,8 @@ CTYPES = {FLOAT32: "float[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.int8)
           np.dtype(np.int32): "int32_t[]"}
 
 
-# NumPy's OpenBLAS entry points (the recurrences'): cblas_sgemm and cblas_sgemv (64-bit integers), openblas_set/get_num_threads
-BLAS_SYMBOLS = ((("scipy_cblas_sgemm64_", "cblas_sgemm64_"), ("scipy_cblas_sgemv64_", "cblas_sgemv64_"),
-                 ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_"),
-                 ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_")))
+# NumPy's OpenBLAS entry points (the recurrences'): cblas_sgemm and cblas_sgemv (64-bit integers)
+BLAS_SYMBOLS = (("scipy_cblas_sgemm64_", "cblas_sgemm64_"), ("scipy_cblas_sgemv64_", "cblas_sgemv64_"))
 
 
 def _blas() -> tuple | None:

@@ -19,8 +19,6 @@
 static int64_t threads_allowed = 1;
 rtd_sgemm_fn rtd_sgemm = NULL;
 rtd_sgemv_fn rtd_sgemv = NULL;
-static void (*blas_set_threads)(int) = NULL;   /* OpenBLAS's openblas_set_num_threads (int argument) */
-static int (*blas_get_threads)(void) = NULL;
 
 static struct {
     pid_t pid;                           /* the process these threads belong to */
@@ -41,28 +39,10 @@ void rtd_set_threads(int64_t threads)
 
 int64_t rtd_threads(void) { return threads_allowed; }
 
-void rtd_set_blas(void *sgemm, void *sgemv, void *set_num_threads, void *get_num_threads)
+void rtd_set_blas(void *sgemm, void *sgemv)
 {
     rtd_sgemm = (rtd_sgemm_fn)sgemm;
     rtd_sgemv = (rtd_sgemv_fn)sgemv;
-    blas_set_threads = (void (*)(int))set_num_threads;
-    blas_get_threads = (int (*)(void))get_num_threads;
-}
-
-int64_t rtd_blas_single(void)
-{
-    if (blas_set_threads == NULL || blas_get_threads == NULL)
-        return 0;
-    int64_t previous = blas_get_threads();
-    if (previous > 1)
-        blas_set_threads(1);
-    return previous;
-}
-
-void rtd_blas_restore(int64_t previous)
-{
-    if (previous > 1 && blas_set_threads != NULL)
-        blas_set_threads((int)previous);
 }
 
 /* Each helper starts from the generation current when it was made (before the job that made it

@@ -11,7 +11,4 @@ extern rtd_sgemv_fn rtd_sgemv;
 /* body(ctx, worker, first, last) for parts [first, last), on at most `threads` threads (the calling
    one included); returns after every part has run. `threads` <= 1 runs everything here. */
 void rtd_parallel_for(int64_t threads, int64_t parts, void (*body)(void *, int64_t, int64_t, int64_t), void *ctx);
-/* BLAS single-threaded while our own threads call it in parallel; restored after. */
-int64_t rtd_blas_single(void);
-void rtd_blas_restore(int64_t previous);
 #endif

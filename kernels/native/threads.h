@@ -3,4 +3,4 @@
    OpenBLAS (64-bit integers), given once by conv.py when the kernels are imported. */
 void rtd_set_threads(int64_t threads);
 int64_t rtd_threads(void);
-void rtd_set_blas(void *sgemm, void *sgemv, void *set_num_threads, void *get_num_threads);
+void rtd_set_blas(void *sgemm, void *sgemv);
