@@ -12,7 +12,6 @@ Its steps are looked up again for every request: one unloaded or replaced since 
 request's refusal, naming the step.
 """
 import asyncio
-import time
 
 from rtd import dtypes
 from rtd.daemon.serving.pipeline import PipelinedVersion, Plan, Runner, Step
@@ -113,15 +112,6 @@ class EnsembleVersion(PipelinedVersion):
     def stop(self, reason: str) -> None:
         self.retired = True
         self.live.clear()
-
-    async def retire(self, grace_s: float, package_too: bool = True) -> None:
-        deadline = time.monotonic() + grace_s
-        while self.users and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        self.stop("replaced or unloaded")
-        if package_too:
-            self.held.release()
-            self.package.close()
 
     def view(self) -> dict:
         steps = []

@@ -54,7 +54,23 @@ def instance_count(config, max_instances: int) -> int:
     return total
 
 
-class ModelVersion:
+class Retiring:
+    """How any version retires, a model's own and one served through other versions' workers (an
+    ensemble, a staged model): its users, its instances' requests, stop(), its package and charge."""
+
+    async def retire(self, grace_s: float, package_too: bool = True) -> None:
+        """Once no longer chosen for new requests: let those that chose it finish (up to
+        `grace_s`), then stop; and give up its package unless a newer version shares it."""
+        deadline = time.monotonic() + grace_s
+        while (self.users or any(i.in_flight for i in self.instances)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self.stop("replaced or unloaded")
+        if package_too:
+            self.held.release()
+            self.package.close()
+
+
+class ModelVersion(Retiring):
     """One verified package of a model, the instances serving it and its scheduler."""
 
     def __init__(self, owner: "ManagedModel", package, held, services: TenantServices, load_extra: dict | None = None):
@@ -219,17 +235,6 @@ class ModelVersion:
         for instance in list(self.instances):
             instance.stop(Ending.STOPPED, reason)
         self.live.clear()
-
-    async def retire(self, grace_s: float, package_too: bool = True) -> None:
-        """Once no longer chosen for new requests: let those that chose it finish (up to
-        `grace_s`), then stop; and give up its package unless a newer version shares it."""
-        deadline = time.monotonic() + grace_s
-        while (self.users or any(i.in_flight for i in self.instances)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        self.stop("replaced or unloaded")
-        if package_too:
-            self.held.release()
-            self.package.close()
 
     def view(self) -> dict:
         return {"version": self.version_dir, "semver": self.package.version, "instances": [i.view() for i in self.instances],

@@ -24,6 +24,7 @@ import time
 
 from rtd import dtypes
 from rtd.daemon.observe.metrics import Timing
+from rtd.daemon.serving.lifecycle import Retiring
 from rtd.daemon.serving.scheduler import Answer, Handed, InferRequest
 from rtd.errors import Code, RtdError
 from rtd.signature import TensorSpec
@@ -147,7 +148,7 @@ class StepCall:
         return fields, renamed
 
 
-class PipelinedVersion:
+class PipelinedVersion(Retiring):
     """What a version served by a Runner (an ensemble, a staged model) answers where a ModelVersion
     answers through its scheduler: it is its own scheduler, its steps' workers report to their own
     versions."""

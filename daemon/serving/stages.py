@@ -12,7 +12,6 @@ and batching (the model's instance_group and dynamic_batching, per stage); a sta
 counts toward the model's crash_limit; `rtctl status` shows the cut and each stage's time.
 """
 import asyncio
-import time
 
 from rtd.daemon.observe.metrics import Series
 from rtd.daemon.serving.lifecycle import ModelVersion
@@ -183,15 +182,6 @@ class StagedVersion(PipelinedVersion):
         for stage in self.stages:
             stage.stop(reason)
         self.live.clear()
-
-    async def retire(self, grace_s: float, package_too: bool = True) -> None:
-        deadline = time.monotonic() + grace_s
-        while (self.users or any(i.in_flight for i in self.instances)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        self.stop("replaced or unloaded")
-        if package_too:
-            self.held.release()
-            self.package.close()
 
     def view(self) -> dict:
         stages = []
