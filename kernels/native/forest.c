@@ -177,28 +177,20 @@ rtd_forest *rtd_forest_new(int64_t n_nodes, const int32_t *key, const int32_t *f
             at = node->next[go];                                                                       \
         }                                                                                              \
     }
-static inline int compare_mixed_f32(int32_t key, float v, float t)
-{
-    switch (MODE(key)) {
-    case 0: return v <= t;
-    case 1: return v < t;
-    case 2: return v >= t;
-    case 3: return v > t;
-    case 4: return v == t;
-    default: return v != t;
+#define DEFINE_COMPARE_MIXED(SUFFIX, T)                                                                \
+    static inline int compare_mixed_##SUFFIX(int32_t key, T v, T t)                                    \
+    {                                                                                                  \
+        switch (MODE(key)) {                                                                           \
+        case 0: return v <= t;                                                                         \
+        case 1: return v < t;                                                                          \
+        case 2: return v >= t;                                                                         \
+        case 3: return v > t;                                                                          \
+        case 4: return v == t;                                                                         \
+        default: return v != t;                                                                        \
+        }                                                                                              \
     }
-}
-static inline int compare_mixed_f64(int32_t key, double v, double t)
-{
-    switch (MODE(key)) {
-    case 0: return v <= t;
-    case 1: return v < t;
-    case 2: return v >= t;
-    case 3: return v > t;
-    case 4: return v == t;
-    default: return v != t;
-    }
-}
+DEFINE_COMPARE_MIXED(f32, float)
+DEFINE_COMPARE_MIXED(f64, double)
 #define DEFINE_BOTH(NAME, T, VALUE, GO) DEFINE_WALK(NAME, T, VALUE, GO) DEFINE_WALK_GROUP(NAME, T, VALUE, GO)
 #define DEFINE_WALKS(T, VALUE)                                                                         \
     DEFINE_BOTH(walk_leq_##T, T, VALUE, COMPARE_LEQ(v, t))                                             \
