@@ -23,6 +23,7 @@ from tests.daemon.conftest import mlp
 from tests.daemon.test_attacks import CONTINUATION, DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SERVICE, SETTINGS, \
     FrameReader, beta_serves, frame, raw_connect, request_block
 from tests.daemon.test_budgets import Calm, X, rss
+from tests.daemon.idle_flood import still_open
 from tests.daemon.test_serving import reference
 
 PRIORITY, RST_STREAM, PING, WINDOW_UPDATE, UNKNOWN = 0x2, 0x3, 0x6, 0x8, 0xFA
@@ -136,17 +137,6 @@ def idle_connection(path: str) -> socket.socket:
     sock.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
     sock.setblocking(False)
     return sock
-
-
-def still_open(sock: socket.socket) -> bool:
-    try:
-        while sock.recv(1 << 16):   # the server's SETTINGS (and GOAWAY) come before its EOF
-            pass
-        return False
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
 
 
 def test_connections_that_never_authenticate_cannot_hold_the_per_peer_cap(fresh_daemon):
