@@ -206,7 +206,7 @@ def report(rows: list[dict], thread_counts: list[int]) -> str:
     for threads in thread_counts:
         ratios = [r["ratio"] for r in rows if r.get("threads") == threads]
         if ratios:
-            geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            geomean = statistics.geometric_mean(ratios)
             lines.append(f"geometric mean rtd/ORT at {threads} thread(s): {geomean:.2f}× over {len(ratios)} "
                          f"configurations (worst {max(ratios):.2f}×)")
     lines.append("(* / **: one / both sides' interquartile range exceeded 20 % of the median)")

@@ -17,7 +17,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.executor import BIG_DIMS  # noqa: E402,F401  (first: it cleans the OpenBLAS environment before NumPy loads)
 
 import argparse  # noqa: E402
-import math  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
@@ -76,8 +75,8 @@ def main(argv=None) -> int:
             print(f"| {name} | {n:.2f} | {p:.2f} | {o:.2f} | {n / p:.2f}× | {n / o:.2f}× | {p / o:.2f}× | "
                   f"{stats['native_nodes']}/{sum(stats['ops'].values())} | {difference:.2g} |", flush=True)
     if gains:
-        print(f"\ngeometric means over {len(gains)} models: native/per-step {math.exp(sum(map(math.log, gains)) / len(gains)):.2f}×, "
-              f"native/ORT {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}×")
+        print(f"\ngeometric means over {len(gains)} models: native/per-step {statistics.geometric_mean(gains):.2f}×, "
+              f"native/ORT {statistics.geometric_mean(ratios):.2f}×")
     return 0
 
 

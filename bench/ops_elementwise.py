@@ -11,6 +11,7 @@ planned executor calls them. Ratios below 1.0 mean rtd is faster.
     .venv/bin/python bench/ops_elementwise.py [--threads 1] [--min-time 0.5]
 """
 import argparse
+import statistics
 import time
 
 import numpy as np
@@ -113,8 +114,8 @@ def main():
         kernel_ratios.append(t_kernel / t_ort)
         print(f"| {name} | {t_rtd * 1e3:.3f} | {t_ort * 1e3:.3f} | {t_rtd / t_ort:.2f} "
               f"| {t_kernel * 1e3:.3f} | {t_kernel / t_ort:.2f} |", flush=True)
-    geomean = lambda r: float(np.exp(np.mean(np.log(r))))  # noqa: E731
-    print(f"\ngeometric means: run/ORT {geomean(ratios):.2f}, kernel/ORT {geomean(kernel_ratios):.2f}")
+    print(f"\ngeometric means: run/ORT {statistics.geometric_mean(ratios):.2f}, "
+          f"kernel/ORT {statistics.geometric_mean(kernel_ratios):.2f}")
 
 
 if __name__ == "__main__":
