@@ -213,7 +213,7 @@ class Supervisor:
             raise RtdError(Code.E_CONFIG_INVALID, "limits changed: restart rtd")
         if any(new[tid].model_repository != old[tid].model_repository for tid in new):
             raise RtdError(Code.E_CONFIG_INVALID, "model_repository changed: restart rtd")
-        self.state.trust = self.state.reread_trust(config)
+        self.state.reread_trust(config)
         self.tenants, self.config = Tenants(config), config
         for tenancy in self.tenancies.values():
             tenancy.tenant = new[tenancy.tenant.id]

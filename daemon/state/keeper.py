@@ -106,14 +106,13 @@ class StateKeeper:
         except OSError as e:   # the start raises marks to the registry's counters again
             self.events.emit("rollback_write_failed", tid, level="error", model=name, reason=e.strerror)
 
-    def reread_trust(self, config: Config) -> dict[str, TrustStore]:
-        """Every tenant's trust store of a new config, with the daemon's record of revocations; a
-        damaged one refuses its own tenant's loads, nobody else's."""
-        trust = {t.id: self.remembered(t.id, TrustStore(t.trusted_keys)) for t in config.tenants}
-        for tid, store in trust.items():
+    def reread_trust(self, config: Config) -> None:
+        """Every tenant's trust store read again from a new config, with the daemon's record of
+        revocations; a damaged one refuses its own tenant's loads, nobody else's."""
+        self.trust = {t.id: self.remembered(t.id, TrustStore(t.trusted_keys)) for t in config.tenants}
+        for tid, store in self.trust.items():
             if store.unusable:
                 self.events.emit("trust_damaged", tid, level="error", reason=store.unusable)
-        return trust
 
     def repair(self, tid: str, trusted_keys: str) -> list[str]:
         """Each of the tenant's damaged state files written again from what the daemon knows now
