@@ -126,9 +126,8 @@ class ModelVersion(Retiring):
 
     async def _start_instance(self, index: int) -> Instance:
         services = self.services
-        await services.make_room(self.estimate(), self.pids_estimate(), keep=self)
         instance = Instance(index, self._ended, services.policy_limits)
-        self.instances.append(instance)
+        await services.make_room(self.estimate(), self.pids_estimate(), keep=self, claim=lambda: self.instances.append(instance))
         serve_as = {"name": self.owner.name, "version": self.version_dir, "max_batch": self.max_batch,
                     "max_message_bytes": services.limits.max_message_bytes, "max_elements": services.limits.max_request_elements,
                     "threads": services.threads, "device": services.device, **self.load_extra}

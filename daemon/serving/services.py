@@ -19,7 +19,7 @@ class TenantServices:
     events: EventLog
     metrics: Metrics
     spawn: object                   # (socket) -> worker handle: a confined worker of this tenant (blocking)
-    make_room: object               # async (need bytes, need pids, keep version) -> None: evict idle instances, or refuse
+    make_room: object               # async (need bytes, need pids, keep version, claim) -> None: evict idle instances and count the new one, or refuse
     slots: asyncio.Semaphore        # the tenant's max_concurrency requests in its workers
     models: object = None           # (name) -> ManagedModel | None: the tenant's own models (an ensemble's steps)
 

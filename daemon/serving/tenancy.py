@@ -43,6 +43,7 @@ class Tenancy:
         self.tenant, self.policy = tenant, policy
         self.models: dict[str, ManagedModel] = {}
         self.load_lock = asyncio.Lock()
+        self.room = asyncio.Lock()   # making room for an instance and counting it, one start at a time
         self.services = TenantServices(tenant.id, limits, policy.limits, events, metrics, spawn, self.make_room,
                                        asyncio.Semaphore(limits.max_concurrency), self.models.get)
 
@@ -87,10 +88,17 @@ class Tenancy:
                 return
             await asyncio.sleep(0.01)
 
-    async def make_room(self, need_bytes: int, need_pids: int, keep: ModelVersion) -> None:
+    async def make_room(self, need_bytes: int, need_pids: int, keep: ModelVersion, claim) -> None:
         """Evict idle instances (least recently used first, never of `keep`) until a new one
         needing `need_bytes` of memory and `need_pids` processes and threads fits every limit
-        of the tenant's policy — whichever binds; refuse, naming the limits, if they cannot."""
+        of the tenant's policy — whichever binds; refuse, naming the limits, if they cannot.
+        `claim()` then counts the new instance, under the same lock: two instances starting at
+        once (a version's instance group) never both take the room that one eviction made."""
+        async with self.room:
+            await self._make_room(need_bytes, need_pids, keep)
+            claim()
+
+    async def _make_room(self, need_bytes: int, need_pids: int, keep: ModelVersion) -> None:
         if not self._short(need_bytes, need_pids):
             return
         idle = sorted(((i.last_used, v, i) for v in self.versions() if v is not keep
