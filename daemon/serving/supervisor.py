@@ -8,6 +8,7 @@ stops; a failed write changes nothing. Tenants are authenticated by the fronts; 
 per tenant. The supervisor never parses a model graph.
 """
 import asyncio
+import contextlib
 import functools
 import time
 
@@ -92,9 +93,7 @@ class Supervisor:
             raise RtdError(Code.E_MODEL_NOT_FOUND, f"no tenant {tid[:64]!r}")
         repair = functools.partial(self.state.repair, tid, self.tenants.by_id[tid].trusted_keys)
         tenancy = self.tenancies.get(tid)
-        if tenancy is None:
-            return await self.io[tid].run(repair, timeout=None, what="repairing its state")
-        async with tenancy.load_lock:
+        async with tenancy.load_lock if tenancy is not None else contextlib.nullcontext():
             return await self.io[tid].run(repair, timeout=None, what="repairing its state")
 
     # -- life cycle ---------------------------------------------------------------------------
