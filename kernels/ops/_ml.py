@@ -79,6 +79,17 @@ def text(x: np.ndarray) -> np.ndarray:
         raise RtdError(Code.E_INPUT_INVALID, "a string element is not UTF-8") from None
 
 
+def finite(scores: np.ndarray, nan: float = 0.0) -> np.ndarray:
+    """`np.nan_to_num(scores, nan=nan)` (each infinity to the largest finite value of its sign, NaN
+    to `nan`) in four ufunc calls: NumPy's own spends ~15 µs of Python, a quarter of a tree
+    classifier's whole run on one row."""
+    if scores.dtype.kind != "f":
+        return scores.copy()
+    big = np.finfo(scores.dtype).max
+    clipped = np.minimum(np.maximum(scores, -big), big)   # NaN passes through both
+    return np.where(np.isnan(scores), scores.dtype.type(nan), clipped)
+
+
 def logistic(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
@@ -123,10 +134,10 @@ def binary_scores(score: np.ndarray, name: str, mixed: bool) -> np.ndarray:
     if name == "PROBIT":
         return probit(s)
     if not mixed:
-        return np.hstack([1 - s, s])
+        return np.concatenate([1 - s, s], axis=1)
     if name == "LOGISTIC":
-        return np.hstack([logistic(-s), logistic(s)])
-    return np.hstack([-s, s])
+        return logistic(np.concatenate([-s, s], axis=1))   # element-wise: one call for both columns
+    return np.concatenate([-s, s], axis=1)
 
 
 def map_values(x: np.ndarray, table: dict, default, dtype) -> np.ndarray:

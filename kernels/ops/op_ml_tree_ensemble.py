@@ -6,7 +6,7 @@ Results are [N, n_targets] in the input's float type."""
 import numpy as np
 
 from ._forest import AGGREGATES, LEAF, MEMBER, Forest, LeafTable, Scorer, combined
-from ._ml import POST_TRANSFORMS, MlKernel, post_transform
+from ._ml import POST_TRANSFORMS, MlKernel, finite, post_transform
 from .base import REQUIRED
 
 
@@ -67,7 +67,7 @@ class TreeEnsemble_5(MlKernel):
             self.refuse(f"input dtype {x.dtype} is not a float type")
         flat = x.reshape(1, -1) if x.ndim == 1 else x
         flat = flat.astype(np.float64 if x.dtype == np.float64 else np.float32, copy=False)   # compared in the input's precision
-        scores = np.nan_to_num(combined(self.forest, self.table, self.scorer, flat, AGGREGATES[self.aggregate_function]), nan=0.0)
+        scores = finite(combined(self.forest, self.table, self.scorer, flat, AGGREGATES[self.aggregate_function]))
         transform = POST_TRANSFORMS[self.post_transform]
         if self.n_targets > 1 or transform == "PROBIT":
             scores = post_transform(scores.astype(np.float32), transform)

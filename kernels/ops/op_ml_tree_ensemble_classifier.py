@@ -10,7 +10,7 @@ import numpy as np
 from rtd.errors import Code
 
 from ._forest import LeafTable, Scorer, combined, from_node_lists, leaf_slots
-from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, labels_array, post_transform
+from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, finite, labels_array, post_transform
 
 _ATTRIBUTES = {"base_values": None, "class_ids": None, "class_nodeids": None, "class_treeids": None,
                "class_weights": None, "classlabels_int64s": None, "classlabels_strings": None,
@@ -56,13 +56,13 @@ class TreeEnsembleClassifier_1(MlKernel):
         scores = combined(self.forest, self.table, self.scorer, self.features(x).astype(self.precision, copy=False), "SUM")
         if len(self.labels) > 2:
             if self.base.size:
-                scores = np.nan_to_num(scores) + self.base
+                scores = finite(scores) + self.base
                 best = np.argmax(scores, axis=1)
             else:  # the label is the best class among those some reached leaf scores
-                best = np.argmax(np.nan_to_num(scores, nan=-np.inf), axis=1)
-                scores = np.nan_to_num(scores)
+                best = np.argmax(finite(scores, nan=-np.inf), axis=1)
+                scores = finite(scores)
             return self.labels[best], post_transform(scores.astype(np.float32), self.post_transform)
-        scores, second = np.nan_to_num(scores), self.second
+        scores, second = finite(scores), self.second
         if self.base.size == 2:  # onnxruntime's reading: class 1 is base[1] + the first column's score
             scores[:, 1] = self.base[1] + scores[:, 0]
             scores[:, 0] = -scores[:, 1]

@@ -4,7 +4,7 @@ Version 3 may carry the float lists as double tensors (`*_as_tensor`)."""
 import numpy as np
 
 from ._forest import AGGREGATES, LeafTable, Scorer, combined, from_node_lists, leaf_slots
-from ._ml import POST_TRANSFORMS, MlKernel, post_transform
+from ._ml import POST_TRANSFORMS, MlKernel, finite, post_transform
 
 _ATTRIBUTES = {"aggregate_function": "SUM", "base_values": None, "n_targets": None, "nodes_falsenodeids": None,
                "nodes_featureids": None, "nodes_hitrates": None, "nodes_missing_value_tracks_true": None,
@@ -41,7 +41,7 @@ class TreeEnsembleRegressor_1(MlKernel):
     def compute(self, x):
         # a target no reached leaf scores is 0, base value or not (onnxruntime)
         x = self.features(x).astype(self.precision, copy=False)
-        scores = np.nan_to_num(combined(self.forest, self.table, self.scorer, x, self.aggregate_function) + self.base, nan=0.0)
+        scores = finite(combined(self.forest, self.table, self.scorer, x, self.aggregate_function) + self.base)
         if self.n_targets == 1 and self.post_transform != "PROBIT":
             return (scores.astype(np.float32),)  # onnxruntime transforms a single score only by PROBIT
         return (post_transform(scores.astype(np.float32), self.post_transform),)
