@@ -157,13 +157,14 @@ class Scheduler:
             raise RtdError(Code.E_INPUT_INVALID, f"{self.name} batches along dim 0: the inputs' first dims must agree "
                                                  f"and be 1..{self.max_batch}")
         pending = _Pending(request, timing, asyncio.get_running_loop().create_future())
-        if self.task is None:
-            asyncio.get_running_loop().create_task(self._execute([pending]))
-        else:
+        wait = None if request.deadline == math.inf else max(0.0, request.deadline - time.monotonic())
+        try:
+            if self.task is None:   # no batching: the caller's own task takes its request to the worker and back
+                async with asyncio.timeout(wait):
+                    await self._execute([pending])
+                return pending.future.result()
             self.queue.append(pending)
             self.arrived.set()
-        try:
-            wait = None if request.deadline == math.inf else max(0.0, request.deadline - time.monotonic())
             return await asyncio.wait_for(asyncio.shield(pending.future), wait)
         except TimeoutError:
             raise RtdError(Code.E_DEADLINE, "the deadline passed before the model answered") from None
@@ -235,6 +236,7 @@ class Scheduler:
                 self.slots.release()
                 if answered:
                     self.version.answered()
+                    self.on_execution()
         try:
             instance = await self.version.instance(queued_until)
             timing = batch[0].timing
@@ -267,7 +269,6 @@ class Scheduler:
                 self._settle(p, e)
             return
         timing.answered(ns)
-        self.on_execution()
         for p, answer in zip(batch, answers):
             p.timing.took(timing)
             self._settle(p, answer)
