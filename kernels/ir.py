@@ -4,6 +4,7 @@
 attributes turned into nested `Graph`s, outer-scope names a subgraph reads recorded on its
 node as `implicit`); `check` is the invariant every pass must keep (run between passes).
 """
+import array
 import dataclasses
 import itertools
 
@@ -14,6 +15,10 @@ from onnx import numpy_helper
 from rtd.errors import Code, RtdError
 
 RTD_DOMAIN = "rtd"  # fused kernels made by the passes; never in a model
+# Longer INTS/FLOATS attributes are kept as array.array (a sequence of 8 or 4 bytes an element) rather
+# than a list of Python numbers (~40 bytes an element): a 200 MB tree ensemble's node lists took
+# gigabytes as lists. NumPy reads an array.array through the buffer protocol, without a copy.
+LARGE_ATTRIBUTE = 1 << 12
 
 
 @dataclasses.dataclass
@@ -96,9 +101,12 @@ def attribute_value(attr: onnx.AttributeProto, opsets: dict, functions: dict):
     if attr.type == A.STRING:
         return attr.s.decode("utf-8", "replace")
     if attr.type == A.STRINGS:
-        return [s.decode("utf-8", "replace") for s in attr.strings]
-    if attr.type in (A.INTS, A.FLOATS):
-        return list(onnx.helper.get_attribute_value(attr))
+        decoded = {}   # one str per distinct value: a tree ensemble repeats a handful of modes millions of times
+        return [decoded.get(s) or decoded.setdefault(s, s.decode("utf-8", "replace")) for s in attr.strings]
+    if attr.type == A.INTS:
+        return array.array("q", attr.ints) if len(attr.ints) > LARGE_ATTRIBUTE else list(attr.ints)
+    if attr.type == A.FLOATS:
+        return array.array("f", attr.floats) if len(attr.floats) > LARGE_ATTRIBUTE else list(attr.floats)
     if attr.type in (A.SPARSE_TENSOR, A.SPARSE_TENSORS, A.TYPE_PROTO, A.TYPE_PROTOS):
         return onnx.helper.get_attribute_value(attr)
     return onnx.helper.get_attribute_value(attr)
