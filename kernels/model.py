@@ -158,7 +158,7 @@ class CompiledModel:
             return None, outputs  # sequence/optional feeds: interpret, no shape plan
         graph, shapes, static = lower_signature(self.graph, dict(env.maps[0], **dict(zip(self.graph.inputs, on_device))), self.disable, self.xp)
         if self.xp is np:
-            plan = Plan(graph, shapes, static, self.xp)
+            plan = Plan(graph, shapes, static, self.xp, made={id(node): (node, kernel) for node, kernel in self.runner.nodes})
         else:   # ops the GPU backend lacks run on the host, the graph cut where fewest bytes cross
             cut = partition(graph, shapes)
             graph, shapes, where = apply(graph, cut, shapes)

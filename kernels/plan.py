@@ -28,7 +28,8 @@ class Plan:
     """`where` (kernels/partition.apply): per node, HOST for one that runs on NumPy in a device
     plan; transfer nodes copy through `transfers` (the device's copy stream)."""
 
-    def __init__(self, graph: Graph, shapes: dict, static: set, xp=np, where: list | None = None, transfers=None):
+    def __init__(self, graph: Graph, shapes: dict, static: set, xp=np, where: list | None = None, transfers=None,
+                 made: dict | None = None):
         self.graph, self.xp = graph, xp
         self.where = where or []
         self.partitioned = HOST in self.where
@@ -41,8 +42,17 @@ class Plan:
         self.output_slots = [self.slot[n] for n in graph.outputs]
         self.constant_slots = {self.slot[n] for n in graph.constants}
         on_host = [w == HOST for w in self.where] or [False] * len(graph.nodes)
-        self.kernels = kernels = [Transfer(node.op_type, transfers) if node.domain == TRANSFER_DOMAIN else   # one per node
-                                  make_kernel(node, graph.opsets, np if host else xp) for node, host in zip(graph.nodes, on_host)]
+        made = made or {}   # id(node) -> (node, its kernel) made at compile: a shareable one is used again
+
+        def kernel_of(node, host):
+            if node.domain == TRANSFER_DOMAIN:
+                return Transfer(node.op_type, transfers)
+            earlier = made.get(id(node))
+            if earlier is not None and earlier[0] is node and getattr(earlier[1], "shareable", False) \
+                    and earlier[1].xp is (np if host else xp):
+                return earlier[1]
+            return make_kernel(node, graph.opsets, np if host else xp)
+        self.kernels = kernels = [kernel_of(node, host) for node, host in zip(graph.nodes, on_host)]   # one per node
         self.host_constants = {n for node, host in zip(graph.nodes, on_host) if host
                                for n in node.inputs + node.implicit if n in graph.constants}
         native = xp is np and not self.partitioned

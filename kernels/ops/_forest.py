@@ -58,13 +58,19 @@ class Forest:
         raise RtdError(Code.E_MODEL_INVALID, f"{self.op}: {detail}")
 
     def _depth(self, leaf: np.ndarray) -> int:
-        """Steps until every walk rests on a leaf; a cycle among the nodes is refused."""
-        frontier, depth = np.unique(self.roots), 0
+        """Steps until every walk rests on a leaf; a cycle among the nodes is refused. Each level's
+        nodes are counted once (a mark per node, not a sort: deep leaf-wise trees have hundreds of levels)."""
+        marked = np.zeros(len(leaf), bool)
+        marked[self.roots] = True
+        frontier, depth = np.flatnonzero(marked), 0
         while len(frontier := frontier[~leaf[frontier]]):
             depth += 1
             if depth > len(leaf):
                 self.refuse("the nodes form a cycle")
-            frontier = np.unique(np.concatenate([self.true_next[frontier], self.false_next[frontier]]))
+            marked[:] = False
+            marked[self.true_next[frontier]] = True
+            marked[self.false_next[frontier]] = True
+            frontier = np.flatnonzero(marked)
         return depth
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
@@ -179,11 +185,10 @@ def from_node_lists(op: str, treeids, nodeids, modes, featureids, values, trueno
              "nodes_truenodeids": truenodeids, "nodes_falsenodeids": falsenodeids}
     if any(v is None or len(v) != n for v in lists.values()) or (missing_true and len(missing_true) != n):
         raise RtdError(Code.E_MODEL_INVALID, f"{op}: the nodes_* lists differ in length")
-    names, codes = np.unique(np.asarray(modes, dtype=object).astype(str), return_inverse=True)
-    unknown = set(names.tolist()) - set(MODES)
+    unknown = set(modes) - set(MODES)   # a handful of distinct strings, however many nodes
     if unknown:
-        raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: nodes_modes {sorted(unknown)}")
-    mode = np.array([MODES[m] for m in names.tolist()], np.int8)[codes.reshape(-1)] if n else np.zeros(0, np.int8)
+        raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: nodes_modes {sorted(map(str, unknown))}")
+    mode = np.fromiter((MODES[m] for m in modes), np.int8, count=n)
     ids = NodeIds(op, treeids, nodeids)
     tree = np.asarray(treeids, np.int64).reshape(-1)
     branch = np.flatnonzero(mode != LEAF)

@@ -22,6 +22,7 @@ class MlKernel(Kernel):
 
     domain = ML_DOMAIN
     on_device = False
+    shareable = True   # compute() reads only what setup() made
 
     def compute(self, *inputs) -> tuple:
         raise NotImplementedError

@@ -23,6 +23,9 @@ class Kernel:
     needs_scope = False  # control flow: run(..., scope=outer_values) to see enclosing names
     on_device = True  # False: computes on the host whatever `xp` is (strings, host loops, host draws); kernels/partition.py
     n_outputs: int | None = None  # the node's output count (Split into equal parts, MaxPool indices)
+    # True: the instance keeps nothing of a run, so every plan of the model may use the one made at
+    # compile (a tree ensemble's tables take seconds to build: not again for each new signature)
+    shareable = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -73,3 +73,15 @@ def test_the_c_checks_its_arguments():
                               ffi.from_buffer("int32_t[]", np.array([5], np.int32)), ffi.from_buffer("double[]", np.zeros(1)),
                               1, pointer, 1, 0, ffi.NULL, ffi.NULL, 1, 1, status) == ffi.NULL   # a successor past the nodes
     assert status[0] < 0
+
+
+def test_every_batch_size_walks_the_tables_built_at_compile():
+    """A tree ensemble's tables are built once (seconds for a large one): each new signature's plan uses
+    the kernel compile made, not one of its own."""
+    compiled = compile_model(regressor(50, 4, 5, 1))
+    made = [kernel for node, kernel in compiled.runner.nodes if node.op_type == "TreeEnsembleRegressor"]
+    for rows in (1, 7, 300):
+        compiled.run({"X": tree_features(rows, 5)})
+    plans = list(compiled._plans.values())
+    assert len(made) == 1 and len(plans) == 3
+    assert all(any(kernel is made[0] for kernel in plan.kernels) for plan in plans)
