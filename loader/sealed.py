@@ -13,16 +13,19 @@ sealed memfd in chunks: never held whole in the supervisor's memory. A memfd a c
 decoder filled is taken over the same way (seal_memfd).
 """
 import concurrent.futures
+import errno
 import fcntl
 import hashlib
 import mmap
 import os
+import time
 
 from rtd.errors import Code, RtdError
 from rtd.files import copy_fd
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
 _COPIER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rtd-seal")  # its thread starts on first use
+_SEAL_ATTEMPTS = 10  # about 2 s in all with the kernel's own waits
 _CHUNK = 1 << 20  # one reused buffer, small enough to stay in L2 from read through hash to write
 
 
@@ -60,8 +63,24 @@ def _new_memfd(name: str) -> int:
 
 def _finish(name: str, fd: int, size: int, digest, mapping) -> SealedFile:
     # mappings are MAP_PRIVATE: the kernel refuses F_SEAL_WRITE while a shared one exists
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+    _add_seals(fd)
     return SealedFile(name, fd, size, digest.hexdigest(), mapping)
+
+
+def _add_seals(fd: int) -> None:
+    """F_ADD_SEALS, asked again while the kernel answers EBUSY: besides a writable shared mapping
+    (which nothing here makes), F_SEAL_WRITE is refused while any page holds a reference other
+    than the page cache's and its mappings, and reclaim or compaction take such references for a
+    moment; the kernel waits only ~150 ms for them to go, which a loaded host can outlast (CI
+    saw a model-sized memfd refused once under load)."""
+    for attempt in range(_SEAL_ATTEMPTS):
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or attempt == _SEAL_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05)
 
 
 def seal_from_fd(name: str, src_fd: int, size: int, offset: int = 0,
@@ -108,7 +127,7 @@ def seal_memfd(name: str, fd: int, size: int, code: Code = Code.E_DIGEST_MISMATC
     The fd is the SealedFile's from here on, or closed."""
     try:
         try:
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            _add_seals(fd)
         except OSError as e:
             raise RtdError(code, f"{name} cannot be sealed: {e.strerror}") from None
         if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS or os.fstat(fd).st_size != size:

@@ -188,17 +188,26 @@ def test_a_malformed_zygote_report_fails_the_request_not_the_supervisor(monkeypa
 
 
 def forge_result(kind: int, head: dict):
-    """Inside the confined child: write a frame of its own making on the result socket."""
-    fd = next(fd for fd in range(os.sysconf("SC_OPEN_MAX")) if _is_socket(fd))   # its number depends on what the parent holds
+    """Inside the confined child: write a frame of its own making on the result socket, the one
+    stream socket it holds (its report channel is SOCK_SEQPACKET). The fd keeps the number it had
+    in the parent, which in a long test session is past the child's RLIMIT_NOFILE (64), so the
+    search runs over every number an fd can have here, not over SC_OPEN_MAX."""
+    fd = next(fd for fd in range(1 << 16) if _is_stream_socket(fd))
     os.write(fd, record(Kind(kind), head))
     os._exit(0)
 
 
-def _is_socket(fd: int) -> bool:
+def _is_stream_socket(fd: int) -> bool:
     try:
-        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return False
     except OSError:
         return False
+    sock = socket.socket(fileno=fd)
+    try:
+        return sock.type == socket.SOCK_STREAM
+    finally:
+        sock.detach()
 
 
 @pytest.mark.parametrize("kind, head", [
