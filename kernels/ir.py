@@ -13,6 +13,7 @@ import onnx
 from onnx import numpy_helper
 
 from rtd.errors import Code, RtdError
+from . import number_runs
 
 RTD_DOMAIN = "rtd"  # fused kernels made by the passes; never in a model
 # Longer INTS/FLOATS attributes are kept as array.array (a sequence of 8 or 4 bytes an element) rather
@@ -104,12 +105,22 @@ def attribute_value(attr: onnx.AttributeProto, opsets: dict, functions: dict):
         decoded = {}   # one str per distinct value: a tree ensemble repeats a handful of modes millions of times
         return [decoded.get(s) or decoded.setdefault(s, s.decode("utf-8", "replace")) for s in attr.strings]
     if attr.type == A.INTS:
-        return array.array("q", attr.ints) if len(attr.ints) > LARGE_ATTRIBUTE else list(attr.ints)
+        return _numbers(attr, attr.ints, 8, "q") if len(attr.ints) > LARGE_ATTRIBUTE else list(attr.ints)
     if attr.type == A.FLOATS:
-        return array.array("f", attr.floats) if len(attr.floats) > LARGE_ATTRIBUTE else list(attr.floats)
+        return _numbers(attr, attr.floats, 7, "f") if len(attr.floats) > LARGE_ATTRIBUTE else list(attr.floats)
     if attr.type in (A.SPARSE_TENSOR, A.SPARSE_TENSORS, A.TYPE_PROTO, A.TYPE_PROTOS):
         return onnx.helper.get_attribute_value(attr)
     return onnx.helper.get_attribute_value(attr)
+
+
+def _numbers(attr: onnx.AttributeProto, values, number: int, typecode: str) -> array.array:
+    """A long INTS or FLOATS attribute's values, decoded from its encoding by NumPy where they lie as the
+    protobuf runtime writes them (number_runs), else read through the runtime one by one."""
+    decoded = number_runs.run(attr.SerializeToString(), number, len(values), _TYPECODES[typecode])
+    return array.array(typecode, values if decoded is None else decoded.tobytes())
+
+
+_TYPECODES = {"q": np.int64, "f": np.float32}
 
 
 def _domain(domain: str) -> str:

@@ -42,28 +42,33 @@ class Walker:
         """(field number, wire type, value) of each field of the message in buf[start:end]."""
         pos = start
         while pos < end:
-            if self.budget is not None:
-                self.budget -= 1
-                if self.budget < 0:
-                    raise self.error("more fields than allowed")
-            key, pos = self.varint(pos, end)
-            number, wire = key >> 3, key & 7
-            if number == 0:
-                raise self.error(f"field number 0 at byte {pos}")
-            if wire == VARINT:
-                value, pos = self.varint(pos, end)
-            elif wire == LENGTH:
-                length, pos = self.varint(pos, end)
-                if length > end - pos:
-                    raise self.error(f"field {number} runs past its message")
-                value, pos = (pos, pos + length), pos + length
-            elif wire in _FIXED:
-                if _FIXED[wire] > end - pos:
-                    raise self.error(f"field {number} is truncated")
-                value, pos = (pos, pos + _FIXED[wire]), pos + _FIXED[wire]
-            else:
-                raise self.error(f"wire type {wire} (groups) at byte {pos}")
+            number, wire, value, pos = self.field(pos, end)
             yield number, wire, value
+
+    def field(self, pos: int, end: int) -> tuple[int, int, object, int]:
+        """The field whose key is at buf[pos] (a message ending at `end`) and the position after it."""
+        if self.budget is not None:
+            self.budget -= 1
+            if self.budget < 0:
+                raise self.error("more fields than allowed")
+        key, pos = self.varint(pos, end)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise self.error(f"field number 0 at byte {pos}")
+        if wire == VARINT:
+            value, pos = self.varint(pos, end)
+        elif wire == LENGTH:
+            length, pos = self.varint(pos, end)
+            if length > end - pos:
+                raise self.error(f"field {number} runs past its message")
+            value, pos = (pos, pos + length), pos + length
+        elif wire in _FIXED:
+            if _FIXED[wire] > end - pos:
+                raise self.error(f"field {number} is truncated")
+            value, pos = (pos, pos + _FIXED[wire]), pos + _FIXED[wire]
+        else:
+            raise self.error(f"wire type {wire} (groups) at byte {pos}")
+        return number, wire, value, pos
 
     def text(self, span: tuple[int, int], what: str, max_bytes: int) -> str:
         """A string field's UTF-8 text, at most `max_bytes` long."""
