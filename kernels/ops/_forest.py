@@ -144,7 +144,11 @@ class LeafTable:
 
 class NodeIds:
     """The v1/v3 naming of nodes by (tree id, node id), looked up in bulk: each pair as one int64 key
-    (the tree id's rank, then the node id's offset) in a sorted array, found by binary search."""
+    (the tree id's rank, then the node id's offset). Exporters number each tree's nodes from 0, so
+    the keys are nearly dense: a table from key to slot, one gather per lookup; ids spread wider
+    than TABLE_SPREAD times the node count are found by binary search in the sorted keys instead."""
+
+    TABLE_SPREAD = 4
 
     def __init__(self, op: str, treeids, nodeids):
         self.op = op
@@ -155,9 +159,16 @@ class NodeIds:
         if len(self.trees) * self.span >= 1 << 62:
             raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: node ids spread over more than 2^62 values")
         keys = self._keys(t, i)
-        self.order = np.argsort(keys, kind="stable")
-        self.sorted = keys[self.order]
-        if (self.sorted[1:] == self.sorted[:-1]).any():
+        if len(self.trees) * self.span <= self.TABLE_SPREAD * len(keys) + 1024:
+            self.table = np.full(len(self.trees) * self.span, -1, np.int32)   # a model holds < 2^31 nodes
+            self.table[keys] = np.arange(len(keys), dtype=np.int32)
+            shared = np.count_nonzero(self.table >= 0) != len(keys)
+        else:
+            self.table = None
+            self.order = np.argsort(keys, kind="stable")
+            self.sorted = keys[self.order]
+            shared = (self.sorted[1:] == self.sorted[:-1]).any()
+        if shared:
             raise RtdError(Code.E_MODEL_INVALID, f"{op}: two nodes share a (tree id, node id)")
 
     def _keys(self, t: np.ndarray, i: np.ndarray) -> np.ndarray:
@@ -168,13 +179,18 @@ class NodeIds:
         t, i = np.asarray(treeids, np.int64).reshape(-1), np.asarray(nodeids, np.int64).reshape(-1)
         rank = np.minimum(np.searchsorted(self.trees, t), len(self.trees) - 1)
         known = (self.trees[rank] == t) & (i >= self.low) & (i < self.low + self.span)
-        keys = np.where(known, rank * self.span + (i - self.low), -1)
-        at = np.minimum(np.searchsorted(self.sorted, keys), len(self.sorted) - 1)
-        missing = ~known | (self.sorted[at] != keys)
+        keys = np.where(known, rank * self.span + (i - self.low), 0)
+        if self.table is not None:
+            found = self.table[keys].astype(np.int64)
+            missing = ~known | (found < 0)
+        else:
+            at = np.minimum(np.searchsorted(self.sorted, keys), len(self.sorted) - 1)
+            found = self.order[at]
+            missing = ~known | (self.sorted[at] != keys)
         if missing.any():
             k = int(np.flatnonzero(missing)[0])
             raise RtdError(Code.E_MODEL_INVALID, f"{self.op}: {what} names node {(int(t[k]), int(i[k]))}, which does not exist")
-        return self.order[at]
+        return found
 
 
 def from_node_lists(op: str, treeids, nodeids, modes, featureids, values, truenodeids, falsenodeids,
@@ -226,8 +242,8 @@ class Scorer:
         weights = np.asarray(weights, np.float64)
         order = np.argsort(slots, kind="stable")   # each leaf's weights together, in the order given
         slots, targets, weights = slots[order], targets[order], weights[order]
-        first = np.searchsorted(slots, np.arange(len(leaf)))
-        count = np.searchsorted(slots, np.arange(len(leaf)), side="right") - first
+        count = np.bincount(slots, minlength=len(leaf))   # slots name nodes: NodeIds checked them
+        first = np.cumsum(count) - count
         key = (forest.feature | forest.mode.astype(np.int64) << 24 | forest.missing_true.astype(np.int64) << 27)
         key = np.where(leaf, -1, key).astype(np.int32)
         # a leaf's value is its first weight (what onnxruntime adds for a single target)

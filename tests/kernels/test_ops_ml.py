@@ -460,3 +460,31 @@ def test_the_workers_guard_allows_the_ml_ops_rtd_serves_and_nothing_else_of_that
     node = ml_node("DictVectorizer", ["X"], ["Y"], string_vocabulary=["a"])
     e = refusal(lambda: onnx_guard.check_model(ml_model(node, [vi("X", F, None)], [vi("Y")]), allowed_ops=allowed))
     assert e.code is Code.E_ONNX_OP_FORBIDDEN and "DictVectorizer" in e.detail
+
+
+def test_tree_ensemble_node_ids_dense_or_spread():
+    """Node ids numbered from 0 per tree are found through a table, ids spread wide (which onnxruntime
+    refuses) by binary search: both name the same nodes, so the outputs are the same, and both refuse a
+    pair named twice or a branch to a node that is not there."""
+    nodes, leaves = random_trees(6, 4, 5, targets=1, seed=11)
+
+    def regressor(spread, **changed):
+        ids = {k: [i * spread for i in nodes[k]] for k in ("nodes_nodeids", "nodes_truenodeids", "nodes_falsenodeids")}
+        ids |= changed
+        node = ml_node("TreeEnsembleRegressor", ["X"], ["Y"], **(nodes | ids), n_targets=1,
+                       target_treeids=[t for t, _, _, _ in leaves], target_nodeids=[n * spread for _, n, _, _ in leaves],
+                       target_ids=[c for _, _, c, _ in leaves], target_weights=[w for _, _, _, w in leaves])
+        return ml_model(node, [vi("X", F, [None, 5])], [vi("Y")])
+
+    feeds = {"X": tree_features(21, 5)}
+    dense = agree(regressor(1), feeds)
+    np.testing.assert_array_equal(compile_model(regressor(100_000)).run(feeds)["Y"], dense[0])
+    for spread in (1, 100_000):
+        twice = [i * spread for i in nodes["nodes_nodeids"]]
+        twice[1] = twice[0]
+        dangling = [i * spread for i in nodes["nodes_truenodeids"]]
+        dangling[0] = (max(nodes["nodes_nodeids"]) + 1) * spread
+        for changed, why in (({"nodes_nodeids": twice}, "share a"), ({"nodes_truenodeids": dangling}, "does not exist")):
+            with pytest.raises(RtdError) as e:
+                compile_model(regressor(spread, **changed))
+            assert e.value.code is Code.E_MODEL_INVALID and why in e.value.detail
