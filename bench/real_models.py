@@ -135,6 +135,32 @@ def captcha_images(batch: int) -> Callable[[np.random.Generator], dict]:
     return feeds
 
 
+def name_units(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """arabic_name_romanizer.inference.encode_source_ids + pad_batch for a 3-unit name (given, father, surname):
+    country token <SA> (21), role token (27 given / 28 surname), 4–8 Arabic letters (ids 118–157), <EOS> (2);
+    padded with 0, the mask True on padding."""
+    units = [[21, role, *rng.integers(118, 158, rng.integers(4, 9)), 2] for role in (27, 27, 28)]
+    src = np.zeros((len(units), max(map(len, units))), np.int64)
+    for row, unit in zip(src, units):
+        row[:len(unit)] = unit
+    return src, src == 0
+
+
+def romanizer_encoder(rng: np.random.Generator) -> dict:
+    src, mask = name_units(rng)
+    return {"src": src, "src_mask": mask}
+
+
+def romanizer_decoder_step(rng: np.random.Generator) -> dict:
+    """inference.beam_search's 6th step: the 3 units × beam_width 2 rows, prefix <BOS> + 5 Latin letters (33–58),
+    the encoder's state repeated per beam (GRU outputs, so in (−1, 1))."""
+    src, mask = name_units(rng)
+    rows = np.repeat(np.arange(len(src)), 2)
+    prefix = np.concatenate([np.ones((len(rows), 1), np.int64), rng.integers(33, 59, (len(rows), 5))], axis=1)
+    return {"prefix": prefix, "memory": np.tanh(rng.standard_normal((len(rows), src.shape[1], 256), np.float32)),
+            "src_mask": mask[rows], "hidden": np.tanh(rng.standard_normal((len(rows), 2, 256), np.float32))}
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -212,6 +238,15 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "7298347e85a4dfe3265b73874f1af42b17f0a8979688b48a44eaec4a50100c7b", "pytorch (CRNN: CNN + unrolled BiLSTM)",
      captcha_images(1), "recognizer.recognize_bytes → preprocess.preprocess_bytes: one image, BGR 1×3×60×160, "
      "0–255 unscaled"),
+    ("romanizer_encoder", "arabic-name-romanizer==0.2.0", "arabic_name_romanizer/resources/encoder.onnx",
+     "f5d65df2189e5ec3929a3167d70de5f1f9eedd89dab964875039089581c5ec49", "pytorch (seq2seq encoder: 2-layer BiGRU)",
+     romanizer_encoder, "inference.OnnxModel._decode → beam_search → OnnxBackend.encode: a name's 3 units in one "
+     "padded batch (encode_source_ids: country + role token, letters, EOS)", {"quick": True}),
+    ("romanizer_decoder", "arabic-name-romanizer==0.2.0", "arabic_name_romanizer/resources/decoder.onnx",
+     "2365c42d362313c21748750eefebf3a61fd8045f73a98644176eca538200841a",
+     "pytorch (seq2seq decoder step: GRU cells + attention)", romanizer_decoder_step,
+     "inference.OnnxBackend.step inside beam_search: N·beam_width = 3·2 rows (meta.json beam_width 2), "
+     "a 6-token prefix", {"quick": True}),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
