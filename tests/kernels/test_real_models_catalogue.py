@@ -20,7 +20,7 @@ def test_catalogue_is_well_formed():
     assert len({(m.requirement, m.member) for m in CATALOGUE}) == len(CATALOGUE), "a member is catalogued twice"
     for m in CATALOGUE:
         assert re.fullmatch(r"[a-z0-9][a-z0-9._-]*==\d[0-9A-Za-z.]*", m.requirement), f"{m.name}: pin an exact version"
-        assert m.member.endswith(".onnx") and re.fullmatch(r"[0-9a-f]{64}", m.sha256), m.name
+        assert m.member.endswith((".onnx", ".onnx.gz")) and re.fullmatch(r"[0-9a-f]{64}", m.sha256), m.name
         assert m.fed_as, f"{m.name}: say where the input shapes come from"
         feeds = m.feeds(np.random.default_rng(0))
         assert feeds and all(isinstance(v, np.ndarray) for v in feeds.values()), m.name

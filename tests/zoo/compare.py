@@ -46,6 +46,9 @@ def mismatches(got: dict, want: dict, tolerance: float) -> list[str]:
         if name not in got:
             problems.append(f"{name}: missing")
             continue
+        if isinstance(ref, list):  # a sequence of maps (ZipMap): the same labels per row, the values as floats
+            problems += sequence_of_maps_mismatches(name, got[name], ref, tolerance)
+            continue
         out = np.asarray(got[name])
         if out.shape != ref.shape or out.dtype != ref.dtype:
             problems.append(f"{name}: expected {ref.dtype}{list(ref.shape)}, got {out.dtype}{list(out.shape)}")
@@ -57,6 +60,24 @@ def mismatches(got: dict, want: dict, tolerance: float) -> list[str]:
         elif not np.array_equal(out, ref):
             problems.append(f"{name}: {int(np.sum(out != ref))} of {ref.size} elements differ (exact match required)")
     return problems
+
+
+def sequence_of_maps_mismatches(name: str, got, want: list, tolerance: float) -> list[str]:
+    """ZipMap's output in onnxruntime, a list of {label: probability}; rtd serves it either so or as the
+    rows × labels float table (the labels in the maps' order). The same rows and labels, the values within
+    `tolerance` (scaled as for a float tensor, over all rows)."""
+    labels = [list(row) for row in want]
+    if isinstance(got, list) and all(isinstance(row, dict) for row in got):
+        if [list(row) for row in got] != labels:
+            return [f"{name}: the maps' labels differ from the reference"]
+        got = [list(row.values()) for row in got]
+    got = np.asarray(got)
+    if got.dtype.kind != "f" or got.shape != (len(want), len(labels[0]) if labels else 0):
+        return [f"{name}: expected {len(want)} maps of {len(labels[0]) if labels else 0} labels, "
+                f"got {got.dtype}{list(got.shape)}"]
+    if (err := scaled_error(got, np.array([list(row.values()) for row in want], np.float64))) > tolerance:
+        return [f"{name}: scaled error {err:.3g} > {tolerance:.3g}"]
+    return []
 
 
 def reference_session(path: str, threads: int, optimized: bool) -> ort.InferenceSession:
