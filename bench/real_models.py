@@ -235,6 +235,16 @@ def piano_window(rng: np.random.Generator) -> dict:
     return {"serving_default_input_2:0": audio.astype(np.float32)[None, :, None]}
 
 
+def arabic_chars(length: int) -> Callable[[np.random.Generator], dict]:
+    """text2tashkeel._models._BilstmBackend._predict: one undiacritized sentence as char ids (_BILSTM_C2I: the 36
+    letters 4–39, space 40), words of 2–7 letters; 1×`length`."""
+    def feeds(rng):
+        ids = rng.integers(4, 40, length)
+        ids[np.cumsum(rng.integers(3, 9, length))[:length // 3].clip(max=length - 1)] = 40
+        return {"input_ids": ids.astype(np.int64)[None]}
+    return feeds
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -341,6 +351,11 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "2c3c1d144bfa61ad236e92e169c13535c880469a12a047d4e73451f2c059a0ec",
      "tf2onnx (Keras CNN with a CQT front end as Conv, opset 15)", piano_window,
      "inference.run_inference → Model.predict: one window of AUDIO_N_SAMPLES (2 s at 22.05 kHz less one hop) per call"),
+    ("tashkeel_bilstm_int8", "text2tashkeel==0.1.0", "text2tashkeel/models/bilstm.int8.onnx",
+     "106917dbd76e0ae6a07d28e71556b97d42a1de9f9a67973272ab5d304d40527e",
+     "onnx.quantize (ORT dynamic: a 3-layer BiLSTM char tagger as com.microsoft DynamicQuantizeLSTM)",
+     arabic_chars(96), "_models._BilstmBackend._predict (the 'bilstm-int8' model): one sentence per run, a char id per "
+     "base letter; a 96-character sentence. rtd refuses it: E_OP_UNSUPPORTED com.microsoft DynamicQuantizeLSTM"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
