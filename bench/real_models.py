@@ -296,6 +296,15 @@ def protein_graph(residues: int) -> Callable[[np.random.Generator], dict]:
     return feeds
 
 
+def digit_captcha(rng: np.random.Generator) -> dict:
+    """vietcombank_captcha.predictor.preprocess_image: RGB resized to 155×50, /255, NHWC; one image per run:
+    a light background with 5 dark digit-sized blobs."""
+    image = rng.uniform(0.75, 1.0, (1, 50, 155, 3)).astype(np.float32)
+    for left in range(12, 140, 27):
+        image[0, 12:38, left:left + 14] *= rng.uniform(0.1, 0.4)
+    return {"input": image}
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -417,6 +426,10 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "pytorch (equivariant GNN: PaiNN message passing over a protein's atoms, ScatterElements)", protein_graph(20),
      "inference.predict_shifts_onnx → export.run_onnx_inference(_data_to_numpy(structure_to_graph(...))): one "
      "conformer per run; a 20-residue chain (Trp-cage size) with hydrogens (9 atoms a residue)"),
+    ("vietcombank_captcha", "vietcombank-captcha==0.1.0", "vietcombank_captcha/models/vietcombank_captcha.onnx",
+     "ded9819e99c4d8b6d73f1f031c887142a2f6d569805e599c5d942c417c3938b7",
+     "tf2onnx (Keras NHWC CNN, 5 softmax heads, BatchNormalization unfused, opset 13)", digit_captcha,
+     "predictor.predict_with_confidence → preprocess_image: one RGB 155×50 image /255, 1×50×155×3", {"quick": True}),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
