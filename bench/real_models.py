@@ -305,6 +305,41 @@ def digit_captcha(rng: np.random.Generator) -> dict:
     return {"input": image}
 
 
+INDONESIAN_WORDS = ("keberatan", "perempuan", "mengembangkan", "pesawat", "sebelas", "kecepatan", "menggelegar")
+G2P_ID_TOKENS = dict(zip("anəirkmtugsbpldoehcyjwfv-z'q", range(2, 30)))  # models/bert/token2id.json
+
+
+def g2p_id_bert(rng: np.random.Generator) -> dict:
+    """g2p_id.bert.BERT.predict: one word, its letters as token ids with every 'e' masked ([mask] 30), padded with 0
+    to max_seq_length 32; 1×32."""
+    word = INDONESIAN_WORDS[rng.integers(len(INDONESIAN_WORDS))]
+    ids = [30 if c == "e" else G2P_ID_TOKENS[c] for c in word]
+    return {"input_1": np.array([ids + [0] * (32 - len(ids))], np.int64)}
+
+
+def g2p_id_lstm_encoder(rng: np.random.Generator) -> dict:
+    """g2p_id.lstm.LSTM.predict: one word one-hot over the 28 g2id characters (a–z less x at 2–26 in order), the rest
+    of max_encoder_seq_length 24 one-hot on the pad ' ' (27); 1×24×28."""
+    word = INDONESIAN_WORDS[rng.integers(len(INDONESIAN_WORDS))]
+    ids = [2 + "abcdefghijklmnopqrstuvwyz".index(c) for c in word] + [27] * (24 - len(word))
+    return {"input_1": np.eye(28, dtype=np.float32)[ids][None]}
+
+
+def g2p_id_lstm_decoder(rng: np.random.Generator) -> dict:
+    """g2p_id.lstm.LSTM.predict's decoding loop: the previous phoneme one-hot (1×1×32), the LSTM's memory and carry
+    states (1×256 each: h in (−1, 1), c unbounded)."""
+    previous = np.zeros((1, 1, 32), np.float32)
+    previous[0, 0, rng.integers(2, 31)] = 1.0
+    return {"input_2": previous, "input_3": np.tanh(rng.standard_normal((1, 256))).astype(np.float32),
+            "input_4": (1.5 * rng.standard_normal((1, 256))).astype(np.float32)}
+
+
+def g2p_id_tiny_pron(rng: np.random.Generator) -> dict:
+    """The model's fixed 1×28 input (no code in g2p_id 0.0.4 runs it): a 9-letter word's ids in its 29-entry
+    vocabulary, padded with 0."""
+    return {"text": np.concatenate([rng.integers(3, 29, 9), np.zeros(19, np.int64)])[None].astype(np.int64)}
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -430,6 +465,24 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "ded9819e99c4d8b6d73f1f031c887142a2f6d569805e599c5d942c417c3938b7",
      "tf2onnx (Keras NHWC CNN, 5 softmax heads, BatchNormalization unfused, opset 13)", digit_captcha,
      "predictor.predict_with_confidence → preprocess_image: one RGB 155×50 image /255, 1×50×155×3", {"quick": True}),
+    ("g2p_id_bert", "g2p-id-py==0.4.2", "g2p_id/models/bert/bert_mlm.onnx",
+     "974900eab98a71d44392fd65b4a1ee93be59f9e0c94c4286336d15f3f4309232",
+     "tf2onnx (Keras BERT masked-LM encoder, Einsum attention, opset 14)", g2p_id_bert,
+     "bert.BERT.predict: one word per run, 'e' masked, padded to max_seq_length 32 (models/bert/config.json)",
+     {"quick": True}),
+    ("g2p_id_lstm_encoder", "g2p-id-py==0.4.2", "g2p_id/models/lstm/encoder_model.onnx",
+     "a9ee8658ea099300392f5ef5dbdf9d38658d104ddb21557a38044a06f68d8b22",
+     "tf2onnx (Keras seq2seq encoder: one LSTM op, opset 14)", g2p_id_lstm_encoder,
+     "lstm.LSTM.predict: one word one-hot, padded to max_encoder_seq_length 24 (models/lstm/config.json)",
+     {"quick": True}),
+    ("g2p_id_lstm_decoder", "g2p-id-py==0.4.2", "g2p_id/models/lstm/decoder_model.onnx",
+     "d269795a4b504a46af6bbcbd388142e7e4d8fc3d34f491bd377b1247287766cb",
+     "tf2onnx (Keras seq2seq decoder step: LSTM op + dense softmax, opset 14)", g2p_id_lstm_decoder,
+     "lstm.LSTM.predict: one step of its greedy loop (one phoneme in, the states carried)", {"quick": True}),
+    ("g2p_id_tiny_pron", "g2p-id==0.0.4", "g2p_id/tiny-pron.onnx",
+     "477b3cfaf01359f5cc29fbec3244155b58f02b77c81edc54c82c8af2ec363680",
+     "pytorch (seq2seq transformer with its 19-step greedy decode unrolled: 6,369 nodes, opset 13)", g2p_id_tiny_pron,
+     "shipped but not run by the package's code (g2p.py runs bert_pron.onnx): the model's fixed 1×28 char ids"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
