@@ -5,6 +5,8 @@ Every node, branch or leaf, has a slot; a leaf's two successors are itself, so a
 steps each (sample, tree) pair rests on its leaf. Leaf contributions are a dense table
 [leaf rows, targets] summed tree by tree. Node modes use TreeEnsemble-5's numbering.
 """
+import functools
+
 import numpy as np
 
 from rtd.errors import Code, RtdError
@@ -105,8 +107,10 @@ class Forest:
 
 
 class LeafTable:
-    """What each leaf adds to each target: `weights` [rows, targets] (row 0 adds nothing),
-    `row[slot]` the row of a node; `present` marks the (row, target) pairs a leaf carries."""
+    """What each leaf adds to each target, for the NumPy walk: a table of weights [rows, targets]
+    (row 0 adds nothing), the row of each node's slot, and which (row, target) pairs a leaf
+    carries. The lists are checked when it is made; the tables are built on the first NumPy
+    walk, which a forest that forest.c scores never makes (a second of a 200 MB ensemble's compile)."""
 
     def __init__(self, op: str, n_slots: int, slots, targets, weights, n_targets: int):
         slots, targets = np.asarray(slots, np.int64), np.asarray(targets, np.int64)
@@ -115,30 +119,37 @@ class LeafTable:
             raise RtdError(Code.E_MODEL_INVALID, f"{op}: leaf node, target and weight lists differ in length")
         if len(targets) and (targets.min() < 0 or targets.max() >= n_targets):
             raise RtdError(Code.E_MODEL_INVALID, f"{op}: a leaf target outside 0..{n_targets - 1}")
+        self._lists = n_slots, slots, targets, weights, n_targets
+
+    @functools.cached_property
+    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n_slots, slots, targets, weights, n_targets = self._lists
         used, rows = np.unique(slots, return_inverse=True)
-        self.row = np.zeros(n_slots, np.int64)
-        self.row[used] = np.arange(1, len(used) + 1)
-        self.weights = np.zeros((len(used) + 1, n_targets))
-        np.add.at(self.weights, (rows + 1, targets), weights)
-        self.present = np.zeros(self.weights.shape, bool)
-        self.present[rows + 1, targets] = True
+        row = np.zeros(n_slots, np.int64)
+        row[used] = np.arange(1, len(used) + 1)
+        table = np.zeros((len(used) + 1, n_targets))
+        np.add.at(table, (rows + 1, targets), weights)
+        present = np.zeros(table.shape, bool)
+        present[rows + 1, targets] = True
+        return row, table, present
 
     def aggregate(self, at: np.ndarray, how: str) -> np.ndarray:
         """Per sample and target, the trees' contributions combined (float64 [N, targets]);
         NaN for a target that no reached leaf carries."""
-        rows = self.row[at]
+        row, weights, present = self._tables
+        rows = row[at]
         if how in ("SUM", "AVERAGE"):
-            total = np.zeros((at.shape[0], self.weights.shape[1]))
+            total = np.zeros((at.shape[0], weights.shape[1]))
             scored = np.zeros(total.shape, bool)
             for tree in range(at.shape[1]):
-                total += self.weights[rows[:, tree]]
-                scored |= self.present[rows[:, tree]]
+                total += weights[rows[:, tree]]
+                scored |= present[rows[:, tree]]
             return np.where(scored, total / at.shape[1] if how == "AVERAGE" else total, np.nan)
         pick = np.fmin if how == "MIN" else np.fmax
-        best = np.full((at.shape[0], self.weights.shape[1]), np.nan)
+        best = np.full((at.shape[0], weights.shape[1]), np.nan)
         for tree in range(at.shape[1]):
             r = rows[:, tree]
-            best = pick(best, np.where(self.present[r], self.weights[r], np.nan))
+            best = pick(best, np.where(present[r], weights[r], np.nan))
         return best
 
 
@@ -204,7 +215,7 @@ def from_node_lists(op: str, treeids, nodeids, modes, featureids, values, trueno
     unknown = set(modes) - set(MODES)   # a handful of distinct strings, however many nodes
     if unknown:
         raise RtdError(Code.E_OP_UNSUPPORTED, f"{op}: nodes_modes {sorted(map(str, unknown))}")
-    mode = np.fromiter((MODES[m] for m in modes), np.int8, count=n)
+    mode = np.fromiter(map(MODES.__getitem__, modes), np.int8, count=n)   # no Python frame per node
     ids = NodeIds(op, treeids, nodeids)
     tree = np.asarray(treeids, np.int64).reshape(-1)
     branch = np.flatnonzero(mode != LEAF)
