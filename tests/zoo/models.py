@@ -34,6 +34,7 @@ class ZooModel:
     big: bool = False  # the bulk of the test file's time on 2 cores: marked slow
     tolerance: float = FLOAT_TOLERANCE  # scaled error allowed against onnxruntime (compare.py says why)
     depends: tuple[str, ...] = ()  # zoo models this one's builder derives from (part of its cache key)
+    huge: bool = False  # minutes to build: only on request (bench/executor.py --models NAME; RTD_ZOO_HUGE=1 in tests)
 
     def path(self) -> str:
         """The cached .onnx file, exported on first use; keyed by everything the export depends on."""
@@ -231,6 +232,19 @@ def build_lightgbm_trees() -> bytes:
     return _export_trees(onnxmltools.convert_lightgbm, model.fit(x, y), zipmap=False)
 
 
+def build_lightgbm_large() -> bytes:
+    """A LightGBM ensemble past 100 MB, where compile time and peak memory show: 5,200 leaf-wise regression
+    trees of 255 leaves (2.6 M nodes; a regressor's hessian stays 1, so every tree grows all its leaves where a
+    classifier's saturate). Training and onnxmltools' export took 16 minutes on a busy 2-core host (105 MB)."""
+    import lightgbm
+    import onnxmltools
+    x, y = _tabular(5, n=20000)
+    model = lightgbm.LGBMRegressor(n_estimators=5200, num_leaves=255, min_child_samples=2, learning_rate=0.02,
+                                    subsample=0.8, subsample_freq=1, colsample_bytree=0.8, verbose=-1, random_state=0,
+                                    n_jobs=1)
+    return _export_trees(onnxmltools.convert_lightgbm, model.fit(x, y.astype(np.float32)))
+
+
 def build_xgboost_trees() -> bytes:
     """Gradient boosting as XGBoost grows it: 3 classes x 150 depth-wise trees of depth 7."""
     import onnxmltools
@@ -311,6 +325,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("small_cnn", build_small_cnn, small_image_feeds, ({"batch": 1}, {"batch": 4})),
     ZooModel("branchy_cnn", build_branchy_cnn, small_image_feeds, ({"batch": 1}, {"batch": 3})),
     ZooModel("lightgbm_trees", build_lightgbm_trees, tabular_feeds, ({"batch": 1}, {"batch": 500}, {"batch": 7})),
+    ZooModel("lightgbm_large", build_lightgbm_large, tabular_feeds, ({"batch": 1}, {"batch": 500}, {"batch": 7}),
+             huge=True),
     ZooModel("xgboost_trees", build_xgboost_trees, tabular_feeds, ({"batch": 1}, {"batch": 500}, {"batch": 7})),
     ZooModel("minilm_qdyn", build_minilm_qdyn, token_feeds, ({"batch": 1, "seq": 128}, {"batch": 2, "seq": 50}),
              tolerance=DEEP_QUANTIZED_TOLERANCE, depends=("minilm",)),

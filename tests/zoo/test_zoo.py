@@ -24,7 +24,14 @@ def _seed() -> int:
 
 
 def _params():
-    return [pytest.param(name, marks=[pytest.mark.slow] if model.big else [], id=name) for name, model in ZOO.items()]
+    return [pytest.param(name, marks=_marks(model), id=name) for name, model in ZOO.items()]
+
+
+def _marks(model) -> list:
+    if model.huge and not os.environ.get("RTD_ZOO_HUGE"):
+        return [pytest.mark.skip(reason=f"{model.name} takes ~15 min to build: RTD_ZOO_HUGE=1 runs it "
+                                        f"(bench/executor.py --models {model.name} times it against onnxruntime)")]
+    return [pytest.mark.slow] if model.big or model.huge else []
 
 
 @pytest.fixture(scope="module")
