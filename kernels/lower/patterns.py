@@ -227,8 +227,11 @@ def _gemm_as_matmul(graph: Graph, index: Index, gemm: Node):
     c = index.constant(bias) if bias else None
     if bias and (c is None or a.get("beta", 1.0) != 1.0 or c.size != (b.shape[0] if a.get("transB", 0) else b.shape[1])):
         return None
-    w_name = gemm.outputs[0] + "__w"
-    graph.constants[w_name] = np.ascontiguousarray(b.T if a.get("transB", 0) else b)
+    # named after the weight, not the Gemm: an unrolled recurrence's steps multiply by one weight, which
+    # is then transposed (and packed) once, not once per step (a CRNN's 80 Gemms: 80 copies of 4 weights)
+    w_name = gemm.inputs[1] + ("__transposed" if a.get("transB", 0) else "__contiguous")
+    if w_name not in graph.constants:
+        graph.constants[w_name] = np.ascontiguousarray(b.T if a.get("transB", 0) else b)
     if bias:
         graph.constants[bias + "__flat"] = c.reshape(-1)
         bias += "__flat"

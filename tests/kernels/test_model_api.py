@@ -4,6 +4,7 @@ import json
 import threading
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -183,3 +184,25 @@ def test_external_tensor_data_is_refused_without_touching_the_filesystem(tmp_pat
     bad = model([node("Add", ["x", "w"], ["y"])], [("x", [4])], [("y", None)], [const("w", np.zeros(4, np.float32))])
     bad.graph.initializer[0].raw_data = b"\x00" * 3  # 3 bytes for 4 floats
     assert refusal(lambda: compile_model(bad.SerializeToString())).code is Code.E_ONNX_INVALID
+
+
+def test_gemm_steps_sharing_a_weight_share_its_transposed_copy():
+    """An unrolled recurrence: eight Gemm steps (transB) multiply by the same two weights. The lowering
+    transposes each weight once for all of them (it made one copy per step: a CRNN compiled to 4× its
+    size), and the steps still compute what onnxruntime does."""
+    rng = np.random.default_rng(5)
+    nodes, h = [], "x"
+    for step in range(8):
+        weight, bias = ("w", "b") if step % 2 == 0 else ("r", "c")
+        nodes.append(node("Gemm", [h, weight, bias], [f"g{step}"], transB=1))
+        nodes.append(node("Tanh", [f"g{step}"], [f"h{step}"]))
+        h = f"h{step}"
+    inits = [const(name, (rng.standard_normal(shape) * 0.2).astype(np.float32))
+             for name, shape in (("w", (32, 32)), ("b", (32,)), ("r", (32, 32)), ("c", (32,)))]
+    onnx_model = model(nodes, [("x", ["batch", 32])], [(h, ["batch", 32])], inits)
+    compiled = compile_model(onnx_model.SerializeToString())
+    copies = [name for name in compiled.graph.constants if "__transposed" in name]
+    assert sorted(copies) == ["r__transposed", "w__transposed"]
+    x = rng.standard_normal((3, 32)).astype(np.float32)
+    want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(compiled.run({"x": x})[h], want, rtol=1e-5, atol=1e-6)
