@@ -2,9 +2,11 @@
 or upper-cased (case_change_action LOWER, UPPER or NONE).
 
 Stop words match whole elements, compared case-blind unless is_case_sensitive. When every
-word is removed the output is one "" ([1] or [1, 1]). Case changes follow Unicode's default
-mappings (str.lower/upper), the same in every `locale`: the locales whose rules differ
-(Turkish and Azeri dotted i, Lithuanian) are refused rather than cased wrongly.
+word is removed the output is one "" ([1] or [1, 1]). Case changes follow Unicode's default full
+mappings, as Python's str.lower/upper (and so sklearn, whose lowercase a converted pipeline
+replaces) do: "ß" upper-cases to "SS", where onnxruntime's per-character towupper keeps "ß". They
+are the same in every `locale`: the locales whose rules differ (Turkish and Azeri dotted i,
+Lithuanian) are refused rather than cased wrongly.
 """
 import numpy as np
 

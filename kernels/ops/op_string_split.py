@@ -2,9 +2,14 @@
 longest split, and the number of pieces of each.
 
 With no delimiter (or ""), runs of whitespace separate and leading/trailing whitespace is
-dropped (Python's str.split()); otherwise every delimiter separates, so neighbours delimit an
-empty piece. `maxsplit` caps the splits: the unsplit rest is the last piece.
+dropped (Python's str.split(), also after the last split that `maxsplit` allows); otherwise every
+delimiter separates, so neighbours delimit an empty piece. `maxsplit` caps the splits: the
+unsplit rest is the last piece. As onnx.reference, and unlike onnxruntime: "" split on a
+delimiter is one empty piece (onnxruntime: none), and whitespace is Unicode's (tabs, newlines;
+onnxruntime splits on spaces only).
 """
+import operator
+
 import numpy as np
 
 from ._strings import StringKernel
@@ -18,10 +23,13 @@ class StringSplit_20(StringKernel):
             self.refuse(f"maxsplit {self.maxsplit} is negative")
 
     def compute(self, x):
-        pieces = np.char.split(self.strings(x), self.delimiter or None, -1 if self.maxsplit is None else self.maxsplit)
-        flat = pieces.reshape(-1)
-        counts = np.fromiter(map(len, flat), np.int64, flat.size)
+        # str.split through a C-level map: np.char.split drops a delimiter's trailing NUL, np.strings.strip strips NULs
+        flat = self.strings(x).reshape(-1).astype(object)
+        if not self.delimiter and self.maxsplit is not None:
+            flat = map(str.strip, flat)
+        flat = list(map(operator.methodcaller("split", self.delimiter or None, -1 if self.maxsplit is None else self.maxsplit), flat))
+        counts = np.fromiter(map(len, flat), np.int64, len(flat))
         width = int(counts.max(initial=0))
-        y = np.full((flat.size, width), "", dtype=object)
+        y = np.full((len(flat), width), "", dtype=object)
         y[np.arange(width) < counts[:, None]] = [piece for row in flat for piece in row]
         return y.reshape(*x.shape, width), counts.reshape(x.shape)
