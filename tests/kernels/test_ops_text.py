@@ -1,6 +1,8 @@
 """The string ops (StringNormalizer, StringSplit, StringConcat, RegexFullMatch, TfIdfVectorizer)
 beyond the backend cases, against onnxruntime: RE2 patterns whose meaning differs in Python's
 re, n-gram pools with skips over random token streams, bytes elements; refusals by their codes."""
+import re
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -161,3 +163,58 @@ def test_tfidf_vectorizer_refusals():
     refused(tfidf("TF", [1, 2, 3], [0], [0, 1], 1, 1, 0), {"x": np.array([1])}, Code.E_MODEL_INVALID)      # 3 n-grams, 2 indexes
     refused(tfidf("IDF", [1, 2], [0], [0, 1], 1, 1, 0, [1.0]), {"x": np.array([1])}, Code.E_MODEL_INVALID)
     refused(tfidf("BM25", [1, 2], [0], [0, 1], 1, 1, 0), {"x": np.array([1])}, Code.E_MODEL_INVALID)
+
+
+CORPUS = ["The quick brown fox jumps over the lazy dog", "A stitch in time saves nine!", "Never look a gift horse in the mouth",
+          "the early bird catches the worm; the second mouse gets the cheese", "Actions speak louder than words.",
+          "Don't count your chickens before they hatch", "Every cloud has a silver lining, they say", "Time flies like an arrow",
+          "Fruit flies like a banana", "Birds of a feather flock together in time", "QUICK thinking saves the day",
+          "Caf\u00e9 au lait, s'il vous pla\u00eet"]
+
+
+@pytest.mark.parametrize("vectorizer", ["tfidf_1_2", "count_stop_words", "tfidf_char"])
+def test_sklearn_text_pipeline_converted_by_skl2onnx(vectorizer):
+    """StringNormalizer -> com.microsoft Tokenizer -> TfIdfVectorizer -> scaling and a linear
+    classifier: rtd against onnxruntime and against scikit-learn itself."""
+    sklearn = pytest.importorskip("sklearn")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from skl2onnx.common.data_types import StringTensorType
+
+    text = {"tfidf_1_2": TfidfVectorizer(ngram_range=(1, 2)), "count_stop_words": CountVectorizer(stop_words=["the", "a", "in"]),
+            "tfidf_char": TfidfVectorizer(analyzer="char", ngram_range=(1, 3))}[vectorizer]
+    labels = np.arange(len(CORPUS)) % 3
+    pipe = make_pipeline(text, LogisticRegression(max_iter=500)).fit(CORPUS, labels)
+    onx = skl2onnx.convert_sklearn(pipe, initial_types=[("text", StringTensorType([None, 1]))],
+                                   options={id(pipe.steps[-1][1]): {"zipmap": False}, id(text): {"locale": "C.UTF-8"}},
+                                   target_opset={"": 17, "ai.onnx.ml": 3})   # onnxruntime needs an installed locale
+    assert sklearn.__version__ and {n.op_type for n in onx.graph.node} >= {"Tokenizer", "TfIdfVectorizer"}
+    queries = np.array(CORPUS[:5] + ["time flies", "", "unseen words only"], dtype=object).reshape(-1, 1)
+    data = onx.SerializeToString()
+    ours = compile_model(data).run({"text": queries})
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"text": queries})
+    np.testing.assert_array_equal(ours["label"], theirs[0])
+    np.testing.assert_allclose(ours["probabilities"], theirs[1], rtol=1e-5, atol=1e-6)
+    for row, probabilities in zip(queries, ours["probabilities"]):
+        # skl2onnx tokenizes words with [a-zA-Z0-9_]+ where sklearn keeps \b\w\w+\b, and char n-grams
+        # span word boundaries in sklearn only: scikit-learn agrees on ASCII text without 1-letter words
+        tokens = re.findall("[a-zA-Z0-9_]+", row[0])
+        if vectorizer != "tfidf_char" and row[0].isascii() and all(len(t) > 1 for t in tokens):
+            np.testing.assert_allclose(probabilities, pipe.predict_proba(row)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"tokenexp": "[a-zA-Z0-9_]+"}, {"tokenexp": "[a-z]+|[A-Z]"}, {"tokenexp": "."}, {"separators": [""]}, {"separators": [" "]},
+    {"separators": [" ", "[.]", "\\?", ",", ";", ":", "\\!", "\\(", "\\)", "\n", '"', "'", "-", "\\[", "\\]", "@"]},
+    {"separators": [" +", ","]}, {"tokenexp": "[a-zA-Z0-9_]+", "mark": 1}, {"tokenexp": "\\w\\w+", "mincharnum": 3},
+    {"tokenexp": "(a)(b)?"}])
+def test_ms_tokenizer_matches_onnxruntime(attrs):
+    node = helper.make_node("Tokenizer", ["x"], ["y"], domain="com.microsoft", **{"mark": 0, "pad_value": "#", "mincharnum": 1, **attrs})
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", S, None)], [helper.make_tensor_value_info("y", S, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    x = np.array([["Hello World", "I love computer-science !  ok"], ["", "a,b;;c  d"]], dtype=object)
+    agree(m.SerializeToString(), {"x": x})
+    agree(m.SerializeToString(), {"x": x[0]})
