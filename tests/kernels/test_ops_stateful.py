@@ -107,3 +107,30 @@ def test_linear_attention_refusals():
     with pytest.raises(RtdError) as e:
         compile_model(one_node(node, [("q", F), ("k", F), ("v", F)], [("y", F)]))
     assert e.value.code is Code.E_MODEL_INVALID
+
+
+def test_flex_attention_with_a_causal_score_mod_and_gqa_matches_numpy():
+    """score_mod reads a mask from the enclosing graph; prob_mod halves the probabilities."""
+    b, hq, hkv, length, e = 2, 8, 2, 17, 16
+    q = RNG.standard_normal((b, hq, length, e)).astype(np.float32)
+    k = RNG.standard_normal((b, hkv, length, e)).astype(np.float32)
+    v = RNG.standard_normal((b, hkv, length, 24)).astype(np.float32)
+    mask = np.tril(np.ones((length, length), bool))
+    tensor = helper.make_tensor_value_info
+    score_mod = helper.make_graph([helper.make_node("Where", ["mask", "s", "neg"], ["out"])], "score_mod",
+                                  [tensor("s", F, None)], [tensor("out", F, None)],
+                                  [helper.make_tensor("neg", F, [], [-np.inf])])
+    prob_mod = helper.make_graph([helper.make_node("Mul", ["p", "half"], ["out"])], "prob_mod", [tensor("p", F, None)],
+                                 [tensor("out", F, None)], [helper.make_tensor("half", F, [], [0.5])])
+    node = helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview", score_mod=score_mod,
+                            prob_mod=prob_mod, scale=0.2)
+    graph = helper.make_graph([node], "g", [tensor(n, F, None) for n in "qkv"] + [tensor("mask", TensorProto.BOOL, None)],
+                              [tensor("y", F, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)])
+    m.ir_version = 13
+    (y,) = compile_model(m.SerializeToString()).run({"q": q, "k": k, "v": v, "mask": mask}).values()
+    kk, vv = np.repeat(k, hq // hkv, axis=1), np.repeat(v, hq // hkv, axis=1)
+    scores = np.where(mask, q.astype(np.float64) @ kk.swapaxes(-1, -2) * 0.2, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(y, 0.5 * probs @ vv, rtol=1e-5, atol=1e-5)
