@@ -42,6 +42,13 @@ class StringKernel(Kernel):
             self.refuse("a string element is not UTF-8", Code.E_INPUT_INVALID)
 
 
+    def texts(self, x: np.ndarray) -> np.ndarray:
+        """A string tensor as an object array of `str` (itself when it already is one: no copy)."""
+        if x.dtype == object and set(map(type, x.reshape(-1))) <= {str}:
+            return x
+        return self.strings(x).astype(object)
+
+
 def as_objects(x) -> np.ndarray:
     """A StringDType array as the object array of `str` the executor passes on."""
     return np.asarray(x, dtype=TEXT).astype(object)   # 0-d results come back from np.strings as str

@@ -43,7 +43,7 @@ class Tokenizer_1(StringKernel):
             tokens = self.regex.findall(text) if self.regex.groups == 0 else [m.group(0) for m in self.regex.finditer(text)]
         else:
             tokens = self.regex.split(text) if self.regex.groups == 0 else self._split(text)
-        return [t for t in tokens if len(t) >= self.mincharnum]
+        return list(filter(None, tokens)) if self.mincharnum == 1 else [t for t in tokens if len(t) >= self.mincharnum]
 
     def _split(self, text: str) -> list:
         pieces, at = [], 0
@@ -55,7 +55,7 @@ class Tokenizer_1(StringKernel):
     def compute(self, x):
         if x.ndim not in (1, 2):
             self.refuse(f"input must be [C] or [N, C], got shape {list(x.shape)}", Code.E_INPUT_INVALID)
-        flat = self.strings(x).reshape(-1).astype(object)
+        flat = self.texts(x).reshape(-1)
         tokens = list(map(self._tokens, flat))
         if self.mark:
             tokens = [["\x02", *t, "\x03"] for t in tokens]

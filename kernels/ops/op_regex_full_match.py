@@ -17,5 +17,5 @@ class RegexFullMatch_20(StringKernel):
         self.regex = compile_re2(self.pattern)
 
     def compute(self, x):
-        flat = self.strings(x).reshape(-1).astype(object)
+        flat = self.texts(x).reshape(-1)
         return (np.fromiter(map(bool, map(self.regex.fullmatch, flat)), dtype=bool, count=flat.size).reshape(x.shape),)

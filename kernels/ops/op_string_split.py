@@ -24,7 +24,7 @@ class StringSplit_20(StringKernel):
 
     def compute(self, x):
         # str.split through a C-level map: np.char.split drops a delimiter's trailing NUL, np.strings.strip strips NULs
-        flat = self.strings(x).reshape(-1).astype(object)
+        flat = self.texts(x).reshape(-1)
         if not self.delimiter and self.maxsplit is not None:
             flat = map(str.strip, flat)
         flat = list(map(operator.methodcaller("split", self.delimiter or None, -1 if self.maxsplit is None else self.maxsplit), flat))
