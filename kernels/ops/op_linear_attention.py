@@ -67,7 +67,7 @@ class LinearAttention_27(Kernel):
             if self.delta:
                 v_i = rate[:, i] * (v_i - xp.einsum("bhkv,bhk->bhv", state, k[:, i]))
             state += k[:, i, :, :, None] * v_i[:, :, None, :]
-            xp.matmul(q[:, i], state, out=out[:, i])
+            out[:, i] = xp.matmul(q[:, i], state)
         out *= scale
         return (out.reshape(b, t, hq * dv).astype(query.dtype, copy=False),
                 state.astype(query.dtype if past_state is None else past_state.dtype, copy=False))
