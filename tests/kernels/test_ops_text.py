@@ -218,3 +218,30 @@ def test_ms_tokenizer_matches_onnxruntime(attrs):
     x = np.array([["Hello World", "I love computer-science !  ok"], ["", "a,b;;c  d"]], dtype=object)
     agree(m.SerializeToString(), {"x": x})
     agree(m.SerializeToString(), {"x": x[0]})
+
+
+def test_a_text_model_on_a_gpu_plan_runs_its_string_ops_on_the_host():
+    """String ops are host-only (kernels/partition.py): StringNormalizer -> StringSplit ->
+    TfIdfVectorizer stay on the host, the MatMul after them goes to the device, and the
+    rewritten plan (NumPy, identity copies) answers what the CPU plan answers."""
+    from test_partition import cut, placed, run_rewritten
+
+    from rtd.kernels.partition import DEVICE, HOST
+    pool = ["the", "cat", "sat", "on", "mat", "the", "cat", "cat", "sat"]
+    nodes = [helper.make_node("StringNormalizer", ["text"], ["lower"], case_change_action="LOWER"),
+             helper.make_node("StringSplit", ["lower"], ["words", "n"]),
+             helper.make_node("TfIdfVectorizer", ["words"], ["tf"], mode="TF", min_gram_length=1, max_gram_length=2,
+                              max_skip_count=0, ngram_counts=[0, 5], ngram_indexes=list(range(7)), pool_strings=pool),
+             helper.make_node("MatMul", ["tf", "w"], ["y"])]
+    w = RNG.standard_normal((7, 3)).astype(np.float32)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("text", S, None)],
+                              [helper.make_tensor_value_info("y", F, None)], [helper.make_tensor("w", F, [7, 3], w.reshape(-1))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 10
+    feeds = {"text": np.array(["The cat sat", "on THE mat the cat"], dtype=object)}
+    compiled, lowered, shapes, static, part = cut(m, feeds)
+    where = placed(lowered, part)
+    sides = {k.split(":")[0]: v for k, v in where.items()}
+    assert sides.items() >= {("StringNormalizer", HOST), ("StringSplit", HOST), ("TfIdfVectorizer", HOST), ("MatMul", DEVICE)}
+    got, _, _ = run_rewritten(compiled, lowered, shapes, static, part, feeds)
+    np.testing.assert_array_equal(got["y"], compiled.run(feeds)["y"])
