@@ -30,11 +30,11 @@ class Tokenizer_1(StringKernel):
         if self.characters:
             return
         if self.tokenexp is not None:
-            self.regex = compile_re2(f"(?:{self.tokenexp})")
+            self.regex = compile_re2(f"(?:{self.tokenexp})", self.op_type)
         else:
             if "" in self.separators:
                 self.refuse("an empty separator among others", Code.E_OP_UNSUPPORTED)
-            self.regex = compile_re2("|".join(f"(?:{s})" for s in self.separators))
+            self.regex = compile_re2("|".join(f"(?:{s})" for s in self.separators), self.op_type)
 
     def _tokens(self, text: str) -> list:
         if self.characters:

@@ -1,7 +1,7 @@
 """RegexFullMatch: whether each string matches `pattern` (RE2 syntax) as a whole.
 
-The pattern is rewritten for Python's re once, at compile time (kernels/ops/_re2.py says what
-is carried and what is refused); the match runs over the tensor in one C-level map.
+The pattern is compiled by RE2 once, at compile time (kernels/ops/_re2.py); the match runs over
+the tensor in one C-level map.
 """
 import numpy as np
 
@@ -14,7 +14,7 @@ class RegexFullMatch_20(StringKernel):
     attributes = {"pattern": REQUIRED}   # the spec gives no default; onnxruntime requires it too
 
     def setup(self):
-        self.regex = compile_re2(self.pattern)
+        self.regex = compile_re2(self.pattern, self.op_type)
 
     def compute(self, x):
         flat = self.texts(x).reshape(-1)
