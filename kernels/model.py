@@ -122,6 +122,8 @@ class CompiledModel:
             value = feeds[spec.name]
             if isinstance(value, np.generic):
                 value = np.asarray(value)
+            if spec.dtype == object and isinstance(value, np.ndarray) and value.dtype.kind in "US":
+                value = value.astype(object)   # NumPy's fixed-width strings, as onnxruntime takes them
             if spec.dtype is None:
                 values.append(value)
                 continue

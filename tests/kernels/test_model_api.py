@@ -206,3 +206,27 @@ def test_gemm_steps_sharing_a_weight_share_its_transposed_copy():
     x = rng.standard_normal((3, 32)).astype(np.float32)
     want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(compiled.run({"x": x})[h], want, rtol=1e-5, atol=1e-6)
+
+
+def test_nodes_out_of_dataflow_order_run_as_onnxruntime_sorts_them_and_a_cycle_is_refused():
+    """ONNX asks for nodes in topological order; onnxruntime sorts those that are not (an exporter
+    of a shipped g2p model wrote a Relu before its producer), and so does rtd. A cycle stays refused."""
+    rng = np.random.default_rng(2)
+    nodes = [node("Relu", ["f"], ["y"]), node("Add", ["e", "x"], ["f"]), node("Mul", ["x", "w"], ["e"])]
+    onnx_model = model(nodes, [("x", ["batch", 4])], [("y", ["batch", 4])], [const("w", rng.standard_normal(4).astype(np.float32))])
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(compile_model(onnx_model.SerializeToString()).run({"x": x})["y"], want)
+    cycle = model([node("Add", ["x", "b"], ["a"]), node("Relu", ["a"], ["b"]), node("Neg", ["a"], ["y"])],
+                  [("x", [4])], [("y", [4])])
+    error = refusal(lambda: compile_model(cycle.SerializeToString()))
+    assert error.code is Code.E_MODEL_INVALID and "cycle" in error.detail
+
+
+def test_fixed_width_numpy_strings_are_taken_as_string_tensors():
+    """A package that feeds np.array(["a", "b"]) (dtype <U1), which onnxruntime takes, is served the same."""
+    graph = helper.make_graph([node("StringConcat", ["x", "x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+    assert compile_model(data).run({"x": np.array(["a", "bc"])})["y"].tolist() == ["aa", "bcbc"]
