@@ -33,11 +33,12 @@ class Plan:
         self.graph, self.xp = graph, xp
         self.where = where or []
         self.partitioned = HOST in self.where
-        names = ["", "#discard", "#arena"] + list(graph.constants) + [n for n in graph.inputs if n not in graph.constants]
-        names += [o for node in graph.nodes for o in node.outputs if o and o not in names]
-        names += sorted({n for node in graph.nodes for n in node.inputs + node.implicit if n} - set(names))
+        named = dict.fromkeys(["", "#discard", "#arena", *graph.constants, *graph.inputs])   # ordered, without repeats
+        named.update(dict.fromkeys(o for node in graph.nodes for o in node.outputs if o))
+        names = list(named) + sorted({n for node in graph.nodes for n in node.inputs + node.implicit if n} - set(named))
         self.names = names
         self.slot = {name: i for i, name in enumerate(names)}  # "" → slot 0, always None
+        self.last_read = {n: step for step, node in enumerate(graph.nodes) for n in node.inputs + node.implicit if n}
         self.input_slots = [self.slot[n] for n in graph.inputs]
         self.output_slots = [self.slot[n] for n in graph.outputs]
         self.constant_slots = {self.slot[n] for n in graph.constants}
@@ -226,7 +227,9 @@ class Plan:
                     for o in op.operands)))
                 labels.append((self._label(node), step))
         produced = {o for node in nodes for o in node.outputs if o}
-        later = {n for node in self.graph.nodes[end:] for n in node.inputs + node.implicit if n} | set(self.graph.outputs)
+        # what a later step or the caller reads (not a scan of every later node per segment: quadratic
+        # in a 6,000-node unrolled decoder)
+        later = {o for o in produced if self.last_read.get(o, -1) >= end} | (produced & set(self.graph.outputs))
         referenced = {o.ref.name for op in ops for o in op.operands if isinstance(o.ref, Value)}
         homes = self._segment_homes(first, end, referenced | (produced & later))
         exports = [o for o in sorted(produced & later, key=self.slot.get) if homes[o].base in ("fresh", "frame")]
