@@ -28,9 +28,26 @@ def _write(xp, out, where, updates, reduction: str):
 
 def scatter_elements(xp, data, indices, updates, axis: int, reduction: str):
     axis = normalize_axis(axis, data.ndim, "ScatterElements")
+    wrapped = wrap_indices(xp, indices, data.shape[axis], "ScatterElements")
+    rows = _whole_slices(xp, wrapped, data.shape, axis) if REDUCTIONS[reduction] and updates.shape == indices.shape else None
+    if rows is not None:
+        # a graph network's scatter-add: each update row lands on a whole slice of the data, so the
+        # reduction runs slice by slice (the same additions in the same order: half the time)
+        out = data.copy()
+        getattr(xp, REDUCTIONS[reduction]).at(xp.moveaxis(out, axis, 0), rows, xp.moveaxis(updates, axis, 0))
+        return out
     where = list(np.indices(indices.shape, sparse=True))
-    where[axis] = wrap_indices(xp, indices, data.shape[axis], "ScatterElements")
+    where[axis] = wrapped
     return _write(xp, data.copy(), tuple(where), updates, reduction)
+
+
+def _whole_slices(xp, indices, shape: tuple, axis: int):
+    """The index of each slice along `axis` when `indices` spans the data's other axes whole and is
+    constant across them (an index vector expanded over features); None otherwise."""
+    if indices.shape[:axis] + indices.shape[axis + 1:] != shape[:axis] + shape[axis + 1:] or not indices.size:
+        return None
+    moved = xp.moveaxis(indices, axis, 0).reshape(indices.shape[axis], -1)
+    return moved[:, 0] if bool((moved == moved[:, :1]).all()) else None
 
 
 def scatter_nd(xp, data, indices, updates, reduction: str):

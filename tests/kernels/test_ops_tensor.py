@@ -220,3 +220,27 @@ def test_slice_before_opset_10_takes_attributes_like_onnxruntime(starts, ends, a
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=9)
     ours, theirs = _against_ort(model, {"x": x})
     np.testing.assert_array_equal(ours[0], theirs[0])
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("reduction", ["add", "max"])
+def test_scatter_elements_of_whole_slices_equals_onnxruntime_bit_for_bit(axis, reduction):
+    """A graph network's scatter-add (an index per edge expanded over the features) runs slice by slice;
+    the additions and their order are onnxruntime's, so the sums are its exactly, repeated targets too."""
+    rng = np.random.default_rng(3)
+    shape, edges = (6, 5, 7), 40
+    index_shape = list(shape)
+    index_shape[axis] = edges
+    along = rng.integers(-shape[axis], shape[axis], edges)   # negative indices count from the end
+    indices = np.broadcast_to(np.expand_dims(along, [a for a in range(3) if a != axis % 3]), index_shape).copy()
+    data = rng.standard_normal(shape).astype(np.float32)
+    updates = rng.standard_normal(index_shape).astype(np.float32)
+    node = helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=axis, reduction=reduction)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("d", TensorProto.FLOAT, shape),
+                                            helper.make_tensor_value_info("i", TensorProto.INT64, index_shape),
+                                            helper.make_tensor_value_info("u", TensorProto.FLOAT, index_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    feeds = {"d": data, "i": indices, "u": updates}
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(compile_model(model).run(feeds)["y"], want)
