@@ -28,16 +28,17 @@ def _write(xp, out, where, updates, reduction: str):
 
 def scatter_elements(xp, data, indices, updates, axis: int, reduction: str):
     axis = normalize_axis(axis, data.ndim, "ScatterElements")
-    wrapped = wrap_indices(xp, indices, data.shape[axis], "ScatterElements")
-    rows = _whole_slices(xp, wrapped, data.shape, axis) if REDUCTIONS[reduction] and updates.shape == indices.shape else None
+    rows = _whole_slices(xp, indices, data.shape, axis) if REDUCTIONS[reduction] and updates.shape == indices.shape else None
     if rows is not None:
         # a graph network's scatter-add: each update row lands on a whole slice of the data, so the
-        # reduction runs slice by slice (the same additions in the same order: half the time)
+        # reduction runs slice by slice (the same additions in the same order: half the time), and
+        # only the slices' indices are checked and wrapped
         out = data.copy()
+        rows = wrap_indices(xp, rows, data.shape[axis], "ScatterElements")
         getattr(xp, REDUCTIONS[reduction]).at(xp.moveaxis(out, axis, 0), rows, xp.moveaxis(updates, axis, 0))
         return out
     where = list(np.indices(indices.shape, sparse=True))
-    where[axis] = wrapped
+    where[axis] = wrap_indices(xp, indices, data.shape[axis], "ScatterElements")
     return _write(xp, data.copy(), tuple(where), updates, reduction)
 
 
