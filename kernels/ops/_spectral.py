@@ -1,9 +1,10 @@
 """The signal ops' shared pieces (DFT, STFT): complex tensors as ONNX spells them, a trailing
-axis of 1 (real) or 2 (real, imaginary), to and from xp complex arrays, and the FFT itself.
+axis of 1 (real) or 2 (real, imaginary), to and from NumPy complex arrays, and the FFT itself.
 
+The signal ops run on the host, in a GPU plan too (speech front-ends: small tensors, once per
+request): a confined worker cannot load cuFFT at first use, and the warm-up does not load it.
 Transforms run in complex64 for float32 input and complex128 for float64 (NumPy 2's pocketfft
-and cupy.fft both keep single precision); float16 and bfloat16 go through float32 and are
-rounded back at the end.
+keeps single precision); float16 and bfloat16 go through float32 and are rounded back at the end.
 """
 import numpy as np
 
@@ -14,30 +15,24 @@ def compute_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
 
-def unpack(xp, x, op: str):
+def unpack(x, op: str):
     """[..., 1] as a real array, [..., 2] as a complex one (a view where the layout allows)."""
     if x.ndim < 2 or x.shape[-1] not in (1, 2):
         raise RtdError(Code.E_INPUT_INVALID, f"{op}: the last axis must be 1 (real) or 2 (complex), got shape {list(x.shape)}")
-    x = xp.ascontiguousarray(x.astype(compute_dtype(x.dtype), copy=False))
+    x = np.ascontiguousarray(x.astype(compute_dtype(x.dtype), copy=False))
     if x.shape[-1] == 1:
         return x[..., 0]
-    if xp is np:
-        return x.view(np.complex128 if x.dtype == np.float64 else np.complex64)[..., 0]
-    return x[..., 0] + 1j * x[..., 1]
+    return x.view(np.complex128 if x.dtype == np.float64 else np.complex64)[..., 0]
 
 
-def pack(xp, z, dtype):
+def pack(z, dtype):
     """A complex array as [..., 2] of `dtype` (a real one as [..., 1])."""
     if z.dtype.kind != "c":
         return z[..., None].astype(dtype, copy=False)
-    if xp is np:
-        pairs = np.ascontiguousarray(z).view(z.real.dtype).reshape(*z.shape, 2)
-    else:
-        pairs = xp.stack([z.real, z.imag], axis=-1)
-    return pairs.astype(dtype, copy=False)
+    return np.ascontiguousarray(z).view(z.real.dtype).reshape(*z.shape, 2).astype(dtype, copy=False)
 
 
-def transform(xp, z, n: int, axis: int, inverse: bool, onesided: bool, op: str):
+def transform(z, n: int, axis: int, inverse: bool, onesided: bool, op: str):
     """The DFT of `z` along `axis` at length `n` (cropped or zero-padded): fft/ifft, or with
     `onesided` rfft (real input) / irfft (one-sided complex input, real output)."""
     if n < 1:
@@ -46,12 +41,12 @@ def transform(xp, z, n: int, axis: int, inverse: bool, onesided: bool, op: str):
     if onesided and not inverse:
         if not real:
             raise RtdError(Code.E_INPUT_INVALID, f"{op}: a one-sided forward DFT takes a real input ([..., 1])")
-        return xp.fft.rfft(z, n=n, axis=axis)
+        return np.fft.rfft(z, n=n, axis=axis)
     if onesided:
         if real:
             raise RtdError(Code.E_INPUT_INVALID, f"{op}: a one-sided inverse DFT takes a complex input ([..., 2])")
-        return xp.fft.irfft(z, n=n, axis=axis)
-    return (xp.fft.ifft if inverse else xp.fft.fft)(z, n=n, axis=axis)
+        return np.fft.irfft(z, n=n, axis=axis)
+    return (np.fft.ifft if inverse else np.fft.fft)(z, n=n, axis=axis)
 
 
 def scalar(kernel, x, op: str, what: str) -> int:

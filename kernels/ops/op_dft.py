@@ -13,6 +13,7 @@ from .base import Kernel
 
 class DFT_17(Kernel):
     attributes = {"axis": 1, "inverse": 0, "onesided": 0}
+    on_device = False   # kernels/ops/_spectral.py says why
 
     def run(self, x, dft_length=None):
         return (self.dft(x, dft_length, self.axis),)
@@ -22,14 +23,14 @@ class DFT_17(Kernel):
         if not (-rank <= axis <= -2 or 0 <= axis <= rank - 2):
             raise RtdError(Code.E_MODEL_INVALID, f"DFT: axis {axis} outside [-{rank}, -2] and [0, {rank - 2}]")
         axis %= rank
-        z = unpack(self.xp, x, "DFT")
+        z = unpack(x, "DFT")
         if dft_length is not None:
             n = scalar(self, dft_length, "DFT", "dft_length")
         elif self.inverse and self.onesided:
             n = 2 * (x.shape[axis] - 1)
         else:
             n = x.shape[axis]
-        return pack(self.xp, transform(self.xp, z, n, axis, bool(self.inverse), bool(self.onesided), "DFT"), x.dtype)
+        return pack(transform(z, n, axis, bool(self.inverse), bool(self.onesided), "DFT"), x.dtype)
 
 
 class DFT_20(DFT_17):
