@@ -26,6 +26,7 @@ from .native.gemm import COLUMNS, PACKED, ROWS
 from .native.gemm import _pack as pack_gemm
 from .native.packed import packed
 from .native.program import Constant, Op, Scratch, Value, reads, writes
+from .native.recurrent import pack_lstm
 from .ops._quant import frozen
 from .ops._window import geometry
 
@@ -534,59 +535,67 @@ def _pool(step: Step) -> Emitted | None:
 
 
 def _lstm(step: Step) -> Emitted | None:
-    """The default LSTM (forward or reverse, one direction, no sequence lengths, peepholes, clip or layout
-    change): the input projection as one GEMM with w packed once, then the compiled recurrence."""
+    """The default LSTM (any direction, no sequence lengths, peepholes, clip or layout change): the input
+    projection as one GEMM with w packed once, then the compiled recurrence over R packed once, both
+    directions of a bidirectional one in the one call."""
     kernel = step.kernel
     inputs = step.node.inputs + [""] * 8
     x, w, r, b, lens, h0, c0, peephole = inputs[:8]
     if not kernel.default_acts or kernel.clip is not None or kernel.input_forget or kernel.__dict__.get("layout", 0) \
-            or lens or peephole or kernel.direction == "bidirectional" or step.dtype(x) != FLOAT32:
+            or lens or peephole or step.dtype(x) != FLOAT32:
         return None
     weights, recurrence = step.constant(w), step.constant(r)
     bias = step.constant(b) if b else None
     if weights is None or recurrence is None or (b and bias is None) or weights.dtype != FLOAT32 or recurrence.dtype != FLOAT32:
         return None
     seq, batch, size = step.shape(x)
-    hidden = recurrence.shape[2]
-    if weights.shape != (1, 4 * hidden, size) or recurrence.shape != (1, 4 * hidden, hidden) or min(seq, batch, hidden) < 1:
+    dirs, hidden = (2 if kernel.direction == "bidirectional" else 1), recurrence.shape[2]
+    if weights.shape != (dirs, 4 * hidden, size) or recurrence.shape != (dirs, 4 * hidden, hidden) or min(seq, batch, hidden) < 1:
         return None
-    if bias is not None and (bias.shape != (1, 8 * hidden) or bias.dtype != FLOAT32):
+    if bias is not None and (bias.shape != (dirs, 8 * hidden) or bias.dtype != FLOAT32):
         return None
     g, nb = 4 * hidden, hidden * batch
     outputs = (step.node.outputs + ["", "", ""])[:3]
     # the projection X @ W^T as the kernel's NumPy path makes it (W^T a transposed view, read column by column):
     # dot products for a few rows, else W packed (once here, per call there: the same panels, the same sums)
+    rows_w = np.ascontiguousarray(weights.reshape(dirs * g, size))
     if seq * batch <= FEW_ROWS:
-        weights_t, layout = Constant(np.ascontiguousarray(weights[0])), COLUMNS
+        weights_t, layout = Constant(rows_w), COLUMNS
     else:
-        weights_t = Constant(packed(weights, ("gemm", COLUMNS, size, g), lambda: pack_gemm(weights[0], COLUMNS, size, g)))
+        weights_t = Constant(packed(weights, ("gemm", COLUMNS, size, dirs * g), lambda: pack_gemm(rows_w, COLUMNS, size, dirs * g)))
         layout = PACKED
     combined = None if bias is None else Constant(np.ascontiguousarray(bias[:, :g] + bias[:, g:]).reshape(-1))
-    reverse = kernel.direction == "reverse"
     ops = []
-    projected = Scratch("projected", seq * batch * g * 4)
-    ops.append(Op(GEMM, (reads(Value(x)), reads(weights_t), reads(combined), writes(projected)), (layout, seq * batch, size, g, 0)))
-    xw = Scratch("xw", seq * g * batch * 4)
-    # (seq, batch, 4H) -> (seq, 4H, batch), reversed in time for the reverse direction
-    params = _copy_params(4, (seq, g, batch), ((-1 if reverse else 1) * batch * g, 1, g), (g * batch, batch, 1),
-                          (seq - 1) * batch * g if reverse else 0, 0)
-    ops.append(Op(COPY, (reads(projected), writes(xw)), params))
-    h, c = Scratch("h", nb * 4), Scratch("c", nb * 4)
+    projected = Scratch("projected", seq * batch * dirs * g * 4)
+    ops.append(Op(GEMM, (reads(Value(x)), reads(weights_t), reads(combined), writes(projected)),
+                  (layout, seq * batch, size, dirs * g, 0)))
+    xw = Scratch("xw", seq * dirs * g * batch * 4)
+    for d in range(dirs):   # (seq, batch, dirs, 4H) -> (seq, dirs, 4H, batch), a reverse direction reversed in time
+        back = kernel.reverse(d)
+        params = _copy_params(4, (seq, g, batch), ((-1 if back else 1) * batch * dirs * g, 1, dirs * g), (dirs * g * batch, batch, 1),
+                              d * g + ((seq - 1) * batch * dirs * g if back else 0), d * g * batch)
+        ops.append(Op(COPY, (reads(projected), writes(xw)), params))
+    h, c = Scratch("h", dirs * nb * 4), Scratch("c", dirs * nb * 4)
     for state, initial in ((h, h0), (c, c0)):
-        if initial:   # (1, batch, H) -> (H, batch)
-            ops.append(Op(COPY, (reads(Value(initial)), writes(state)), _copy_params(4, (hidden, batch), (1, hidden), (batch, 1), 0, 0)))
+        if initial:   # (dirs, batch, H) -> (dirs, H, batch)
+            ops.append(Op(COPY, (reads(Value(initial)), writes(state)),
+                          _copy_params(4, (dirs, hidden, batch), (nb, 1, hidden), (nb, batch, 1), 0, 0)))
         else:
-            ops.append(Op(FILL, (writes(state),), (4, nb, 0)))
-    yt = Scratch("yt", seq * nb * 4)
-    ops.append(Op(LSTM, (reads(xw), reads(Constant(np.ascontiguousarray(recurrence[0]))), writes(h), writes(c), writes(yt),
-                         writes(Scratch("gates", g * batch * 4))), (0, g * batch, 0, nb, seq, hidden, batch)))
-    if outputs[0]:   # Y (seq, 1, batch, H) from yt (seq, H, batch), reversed back in time
-        ops.append(Op(COPY, (reads(yt), writes(Value(outputs[0]))),
-                      _copy_params(4, (seq, batch, hidden), ((-1 if reverse else 1) * nb, 1, batch), (nb, hidden, 1),
-                                   (seq - 1) * nb if reverse else 0, 0)))
+            ops.append(Op(FILL, (writes(state),), (4, dirs * nb, 0)))
+    yt = Scratch("yt", seq * dirs * nb * 4)
+    panels = pack_lstm(recurrence, True)
+    ops.append(Op(LSTM, (reads(xw), reads(Constant(panels)), writes(h), writes(c), writes(yt),
+                         writes(Scratch("gates", dirs * g * batch * 4))), (seq, dirs, hidden, batch)))
+    if outputs[0]:   # Y (seq, dirs, batch, H) from yt (seq, dirs, H, batch), reversed back in time
+        for d in range(dirs):
+            back = kernel.reverse(d)
+            ops.append(Op(COPY, (reads(yt), writes(Value(outputs[0]))),
+                          _copy_params(4, (seq, batch, hidden), ((-1 if back else 1) * dirs * nb, 1, batch), (dirs * nb, hidden, 1),
+                                       d * nb + ((seq - 1) * dirs * nb if back else 0), d * nb)))
     for state, name in ((h, outputs[1]), (c, outputs[2])):
-        if name:   # (H, batch) -> (1, batch, H)
-            ops.append(Op(COPY, (reads(state), writes(Value(name))), _copy_params(4, (batch, hidden), (1, batch), (hidden, 1), 0, 0)))
+        if name:   # (dirs, H, batch) -> (dirs, batch, H)
+            ops.append(Op(COPY, (reads(state), writes(Value(name))),
+                          _copy_params(4, (dirs, batch, hidden), (nb, 1, batch), (nb, hidden, 1), 0, 0)))
     return Emitted(ops, {})
 
 

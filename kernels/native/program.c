@@ -200,10 +200,10 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
         return rtd_max_pool2d_f32(f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[0], p[1], p[2], p[3], p[4], p[5],
                                   p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13]);
     case RTD_OP_LSTM:
-        NEED(6, 7);
+        NEED(6, 4);
         if (floats(&o[2]) != floats(&o[3])) return RTD_NATIVE_E_LENGTH;
-        return rtd_lstm_f32(f(&o[0]), floats(&o[0]), p[0], p[1], f(&o[1]), floats(&o[1]), fw(&o[2]), fw(&o[3]), floats(&o[2]),
-                            fw(&o[4]), floats(&o[4]), p[2], p[3], fw(&o[5]), floats(&o[5]), p[4], p[5], p[6]);
+        return rtd_lstm_f32(f(&o[0]), floats(&o[0]), f(&o[1]), floats(&o[1]), fw(&o[2]), fw(&o[3]), floats(&o[2]),
+                            fw(&o[4]), floats(&o[4]), fw(&o[5]), floats(&o[5]), p[0], p[1], p[2], p[3]);
     case RTD_OP_GATHER:
         NEED(3, 3);
         return gather(o, p, n_params);

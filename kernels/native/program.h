@@ -23,7 +23,7 @@
     CAST       src dst; src_type dst_type count (move.h's types)
     REDUCE     x y; kind outer r inner (pool.h)
     POOL       x y; n c h w kh kw oh ow sh sw dh dw pad_top pad_left: the window maxima (pool.h)
-    LSTM       xw r h c y gates; xw_offset xw_step y_offset y_step seq hidden batch (recurrent.h)
+    LSTM       xw r h c y gates; seq dirs hidden batch (recurrent.h: r packed, the layouts it fixes)
     GATHER     table indices out; rows row_bytes count: out[i] = table row indices[i] (int64, negative from
                the end), a status for an index out of range */
 #define RTD_OP_CONV 1

@@ -146,3 +146,32 @@ def test_reductions_and_casts_give_numpys_bits(monkeypatch):
     for name in outputs:
         np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
         assert ours[name].dtype == python[name].dtype
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("direction", ["bidirectional", "reverse"])
+def test_an_lstm_of_any_direction_runs_in_the_program_with_the_traced_runs_bits(direction, threads, monkeypatch):
+    """A bidirectional LSTM (both directions in one LSTM op) and a reverse one, with initial states: the
+    program's outputs are the per-step path's bits, and onnxruntime's values."""
+    dirs, hidden, size, seq, batch = (2 if direction == "bidirectional" else 1), 19, 7, 5, 3
+    rng = np.random.default_rng(5)
+    f32 = np.float32
+    nodes = [node("LSTM", ["x", "w", "r", "b", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=hidden, direction=direction)]
+    inits = [const("w", rng.standard_normal((dirs, 4 * hidden, size)).astype(f32)),
+             const("r", (rng.standard_normal((dirs, 4 * hidden, hidden)) * 0.3).astype(f32)),
+             const("b", rng.standard_normal((dirs, 8 * hidden)).astype(f32))]
+    onnx_model = model(nodes, [("x", [seq, batch, size]), ("h0", [dirs, batch, hidden]), ("c0", [dirs, batch, hidden])],
+                       [(n, None) for n in ("y", "yh", "yc")], inits)
+    feeds = {"x": rng.standard_normal((seq, batch, size)).astype(f32), "h0": rng.standard_normal((dirs, batch, hidden)).astype(f32),
+             "c0": rng.standard_normal((dirs, batch, hidden)).astype(f32)}
+    native.set_threads(threads)
+    try:
+        compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    finally:
+        native.set_threads(1)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == 1
+    reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for name, expected in zip(("y", "yh", "yc"), reference):
+        np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
+        np.testing.assert_allclose(ours[name], expected, rtol=1e-4, atol=1e-5, err_msg=name)
