@@ -27,11 +27,12 @@ from .native.gemm import _pack as pack_gemm
 from .native.packed import packed
 from .native.program import Constant, Op, Scratch, Value, reads, writes
 from .native.recurrent import pack_lstm
-from .ops._quant import frozen
+from .ops._quant import FLOAT32_EXACT, frozen, span
 from .ops._window import geometry
 
 # program.h's opcodes
-CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER = range(1, 15)
+(CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
+ POOL8) = range(1, 18)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -41,6 +42,7 @@ FEW_ROWS = 4                 # gemm.c's: up to this many rows a transposed b is 
 PROBE_ELEMENTS = 1 << 20     # data movement larger than this stays a NumPy call (the probe's index arrays)
 GATHER_TABLE_ELEMENTS = 1 << 16   # an irregular movement's index table, at most
 CHAIN_LINK_ADD, CHAIN_LINK_RELU = OPCODES["Add"][0], OPCODES["Relu"][0]
+EIGHT_BIT = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2}   # conv.h's (and quant.h's) 8-bit types
 
 
 class Emitted(NamedTuple):
@@ -520,18 +522,21 @@ def _reduce(step: Step) -> Emitted | None:
 
 
 def _pool(step: Step) -> Emitted | None:
-    """MaxPool (AveragePool stays NumPy's: pool.c sums a window in another order than its kernel does)."""
+    """MaxPool of float32 or 8-bit tensors (AveragePool stays NumPy's: pool.c sums a window in another order
+    than its kernel does)."""
     x, y = step.input(0), step.output()
     kernel, shape = step.kernel, step.shape(x)
     a = kernel.__dict__
-    if step.dtype(x) != FLOAT32 or len(shape) != 4 or len([o for o in step.node.outputs if o]) != 1 or a.get("storage_order", 0):
+    if step.dtype(x) not in (FLOAT32, *EIGHT_BIT) or len(shape) != 4 or len([o for o in step.node.outputs if o]) != 1 or a.get("storage_order", 0):
         return None
     k, strides, dilations = list(kernel.kernel_shape), list(kernel.strides or [1, 1]), list(a.get("dilations") or [1, 1])
     out_shape, begin, end = geometry(shape[2:], k, strides, dilations, kernel.pads, kernel.auto_pad, a.get("ceil_mode", 0))
     if tuple(shape[:2]) + tuple(out_shape) != step.shape(y) or len(k) != 2:
         return None
-    return Emitted([Op(POOL, (reads(Value(x)), writes(Value(y))),
-                       (*shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1]))], {})
+    numbers = (*shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1])
+    if step.dtype(x) != FLOAT32:
+        return Emitted([Op(POOL8, (reads(Value(x)), writes(Value(y))), (EIGHT_BIT[step.dtype(x)], *numbers))], {})
+    return Emitted([Op(POOL, (reads(Value(x)), writes(Value(y))), numbers)], {})
 
 
 def _lstm(step: Step) -> Emitted | None:
@@ -599,6 +604,95 @@ def _lstm(step: Step) -> Emitted | None:
     return Emitted(ops, {})
 
 
+# ---- 8-bit steps ----
+
+def _float_bits(value) -> int:
+    return int(np.asarray(value, np.float32).reshape(()).view(np.uint32))
+
+
+def _per_tensor(step: Step, scale: str, zero_point: str, dtype=None):
+    """(scale, zero point) of a constant float32 scale and 8-bit zero point (absent: 0) of one value each, or None."""
+    s, z = step.constant(scale), step.constant(zero_point) if zero_point else None
+    if s is None or s.dtype != FLOAT32 or s.size != 1 or (zero_point and (z is None or z.size != 1 or z.dtype not in EIGHT_BIT
+                                                                          or (dtype is not None and z.dtype != dtype))):
+        return None
+    return s.reshape(()), 0 if z is None else int(z.reshape(()))
+
+
+def _quantize(step: Step) -> Emitted | None:
+    """QuantizeLinear of float32 to 8 bits with one scale and zero point (no blocks, no other precision)."""
+    x, y = step.input(0), step.output()
+    a = step.kernel.__dict__
+    if step.dtype(x) != FLOAT32 or step.dtype(y) not in EIGHT_BIT or a.get("block_size", 0) or a.get("precision", 0):
+        return None
+    params = _per_tensor(step, step.input(1), step.input(2), step.dtype(y))
+    if params is None:
+        return None
+    return Emitted([Op(QUANTIZE, (reads(Value(x)), writes(Value(y))), (_float_bits(params[0]), params[1], EIGHT_BIT[step.dtype(y)]))], {})
+
+
+def _dequantize(step: Step) -> Emitted | None:
+    """DequantizeLinear of an 8-bit tensor to float32 with one scale and zero point."""
+    x, y = step.input(0), step.output()
+    if step.dtype(x) not in EIGHT_BIT or step.dtype(y) != FLOAT32 or step.kernel.__dict__.get("block_size", 0):
+        return None
+    params = _per_tensor(step, step.input(1), step.input(2), step.dtype(x))
+    if params is None:
+        return None
+    return Emitted([Op(DEQUANTIZE, (reads(Value(x)), writes(Value(y))), (EIGHT_BIT[step.dtype(x)], _float_bits(params[0]), params[1]))], {})
+
+
+def _qlinear_conv(step: Step) -> Emitted | None:
+    """QLinearConv as its kernel runs it on the CPU: the compiled convolution of x - x_zp by the centred weights
+    (the kernel's own kept copy, packed once), its int32 sums plus the int32 bias requantized in the same pass.
+    Only where those sums are exact in float32, as the kernel's are then."""
+    kernel = step.kernel
+    x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias = (step.node.inputs + [""] * 9)[:9]
+    y = step.output()
+    weights, ws, wz, xs, ys = (step.constant(n) if n else None for n in (w, w_scale, w_zp, x_scale, y_scale))
+    x_params = _per_tensor(step, x_scale, x_zp, step.dtype(x))
+    if x_params is None or step.dtype(x) not in EIGHT_BIT or weights is None or not frozen(weights) or weights.dtype not in EIGHT_BIT \
+            or ws is None or ys is None or ys.size != 1 or (w_zp and wz is None) or not y_zp or step.dtype(y) not in EIGHT_BIT:
+        return None
+    y_params = _per_tensor(step, y_scale, y_zp, step.dtype(y))
+    bias_value = step.constant(bias) if bias else None
+    m = weights.shape[0]
+    if y_params is None or (bias and (bias_value is None or bias_value.dtype != np.int32 or bias_value.size != m)) \
+            or ws.size not in (1, m) or (wz is not None and wz.size not in (1, m)):
+        return None
+    x_shape, nd = step.shape(x), len(step.shape(x)) - 2
+    k = list(kernel.kernel_shape or weights.shape[2:])
+    if nd not in (1, 2) or len(k) != nd or tuple(weights.shape[2:]) != tuple(k):
+        return None
+    x_max, w_max = span(step.dtype(x), np.asarray(x_params[1])), span(weights.dtype, wz)
+    if math.prod(weights.shape[1:]) * x_max * w_max >= FLOAT32_EXACT:
+        return None   # the kernel sums in float64 then: not this compiled pass
+    out_shape, begin, end = geometry(x_shape[2:], k, kernel.strides, kernel.dilations, kernel.pads, kernel.auto_pad)
+    if tuple(x_shape[:1]) + (m,) + tuple(out_shape) != step.shape(y) or (kernel.group == x_shape[1] == m and kernel.group > 1):
+        return None   # depthwise: the kernel's NumPy path
+    row = (lambda dims, one: list(dims)) if nd == 2 else (lambda dims, one: [one] + list(dims))
+    layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(weights.shape[:2]) + tuple(row(k, 1)),
+                                kernel.group, row(k, 1), row(kernel.strides or [1] * nd, 1), row(kernel.dilations or [1] * nd, 1),
+                                row(begin, 0), row(end, 0), row(out_shape, 1))
+    if not layout.usable:
+        return None
+    channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
+    centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
+    if not frozen(centred):
+        return None
+    w4 = centred.reshape(layout.w_shape)
+    panels = packed(centred, ("conv", m, kernel.group, centred.size), lambda: native_conv._pack(w4, m, kernel.group))
+    multiplier = np.ascontiguousarray((xs.astype(np.float32) * ws.astype(np.float32) / ys.astype(np.float32)).reshape(-1))
+    x_type, y_type = EIGHT_BIT[step.dtype(x)], EIGHT_BIT[step.dtype(y)]
+    scratch = compiled.lib.rtd_conv2d_scratch(*layout.geometry, x_type, y_type)
+    chain_len = [0] * native_conv.CHAIN_INPUTS
+    return Emitted([Op(CONV, (reads(Value(x)), reads(Constant(np.ascontiguousarray(w4))),
+                              reads(Constant(np.ascontiguousarray(bias_value.reshape(-1))) if bias else None), writes(Value(y)),
+                              writes(Scratch("conv", scratch * 4)), reads(Constant(panels)), reads(Constant(multiplier)),
+                              reads(None), reads(None), *[reads(None)] * native_conv.CHAIN_INPUTS),
+                       (x_type, x_params[1], y_type, y_params[1], 0, *chain_len, 0, *layout.geometry, 0))], {})
+
+
 ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 EMITTERS = {
     **{("", op): _alias for op in ALIASES},
@@ -621,6 +715,9 @@ EMITTERS = {
     ("", "GlobalMaxPool"): _reduce,
     **{("", op): _reduce for op in REDUCE_KINDS},
     ("", "LSTM"): _lstm,
+    ("", "QuantizeLinear"): _quantize,
+    ("", "DequantizeLinear"): _dequantize,
+    ("", "QLinearConv"): _qlinear_conv,
     (RTD_DOMAIN, "ConvActivation"): _conv_activation,
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,

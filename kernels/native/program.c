@@ -18,6 +18,7 @@
 #include "move.h"
 #include "pool.h"
 #include "program.h"
+#include "quant.h"
 #include "recurrent.h"
 
 #define MAX_OPERANDS 24
@@ -48,6 +49,14 @@ static int resolve(const int64_t *w, void **slots, const int64_t *slot_bytes, co
 }
 
 static int64_t floats(const struct operand *o) { return o->bytes / 4; }
+/* A float32 parameter, carried as its bits in the low half of a program word. */
+static float bits_float(int64_t word)
+{
+    const uint32_t bits = (uint32_t)word;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
 static const float *f(const struct operand *o) { return (const float *)(const void *)o->p; }
 static float *fw(const struct operand *o) { return (float *)(void *)o->p; }
 
@@ -207,6 +216,18 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
     case RTD_OP_GATHER:
         NEED(3, 3);
         return gather(o, p, n_params);
+    case RTD_OP_QUANTIZE:
+        NEED(2, 3);
+        if (p[2] != RTD_CONV_U8 && p[2] != RTD_CONV_S8) return RTD_NATIVE_E_ARGUMENT;
+        return rtd_quantize_f32(f(&o[0]), floats(&o[0]), bits_float(p[0]), (int32_t)p[1], o[1].p, (int)p[2], o[1].bytes);
+    case RTD_OP_DEQUANTIZE:
+        NEED(2, 3);
+        if (p[0] != RTD_CONV_U8 && p[0] != RTD_CONV_S8) return RTD_NATIVE_E_ARGUMENT;
+        return rtd_dequantize_f32(o[0].p, (int)p[0], o[0].bytes, bits_float(p[1]), (int32_t)p[2], fw(&o[1]), floats(&o[1]));
+    case RTD_OP_POOL8:
+        NEED(2, 15);
+        return rtd_max_pool2d_8bit(o[0].p, (int)p[0], o[0].bytes, o[1].p, o[1].bytes, p[1], p[2], p[3], p[4], p[5], p[6],
+                                   p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14]);
     default:
         return RTD_NATIVE_E_ARGUMENT;
     }

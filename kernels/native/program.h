@@ -25,7 +25,10 @@
     POOL       x y; n c h w kh kw oh ow sh sw dh dw pad_top pad_left: the window maxima (pool.h)
     LSTM       xw r h c y gates; seq dirs hidden batch (recurrent.h: r packed, the layouts it fixes)
     GATHER     table indices out; rows row_bytes count: out[i] = table row indices[i] (int64, negative from
-               the end), a status for an index out of range */
+               the end), a status for an index out of range
+    QUANTIZE   x y; scale zero_point y_type (quant.h; scale: a float32's bits, types as conv.h's)
+    DEQUANTIZE x y; x_type scale zero_point (quant.h)
+    POOL8      x y; x_type, then POOL's numbers: the window maxima of an 8-bit tensor (pool.h) */
 #define RTD_OP_CONV 1
 #define RTD_OP_DEPTHWISE 2
 #define RTD_OP_GEMM 3
@@ -40,6 +43,9 @@
 #define RTD_OP_POOL 12
 #define RTD_OP_LSTM 13
 #define RTD_OP_GATHER 14
+#define RTD_OP_QUANTIZE 15
+#define RTD_OP_DEQUANTIZE 16
+#define RTD_OP_POOL8 17
 #define RTD_PROGRAM_E_INDEX 3
 int rtd_program_run(const int64_t *code, int64_t code_len, void **slots, const int64_t *slot_bytes,
                     const uint8_t *slot_writable, int64_t n_slots, int64_t *failed);

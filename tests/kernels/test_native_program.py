@@ -175,3 +175,40 @@ def test_an_lstm_of_any_direction_runs_in_the_program_with_the_traced_runs_bits(
     for name, expected in zip(("y", "yh", "yc"), reference):
         np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
         np.testing.assert_allclose(ours[name], expected, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_quantized_plan_runs_in_one_program_with_the_traced_runs_bits(dtype, monkeypatch):
+    """QuantizeLinear, QLinearConv (per-tensor and per-channel weights, an int32 bias), MaxPool over 8 bits and
+    DequantizeLinear: every step a program op, the outputs the per-step path's bits (NaN and infinities
+    quantized as NumPy casts them) and onnxruntime's values."""
+    rng = np.random.default_rng(6)
+    zero = np.array(3 if dtype == np.uint8 else -2, dtype)
+    nodes = [node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+             node("QLinearConv", ["q", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["c"], pads=[1, 1, 1, 1]),
+             node("MaxPool", ["c"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             node("QLinearConv", ["p", "ys", "yz", "w2", "ws2", "wz2", "ys", "yz"], ["c2"], kernel_shape=[1, 1]),
+             node("DequantizeLinear", ["c2", "ys", "yz"], ["y"]), node("DequantizeLinear", ["q", "xs", "xz"], ["xq"])]
+    inits = [const("xs", np.array(0.05, np.float32)), const("xz", zero), const("ys", np.array(0.08, np.float32)),
+             const("yz", zero), const("w", rng.integers(-20, 20, (6, 3, 3, 3)).astype(np.int8)),
+             const("ws", np.array(0.01, np.float32)), const("wz", np.array(0, np.int8)),
+             const("b", rng.integers(-500, 500, 6).astype(np.int32)),
+             const("w2", rng.integers(-20, 20, (5, 6, 1, 1)).astype(np.int8)),
+             const("ws2", rng.uniform(0.005, 0.02, 5).astype(np.float32)), const("wz2", np.zeros(5, np.int8))]
+    onnx_model = model(nodes, [("x", [2, 3, 9, 9])], [("y", None), ("xq", None)], inits, opset=13)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32) * 4
+    x.reshape(-1)[:3] = [2.5 * 0.05, 3.5 * 0.05, -2.5 * 0.05]   # halves: rounded to even
+    feeds = {"x": x}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == len(nodes) and plan.stats()["steps"] == 1
+    x[0, 0, 0, 3:6] = [np.nan, np.inf, -np.inf]   # only against the per-step path: onnxruntime converts them its own way
+    ours_odd, python_odd = (m.run(feeds) for m in (compiled_model, compile_model(onnx_model)))
+    np.testing.assert_array_equal(ours_odd["xq"], python_odd["xq"])
+    np.testing.assert_array_equal(ours_odd["y"], python_odd["y"])
+    x[0, 0, 0, 3:6] = 0
+    ours, python = (m.run(feeds) for m in (compiled_model, compile_model(onnx_model)))
+    reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for name, expected in zip(("y", "xq"), reference):
+        np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
+        np.testing.assert_allclose(ours[name], expected, atol=0.08 + 1e-6, err_msg=name)
