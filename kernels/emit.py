@@ -27,12 +27,13 @@ from .native.gemm import _pack as pack_gemm
 from .native.packed import packed
 from .native.program import Constant, Op, Scratch, Value, reads, writes
 from .native.recurrent import pack_lstm
-from .ops._quant import FLOAT32_EXACT, frozen, span
+from .ops._contrib import MS_DOMAIN, scalar_side
+from .ops._quant import FLOAT32_EXACT, frozen, lookup_table, span
 from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8) = range(1, 18)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8) = range(1, 21)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -693,6 +694,68 @@ def _qlinear_conv(step: Step) -> Emitted | None:
                        (x_type, x_params[1], y_type, y_params[1], 0, *chain_len, 0, *layout.geometry, 0))], {})
 
 
+def _qlinear_params(step: Step, dtype, names: tuple, schema=("X", "Y")):
+    """The kernel's own (x_scale, x_zp, y_scale, y_zp) from constant inputs `names`, or None."""
+    if any(n and step.constant(n) is None for n in names) or not names[0] or not names[2]:
+        return None
+    try:
+        return step.kernel.params(dtype, *(step.constant(n) if n else None for n in names), schema)
+    except Exception:   # parameters the kernel refuses: its own run says so
+        return None
+
+
+def _qlinear_lookup(step: Step) -> Emitted | None:
+    """com.microsoft QLinearSigmoid, QLinearLeakyRelu: one gather from the table the kernel builds."""
+    x, y = step.input(0), step.output()
+    dtype = step.dtype(x)
+    if dtype not in EIGHT_BIT or step.dtype(y) != dtype:
+        return None
+    params = _qlinear_params(step, dtype, tuple(step.node.inputs[1:5] + [""] * (4 - len(step.node.inputs[1:5]))))
+    if params is None:
+        return None
+    table = np.ascontiguousarray(lookup_table(dtype, *params, step.kernel.transform))
+    return Emitted([Op(LOOKUP, (reads(Value(x)), reads(Constant(table.view(np.uint8))), writes(Value(y))), ())], {})
+
+
+def _qlinear_binary(step: Step) -> Emitted | None:
+    """com.microsoft QLinearAdd, QLinearMul: one gather per output from the kernel's table of all pairs."""
+    a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp = (step.node.inputs + [""] * 8)[:8]
+    c = step.output()
+    dtype = step.dtype(a)
+    if dtype not in EIGHT_BIT or step.dtype(b) != dtype or step.dtype(c) != dtype:
+        return None
+    a_params = _qlinear_params(step, dtype, (a_scale, a_zp, c_scale, c_zp), ("A", "C"))
+    b_params = _qlinear_params(step, dtype, (b_scale, b_zp, c_scale, c_zp), ("B", "C"))
+    a_shape, b_shape, out = step.shape(a), step.shape(b), step.shape(c)
+    if a_params is None or b_params is None or not out or len(out) > MAX_DIMS or np.broadcast_shapes(a_shape, b_shape) != out:
+        return None
+    values = np.arange(256, dtype=np.uint8).view(dtype)
+    table = step.kernel.combine(values[:, None], values[None, :], *a_params[:2], *b_params[:2], *a_params[2:], dtype,
+                                scalar_side(a_shape, b_shape))
+    strides = []
+    for shape in (a_shape, b_shape):
+        padded = (1,) * (len(out) - len(shape)) + tuple(shape)
+        strides.append([0 if n == 1 else s for n, s in zip(padded, _contiguous_strides(padded))])
+    return Emitted([Op(PAIRS, (reads(Value(a)), reads(Value(b)), reads(Constant(np.ascontiguousarray(table.reshape(-1)).view(np.uint8))),
+                               writes(Value(c))), (len(out), *out, *strides[0], *strides[1]))], {})
+
+
+def _qlinear_global_average(step: Step) -> Emitted | None:
+    """com.microsoft QLinearGlobalAveragePool over NCHW: exact sums per image and channel, then the kernel's float32 steps."""
+    x, y = step.input(0), step.output()
+    dtype, shape = step.dtype(x), step.shape(x)
+    if dtype not in EIGHT_BIT or step.dtype(y) != dtype or step.kernel.channels_last or len(shape) < 3 or math.prod(shape[2:]) < 1:
+        return None
+    params = _qlinear_params(step, dtype, tuple((step.node.inputs + [""] * 5)[1:5]))
+    if params is None:
+        return None
+    x_scale, x_zp, y_scale, y_zp = params
+    size = math.prod(shape[2:])
+    scale = x_scale / (y_scale * np.float32(size))
+    return Emitted([Op(GLOBAL_AVERAGE8, (reads(Value(x)), writes(Value(y))),
+                       (EIGHT_BIT[dtype], shape[0] * shape[1], size, int(x_zp), _float_bits(scale), int(y_zp)))], {})
+
+
 ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 EMITTERS = {
     **{("", op): _alias for op in ALIASES},
@@ -718,6 +781,11 @@ EMITTERS = {
     ("", "QuantizeLinear"): _quantize,
     ("", "DequantizeLinear"): _dequantize,
     ("", "QLinearConv"): _qlinear_conv,
+    (MS_DOMAIN, "QLinearSigmoid"): _qlinear_lookup,
+    (MS_DOMAIN, "QLinearLeakyRelu"): _qlinear_lookup,
+    (MS_DOMAIN, "QLinearAdd"): _qlinear_binary,
+    (MS_DOMAIN, "QLinearMul"): _qlinear_binary,
+    (MS_DOMAIN, "QLinearGlobalAveragePool"): _qlinear_global_average,
     (RTD_DOMAIN, "ConvActivation"): _conv_activation,
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,

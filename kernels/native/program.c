@@ -224,6 +224,18 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
         NEED(2, 3);
         if (p[0] != RTD_CONV_U8 && p[0] != RTD_CONV_S8) return RTD_NATIVE_E_ARGUMENT;
         return rtd_dequantize_f32(o[0].p, (int)p[0], o[0].bytes, bits_float(p[1]), (int32_t)p[2], fw(&o[1]), floats(&o[1]));
+    case RTD_OP_LOOKUP:
+        NEED(3, 0);
+        return rtd_lookup_8bit((const uint8_t *)o[0].p, o[0].bytes, (const uint8_t *)o[1].p, o[1].bytes, (uint8_t *)o[2].p, o[2].bytes);
+    case RTD_OP_PAIRS:
+        if (n_operands != 4 || n_params < 1 || p[0] < 1 || p[0] > RTD_MOVE_MAX_DIMS || n_params != 1 + 3 * p[0])
+            return RTD_NATIVE_E_ARGUMENT;
+        return rtd_pairs_8bit((const uint8_t *)o[0].p, o[0].bytes, (const uint8_t *)o[1].p, o[1].bytes, (const uint8_t *)o[2].p,
+                              o[2].bytes, (uint8_t *)o[3].p, o[3].bytes, p[0], p + 1, p + 1 + p[0], p + 1 + 2 * p[0]);
+    case RTD_OP_GLOBAL_AVERAGE8:
+        NEED(2, 6);
+        return rtd_global_average_8bit(o[0].p, (int)p[0], o[0].bytes, p[1], p[2], (int32_t)p[3], bits_float(p[4]),
+                                       (int32_t)p[5], o[1].p, o[1].bytes);
     case RTD_OP_POOL8:
         NEED(2, 15);
         return rtd_max_pool2d_8bit(o[0].p, (int)p[0], o[0].bytes, o[1].p, o[1].bytes, p[1], p[2], p[3], p[4], p[5], p[6],

@@ -28,7 +28,10 @@
                the end), a status for an index out of range
     QUANTIZE   x y; scale zero_point y_type (quant.h; scale: a float32's bits, types as conv.h's)
     DEQUANTIZE x y; x_type scale zero_point (quant.h)
-    POOL8      x y; x_type, then POOL's numbers: the window maxima of an 8-bit tensor (pool.h) */
+    POOL8      x y; x_type, then POOL's numbers: the window maxima of an 8-bit tensor (pool.h)
+    LOOKUP     x table y; (quant.h's rtd_lookup_8bit)
+    PAIRS      a b table c; ndim shape[ndim] a_strides[ndim] b_strides[ndim] (quant.h's rtd_pairs_8bit)
+    GLOBAL_AVERAGE8 x y; x_type rows size x_zero_point scale y_zero_point (quant.h) */
 #define RTD_OP_CONV 1
 #define RTD_OP_DEPTHWISE 2
 #define RTD_OP_GEMM 3
@@ -46,6 +49,9 @@
 #define RTD_OP_QUANTIZE 15
 #define RTD_OP_DEQUANTIZE 16
 #define RTD_OP_POOL8 17
+#define RTD_OP_LOOKUP 18
+#define RTD_OP_PAIRS 19
+#define RTD_OP_GLOBAL_AVERAGE8 20
 #define RTD_PROGRAM_E_INDEX 3
 int rtd_program_run(const int64_t *code, int64_t code_len, void **slots, const int64_t *slot_bytes,
                     const uint8_t *slot_writable, int64_t n_slots, int64_t *failed);

@@ -1,7 +1,9 @@
-/* QuantizeLinear and DequantizeLinear over whole tensors with one scale and zero point (quant.h), so a
- * quantized model's boundary steps run inside a native program instead of as NumPy calls between them.
- * Each value takes the NumPy kernel's own float32 steps (a division rounded once, rint, the zero
- * point added in float, a clamp), so a traced and a planned run agree bit for bit.
+/* 8-bit steps of quantized models (quant.h), so a quantized plan runs inside one native program instead
+ * of as NumPy calls between its convolutions: QuantizeLinear and DequantizeLinear over whole tensors
+ * with one scale and zero point, the table lookups of com.microsoft's 8-bit unary and binary ops (the
+ * kernels build the tables; a run only gathers), and QLinearGlobalAveragePool's exact sums.
+ * Each value takes the NumPy kernel's own float32 steps (a division or product rounded once, rint, the
+ * zero point added in float, a clamp), so a traced and a planned run agree bit for bit.
  */
 #include <math.h>
 #include <stdint.h>
@@ -48,5 +50,87 @@ int rtd_dequantize_f32(const void *x, int x_type, int64_t x_len, float scale, in
     if (y_len != x_len)
         return RTD_NATIVE_E_LENGTH;
     dequantize(x, x_type == RTD_CONV_S8, x_len, scale, zero_point, y);
+    return 0;
+}
+
+int rtd_lookup_8bit(const uint8_t *x, int64_t x_len, const uint8_t *table, int64_t table_len, uint8_t *y, int64_t y_len)
+{
+    if (x_len < 0 || table_len != 256 || y_len != x_len)
+        return RTD_NATIVE_E_LENGTH;
+    for (int64_t i = 0; i < x_len; i++) y[i] = table[x[i]];
+    return 0;
+}
+
+#define MAX_DIMS 8
+
+/* The largest element index a strided walk reaches (strides non-negative), or -1 for an empty walk. */
+static int64_t reach(int64_t ndim, const int64_t *shape, const int64_t *strides)
+{
+    int64_t last = 0;
+    for (int64_t k = 0; k < ndim; k++) {
+        if (shape[k] == 0) return -1;
+        last += (shape[k] - 1) * strides[k];
+    }
+    return last;
+}
+
+int rtd_pairs_8bit(const uint8_t *a, int64_t a_len, const uint8_t *b, int64_t b_len, const uint8_t *table, int64_t table_len,
+                   uint8_t *c, int64_t c_len, int64_t ndim, const int64_t *shape, const int64_t *a_strides, const int64_t *b_strides)
+{
+    if (ndim < 1 || ndim > MAX_DIMS)
+        return RTD_NATIVE_E_ARGUMENT;
+    int64_t count = 1;
+    for (int64_t k = 0; k < ndim; k++) {
+        if (shape[k] < 0 || shape[k] > (INT64_C(1) << 40) || a_strides[k] < 0 || b_strides[k] < 0
+            || a_strides[k] > (INT64_C(1) << 40) || b_strides[k] > (INT64_C(1) << 40))
+            return RTD_NATIVE_E_ARGUMENT;
+        count *= shape[k];
+        if (count > (INT64_C(1) << 40)) return RTD_NATIVE_E_ARGUMENT;
+    }
+    if (table_len != 65536 || c_len != count || reach(ndim, shape, a_strides) >= a_len || reach(ndim, shape, b_strides) >= b_len)
+        return RTD_NATIVE_E_LENGTH;
+    if (count == 0)
+        return 0;
+    int64_t index[MAX_DIMS] = {0}, ia = 0, ib = 0;
+    const int64_t inner = shape[ndim - 1], sa = a_strides[ndim - 1], sb = b_strides[ndim - 1];
+    for (int64_t done = 0; done < count; done += inner) {   /* the innermost axis in a tight loop, the others counted */
+        for (int64_t j = 0; j < inner; j++)
+            c[done + j] = table[((uint32_t)a[ia + j * sa] << 8) | b[ib + j * sb]];
+        for (int64_t k = ndim - 2; k >= 0; k--) {
+            ia += a_strides[k];
+            ib += b_strides[k];
+            if (++index[k] < shape[k]) break;
+            ia -= shape[k] * a_strides[k];
+            ib -= shape[k] * b_strides[k];
+            index[k] = 0;
+        }
+    }
+    return 0;
+}
+
+int rtd_global_average_8bit(const void *x, int x_type, int64_t x_len, int64_t rows, int64_t size, int32_t x_zero_point,
+                            float scale, int32_t y_zero_point, void *y, int64_t y_len)
+{
+    if ((x_type != RTD_CONV_U8 && x_type != RTD_CONV_S8) || rows < 0 || size < 1 || size > (INT64_C(1) << 40))
+        return RTD_NATIVE_E_ARGUMENT;
+    if (rows > (INT64_C(1) << 40) / size || x_len != rows * size || y_len != rows)
+        return RTD_NATIVE_E_LENGTH;
+    const int is_signed = x_type == RTD_CONV_S8;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    const uint8_t *bytes = x;
+    uint8_t *out = y;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t sum = 0;
+        const uint8_t *row = bytes + r * size;
+        if (is_signed)
+            for (int64_t i = 0; i < size; i++) sum += (int8_t)row[i];
+        else
+            for (int64_t i = 0; i < size; i++) sum += row[i];
+        sum -= (int64_t)x_zero_point * size;
+        float q = nearbyintf((float)sum * scale) + (float)y_zero_point;
+        q = q < lo ? lo : q > hi ? hi : q;
+        const int32_t v = q != q ? 0 : (int32_t)q;
+        out[r] = is_signed ? (uint8_t)(int8_t)v : (uint8_t)v;
+    }
     return 0;
 }

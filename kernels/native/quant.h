@@ -5,3 +5,13 @@
    rtd_dequantize_f32: y = float32(x - zero_point) * scale. */
 int rtd_quantize_f32(const float *x, int64_t x_len, float scale, int32_t zero_point, void *y, int y_type, int64_t y_len);
 int rtd_dequantize_f32(const void *x, int x_type, int64_t x_len, float scale, int32_t zero_point, float *y, int64_t y_len);
+/* rtd_lookup_8bit: y[i] = table[x[i]] over the bytes of 8-bit tensors (an 8-bit unary op's 256-entry table).
+   rtd_pairs_8bit: c[i] = table[(a[ia] << 8) | b[ib]] (an 8-bit binary op's table of all 65,536 pairs), c
+   contiguous of `shape` (ndim <= 8), a and b walked with their strides in elements (0 along a broadcast axis).
+   rtd_global_average_8bit: per row of x (rows, size), y = saturate(round_half_even(float32(sum - x_zp * size)
+   * scale) + y_zp), the sum exact in 64 bits. */
+int rtd_lookup_8bit(const uint8_t *x, int64_t x_len, const uint8_t *table, int64_t table_len, uint8_t *y, int64_t y_len);
+int rtd_pairs_8bit(const uint8_t *a, int64_t a_len, const uint8_t *b, int64_t b_len, const uint8_t *table, int64_t table_len,
+                   uint8_t *c, int64_t c_len, int64_t ndim, const int64_t *shape, const int64_t *a_strides, const int64_t *b_strides);
+int rtd_global_average_8bit(const void *x, int x_type, int64_t x_len, int64_t rows, int64_t size, int32_t x_zero_point,
+                            float scale, int32_t y_zero_point, void *y, int64_t y_len);

@@ -212,3 +212,57 @@ def test_a_quantized_plan_runs_in_one_program_with_the_traced_runs_bits(dtype, m
     for name, expected in zip(("y", "xq"), reference):
         np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
         np.testing.assert_allclose(ours[name], expected, atol=0.08 + 1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_com_microsofts_8bit_ops_run_in_the_program_with_the_traced_runs_bits(dtype, monkeypatch):
+    """QLinearSigmoid and QLinearLeakyRelu (256-entry tables), QLinearAdd (a per-channel operand broadcast) and
+    QLinearMul (the 65,536-pair tables) and QLinearGlobalAveragePool: program ops whose outputs are the per-step
+    path's bits, so the steps after them (a Flatten, a DequantizeLinear) join the program too."""
+    from onnx import helper
+    rng = np.random.default_rng(7)
+    zero = np.array(128 if dtype == np.uint8 else 0, dtype)
+    ms = dict(domain="com.microsoft")
+    nodes = [node("QuantizeLinear", ["x", "s", "z"], ["q"]), node("QuantizeLinear", ["bias", "s", "z"], ["qb"]),
+             node("QLinearSigmoid", ["q", "s", "z", "s2", "z"], ["sg"], **ms),
+             node("QLinearLeakyRelu", ["q", "s", "z", "s", "z"], ["lr"], alpha=0.1, **ms),
+             node("QLinearAdd", ["lr", "s", "z", "qb", "s", "z", "s2", "z"], ["ad"], **ms),
+             node("QLinearMul", ["ad", "s2", "z", "sg", "s2", "z", "s", "z"], ["mu"], **ms),
+             node("QLinearGlobalAveragePool", ["mu", "s", "z", "s2", "z"], ["gp"], **ms),
+             node("Flatten", ["gp"], ["fl"]), node("DequantizeLinear", ["fl", "s2", "z"], ["y"])]
+    inits = [const("s", np.array(0.04, np.float32)), const("s2", np.array(0.03, np.float32)), const("z", zero),
+             const("bias", rng.standard_normal((1, 4, 1, 1)).astype(np.float32))]
+    onnx_model = model(nodes, [("x", [2, 4, 5, 6])], [("y", None), ("mu", None)], inits, opset=13)
+    onnx_model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx_model.graph.output[1].type.tensor_type.elem_type = 2 if dtype == np.uint8 else 3
+    feeds = {"x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32) * 2}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    stats = plan.stats()
+    assert stats["native_nodes"] == sum(stats["ops"].values()) and stats["steps"] == 1, stats   # the bias's Q folded
+    reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for name, expected in zip(("y", "mu"), reference):
+        np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
+        np.testing.assert_allclose(ours[name].astype(np.float32), expected.astype(np.float32), atol=1.01 if name == "mu" else 0.031,
+                                   err_msg=name)
+
+
+def test_the_8bit_entry_points_check_their_lengths():
+    ffi, lib = compiled.ffi, compiled.lib
+    x, y8, y = np.zeros(12, np.float32), np.zeros(12, np.uint8), np.zeros(12, np.float32)
+    table, pairs = np.zeros(256, np.uint8), np.zeros(65536, np.uint8)
+    buf = lambda a: ffi.from_buffer("char[]", a, require_writable=True)   # noqa: E731
+    assert lib.rtd_quantize_f32(ffi.cast("float *", buf(x)), 12, 0.5, 3, buf(y8), 1, 12) == 0
+    assert lib.rtd_quantize_f32(ffi.cast("float *", buf(x)), 12, 0.5, 3, buf(y8), 1, 11) != 0
+    assert lib.rtd_quantize_f32(ffi.cast("float *", buf(x)), 12, 0.5, 300, buf(y8), 1, 12) != 0   # not a uint8 zero point
+    assert lib.rtd_dequantize_f32(buf(y8), 2, 12, 0.5, 0, ffi.cast("float *", buf(y)), 13) != 0
+    assert lib.rtd_lookup_8bit(ffi.cast("uint8_t *", buf(y8)), 12, ffi.cast("uint8_t *", buf(table)), 255,
+                               ffi.cast("uint8_t *", buf(y8)), 12) != 0
+    shape, strides = ffi.new("int64_t[]", [3, 4]), ffi.new("int64_t[]", [4, 1])
+    u8 = lambda a: ffi.cast("uint8_t *", buf(a))   # noqa: E731
+    assert lib.rtd_pairs_8bit(u8(y8), 12, u8(y8), 12, u8(pairs), 65536, u8(y8), 12, 2, shape, strides, strides) == 0
+    assert lib.rtd_pairs_8bit(u8(y8), 11, u8(y8), 12, u8(pairs), 65536, u8(y8), 12, 2, shape, strides, strides) != 0
+    assert lib.rtd_pairs_8bit(u8(y8), 12, u8(y8), 12, u8(pairs), 65536, u8(y8), 13, 2, shape, strides, strides) != 0
+    assert lib.rtd_global_average_8bit(buf(y8), 1, 12, 3, 4, 0, 1.0, 0, buf(y8), 3) == 0
+    assert lib.rtd_global_average_8bit(buf(y8), 1, 12, 3, 5, 0, 1.0, 0, buf(y8), 3) != 0
+    assert lib.rtd_max_pool2d_8bit(buf(y8), 1, 12, buf(y8), 3, 1, 1, 3, 4, 2, 2, 1, 2, 2, 2, 1, 1, 0, 0) != 0   # y is 2 long
