@@ -740,6 +740,38 @@ def _qlinear_binary(step: Step) -> Emitted | None:
                                writes(Value(c))), (len(out), *out, *strides[0], *strides[1]))], {})
 
 
+def _qlinear_concat(step: Step) -> Emitted | None:
+    """com.microsoft QLinearConcat: each input copied into its slab of the output, through the kernel's
+    requantizing 256-entry table first where its scale or zero point is not the output's."""
+    y_scale, y_zp, *triples = step.node.inputs
+    y = step.output()
+    xs = triples[::3]
+    if not xs or len(triples) % 3 or any(not x for x in xs):
+        return None
+    dtype, out = step.dtype(xs[0]), step.shape(y)
+    if dtype not in EIGHT_BIT or step.dtype(y) != dtype or any(step.dtype(x) != dtype for x in xs) or not out:
+        return None
+    axis = step.kernel.axis % len(out)
+    out_strides, ops, offset = _contiguous_strides(out), [], 0
+    for i, x in enumerate(xs):
+        params = _qlinear_params(step, dtype, (triples[3 * i + 1], triples[3 * i + 2], y_scale, y_zp))
+        shape = step.shape(x)
+        if params is None or len(shape) != len(out):
+            return None
+        if math.prod(shape):
+            source = Value(x)
+            if not (params[0] == params[2] and params[1] == params[3]):
+                table = np.ascontiguousarray(lookup_table(dtype, *params, lambda v: v)).view(np.uint8)
+                source = Scratch(f"requantized{i}", math.prod(shape))
+                ops.append(Op(LOOKUP, (reads(Value(x)), reads(Constant(table)), writes(source)), ()))
+            copy = _copy_params(1, shape, _contiguous_strides(shape), out_strides, 0, offset * out_strides[axis])
+            if copy is None:
+                return None
+            ops.append(Op(COPY, (reads(source), writes(Value(y))), copy))
+        offset += shape[axis]
+    return Emitted(ops, {}) if offset == out[axis] else None
+
+
 def _qlinear_global_average(step: Step) -> Emitted | None:
     """com.microsoft QLinearGlobalAveragePool over NCHW: exact sums per image and channel, then the kernel's float32 steps."""
     x, y = step.input(0), step.output()
@@ -786,6 +818,7 @@ EMITTERS = {
     (MS_DOMAIN, "QLinearAdd"): _qlinear_binary,
     (MS_DOMAIN, "QLinearMul"): _qlinear_binary,
     (MS_DOMAIN, "QLinearGlobalAveragePool"): _qlinear_global_average,
+    (MS_DOMAIN, "QLinearConcat"): _qlinear_concat,
     (RTD_DOMAIN, "ConvActivation"): _conv_activation,
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,

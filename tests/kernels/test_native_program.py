@@ -217,8 +217,9 @@ def test_a_quantized_plan_runs_in_one_program_with_the_traced_runs_bits(dtype, m
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_com_microsofts_8bit_ops_run_in_the_program_with_the_traced_runs_bits(dtype, monkeypatch):
     """QLinearSigmoid and QLinearLeakyRelu (256-entry tables), QLinearAdd (a per-channel operand broadcast) and
-    QLinearMul (the 65,536-pair tables) and QLinearGlobalAveragePool: program ops whose outputs are the per-step
-    path's bits, so the steps after them (a Flatten, a DequantizeLinear) join the program too."""
+    QLinearMul (the 65,536-pair tables), QLinearConcat (one input requantized, one copied) and
+    QLinearGlobalAveragePool: program ops whose outputs are the per-step path's bits, so the steps after them
+    (a Flatten, a DequantizeLinear) join the program too."""
     from onnx import helper
     rng = np.random.default_rng(7)
     zero = np.array(128 if dtype == np.uint8 else 0, dtype)
@@ -229,21 +230,23 @@ def test_com_microsofts_8bit_ops_run_in_the_program_with_the_traced_runs_bits(dt
              node("QLinearAdd", ["lr", "s", "z", "qb", "s", "z", "s2", "z"], ["ad"], **ms),
              node("QLinearMul", ["ad", "s2", "z", "sg", "s2", "z", "s", "z"], ["mu"], **ms),
              node("QLinearGlobalAveragePool", ["mu", "s", "z", "s2", "z"], ["gp"], **ms),
-             node("Flatten", ["gp"], ["fl"]), node("DequantizeLinear", ["fl", "s2", "z"], ["y"])]
+             node("Flatten", ["gp"], ["fl"]), node("DequantizeLinear", ["fl", "s2", "z"], ["y"]),
+             node("QLinearConcat", ["s", "z", "mu", "s", "z", "sg", "s2", "z"], ["cc"], axis=-1, **ms)]
     inits = [const("s", np.array(0.04, np.float32)), const("s2", np.array(0.03, np.float32)), const("z", zero),
              const("bias", rng.standard_normal((1, 4, 1, 1)).astype(np.float32))]
-    onnx_model = model(nodes, [("x", [2, 4, 5, 6])], [("y", None), ("mu", None)], inits, opset=13)
+    onnx_model = model(nodes, [("x", [2, 4, 5, 6])], [("y", None), ("mu", None), ("cc", None)], inits, opset=13)
     onnx_model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    onnx_model.graph.output[1].type.tensor_type.elem_type = 2 if dtype == np.uint8 else 3
+    for output in onnx_model.graph.output[1:]:
+        output.type.tensor_type.elem_type = 2 if dtype == np.uint8 else 3
     feeds = {"x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32) * 2}
     compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
     (plan,) = compiled_model._plans.values()
     stats = plan.stats()
     assert stats["native_nodes"] == sum(stats["ops"].values()) and stats["steps"] == 1, stats   # the bias's Q folded
     reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    for name, expected in zip(("y", "mu"), reference):
+    for name, expected in zip(("y", "mu", "cc"), reference):
         np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
-        np.testing.assert_allclose(ours[name].astype(np.float32), expected.astype(np.float32), atol=1.01 if name == "mu" else 0.031,
+        np.testing.assert_allclose(ours[name].astype(np.float32), expected.astype(np.float32), atol=0.031 if name == "y" else 1.01,
                                    err_msg=name)
 
 
