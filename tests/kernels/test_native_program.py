@@ -269,3 +269,22 @@ def test_the_8bit_entry_points_check_their_lengths():
     assert lib.rtd_global_average_8bit(buf(y8), 1, 12, 3, 4, 0, 1.0, 0, buf(y8), 3) == 0
     assert lib.rtd_global_average_8bit(buf(y8), 1, 12, 3, 5, 0, 1.0, 0, buf(y8), 3) != 0
     assert lib.rtd_max_pool2d_8bit(buf(y8), 1, 12, buf(y8), 3, 1, 1, 3, 4, 2, 2, 1, 2, 2, 2, 1, 1, 0, 0) != 0   # y is 2 long
+
+
+def test_a_square_by_pow_runs_in_the_program_with_the_traced_runs_bits():
+    """Pow(x, 2) (a spectrum's magnitude: re^2 + im^2, then Sqrt) is lowered to Mul(x, x), which the compiled
+    chain runs: the planned run gives the traced run's (NumPy's power) bits; Pow(x, 3) stays NumPy's."""
+    nodes = [node("Pow", ["re", "two"], ["re2"]), node("Pow", ["im", "two"], ["im2"]), node("Add", ["re2", "im2"], ["s"]),
+             node("Sqrt", ["s"], ["mag"]), node("Pow", ["re", "three"], ["cube"])]
+    inits = [const("two", np.array(2.0, np.float32)), const("three", np.array(3.0, np.float32))]
+    onnx_model = model(nodes, [("re", [4, 129]), ("im", [4, 129])], [("mag", None), ("cube", None)], inits)
+    rng = np.random.default_rng(8)
+    feeds = {"re": rng.standard_normal((4, 129)).astype(np.float32) * 100, "im": rng.standard_normal((4, 129)).astype(np.float32)}
+    compiled_model = compile_model(onnx_model)
+    traced, planned = compiled_model.run(feeds), compiled_model.run(feeds)
+    (plan,) = compiled_model._plans.values()
+    producer = {n.outputs[0]: e for n, e in zip(plan.graph.nodes, plan.emitted)}
+    assert producer["mag"] is not None and producer["cube"] is None   # the square's chain compiled, the cube NumPy's
+    for name in ("mag", "cube"):
+        np.testing.assert_array_equal(planned[name], traced[name], err_msg=name)
+    np.testing.assert_allclose(planned["mag"], np.hypot(feeds["re"], feeds["im"]), rtol=1e-6)
