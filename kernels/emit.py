@@ -33,7 +33,7 @@ from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8) = range(1, 21)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE) = range(1, 22)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -330,7 +330,8 @@ def _conv_ops(step: Step, conv_kernel, x: str, w: str, bias: str, y: str, relu: 
     if group == c == m and group > 1:
         if nd != 2 or chain is not None:
             return None
-        return _depthwise_ops(step, x, w, bias, y, relu, strides, dilations, begin, end, out_shape)
+        return _depthwise_ops(Value(x), Constant(weights), Value(bias) if bias else None, Value(y), x_shape, weights.shape, relu,
+                              strides, dilations, begin, end, out_shape)
     layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(w_shape[:2]) + tuple(row(k, 1)), group,
                                 row(k, 1), row(strides, 1), row(dilations, 1), row(begin, 0), row(end, 0), row(out_shape, 1))
     if not layout.usable:
@@ -360,12 +361,12 @@ def _conv_ops(step: Step, conv_kernel, x: str, w: str, bias: str, y: str, relu: 
                (0, 0, 0, 0, links[2], *chain_len, n_chain, *layout.geometry, int(relu)))]
 
 
-def _depthwise_ops(step, x, w, bias, y, relu, strides, dilations, begin, end, out_shape) -> list | None:
-    """The compiled depthwise convolution (its scratch plane zeroed first, as its NumPy wrapper hands it over)."""
-    x_shape, weights = step.shape(x), step.constant(w)
-    (n, c, h, wd), (kh, kw), (oh, ow) = x_shape, weights.shape[2:], out_shape
+def _depthwise_ops(x, w, bias, y, x_shape, w_shape, relu, strides, dilations, begin, end, out_shape) -> list | None:
+    """The compiled depthwise convolution of operand x (x_shape) by w (w_shape) into y (its scratch plane zeroed
+    first, as its NumPy wrapper hands it over)."""
+    (n, c, h, wd), (kh, kw), (oh, ow) = x_shape, w_shape[2:], out_shape
     numbers = (n, c, h, wd, kh, kw, oh, ow, *strides, *dilations, *begin, *end)
-    if weights.shape[:2] != (c, 1) or min(n, c, h, wd, oh, ow) < 1 or any(v >= native_conv.LIMIT for v in numbers) \
+    if tuple(w_shape[:2]) != (c, 1) or min(n, c, h, wd, oh, ow) < 1 or any(v >= native_conv.LIMIT for v in numbers) \
             or min(*strides, *dilations) < 1 or min(*begin, *end) < 0:
         return None
     for size, kk, s, d, b, e, o in zip((h, wd), (kh, kw), strides, dilations, begin, end, out_shape):
@@ -374,7 +375,7 @@ def _depthwise_ops(step, x, w, bias, y, relu, strides, dilations, begin, end, ou
     floats = compiled.lib.rtd_threads() * (h + begin[0] + end[0] + oh) * (wd + begin[1] + end[1])
     scratch = Scratch("depthwise", floats * 4)
     return [Op(FILL, (writes(scratch),), (4, floats, 0)),
-            Op(DEPTHWISE, (reads(Value(x)), reads(Value(w)), reads(Value(bias) if bias else None), writes(Value(y)), writes(scratch)),
+            Op(DEPTHWISE, (reads(x), reads(w), reads(bias), writes(y), writes(scratch)),
                (n, c, h, wd, kh, kw, oh, ow, strides[0], strides[1], dilations[0], dilations[1], begin[0], begin[1], end[0], end[1],
                 int(relu)))]
 
@@ -645,8 +646,9 @@ def _dequantize(step: Step) -> Emitted | None:
 
 def _qlinear_conv(step: Step) -> Emitted | None:
     """QLinearConv as its kernel runs it on the CPU: the compiled convolution of x - x_zp by the centred weights
-    (the kernel's own kept copy, packed once), its int32 sums plus the int32 bias requantized in the same pass.
-    Only where those sums are exact in float32, as the kernel's are then."""
+    (the kernel's own kept copy, packed once), its int32 sums plus the int32 bias requantized in the same pass;
+    a depthwise one as the compiled depthwise convolution of x - x_zp, then requantized. Only where the sums
+    are exact in float32, as the kernel's are then (so the order of the additions does not matter)."""
     kernel = step.kernel
     x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias = (step.node.inputs + [""] * 9)[:9]
     y = step.output()
@@ -669,22 +671,35 @@ def _qlinear_conv(step: Step) -> Emitted | None:
     if math.prod(weights.shape[1:]) * x_max * w_max >= FLOAT32_EXACT:
         return None   # the kernel sums in float64 then: not this compiled pass
     out_shape, begin, end = geometry(x_shape[2:], k, kernel.strides, kernel.dilations, kernel.pads, kernel.auto_pad)
-    if tuple(x_shape[:1]) + (m,) + tuple(out_shape) != step.shape(y) or (kernel.group == x_shape[1] == m and kernel.group > 1):
-        return None   # depthwise: the kernel's NumPy path
+    if tuple(x_shape[:1]) + (m,) + tuple(out_shape) != step.shape(y):
+        return None
+    channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
+    centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
+    multiplier = np.ascontiguousarray((xs.astype(np.float32) * ws.astype(np.float32) / ys.astype(np.float32)).reshape(-1))
+    x_type, y_type = EIGHT_BIT[step.dtype(x)], EIGHT_BIT[step.dtype(y)]
+    pointwise = all(v == 1 for v in k) and all(v == 1 for v in kernel.strides or [1]) and not any(begin) and not any(end)
+    if kernel.group == x_shape[1] == m and kernel.group > 1 and not pointwise:   # the kernel's plans: depthwise in float, then requantized
+        if nd != 2 or not frozen(centred):
+            return None
+        x_float, sums = Scratch("x", math.prod(x_shape) * 4), Scratch("sums", math.prod(step.shape(y)) * 4)
+        ops = _depthwise_ops(x_float, Constant(centred), None, sums, x_shape, centred.shape, False,
+                             list(kernel.strides or [1, 1]), list(kernel.dilations or [1, 1]), begin, end, out_shape)
+        if ops is None:
+            return None
+        return Emitted([Op(DEQUANTIZE, (reads(Value(x)), writes(x_float)), (x_type, _float_bits(1.0), x_params[1])), *ops,
+                        Op(REQUANTIZE, (reads(sums), reads(Constant(multiplier)),
+                                        reads(Constant(np.ascontiguousarray(bias_value.reshape(-1))) if bias else None), writes(Value(y))),
+                           (m, math.prod(out_shape), y_params[1], y_type))], {})
     row = (lambda dims, one: list(dims)) if nd == 2 else (lambda dims, one: [one] + list(dims))
     layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(weights.shape[:2]) + tuple(row(k, 1)),
                                 kernel.group, row(k, 1), row(kernel.strides or [1] * nd, 1), row(kernel.dilations or [1] * nd, 1),
                                 row(begin, 0), row(end, 0), row(out_shape, 1))
     if not layout.usable:
         return None
-    channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
-    centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
     if not frozen(centred):
         return None
     w4 = centred.reshape(layout.w_shape)
     panels = packed(centred, ("conv", m, kernel.group, centred.size), lambda: native_conv._pack(w4, m, kernel.group))
-    multiplier = np.ascontiguousarray((xs.astype(np.float32) * ws.astype(np.float32) / ys.astype(np.float32)).reshape(-1))
-    x_type, y_type = EIGHT_BIT[step.dtype(x)], EIGHT_BIT[step.dtype(y)]
     scratch = compiled.lib.rtd_conv2d_scratch(*layout.geometry, x_type, y_type)
     chain_len = [0] * native_conv.CHAIN_INPUTS
     return Emitted([Op(CONV, (reads(Value(x)), reads(Constant(np.ascontiguousarray(w4))),
@@ -702,6 +717,39 @@ def _qlinear_params(step: Step, dtype, names: tuple, schema=("X", "Y")):
         return step.kernel.params(dtype, *(step.constant(n) if n else None for n in names), schema)
     except Exception:   # parameters the kernel refuses: its own run says so
         return None
+
+
+def _qlinear_matmul(step: Step) -> Emitted | None:
+    """QLinearMatMul by a constant b with per-tensor parameters, where the kernel's sums are exact in float32
+    (then any order of them gives its bits): a - a_zp as floats, our GEMM by the kernel's own centred b packed
+    once, and the kernel's requantization (float32(sum) * multiplier, half to even, + y_zp, saturated)."""
+    a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = (step.node.inputs + [""] * 8)[:8]
+    y = step.output()
+    weights, bz = step.constant(b), step.constant(b_zp) if b_zp else None
+    a_params = _per_tensor(step, a_scale, a_zp, step.dtype(a))
+    y_params = _per_tensor(step, y_scale, y_zp, step.dtype(y)) if y_zp else None
+    bs = step.constant(b_scale)
+    if a_params is None or y_params is None or weights is None or not frozen(weights) or weights.ndim != 2 \
+            or weights.dtype not in EIGHT_BIT or bs is None or bs.size != 1 or (b_zp and (bz is None or bz.size != 1)) \
+            or step.dtype(a) not in EIGHT_BIT or step.dtype(y) not in EIGHT_BIT:
+        return None
+    a_shape, (k, n) = step.shape(a), weights.shape
+    if len(a_shape) < 2 or a_shape[-1] != k or step.shape(y) != tuple(a_shape[:-1]) + (n,) or min(*a_shape, n) < 1:
+        return None
+    if span(step.dtype(a), np.asarray(a_params[1])) * span(weights.dtype, bz) * k >= FLOAT32_EXACT:
+        return None   # the kernel sums slices in float64 then
+    centred = step.kernel.weight.get(np, weights, bz)   # the kernel's own kept copy
+    if not frozen(centred) or centred.dtype != FLOAT32:
+        return None
+    rows = math.prod(a_shape[:-1])
+    panels = packed(centred, ("gemm", ROWS, k, n), lambda: pack_gemm(centred, ROWS, k, n))
+    multiplier = np.ascontiguousarray((step.constant(a_scale).astype(np.float32) * bs.astype(np.float32)
+                                       / step.constant(y_scale).astype(np.float32)).reshape(-1))
+    a_float, sums = Scratch("a", rows * k * 4), Scratch("sums", rows * n * 4)
+    return Emitted([Op(DEQUANTIZE, (reads(Value(a)), writes(a_float)), (EIGHT_BIT[step.dtype(a)], _float_bits(1.0), a_params[1])),
+                    Op(GEMM, (reads(a_float), reads(Constant(panels)), reads(None), writes(sums)), (PACKED, rows, k, n, 0)),
+                    Op(REQUANTIZE, (reads(sums), reads(Constant(multiplier)), reads(None), writes(Value(y))),
+                       (1, 1, y_params[1], EIGHT_BIT[step.dtype(y)]))], {})
 
 
 def _qlinear_lookup(step: Step) -> Emitted | None:
@@ -813,6 +861,7 @@ EMITTERS = {
     ("", "QuantizeLinear"): _quantize,
     ("", "DequantizeLinear"): _dequantize,
     ("", "QLinearConv"): _qlinear_conv,
+    ("", "QLinearMatMul"): _qlinear_matmul,
     (MS_DOMAIN, "QLinearSigmoid"): _qlinear_lookup,
     (MS_DOMAIN, "QLinearLeakyRelu"): _qlinear_lookup,
     (MS_DOMAIN, "QLinearAdd"): _qlinear_binary,

@@ -31,7 +31,8 @@
     POOL8      x y; x_type, then POOL's numbers: the window maxima of an 8-bit tensor (pool.h)
     LOOKUP     x table y; (quant.h's rtd_lookup_8bit)
     PAIRS      a b table c; ndim shape[ndim] a_strides[ndim] b_strides[ndim] (quant.h's rtd_pairs_8bit)
-    GLOBAL_AVERAGE8 x y; x_type rows size x_zero_point scale y_zero_point (quant.h) */
+    GLOBAL_AVERAGE8 x y; x_type rows size x_zero_point scale y_zero_point (quant.h)
+    REQUANTIZE acc multiplier bias y; channels inner zero_point y_type (quant.h's rtd_requantize_f32) */
 #define RTD_OP_CONV 1
 #define RTD_OP_DEPTHWISE 2
 #define RTD_OP_GEMM 3
@@ -52,6 +53,7 @@
 #define RTD_OP_LOOKUP 18
 #define RTD_OP_PAIRS 19
 #define RTD_OP_GLOBAL_AVERAGE8 20
+#define RTD_OP_REQUANTIZE 21
 #define RTD_PROGRAM_E_INDEX 3
 int rtd_program_run(const int64_t *code, int64_t code_len, void **slots, const int64_t *slot_bytes,
                     const uint8_t *slot_writable, int64_t n_slots, int64_t *failed);

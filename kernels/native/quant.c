@@ -134,3 +134,28 @@ int rtd_global_average_8bit(const void *x, int x_type, int64_t x_len, int64_t ro
     }
     return 0;
 }
+
+int rtd_requantize_f32(const float *acc, int64_t acc_len, const float *multiplier, int64_t multiplier_len,
+                       const int32_t *bias, int64_t bias_len, void *y, int y_type, int64_t y_len,
+                       int64_t channels, int64_t inner, int32_t zero_point)
+{
+    if ((y_type != RTD_CONV_U8 && y_type != RTD_CONV_S8) || channels < 1 || inner < 1 || acc_len < 0
+        || zero_point < (y_type == RTD_CONV_U8 ? 0 : -128) || zero_point > (y_type == RTD_CONV_U8 ? 255 : 127))
+        return RTD_NATIVE_E_ARGUMENT;
+    if (y_len != acc_len || acc_len % (channels * inner) != 0 || (multiplier_len != 1 && multiplier_len != channels)
+        || (bias != NULL && bias_len != channels))
+        return RTD_NATIVE_E_LENGTH;
+    const int is_signed = y_type == RTD_CONV_S8;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    uint8_t *out = y;
+    for (int64_t i = 0; i < acc_len; i++) {
+        const int64_t c = (i / inner) % channels;
+        /* acc: exact integers below 2^24; the bias added with int32's wrap-around, as NumPy's int32 addition */
+        const float sum = (float)(int32_t)((uint32_t)(int32_t)acc[i] + (uint32_t)(bias != NULL ? bias[c] : 0));
+        float q = nearbyintf(sum * multiplier[multiplier_len == 1 ? 0 : c]) + (float)zero_point;
+        q = q < lo ? lo : q > hi ? hi : q;
+        const int32_t v = q != q ? 0 : (int32_t)q;
+        out[i] = is_signed ? (uint8_t)(int8_t)v : (uint8_t)v;
+    }
+    return 0;
+}

@@ -15,3 +15,9 @@ int rtd_pairs_8bit(const uint8_t *a, int64_t a_len, const uint8_t *b, int64_t b_
                    uint8_t *c, int64_t c_len, int64_t ndim, const int64_t *shape, const int64_t *a_strides, const int64_t *b_strides);
 int rtd_global_average_8bit(const void *x, int x_type, int64_t x_len, int64_t rows, int64_t size, int32_t x_zero_point,
                             float scale, int32_t y_zero_point, void *y, int64_t y_len);
+/* rtd_requantize_f32: exact integer sums acc (float32, viewed as (outer, channels, inner)) to 8 bits:
+   y = saturate(round_half_even(float32(int32(acc) + bias[c]) * multiplier[c]) + zero_point), c the channel;
+   bias: channels int32 or NULL; multiplier: 1 or channels floats. */
+int rtd_requantize_f32(const float *acc, int64_t acc_len, const float *multiplier, int64_t multiplier_len,
+                       const int32_t *bias, int64_t bias_len, void *y, int y_type, int64_t y_len,
+                       int64_t channels, int64_t inner, int32_t zero_point);

@@ -269,6 +269,12 @@ def test_the_8bit_entry_points_check_their_lengths():
     assert lib.rtd_global_average_8bit(buf(y8), 1, 12, 3, 4, 0, 1.0, 0, buf(y8), 3) == 0
     assert lib.rtd_global_average_8bit(buf(y8), 1, 12, 3, 5, 0, 1.0, 0, buf(y8), 3) != 0
     assert lib.rtd_max_pool2d_8bit(buf(y8), 1, 12, buf(y8), 3, 1, 1, 3, 4, 2, 2, 1, 2, 2, 2, 1, 1, 0, 0) != 0   # y is 2 long
+    f32 = lambda a: ffi.cast("float *", buf(a))   # noqa: E731
+    bias = np.zeros(3, np.int32)
+    i32 = ffi.cast("int32_t *", buf(bias))
+    assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 3, i32, 3, buf(y8), 1, 12, 3, 4, 0) == 0
+    assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 2, i32, 3, buf(y8), 1, 12, 3, 4, 0) != 0   # 2 multipliers for 3 channels
+    assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 3, i32, 3, buf(y8), 1, 12, 5, 4, 0) != 0   # not whole channels
 
 
 def test_a_square_by_pow_runs_in_the_program_with_the_traced_runs_bits():
@@ -300,3 +306,33 @@ def test_a_programs_run_does_no_numpy_shape_arithmetic(monkeypatch):
     got = compiled_model.run(feeds)
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_depthwise_qlinearconv_and_a_qlinearmatmul_run_in_the_program_with_the_traced_runs_bits(dtype, monkeypatch):
+    """A depthwise QLinearConv (per-channel scales, an int32 bias: exact float sums of x - x_zp, then requantized per
+    channel) and a QLinearMatMul by a constant (our GEMM over exact integer sums, then requantized): program ops
+    giving the per-step path's bits and onnxruntime's values."""
+    rng = np.random.default_rng(10)
+    zero = np.array(7 if dtype == np.uint8 else -3, dtype)
+    nodes = [node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+             node("QLinearConv", ["q", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["d"], group=4, pads=[1, 1, 1, 1],
+                  strides=[2, 2]),
+             node("Flatten", ["d"], ["f"]),
+             node("QLinearMatMul", ["f", "ys", "yz", "m", "ms", "mz", "xs", "xz"], ["mm"]),
+             node("DequantizeLinear", ["mm", "xs", "xz"], ["y"])]
+    inits = [const("xs", np.array(0.05, np.float32)), const("xz", zero), const("ys", np.array(0.07, np.float32)),
+             const("yz", zero), const("w", rng.integers(-30, 30, (4, 1, 3, 3)).astype(np.int8)),
+             const("ws", rng.uniform(0.01, 0.03, 4).astype(np.float32)), const("wz", np.zeros(4, np.int8)),
+             const("b", rng.integers(-300, 300, 4).astype(np.int32)),
+             const("m", rng.integers(-40, 40, (4 * 4 * 4, 6)).astype(np.int8)), const("ms", np.array(0.004, np.float32)),
+             const("mz", np.array(0, np.int8))]
+    onnx_model = model(nodes, [("x", [3, 4, 8, 8])], [("y", None)], inits, opset=13)
+    feeds = {"x": rng.standard_normal((3, 4, 8, 8)).astype(np.float32) * 3}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    stats = plan.stats()
+    assert stats["native_nodes"] == sum(stats["ops"].values()) and stats["steps"] == 1, stats
+    reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_array_equal(ours["y"], python["y"])
+    np.testing.assert_allclose(ours["y"], reference[0], atol=0.05 + 1e-6)
