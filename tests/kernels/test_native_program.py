@@ -336,3 +336,31 @@ def test_a_depthwise_qlinearconv_and_a_qlinearmatmul_run_in_the_program_with_the
     reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_array_equal(ours["y"], python["y"])
     np.testing.assert_allclose(ours["y"], reference[0], atol=0.05 + 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int8])
+@pytest.mark.parametrize("geometry", [((2, 2), (2, 2), (1, 1), (0, 0, 0, 0)), ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+                                      ((3, 2), (2, 3), (2, 1), (2, 1, 0, 2)), ((5, 5), (1, 2), (1, 2), (0, 4, 1, 4)),
+                                      ((2, 3), (3, 1), (1, 3), (1, 0, 1, 0))])
+def test_max_pooling_rows_give_the_numpy_kernels_values(geometry, dtype):
+    """pool.c's rows (the columns inside the width tap by tap, the border ones window by window), float32 with a
+    NaN and infinities, and 8-bit, against the MaxPool kernel's NumPy path over borders, strides and dilations."""
+    from rtd.kernels.ops._pool import max_pool
+    kernel, strides, dilations, pads = geometry
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((2, 3, 9, 11)) * 60).astype(dtype) if dtype == np.float32 else \
+        rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (2, 3, 9, 11)).astype(dtype)
+    if dtype == np.float32:
+        x[0, 0, 4, 5], x[1, 2, 0, 0], x[1, 1, 3, 3] = np.nan, np.inf, -np.inf
+    want, _ = max_pool(np, x, list(kernel), list(strides), list(dilations), list(pads), "NOTSET", 0, 0, False)
+    got = np.empty_like(want)
+    ffi, lib = compiled.ffi, compiled.lib
+    numbers = (*x.shape, *kernel, *want.shape[2:], *strides, *dilations, pads[0], pads[1])
+    if dtype == np.float32:
+        status = lib.rtd_max_pool2d_f32(ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", got, require_writable=True),
+                                        got.size, *numbers)
+    else:
+        status = lib.rtd_max_pool2d_8bit(ffi.from_buffer(x), 1 if dtype == np.uint8 else 2, x.size,
+                                         ffi.from_buffer(got, require_writable=True), got.size, *numbers)
+    assert status == 0
+    np.testing.assert_array_equal(got, want)
