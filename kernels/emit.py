@@ -33,7 +33,7 @@ from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE) = range(1, 22)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8) = range(1, 23)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -820,6 +820,31 @@ def _qlinear_concat(step: Step) -> Emitted | None:
     return Emitted(ops, {}) if offset == out[axis] else None
 
 
+def _qlinear_average_pool(step: Step) -> Emitted | None:
+    """com.microsoft QLinearAveragePool over NCHW 2-D windows, in the kernel's float32 steps (its global path, a
+    window over the whole unpadded image, as QLinearGlobalAveragePool's op)."""
+    kernel, x, y = step.kernel, step.input(0), step.output()
+    dtype, shape = step.dtype(x), step.shape(x)
+    if dtype not in EIGHT_BIT or step.dtype(y) != dtype or kernel.channels_last or len(shape) != 4 or len(kernel.kernel_shape) != 2:
+        return None
+    params = _qlinear_params(step, dtype, tuple((step.node.inputs + [""] * 5)[1:5]))
+    if params is None or not (params[0] > 0 and params[2] > 0):
+        return None
+    x_scale, x_zp, y_scale, y_zp = params
+    out_shape, begin, end = geometry(shape[2:], kernel.kernel_shape, kernel.strides, None, kernel.pads, kernel.auto_pad,
+                                     kernel.ceil_mode)
+    if tuple(shape[:2]) + tuple(out_shape) != step.shape(y) or min(shape) < 1:
+        return None
+    if list(shape[2:]) == list(kernel.kernel_shape) and not any(begin) and not any(end):
+        size = math.prod(shape[2:])
+        return Emitted([Op(GLOBAL_AVERAGE8, (reads(Value(x)), writes(Value(y))),
+                           (EIGHT_BIT[dtype], shape[0] * shape[1], size, int(x_zp), _float_bits(x_scale / (y_scale * np.float32(size))),
+                            int(y_zp)))], {})
+    return Emitted([Op(AVERAGE_POOL8, (reads(Value(x)), writes(Scratch("dequantized", math.prod(shape) * 4)), writes(Value(y))),
+                       (EIGHT_BIT[dtype], *shape, *kernel.kernel_shape, *out_shape, *kernel.strides, begin[0], begin[1],
+                        int(kernel.count_include_pad), _float_bits(x_scale), int(x_zp), _float_bits(y_scale), int(y_zp)))], {})
+
+
 def _qlinear_global_average(step: Step) -> Emitted | None:
     """com.microsoft QLinearGlobalAveragePool over NCHW: exact sums per image and channel, then the kernel's float32 steps."""
     x, y = step.input(0), step.output()
@@ -868,6 +893,7 @@ EMITTERS = {
     (MS_DOMAIN, "QLinearMul"): _qlinear_binary,
     (MS_DOMAIN, "QLinearGlobalAveragePool"): _qlinear_global_average,
     (MS_DOMAIN, "QLinearConcat"): _qlinear_concat,
+    (MS_DOMAIN, "QLinearAveragePool"): _qlinear_average_pool,
     (RTD_DOMAIN, "ConvActivation"): _conv_activation,
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,

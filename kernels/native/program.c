@@ -241,6 +241,11 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
         if (p[3] != RTD_CONV_U8 && p[3] != RTD_CONV_S8) return RTD_NATIVE_E_ARGUMENT;
         return rtd_requantize_f32(f(&o[0]), floats(&o[0]), f(&o[1]), floats(&o[1]), (const int32_t *)(const void *)o[2].p,
                                   o[2].bytes / 4, o[3].p, (int)p[3], o[3].bytes, p[0], p[1], (int32_t)p[2]);
+    case RTD_OP_AVERAGE_POOL8:
+        NEED(3, 18);
+        return rtd_average_pool_8bit(o[0].p, (int)p[0], o[0].bytes, fw(&o[1]), floats(&o[1]), o[2].p, o[2].bytes, p[1], p[2], p[3],
+                                     p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], (int)p[13], bits_float(p[14]),
+                                     (int32_t)p[15], bits_float(p[16]), (int32_t)p[17]);
     case RTD_OP_POOL8:
         NEED(2, 15);
         return rtd_max_pool2d_8bit(o[0].p, (int)p[0], o[0].bytes, o[1].p, o[1].bytes, p[1], p[2], p[3], p[4], p[5], p[6],

@@ -159,3 +159,53 @@ int rtd_requantize_f32(const float *acc, int64_t acc_len, const float *multiplie
     }
     return 0;
 }
+
+int rtd_average_pool_8bit(const void *x, int x_type, int64_t x_len, float *scratch, int64_t scratch_len, void *y, int64_t y_len,
+                          int64_t n, int64_t c, int64_t h, int64_t wd, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                          int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int count_include_pad,
+                          float x_scale, int32_t x_zero_point, float y_scale, int32_t y_zero_point)
+{
+    const int64_t limit = INT64_C(1) << 20;
+    if ((x_type != RTD_CONV_U8 && x_type != RTD_CONV_S8) || n < 0 || c < 0 || h < 1 || wd < 1 || kh < 1 || kw < 1 || oh < 0
+        || ow < 0 || sh < 1 || sw < 1 || pad_top < 0 || pad_left < 0 || n > limit || c > limit || h > limit || wd > limit
+        || kh > limit || kw > limit || oh > limit || ow > limit || sh > limit || sw > limit || pad_top > limit || pad_left > limit
+        || !(x_scale > 0.0f) || !(y_scale > 0.0f))   /* positive scales: no -0.0 among the dequantized values */
+        return RTD_NATIVE_E_ARGUMENT;
+    if (x_len != n * c * h * wd || scratch_len != x_len || y_len != n * c * oh * ow)
+        return RTD_NATIVE_E_LENGTH;
+    /* dequantized into memory first, as NumPy does: a product rounded on its own, never fused into the sums */
+    const int status = rtd_dequantize_f32(x, x_type, x_len, x_scale, x_zero_point, scratch, scratch_len);
+    if (status != 0)
+        return status;
+    const int is_signed = x_type == RTD_CONV_S8;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    uint8_t *out = y;
+    for (int64_t plane = 0; plane < n * c; plane++) {
+        const float *xs = scratch + plane * h * wd;
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < ow; ox++) {
+                float sum = 0.0f;   /* + a padding cell's 0.0 leaves a sum of these values unchanged */
+                int64_t rows = 0, cols = 0;
+                for (int64_t i = 0; i < kh; i++) {
+                    const int64_t r = oy * sh - pad_top + i;
+                    if (r < 0 || r >= h) continue;
+                    rows++;
+                    cols = 0;
+                    for (int64_t j = 0; j < kw; j++) {
+                        const int64_t col = ox * sw - pad_left + j;
+                        if (col < 0 || col >= wd) continue;
+                        cols++;
+                        sum += xs[r * wd + col];
+                    }
+                }
+                float v = sum / (float)(count_include_pad ? kh * kw : rows * cols);
+                v = v / y_scale;
+                v = v + (float)y_zero_point;
+                float q = nearbyintf(v);
+                q = q < lo ? lo : q > hi ? hi : q;
+                const int32_t iv = q != q ? 0 : (int32_t)q;
+                out[plane * oh * ow + oy * ow + ox] = is_signed ? (uint8_t)(int8_t)iv : (uint8_t)iv;
+            }
+    }
+    return 0;
+}

@@ -21,3 +21,11 @@ int rtd_global_average_8bit(const void *x, int x_type, int64_t x_len, int64_t ro
 int rtd_requantize_f32(const float *acc, int64_t acc_len, const float *multiplier, int64_t multiplier_len,
                        const int32_t *bias, int64_t bias_len, void *y, int y_type, int64_t y_len,
                        int64_t channels, int64_t inner, int32_t zero_point);
+/* rtd_average_pool_8bit: com.microsoft QLinearAveragePool over NCHW 8-bit x (n, c, h, w) into y (n, c, oh, ow):
+   x dequantized into scratch (x_len floats: x_scale * (x - x_zp)), each window's cells inside the image summed
+   in row-major tap order in float32, divided by the window's size (count_include_pad) or its cells inside,
+   then by y_scale, plus y_zp, rounded half to even, saturated. */
+int rtd_average_pool_8bit(const void *x, int x_type, int64_t x_len, float *scratch, int64_t scratch_len, void *y, int64_t y_len,
+                          int64_t n, int64_t c, int64_t h, int64_t wd, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                          int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int count_include_pad,
+                          float x_scale, int32_t x_zero_point, float y_scale, int32_t y_zero_point);

@@ -275,6 +275,11 @@ def test_the_8bit_entry_points_check_their_lengths():
     assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 3, i32, 3, buf(y8), 1, 12, 3, 4, 0) == 0
     assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 2, i32, 3, buf(y8), 1, 12, 3, 4, 0) != 0   # 2 multipliers for 3 channels
     assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 3, i32, 3, buf(y8), 1, 12, 5, 4, 0) != 0   # not whole channels
+    pooled = np.zeros(6, np.uint8)   # (1, 1, 3, 4) by 2x2 windows, stride 1: (1, 1, 2, 3)
+    geometry = (1, 1, 3, 4, 2, 2, 2, 3, 1, 1, 0, 0, 0, 1.0, 0, 1.0, 0)
+    assert lib.rtd_average_pool_8bit(buf(y8), 1, 12, f32(y), 12, buf(pooled), 6, *geometry) == 0
+    assert lib.rtd_average_pool_8bit(buf(y8), 1, 12, f32(y), 11, buf(pooled), 6, *geometry) != 0   # scratch too short
+    assert lib.rtd_average_pool_8bit(buf(y8), 1, 12, f32(y), 12, buf(pooled), 7, *geometry) != 0
 
 
 def test_a_square_by_pow_runs_in_the_program_with_the_traced_runs_bits():
@@ -364,3 +369,29 @@ def test_max_pooling_rows_give_the_numpy_kernels_values(geometry, dtype):
                                          ffi.from_buffer(got, require_writable=True), got.size, *numbers)
     assert status == 0
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+                                   dict(kernel_shape=[2, 3], strides=[2, 2], ceil_mode=1),
+                                   dict(kernel_shape=[2, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1, pads=[0, 2, 1, 0]),
+                                   dict(kernel_shape=[7, 9])])
+def test_qlinear_average_pool_runs_in_the_program_with_the_per_step_paths_bits(attrs, dtype, monkeypatch):
+    """com.microsoft QLinearAveragePool over borders, ceil-mode overhang, both counts and the whole image (its
+    global path): one program op, the per-step path's bits."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(12)
+    elem = TensorProto.UINT8 if dtype == np.uint8 else TensorProto.INT8
+    nodes = [node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft", **attrs)]
+    inits = [const("xs", np.array(0.06, np.float32)), const("xz", np.array(5 if dtype == np.uint8 else -5, dtype)),
+             const("ys", np.array(0.05, np.float32)), const("yz", np.array(9 if dtype == np.uint8 else 2, dtype))]
+    onnx_model = model(nodes, [helper.make_tensor_value_info("x", elem, [2, 3, 7, 9])], [helper.make_tensor_value_info("y", elem, None)],
+                       inits, opset=13)
+    onnx_model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    info = np.iinfo(dtype)
+    feeds = {"x": rng.integers(info.min, info.max + 1, (2, 3, 7, 9)).astype(dtype)}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == 1
+    np.testing.assert_array_equal(ours["y"], python["y"])
