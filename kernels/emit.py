@@ -6,7 +6,8 @@ emitter reads the node's attributes from its kernel, the shapes and dtypes the s
 constants, and returns an `Emitted`: ops, plus outputs that are views of inputs (`aliases`, name ->
 (input, byte offset)). It declines (None) anything it does not reproduce exactly as the kernel's own
 run computes it: same compiled code for the arithmetic (convolution, GEMM, chains, activations,
-softmax, recurrences), exact copies for data movement.
+softmax, recurrences), exact copies for data movement, and for 8-bit steps the kernel's own float32
+steps and tables (where its integer sums are exact in float32, any summation order gives its bits).
 
 Data movement (Slice, Transpose, Concat, Pad, Split, Gather with constant indices, ...) is worked out by
 running the op's own kernel once on arrays of element indices (`_probe`): where each output element
@@ -26,11 +27,14 @@ from .native.gemm import COLUMNS, PACKED, ROWS
 from .native.gemm import _pack as pack_gemm
 from .native.packed import packed
 from .native.program import Constant, Op, Scratch, Value, reads, writes
-from .ops._quant import frozen
+from .native.recurrent import pack_lstm
+from .ops._contrib import MS_DOMAIN, scalar_side
+from .ops._quant import FLOAT32_EXACT, frozen, lookup_table, span
 from .ops._window import geometry
 
 # program.h's opcodes
-CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER = range(1, 15)
+(CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8) = range(1, 23)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -40,6 +44,7 @@ FEW_ROWS = 4                 # gemm.c's: up to this many rows a transposed b is 
 PROBE_ELEMENTS = 1 << 20     # data movement larger than this stays a NumPy call (the probe's index arrays)
 GATHER_TABLE_ELEMENTS = 1 << 16   # an irregular movement's index table, at most
 CHAIN_LINK_ADD, CHAIN_LINK_RELU = OPCODES["Add"][0], OPCODES["Relu"][0]
+EIGHT_BIT = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2}   # conv.h's (and quant.h's) 8-bit types
 
 
 class Emitted(NamedTuple):
@@ -326,7 +331,8 @@ def _conv_ops(step: Step, conv_kernel, x: str, w: str, bias: str, y: str, relu: 
     if group == c == m and group > 1:
         if nd != 2 or chain is not None:
             return None
-        return _depthwise_ops(step, x, w, bias, y, relu, strides, dilations, begin, end, out_shape)
+        return _depthwise_ops(Value(x), Constant(weights), Value(bias) if bias else None, Value(y), x_shape, weights.shape, relu,
+                              strides, dilations, begin, end, out_shape)
     layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(w_shape[:2]) + tuple(row(k, 1)), group,
                                 row(k, 1), row(strides, 1), row(dilations, 1), row(begin, 0), row(end, 0), row(out_shape, 1))
     if not layout.usable:
@@ -356,12 +362,12 @@ def _conv_ops(step: Step, conv_kernel, x: str, w: str, bias: str, y: str, relu: 
                (0, 0, 0, 0, links[2], *chain_len, n_chain, *layout.geometry, int(relu)))]
 
 
-def _depthwise_ops(step, x, w, bias, y, relu, strides, dilations, begin, end, out_shape) -> list | None:
-    """The compiled depthwise convolution (its scratch plane zeroed first, as its NumPy wrapper hands it over)."""
-    x_shape, weights = step.shape(x), step.constant(w)
-    (n, c, h, wd), (kh, kw), (oh, ow) = x_shape, weights.shape[2:], out_shape
+def _depthwise_ops(x, w, bias, y, x_shape, w_shape, relu, strides, dilations, begin, end, out_shape) -> list | None:
+    """The compiled depthwise convolution of operand x (x_shape) by w (w_shape) into y (its scratch plane zeroed
+    first, as its NumPy wrapper hands it over)."""
+    (n, c, h, wd), (kh, kw), (oh, ow) = x_shape, w_shape[2:], out_shape
     numbers = (n, c, h, wd, kh, kw, oh, ow, *strides, *dilations, *begin, *end)
-    if weights.shape[:2] != (c, 1) or min(n, c, h, wd, oh, ow) < 1 or any(v >= native_conv.LIMIT for v in numbers) \
+    if tuple(w_shape[:2]) != (c, 1) or min(n, c, h, wd, oh, ow) < 1 or any(v >= native_conv.LIMIT for v in numbers) \
             or min(*strides, *dilations) < 1 or min(*begin, *end) < 0:
         return None
     for size, kk, s, d, b, e, o in zip((h, wd), (kh, kw), strides, dilations, begin, end, out_shape):
@@ -370,7 +376,7 @@ def _depthwise_ops(step, x, w, bias, y, relu, strides, dilations, begin, end, ou
     floats = compiled.lib.rtd_threads() * (h + begin[0] + end[0] + oh) * (wd + begin[1] + end[1])
     scratch = Scratch("depthwise", floats * 4)
     return [Op(FILL, (writes(scratch),), (4, floats, 0)),
-            Op(DEPTHWISE, (reads(Value(x)), reads(Value(w)), reads(Value(bias) if bias else None), writes(Value(y)), writes(scratch)),
+            Op(DEPTHWISE, (reads(x), reads(w), reads(bias), writes(y), writes(scratch)),
                (n, c, h, wd, kh, kw, oh, ow, strides[0], strides[1], dilations[0], dilations[1], begin[0], begin[1], end[0], end[1],
                 int(relu)))]
 
@@ -519,75 +525,341 @@ def _reduce(step: Step) -> Emitted | None:
 
 
 def _pool(step: Step) -> Emitted | None:
-    """MaxPool (AveragePool stays NumPy's: pool.c sums a window in another order than its kernel does)."""
+    """MaxPool of float32 or 8-bit tensors (AveragePool stays NumPy's: pool.c sums a window in another order
+    than its kernel does)."""
     x, y = step.input(0), step.output()
     kernel, shape = step.kernel, step.shape(x)
     a = kernel.__dict__
-    if step.dtype(x) != FLOAT32 or len(shape) != 4 or len([o for o in step.node.outputs if o]) != 1 or a.get("storage_order", 0):
+    if step.dtype(x) not in (FLOAT32, *EIGHT_BIT) or len(shape) != 4 or len([o for o in step.node.outputs if o]) != 1 or a.get("storage_order", 0):
         return None
     k, strides, dilations = list(kernel.kernel_shape), list(kernel.strides or [1, 1]), list(a.get("dilations") or [1, 1])
     out_shape, begin, end = geometry(shape[2:], k, strides, dilations, kernel.pads, kernel.auto_pad, a.get("ceil_mode", 0))
     if tuple(shape[:2]) + tuple(out_shape) != step.shape(y) or len(k) != 2:
         return None
-    return Emitted([Op(POOL, (reads(Value(x)), writes(Value(y))),
-                       (*shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1]))], {})
+    numbers = (*shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1])
+    if step.dtype(x) != FLOAT32:
+        return Emitted([Op(POOL8, (reads(Value(x)), writes(Value(y))), (EIGHT_BIT[step.dtype(x)], *numbers))], {})
+    return Emitted([Op(POOL, (reads(Value(x)), writes(Value(y))), numbers)], {})
 
 
 def _lstm(step: Step) -> Emitted | None:
-    """The default LSTM (forward or reverse, one direction, no sequence lengths, peepholes, clip or layout
-    change): the input projection as one GEMM with w packed once, then the compiled recurrence."""
+    """The default LSTM (any direction, no sequence lengths, peepholes, clip or layout change): the input
+    projection as one GEMM with w packed once, then the compiled recurrence over R packed once, both
+    directions of a bidirectional one in the one call."""
     kernel = step.kernel
     inputs = step.node.inputs + [""] * 8
     x, w, r, b, lens, h0, c0, peephole = inputs[:8]
     if not kernel.default_acts or kernel.clip is not None or kernel.input_forget or kernel.__dict__.get("layout", 0) \
-            or lens or peephole or kernel.direction == "bidirectional" or step.dtype(x) != FLOAT32:
+            or lens or peephole or step.dtype(x) != FLOAT32:
         return None
     weights, recurrence = step.constant(w), step.constant(r)
     bias = step.constant(b) if b else None
     if weights is None or recurrence is None or (b and bias is None) or weights.dtype != FLOAT32 or recurrence.dtype != FLOAT32:
         return None
     seq, batch, size = step.shape(x)
-    hidden = recurrence.shape[2]
-    if weights.shape != (1, 4 * hidden, size) or recurrence.shape != (1, 4 * hidden, hidden) or min(seq, batch, hidden) < 1:
+    dirs, hidden = (2 if kernel.direction == "bidirectional" else 1), recurrence.shape[2]
+    if weights.shape != (dirs, 4 * hidden, size) or recurrence.shape != (dirs, 4 * hidden, hidden) or min(seq, batch, hidden) < 1:
         return None
-    if bias is not None and (bias.shape != (1, 8 * hidden) or bias.dtype != FLOAT32):
+    if bias is not None and (bias.shape != (dirs, 8 * hidden) or bias.dtype != FLOAT32):
         return None
     g, nb = 4 * hidden, hidden * batch
     outputs = (step.node.outputs + ["", "", ""])[:3]
     # the projection X @ W^T as the kernel's NumPy path makes it (W^T a transposed view, read column by column):
     # dot products for a few rows, else W packed (once here, per call there: the same panels, the same sums)
+    rows_w = np.ascontiguousarray(weights.reshape(dirs * g, size))
     if seq * batch <= FEW_ROWS:
-        weights_t, layout = Constant(np.ascontiguousarray(weights[0])), COLUMNS
+        weights_t, layout = Constant(rows_w), COLUMNS
     else:
-        weights_t = Constant(packed(weights, ("gemm", COLUMNS, size, g), lambda: pack_gemm(weights[0], COLUMNS, size, g)))
+        weights_t = Constant(packed(weights, ("gemm", COLUMNS, size, dirs * g), lambda: pack_gemm(rows_w, COLUMNS, size, dirs * g)))
         layout = PACKED
     combined = None if bias is None else Constant(np.ascontiguousarray(bias[:, :g] + bias[:, g:]).reshape(-1))
-    reverse = kernel.direction == "reverse"
     ops = []
-    projected = Scratch("projected", seq * batch * g * 4)
-    ops.append(Op(GEMM, (reads(Value(x)), reads(weights_t), reads(combined), writes(projected)), (layout, seq * batch, size, g, 0)))
-    xw = Scratch("xw", seq * g * batch * 4)
-    # (seq, batch, 4H) -> (seq, 4H, batch), reversed in time for the reverse direction
-    params = _copy_params(4, (seq, g, batch), ((-1 if reverse else 1) * batch * g, 1, g), (g * batch, batch, 1),
-                          (seq - 1) * batch * g if reverse else 0, 0)
-    ops.append(Op(COPY, (reads(projected), writes(xw)), params))
-    h, c = Scratch("h", nb * 4), Scratch("c", nb * 4)
+    projected = Scratch("projected", seq * batch * dirs * g * 4)
+    ops.append(Op(GEMM, (reads(Value(x)), reads(weights_t), reads(combined), writes(projected)),
+                  (layout, seq * batch, size, dirs * g, 0)))
+    xw = Scratch("xw", seq * dirs * g * batch * 4)
+    for d in range(dirs):   # (seq, batch, dirs, 4H) -> (seq, dirs, 4H, batch), a reverse direction reversed in time
+        back = kernel.reverse(d)
+        params = _copy_params(4, (seq, g, batch), ((-1 if back else 1) * batch * dirs * g, 1, dirs * g), (dirs * g * batch, batch, 1),
+                              d * g + ((seq - 1) * batch * dirs * g if back else 0), d * g * batch)
+        ops.append(Op(COPY, (reads(projected), writes(xw)), params))
+    h, c = Scratch("h", dirs * nb * 4), Scratch("c", dirs * nb * 4)
     for state, initial in ((h, h0), (c, c0)):
-        if initial:   # (1, batch, H) -> (H, batch)
-            ops.append(Op(COPY, (reads(Value(initial)), writes(state)), _copy_params(4, (hidden, batch), (1, hidden), (batch, 1), 0, 0)))
+        if initial:   # (dirs, batch, H) -> (dirs, H, batch)
+            ops.append(Op(COPY, (reads(Value(initial)), writes(state)),
+                          _copy_params(4, (dirs, hidden, batch), (nb, 1, hidden), (nb, batch, 1), 0, 0)))
         else:
-            ops.append(Op(FILL, (writes(state),), (4, nb, 0)))
-    yt = Scratch("yt", seq * nb * 4)
-    ops.append(Op(LSTM, (reads(xw), reads(Constant(np.ascontiguousarray(recurrence[0]))), writes(h), writes(c), writes(yt),
-                         writes(Scratch("gates", g * batch * 4))), (0, g * batch, 0, nb, seq, hidden, batch)))
-    if outputs[0]:   # Y (seq, 1, batch, H) from yt (seq, H, batch), reversed back in time
-        ops.append(Op(COPY, (reads(yt), writes(Value(outputs[0]))),
-                      _copy_params(4, (seq, batch, hidden), ((-1 if reverse else 1) * nb, 1, batch), (nb, hidden, 1),
-                                   (seq - 1) * nb if reverse else 0, 0)))
+            ops.append(Op(FILL, (writes(state),), (4, dirs * nb, 0)))
+    yt = Scratch("yt", seq * dirs * nb * 4)
+    panels = pack_lstm(recurrence, True)
+    ops.append(Op(LSTM, (reads(xw), reads(Constant(panels)), writes(h), writes(c), writes(yt),
+                         writes(Scratch("gates", dirs * g * batch * 4))), (seq, dirs, hidden, batch)))
+    if outputs[0]:   # Y (seq, dirs, batch, H) from yt (seq, dirs, H, batch), reversed back in time
+        for d in range(dirs):
+            back = kernel.reverse(d)
+            ops.append(Op(COPY, (reads(yt), writes(Value(outputs[0]))),
+                          _copy_params(4, (seq, batch, hidden), ((-1 if back else 1) * dirs * nb, 1, batch), (dirs * nb, hidden, 1),
+                                       d * nb + ((seq - 1) * dirs * nb if back else 0), d * nb)))
     for state, name in ((h, outputs[1]), (c, outputs[2])):
-        if name:   # (H, batch) -> (1, batch, H)
-            ops.append(Op(COPY, (reads(state), writes(Value(name))), _copy_params(4, (batch, hidden), (1, batch), (hidden, 1), 0, 0)))
+        if name:   # (dirs, H, batch) -> (dirs, batch, H)
+            ops.append(Op(COPY, (reads(state), writes(Value(name))),
+                          _copy_params(4, (dirs, batch, hidden), (nb, 1, batch), (nb, hidden, 1), 0, 0)))
     return Emitted(ops, {})
+
+
+# ---- 8-bit steps ----
+
+def _float_bits(value) -> int:
+    return int(np.asarray(value, np.float32).reshape(()).view(np.uint32))
+
+
+def _per_tensor(step: Step, scale: str, zero_point: str, dtype=None):
+    """(scale, zero point) of a constant float32 scale and 8-bit zero point (absent: 0) of one value each, or None."""
+    s, z = step.constant(scale), step.constant(zero_point) if zero_point else None
+    if s is None or s.dtype != FLOAT32 or s.size != 1 or (zero_point and (z is None or z.size != 1 or z.dtype not in EIGHT_BIT
+                                                                          or (dtype is not None and z.dtype != dtype))):
+        return None
+    return s.reshape(()), 0 if z is None else int(z.reshape(()))
+
+
+def _quantize(step: Step) -> Emitted | None:
+    """QuantizeLinear of float32 to 8 bits with one scale and zero point (no blocks, no other precision)."""
+    x, y = step.input(0), step.output()
+    a = step.kernel.__dict__
+    if step.dtype(x) != FLOAT32 or step.dtype(y) not in EIGHT_BIT or a.get("block_size", 0) or a.get("precision", 0):
+        return None
+    params = _per_tensor(step, step.input(1), step.input(2), step.dtype(y))
+    if params is None:
+        return None
+    return Emitted([Op(QUANTIZE, (reads(Value(x)), writes(Value(y))), (_float_bits(params[0]), params[1], EIGHT_BIT[step.dtype(y)]))], {})
+
+
+def _dequantize(step: Step) -> Emitted | None:
+    """DequantizeLinear of an 8-bit tensor to float32 with one scale and zero point."""
+    x, y = step.input(0), step.output()
+    if step.dtype(x) not in EIGHT_BIT or step.dtype(y) != FLOAT32 or step.kernel.__dict__.get("block_size", 0):
+        return None
+    params = _per_tensor(step, step.input(1), step.input(2), step.dtype(x))
+    if params is None:
+        return None
+    return Emitted([Op(DEQUANTIZE, (reads(Value(x)), writes(Value(y))), (EIGHT_BIT[step.dtype(x)], _float_bits(params[0]), params[1]))], {})
+
+
+def _qlinear_conv(step: Step) -> Emitted | None:
+    """QLinearConv as its kernel runs it on the CPU: the compiled convolution of x - x_zp by the centred weights
+    (the kernel's own kept copy, packed once), its int32 sums plus the int32 bias requantized in the same pass;
+    a depthwise one as the compiled depthwise convolution of x - x_zp, then requantized. Only where the sums
+    are exact in float32, as the kernel's are then (so the order of the additions does not matter)."""
+    kernel = step.kernel
+    x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias = (step.node.inputs + [""] * 9)[:9]
+    y = step.output()
+    weights, ws, wz, xs, ys = (step.constant(n) if n else None for n in (w, w_scale, w_zp, x_scale, y_scale))
+    x_params = _per_tensor(step, x_scale, x_zp, step.dtype(x))
+    if x_params is None or step.dtype(x) not in EIGHT_BIT or weights is None or not frozen(weights) or weights.dtype not in EIGHT_BIT \
+            or ws is None or ys is None or ys.size != 1 or (w_zp and wz is None) or not y_zp or step.dtype(y) not in EIGHT_BIT:
+        return None
+    y_params = _per_tensor(step, y_scale, y_zp, step.dtype(y))
+    bias_value = step.constant(bias) if bias else None
+    m = weights.shape[0]
+    if y_params is None or (bias and (bias_value is None or bias_value.dtype != np.int32 or bias_value.size != m)) \
+            or ws.size not in (1, m) or (wz is not None and wz.size not in (1, m)):
+        return None
+    x_shape, nd = step.shape(x), len(step.shape(x)) - 2
+    k = list(kernel.kernel_shape or weights.shape[2:])
+    if nd not in (1, 2) or len(k) != nd or tuple(weights.shape[2:]) != tuple(k):
+        return None
+    x_max, w_max = span(step.dtype(x), np.asarray(x_params[1])), span(weights.dtype, wz)
+    if math.prod(weights.shape[1:]) * x_max * w_max >= FLOAT32_EXACT:
+        return None   # the kernel sums in float64 then: not this compiled pass
+    out_shape, begin, end = geometry(x_shape[2:], k, kernel.strides, kernel.dilations, kernel.pads, kernel.auto_pad)
+    if tuple(x_shape[:1]) + (m,) + tuple(out_shape) != step.shape(y):
+        return None
+    channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
+    centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
+    multiplier = np.ascontiguousarray((xs.astype(np.float32) * ws.astype(np.float32) / ys.astype(np.float32)).reshape(-1))
+    x_type, y_type = EIGHT_BIT[step.dtype(x)], EIGHT_BIT[step.dtype(y)]
+    pointwise = all(v == 1 for v in k) and all(v == 1 for v in kernel.strides or [1]) and not any(begin) and not any(end)
+    if kernel.group == x_shape[1] == m and kernel.group > 1 and not pointwise:   # the kernel's plans: depthwise in float, then requantized
+        if nd != 2 or not frozen(centred):
+            return None
+        x_float, sums = Scratch("x", math.prod(x_shape) * 4), Scratch("sums", math.prod(step.shape(y)) * 4)
+        ops = _depthwise_ops(x_float, Constant(centred), None, sums, x_shape, centred.shape, False,
+                             list(kernel.strides or [1, 1]), list(kernel.dilations or [1, 1]), begin, end, out_shape)
+        if ops is None:
+            return None
+        return Emitted([Op(DEQUANTIZE, (reads(Value(x)), writes(x_float)), (x_type, _float_bits(1.0), x_params[1])), *ops,
+                        Op(REQUANTIZE, (reads(sums), reads(Constant(multiplier)),
+                                        reads(Constant(np.ascontiguousarray(bias_value.reshape(-1))) if bias else None), writes(Value(y))),
+                           (m, math.prod(out_shape), y_params[1], y_type))], {})
+    row = (lambda dims, one: list(dims)) if nd == 2 else (lambda dims, one: [one] + list(dims))
+    layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(weights.shape[:2]) + tuple(row(k, 1)),
+                                kernel.group, row(k, 1), row(kernel.strides or [1] * nd, 1), row(kernel.dilations or [1] * nd, 1),
+                                row(begin, 0), row(end, 0), row(out_shape, 1))
+    if not layout.usable:
+        return None
+    if not frozen(centred):
+        return None
+    w4 = centred.reshape(layout.w_shape)
+    panels = packed(centred, ("conv", m, kernel.group, centred.size), lambda: native_conv._pack(w4, m, kernel.group))
+    scratch = compiled.lib.rtd_conv2d_scratch(*layout.geometry, x_type, y_type)
+    chain_len = [0] * native_conv.CHAIN_INPUTS
+    return Emitted([Op(CONV, (reads(Value(x)), reads(Constant(np.ascontiguousarray(w4))),
+                              reads(Constant(np.ascontiguousarray(bias_value.reshape(-1))) if bias else None), writes(Value(y)),
+                              writes(Scratch("conv", scratch * 4)), reads(Constant(panels)), reads(Constant(multiplier)),
+                              reads(None), reads(None), *[reads(None)] * native_conv.CHAIN_INPUTS),
+                       (x_type, x_params[1], y_type, y_params[1], 0, *chain_len, 0, *layout.geometry, 0))], {})
+
+
+def _qlinear_params(step: Step, dtype, names: tuple, schema=("X", "Y")):
+    """The kernel's own (x_scale, x_zp, y_scale, y_zp) from constant inputs `names`, or None."""
+    if any(n and step.constant(n) is None for n in names) or not names[0] or not names[2]:
+        return None
+    try:
+        return step.kernel.params(dtype, *(step.constant(n) if n else None for n in names), schema)
+    except Exception:   # parameters the kernel refuses: its own run says so
+        return None
+
+
+def _qlinear_matmul(step: Step) -> Emitted | None:
+    """QLinearMatMul by a constant b with per-tensor parameters, where the kernel's sums are exact in float32
+    (then any order of them gives its bits): a - a_zp as floats, our GEMM by the kernel's own centred b packed
+    once, and the kernel's requantization (float32(sum) * multiplier, half to even, + y_zp, saturated)."""
+    a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = (step.node.inputs + [""] * 8)[:8]
+    y = step.output()
+    weights, bz = step.constant(b), step.constant(b_zp) if b_zp else None
+    a_params = _per_tensor(step, a_scale, a_zp, step.dtype(a))
+    y_params = _per_tensor(step, y_scale, y_zp, step.dtype(y)) if y_zp else None
+    bs = step.constant(b_scale)
+    if a_params is None or y_params is None or weights is None or not frozen(weights) or weights.ndim != 2 \
+            or weights.dtype not in EIGHT_BIT or bs is None or bs.size != 1 or (b_zp and (bz is None or bz.size != 1)) \
+            or step.dtype(a) not in EIGHT_BIT or step.dtype(y) not in EIGHT_BIT:
+        return None
+    a_shape, (k, n) = step.shape(a), weights.shape
+    if len(a_shape) < 2 or a_shape[-1] != k or step.shape(y) != tuple(a_shape[:-1]) + (n,) or min(*a_shape, n) < 1:
+        return None
+    if span(step.dtype(a), np.asarray(a_params[1])) * span(weights.dtype, bz) * k >= FLOAT32_EXACT:
+        return None   # the kernel sums slices in float64 then
+    centred = step.kernel.weight.get(np, weights, bz)   # the kernel's own kept copy
+    if not frozen(centred) or centred.dtype != FLOAT32:
+        return None
+    rows = math.prod(a_shape[:-1])
+    panels = packed(centred, ("gemm", ROWS, k, n), lambda: pack_gemm(centred, ROWS, k, n))
+    multiplier = np.ascontiguousarray((step.constant(a_scale).astype(np.float32) * bs.astype(np.float32)
+                                       / step.constant(y_scale).astype(np.float32)).reshape(-1))
+    a_float, sums = Scratch("a", rows * k * 4), Scratch("sums", rows * n * 4)
+    return Emitted([Op(DEQUANTIZE, (reads(Value(a)), writes(a_float)), (EIGHT_BIT[step.dtype(a)], _float_bits(1.0), a_params[1])),
+                    Op(GEMM, (reads(a_float), reads(Constant(panels)), reads(None), writes(sums)), (PACKED, rows, k, n, 0)),
+                    Op(REQUANTIZE, (reads(sums), reads(Constant(multiplier)), reads(None), writes(Value(y))),
+                       (1, 1, y_params[1], EIGHT_BIT[step.dtype(y)]))], {})
+
+
+def _qlinear_lookup(step: Step) -> Emitted | None:
+    """com.microsoft QLinearSigmoid, QLinearLeakyRelu: one gather from the table the kernel builds."""
+    x, y = step.input(0), step.output()
+    dtype = step.dtype(x)
+    if dtype not in EIGHT_BIT or step.dtype(y) != dtype:
+        return None
+    params = _qlinear_params(step, dtype, tuple(step.node.inputs[1:5] + [""] * (4 - len(step.node.inputs[1:5]))))
+    if params is None:
+        return None
+    table = np.ascontiguousarray(lookup_table(dtype, *params, step.kernel.transform))
+    return Emitted([Op(LOOKUP, (reads(Value(x)), reads(Constant(table.view(np.uint8))), writes(Value(y))), ())], {})
+
+
+def _qlinear_binary(step: Step) -> Emitted | None:
+    """com.microsoft QLinearAdd, QLinearMul: one gather per output from the kernel's table of all pairs."""
+    a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp = (step.node.inputs + [""] * 8)[:8]
+    c = step.output()
+    dtype = step.dtype(a)
+    if dtype not in EIGHT_BIT or step.dtype(b) != dtype or step.dtype(c) != dtype:
+        return None
+    a_params = _qlinear_params(step, dtype, (a_scale, a_zp, c_scale, c_zp), ("A", "C"))
+    b_params = _qlinear_params(step, dtype, (b_scale, b_zp, c_scale, c_zp), ("B", "C"))
+    a_shape, b_shape, out = step.shape(a), step.shape(b), step.shape(c)
+    if a_params is None or b_params is None or not out or len(out) > MAX_DIMS or np.broadcast_shapes(a_shape, b_shape) != out:
+        return None
+    values = np.arange(256, dtype=np.uint8).view(dtype)
+    table = step.kernel.combine(values[:, None], values[None, :], *a_params[:2], *b_params[:2], *a_params[2:], dtype,
+                                scalar_side(a_shape, b_shape))
+    strides = []
+    for shape in (a_shape, b_shape):
+        padded = (1,) * (len(out) - len(shape)) + tuple(shape)
+        strides.append([0 if n == 1 else s for n, s in zip(padded, _contiguous_strides(padded))])
+    return Emitted([Op(PAIRS, (reads(Value(a)), reads(Value(b)), reads(Constant(np.ascontiguousarray(table.reshape(-1)).view(np.uint8))),
+                               writes(Value(c))), (len(out), *out, *strides[0], *strides[1]))], {})
+
+
+def _qlinear_concat(step: Step) -> Emitted | None:
+    """com.microsoft QLinearConcat: each input copied into its slab of the output, through the kernel's
+    requantizing 256-entry table first where its scale or zero point is not the output's."""
+    y_scale, y_zp, *triples = step.node.inputs
+    y = step.output()
+    xs = triples[::3]
+    if not xs or len(triples) % 3 or any(not x for x in xs):
+        return None
+    dtype, out = step.dtype(xs[0]), step.shape(y)
+    if dtype not in EIGHT_BIT or step.dtype(y) != dtype or any(step.dtype(x) != dtype for x in xs) or not out:
+        return None
+    axis = step.kernel.axis % len(out)
+    out_strides, ops, offset = _contiguous_strides(out), [], 0
+    for i, x in enumerate(xs):
+        params = _qlinear_params(step, dtype, (triples[3 * i + 1], triples[3 * i + 2], y_scale, y_zp))
+        shape = step.shape(x)
+        if params is None or len(shape) != len(out):
+            return None
+        if math.prod(shape):
+            source = Value(x)
+            if not (params[0] == params[2] and params[1] == params[3]):
+                table = np.ascontiguousarray(lookup_table(dtype, *params, lambda v: v)).view(np.uint8)
+                source = Scratch(f"requantized{i}", math.prod(shape))
+                ops.append(Op(LOOKUP, (reads(Value(x)), reads(Constant(table)), writes(source)), ()))
+            copy = _copy_params(1, shape, _contiguous_strides(shape), out_strides, 0, offset * out_strides[axis])
+            if copy is None:
+                return None
+            ops.append(Op(COPY, (reads(source), writes(Value(y))), copy))
+        offset += shape[axis]
+    return Emitted(ops, {}) if offset == out[axis] else None
+
+
+def _qlinear_average_pool(step: Step) -> Emitted | None:
+    """com.microsoft QLinearAveragePool over NCHW 2-D windows, in the kernel's float32 steps (its global path, a
+    window over the whole unpadded image, as QLinearGlobalAveragePool's op)."""
+    kernel, x, y = step.kernel, step.input(0), step.output()
+    dtype, shape = step.dtype(x), step.shape(x)
+    if dtype not in EIGHT_BIT or step.dtype(y) != dtype or kernel.channels_last or len(shape) != 4 or len(kernel.kernel_shape) != 2:
+        return None
+    params = _qlinear_params(step, dtype, tuple((step.node.inputs + [""] * 5)[1:5]))
+    if params is None or not (params[0] > 0 and params[2] > 0):
+        return None
+    x_scale, x_zp, y_scale, y_zp = params
+    out_shape, begin, end = geometry(shape[2:], kernel.kernel_shape, kernel.strides, None, kernel.pads, kernel.auto_pad,
+                                     kernel.ceil_mode)
+    if tuple(shape[:2]) + tuple(out_shape) != step.shape(y) or min(shape) < 1:
+        return None
+    if list(shape[2:]) == list(kernel.kernel_shape) and not any(begin) and not any(end):
+        size = math.prod(shape[2:])
+        return Emitted([Op(GLOBAL_AVERAGE8, (reads(Value(x)), writes(Value(y))),
+                           (EIGHT_BIT[dtype], shape[0] * shape[1], size, int(x_zp), _float_bits(x_scale / (y_scale * np.float32(size))),
+                            int(y_zp)))], {})
+    return Emitted([Op(AVERAGE_POOL8, (reads(Value(x)), writes(Scratch("dequantized", math.prod(shape) * 4)), writes(Value(y))),
+                       (EIGHT_BIT[dtype], *shape, *kernel.kernel_shape, *out_shape, *kernel.strides, begin[0], begin[1],
+                        int(kernel.count_include_pad), _float_bits(x_scale), int(x_zp), _float_bits(y_scale), int(y_zp)))], {})
+
+
+def _qlinear_global_average(step: Step) -> Emitted | None:
+    """com.microsoft QLinearGlobalAveragePool over NCHW: exact sums per image and channel, then the kernel's float32 steps."""
+    x, y = step.input(0), step.output()
+    dtype, shape = step.dtype(x), step.shape(x)
+    if dtype not in EIGHT_BIT or step.dtype(y) != dtype or step.kernel.channels_last or len(shape) < 3 or math.prod(shape[2:]) < 1:
+        return None
+    params = _qlinear_params(step, dtype, tuple((step.node.inputs + [""] * 5)[1:5]))
+    if params is None:
+        return None
+    x_scale, x_zp, y_scale, y_zp = params
+    size = math.prod(shape[2:])
+    scale = x_scale / (y_scale * np.float32(size))
+    return Emitted([Op(GLOBAL_AVERAGE8, (reads(Value(x)), writes(Value(y))),
+                       (EIGHT_BIT[dtype], shape[0] * shape[1], size, int(x_zp), _float_bits(scale), int(y_zp)))], {})
 
 
 ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
@@ -612,6 +884,17 @@ EMITTERS = {
     ("", "GlobalMaxPool"): _reduce,
     **{("", op): _reduce for op in REDUCE_KINDS},
     ("", "LSTM"): _lstm,
+    ("", "QuantizeLinear"): _quantize,
+    ("", "DequantizeLinear"): _dequantize,
+    ("", "QLinearConv"): _qlinear_conv,
+    ("", "QLinearMatMul"): _qlinear_matmul,
+    (MS_DOMAIN, "QLinearSigmoid"): _qlinear_lookup,
+    (MS_DOMAIN, "QLinearLeakyRelu"): _qlinear_lookup,
+    (MS_DOMAIN, "QLinearAdd"): _qlinear_binary,
+    (MS_DOMAIN, "QLinearMul"): _qlinear_binary,
+    (MS_DOMAIN, "QLinearGlobalAveragePool"): _qlinear_global_average,
+    (MS_DOMAIN, "QLinearConcat"): _qlinear_concat,
+    (MS_DOMAIN, "QLinearAveragePool"): _qlinear_average_pool,
     (RTD_DOMAIN, "ConvActivation"): _conv_activation,
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,

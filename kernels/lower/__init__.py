@@ -13,7 +13,8 @@ from .bodies import constants_into_bodies, inline_static_ifs
 from .chains import fuse_chains, fuse_conv_chains
 from .fold import fold_constants, fold_signature
 from .qdq import fuse_qdq
-from .patterns import fold_conv_batchnorm, fuse_attention, fuse_conv_activation, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax
+from .patterns import (fold_conv_batchnorm, fuse_attention, fuse_conv_activation, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax,
+                       square_pows)
 from .shapes import static_shapes
 from .simplify import eliminate_dead, eliminate_identity
 
@@ -74,6 +75,8 @@ def lower_signature(graph: Graph, trace: dict, disable=(), xp=np) -> tuple:
             check(graph, outer=set())
     shapes = {name: (tuple(v.shape), v.dtype) for name, v in trace.items() if hasattr(v, "shape") and hasattr(v, "dtype")}
     static = static_shapes(graph, set(graph.constants))
+    if "square_pows" not in disable:
+        graph = square_pows(graph, shapes)
     if "fuse_chains" not in disable:
         graph = fuse_chains(graph, shapes, static)
         check(graph, outer=set())

@@ -6,16 +6,10 @@ Like depthwise.py, the C trusts the lengths it is given, so the geometry is chec
 per layout (`Conv2d`, made once per thread for each input shape) and each call checks only its
 arrays' dtypes, shapes and layout. A call these wrappers do not take returns None and the caller
 runs its NumPy path.
-
-This module also hands the compiled recurrences (recurrent.c) the OpenBLAS that NumPy itself
-uses (its 64-bit integer cblas_sgemm and sgemv, found when this module is imported: in the
-zygote, before any worker forks).
 """
-import ctypes
 import threading
 
 import numpy as np
-import threadpoolctl
 
 from rtd.errors import Code, RtdError
 
@@ -27,27 +21,6 @@ FLOAT32 = np.dtype(np.float32)
 TYPES = {FLOAT32: 0, np.dtype(np.uint8): 1, np.dtype(np.int8): 2}   # RTD_CONV_F32, _U8, _S8 (conv.h)
 CTYPES = {FLOAT32: "float[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.int8): "int8_t[]",
           np.dtype(np.int32): "int32_t[]"}
-
-
-# NumPy's OpenBLAS entry points (the recurrences'): cblas_sgemm and cblas_sgemv (64-bit integers)
-BLAS_SYMBOLS = (("scipy_cblas_sgemm64_", "cblas_sgemm64_"), ("scipy_cblas_sgemv64_", "cblas_sgemv64_"))
-
-
-def _blas() -> tuple | None:
-    """The addresses of NumPy's OpenBLAS functions the compiled recurrences call, or None."""
-    for library in threadpoolctl.threadpool_info():
-        if library.get("internal_api") != "openblas" or "numpy" not in library.get("filepath", ""):
-            continue
-        blas = ctypes.CDLL(library["filepath"])   # already mapped: dlopen finds it, opens nothing
-        found = [next((getattr(blas, s) for s in names if hasattr(blas, s)), None) for names in BLAS_SYMBOLS]
-        if all(f is not None for f in found):
-            return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in found)
-    return None
-
-
-BLAS = _blas() if compiled is not None else None
-if BLAS:
-    compiled.lib.rtd_set_blas(*(compiled.ffi.cast("void *", address) for address in BLAS))
 
 
 MAX_DEPTH = 16384   # conv.c's MAX_OFFSETS: C/group * kh * kw rows of the column matrix at most

@@ -17,8 +17,6 @@
 #define MAX_THREADS 64
 
 static int64_t threads_allowed = 1;
-rtd_sgemm_fn rtd_sgemm = NULL;
-rtd_sgemv_fn rtd_sgemv = NULL;
 
 static struct {
     pid_t pid;                           /* the process these threads belong to */
@@ -38,12 +36,6 @@ void rtd_set_threads(int64_t threads)
 }
 
 int64_t rtd_threads(void) { return threads_allowed; }
-
-void rtd_set_blas(void *sgemm, void *sgemv)
-{
-    rtd_sgemm = (rtd_sgemm_fn)sgemm;
-    rtd_sgemv = (rtd_sgemv_fn)sgemv;
-}
 
 /* Each helper starts from the generation current when it was made (before the job that made it
  * was posted), so a helper that first runs after that job's broadcast still takes the job. */

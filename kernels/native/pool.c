@@ -1,5 +1,6 @@
-/* Max pooling over 2-D windows, and reductions over the middle axis of (outer, r, inner), for float32
- * (pool.h): what CNN heads and the streaming models' tails spend their few microseconds on.
+/* Max pooling over 2-D windows (float32, and the 8-bit tensors of quantized models), and reductions over
+ * the middle axis of (outer, r, inner), for float32 (pool.h): what CNN heads and the streaming models'
+ * tails spend their few microseconds on.
  *
  * A pool computes each output row from the input rows its windows cover, clamping every window to the
  * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case.
@@ -23,64 +24,158 @@
 
 struct pool {
     const float *x; float *y;
+    const uint8_t *x8; uint8_t *y8; int is_signed;   /* the 8-bit pool's tensors */
     int64_t c, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left;
+    int64_t inner_lo, inner_hi;   /* output columns [inner_lo, inner_hi) whose windows lie inside the image's width */
 };
 
 static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* The taps [*first, *last) of a window starting at `start` (stride dilation) that fall in [lo, hi). */
-static void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t hi, int64_t *first, int64_t *last)
+static inline void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t hi, int64_t *first, int64_t *last)
 {
+    if (start >= lo && start + (k - 1) * d < hi) {   /* a window inside the image, as most are: no divisions */
+        *first = 0;
+        *last = k;
+        return;
+    }
     int64_t a = start >= lo ? 0 : (lo - start + d - 1) / d;
     int64_t b = start + (k - 1) * d < hi ? k : (hi - 1 - start) < 0 ? 0 : (hi - 1 - start) / d + 1;
     *first = clamp(a, 0, k);
     *last = clamp(b, *first, k);
 }
 
+/* Output row oy of one plane: the columns whose windows lie inside the width tap by tap along the row, so the
+   compiler vectorises the maxima (a NaN, once in, stays); the border columns window by window. */
+RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *y, int64_t oy)
+{
+    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw;
+    int64_t i0, i1;
+    taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
+    for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) y[ox] = -INFINITY;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < p->kw; j++) {
+            const float *row = x + (row0 + i * p->dh) * p->wd;
+            const int64_t shift = j * p->dw - p->pad_left;   /* ox * sw + shift: inside the row for interior ox */
+            for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) {
+                const float v = row[ox * sw + shift], best = y[ox];
+                y[ox] = best != best ? best : v > best || v != v ? v : best;
+            }
+        }
+    for (int64_t ox = 0; ox < p->ow; ox++) {
+        if (ox == p->inner_lo) ox = p->inner_hi;
+        if (ox >= p->ow) break;
+        const int64_t col0 = ox * sw - p->pad_left;
+        int64_t j0, j1;
+        taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
+        float best = -INFINITY;
+        for (int64_t i = i0; i < i1; i++) {
+            const float *row = x + (row0 + i * p->dh) * p->wd + col0;
+            for (int64_t j = j0; j < j1; j++) {
+                const float v = row[j * p->dw];
+                best = best != best ? best : v > best || v != v ? v : best;
+            }
+        }
+        y[ox] = best;
+    }
+}
+
 static void pool_planes(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct pool *p = context;
     (void)worker;
-    for (int64_t plane = first; plane < last; plane++) {
-        const float *x = p->x + plane * p->h * p->wd;
-        float *y = p->y + plane * p->oh * p->ow;
-        for (int64_t oy = 0; oy < p->oh; oy++) {
-            const int64_t row0 = oy * p->sh - p->pad_top;
-            int64_t i0, i1;
-            taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-            for (int64_t ox = 0; ox < p->ow; ox++) {
-                const int64_t col0 = ox * p->sw - p->pad_left;
-                int64_t j0, j1;
-                taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
-                float best = -INFINITY;
-                for (int64_t i = i0; i < i1; i++) {
-                    const float *row = x + (row0 + i * p->dh) * p->wd + col0;
-                    for (int64_t j = j0; j < j1; j++) {
-                        const float v = row[j * p->dw];
-                        best = v > best || v != v ? v : best;   /* a NaN wins and stays */
-                        if (best != best) break;
-                    }
+    for (int64_t plane = first; plane < last; plane++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            pool_row(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);
+}
+
+/* The same windows over 8-bit values, a row at a time as pool_row does; a window with no tap inside the image
+   gives the type's minimum, as the NumPy kernel's padding with it does. */
+RTD_CLONES static void pool_row_8bit(const struct pool *p, const uint8_t *x, uint8_t *y, int64_t oy)
+{
+    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw;
+    const int is_signed = p->is_signed;
+    const int32_t lowest = is_signed ? -128 : 0;
+    int64_t i0, i1;
+    taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
+    for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) y[ox] = (uint8_t)lowest;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < p->kw; j++) {
+            const uint8_t *row = x + (row0 + i * p->dh) * p->wd;
+            const int64_t shift = j * p->dw - p->pad_left;
+            if (is_signed)
+                for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) {
+                    const int8_t v = (int8_t)row[ox * sw + shift], best = (int8_t)y[ox];
+                    y[ox] = (uint8_t)(v > best ? v : best);
                 }
-                y[oy * p->ow + ox] = best;
+            else
+                for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) {
+                    const uint8_t v = row[ox * sw + shift], best = y[ox];
+                    y[ox] = v > best ? v : best;
+                }
+        }
+    for (int64_t ox = 0; ox < p->ow; ox++) {
+        if (ox == p->inner_lo) ox = p->inner_hi;
+        if (ox >= p->ow) break;
+        const int64_t col0 = ox * sw - p->pad_left;
+        int64_t j0, j1;
+        taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
+        int32_t best = lowest;
+        for (int64_t i = i0; i < i1; i++) {
+            const uint8_t *row = x + (row0 + i * p->dh) * p->wd + col0;
+            for (int64_t j = j0; j < j1; j++) {
+                const int32_t v = is_signed ? (int32_t)(int8_t)row[j * p->dw] : (int32_t)row[j * p->dw];
+                best = v > best ? v : best;
             }
         }
+        y[ox] = (uint8_t)best;
     }
+}
+
+static void pool_planes_8bit(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct pool *p = context;
+    (void)worker;
+    for (int64_t plane = first; plane < last; plane++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            pool_row_8bit(p, p->x8 + plane * p->h * p->wd, p->y8 + plane * p->oh * p->ow + oy * p->ow, oy);
+}
+
+static int max_pool(struct pool *p, int64_t x_len, int64_t y_len, int64_t n, void (*planes)(void *, int64_t, int64_t, int64_t))
+{
+    if (n < 0 || p->c < 0 || p->h < 1 || p->wd < 1 || p->kh < 1 || p->kw < 1 || p->oh < 0 || p->ow < 0 || p->sh < 1 || p->sw < 1
+        || p->dh < 1 || p->dw < 1 || p->pad_top < 0 || p->pad_left < 0)
+        return RTD_NATIVE_E_ARGUMENT;
+    if (x_len != n * p->c * p->h * p->wd || y_len != n * p->c * p->oh * p->ow)
+        return RTD_NATIVE_E_LENGTH;
+    /* inside the width: ox * sw >= pad_left and ox * sw - pad_left + (kw - 1) * dw <= wd - 1 */
+    const int64_t reach = p->wd - 1 - (p->kw - 1) * p->dw + p->pad_left;
+    p->inner_lo = clamp((p->pad_left + p->sw - 1) / p->sw, 0, p->ow);
+    p->inner_hi = reach < 0 ? p->inner_lo : clamp(reach / p->sw + 1, p->inner_lo, p->ow);
+    int64_t threads = rtd_threads();
+    if (y_len * p->kh * p->kw / (threads > 0 ? threads : 1) < MIN_READS_PER_THREAD) threads = 1;
+    rtd_parallel_for(threads, n * p->c, planes, p);
+    return 0;
 }
 
 int rtd_max_pool2d_f32(const float *x, int64_t x_len, float *y, int64_t y_len,
                        int64_t n, int64_t c, int64_t h, int64_t wd, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
                        int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left)
 {
-    if (n < 0 || c < 0 || h < 1 || wd < 1 || kh < 1 || kw < 1 || oh < 0 || ow < 0 || sh < 1 || sw < 1 || dh < 1 || dw < 1
-        || pad_top < 0 || pad_left < 0)
+    struct pool p = {.x = x, .y = y, .c = c, .h = h, .wd = wd, .kh = kh, .kw = kw, .oh = oh, .ow = ow, .sh = sh, .sw = sw,
+                     .dh = dh, .dw = dw, .pad_top = pad_top, .pad_left = pad_left};
+    return max_pool(&p, x_len, y_len, n, pool_planes);
+}
+
+int rtd_max_pool2d_8bit(const void *x, int x_type, int64_t x_len, void *y, int64_t y_len,
+                        int64_t n, int64_t c, int64_t h, int64_t wd, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                        int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left)
+{
+    if (x_type != 1 && x_type != 2)
         return RTD_NATIVE_E_ARGUMENT;
-    if (x_len != n * c * h * wd || y_len != n * c * oh * ow)
-        return RTD_NATIVE_E_LENGTH;
-    struct pool p = {x, y, c, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left};
-    int64_t threads = rtd_threads();
-    if (y_len * kh * kw / (threads > 0 ? threads : 1) < MIN_READS_PER_THREAD) threads = 1;
-    rtd_parallel_for(threads, n * c, pool_planes, &p);
-    return 0;
+    struct pool p = {.x8 = x, .y8 = y, .is_signed = x_type == 2, .c = c, .h = h, .wd = wd, .kh = kh, .kw = kw, .oh = oh,
+                     .ow = ow, .sh = sh, .sw = sw, .dh = dh, .dw = dw, .pad_top = pad_top, .pad_left = pad_left};
+    return max_pool(&p, x_len, y_len, n, pool_planes_8bit);
 }
 
 struct reduce { int kind; const float *x; float *y; int64_t r, inner; };

@@ -18,6 +18,7 @@
 #include "move.h"
 #include "pool.h"
 #include "program.h"
+#include "quant.h"
 #include "recurrent.h"
 
 #define MAX_OPERANDS 24
@@ -48,6 +49,14 @@ static int resolve(const int64_t *w, void **slots, const int64_t *slot_bytes, co
 }
 
 static int64_t floats(const struct operand *o) { return o->bytes / 4; }
+/* A float32 parameter, carried as its bits in the low half of a program word. */
+static float bits_float(int64_t word)
+{
+    const uint32_t bits = (uint32_t)word;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
 static const float *f(const struct operand *o) { return (const float *)(const void *)o->p; }
 static float *fw(const struct operand *o) { return (float *)(void *)o->p; }
 
@@ -200,13 +209,47 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
         return rtd_max_pool2d_f32(f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[0], p[1], p[2], p[3], p[4], p[5],
                                   p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13]);
     case RTD_OP_LSTM:
-        NEED(6, 7);
+        NEED(6, 4);
         if (floats(&o[2]) != floats(&o[3])) return RTD_NATIVE_E_LENGTH;
-        return rtd_lstm_f32(f(&o[0]), floats(&o[0]), p[0], p[1], f(&o[1]), floats(&o[1]), fw(&o[2]), fw(&o[3]), floats(&o[2]),
-                            fw(&o[4]), floats(&o[4]), p[2], p[3], fw(&o[5]), floats(&o[5]), p[4], p[5], p[6]);
+        return rtd_lstm_f32(f(&o[0]), floats(&o[0]), f(&o[1]), floats(&o[1]), fw(&o[2]), fw(&o[3]), floats(&o[2]),
+                            fw(&o[4]), floats(&o[4]), fw(&o[5]), floats(&o[5]), p[0], p[1], p[2], p[3]);
     case RTD_OP_GATHER:
         NEED(3, 3);
         return gather(o, p, n_params);
+    case RTD_OP_QUANTIZE:
+        NEED(2, 3);
+        if (p[2] != RTD_CONV_U8 && p[2] != RTD_CONV_S8) return RTD_NATIVE_E_ARGUMENT;
+        return rtd_quantize_f32(f(&o[0]), floats(&o[0]), bits_float(p[0]), (int32_t)p[1], o[1].p, (int)p[2], o[1].bytes);
+    case RTD_OP_DEQUANTIZE:
+        NEED(2, 3);
+        if (p[0] != RTD_CONV_U8 && p[0] != RTD_CONV_S8) return RTD_NATIVE_E_ARGUMENT;
+        return rtd_dequantize_f32(o[0].p, (int)p[0], o[0].bytes, bits_float(p[1]), (int32_t)p[2], fw(&o[1]), floats(&o[1]));
+    case RTD_OP_LOOKUP:
+        NEED(3, 0);
+        return rtd_lookup_8bit((const uint8_t *)o[0].p, o[0].bytes, (const uint8_t *)o[1].p, o[1].bytes, (uint8_t *)o[2].p, o[2].bytes);
+    case RTD_OP_PAIRS:
+        if (n_operands != 4 || n_params < 1 || p[0] < 1 || p[0] > RTD_MOVE_MAX_DIMS || n_params != 1 + 3 * p[0])
+            return RTD_NATIVE_E_ARGUMENT;
+        return rtd_pairs_8bit((const uint8_t *)o[0].p, o[0].bytes, (const uint8_t *)o[1].p, o[1].bytes, (const uint8_t *)o[2].p,
+                              o[2].bytes, (uint8_t *)o[3].p, o[3].bytes, p[0], p + 1, p + 1 + p[0], p + 1 + 2 * p[0]);
+    case RTD_OP_GLOBAL_AVERAGE8:
+        NEED(2, 6);
+        return rtd_global_average_8bit(o[0].p, (int)p[0], o[0].bytes, p[1], p[2], (int32_t)p[3], bits_float(p[4]),
+                                       (int32_t)p[5], o[1].p, o[1].bytes);
+    case RTD_OP_REQUANTIZE:
+        NEED(4, 4);
+        if (p[3] != RTD_CONV_U8 && p[3] != RTD_CONV_S8) return RTD_NATIVE_E_ARGUMENT;
+        return rtd_requantize_f32(f(&o[0]), floats(&o[0]), f(&o[1]), floats(&o[1]), (const int32_t *)(const void *)o[2].p,
+                                  o[2].bytes / 4, o[3].p, (int)p[3], o[3].bytes, p[0], p[1], (int32_t)p[2]);
+    case RTD_OP_AVERAGE_POOL8:
+        NEED(3, 18);
+        return rtd_average_pool_8bit(o[0].p, (int)p[0], o[0].bytes, fw(&o[1]), floats(&o[1]), o[2].p, o[2].bytes, p[1], p[2], p[3],
+                                     p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], (int)p[13], bits_float(p[14]),
+                                     (int32_t)p[15], bits_float(p[16]), (int32_t)p[17]);
+    case RTD_OP_POOL8:
+        NEED(2, 15);
+        return rtd_max_pool2d_8bit(o[0].p, (int)p[0], o[0].bytes, o[1].p, o[1].bytes, p[1], p[2], p[3], p[4], p[5], p[6],
+                                   p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14]);
     default:
         return RTD_NATIVE_E_ARGUMENT;
     }

@@ -23,9 +23,18 @@
     CAST       src dst; src_type dst_type count (move.h's types)
     REDUCE     x y; kind outer r inner (pool.h)
     POOL       x y; n c h w kh kw oh ow sh sw dh dw pad_top pad_left: the window maxima (pool.h)
-    LSTM       xw r h c y gates; xw_offset xw_step y_offset y_step seq hidden batch (recurrent.h)
+    LSTM       xw r h c y gates; seq dirs hidden batch (recurrent.h: r packed, the layouts it fixes)
     GATHER     table indices out; rows row_bytes count: out[i] = table row indices[i] (int64, negative from
-               the end), a status for an index out of range */
+               the end), a status for an index out of range
+    QUANTIZE   x y; scale zero_point y_type (quant.h; scale: a float32's bits, types as conv.h's)
+    DEQUANTIZE x y; x_type scale zero_point (quant.h)
+    POOL8      x y; x_type, then POOL's numbers: the window maxima of an 8-bit tensor (pool.h)
+    LOOKUP     x table y; (quant.h's rtd_lookup_8bit)
+    PAIRS      a b table c; ndim shape[ndim] a_strides[ndim] b_strides[ndim] (quant.h's rtd_pairs_8bit)
+    GLOBAL_AVERAGE8 x y; x_type rows size x_zero_point scale y_zero_point (quant.h)
+    REQUANTIZE acc multiplier bias y; channels inner zero_point y_type (quant.h's rtd_requantize_f32)
+    AVERAGE_POOL8 x scratch y; x_type n c h w kh kw oh ow sh sw pad_top pad_left count_include_pad x_scale x_zero_point
+               y_scale y_zero_point (quant.h's rtd_average_pool_8bit; scales as float32 bits) */
 #define RTD_OP_CONV 1
 #define RTD_OP_DEPTHWISE 2
 #define RTD_OP_GEMM 3
@@ -40,6 +49,14 @@
 #define RTD_OP_POOL 12
 #define RTD_OP_LSTM 13
 #define RTD_OP_GATHER 14
+#define RTD_OP_QUANTIZE 15
+#define RTD_OP_DEQUANTIZE 16
+#define RTD_OP_POOL8 17
+#define RTD_OP_LOOKUP 18
+#define RTD_OP_PAIRS 19
+#define RTD_OP_GLOBAL_AVERAGE8 20
+#define RTD_OP_REQUANTIZE 21
+#define RTD_OP_AVERAGE_POOL8 22
 #define RTD_PROGRAM_E_INDEX 3
 int rtd_program_run(const int64_t *code, int64_t code_len, void **slots, const int64_t *slot_bytes,
                     const uint8_t *slot_writable, int64_t n_slots, int64_t *failed);

@@ -8,6 +8,7 @@ leave the plan) and assembles the int64 program. A run fills the pointers of wha
 frame's arrays, the fresh outputs) and calls the interpreter once; with a profile it runs the program
 op by op, each timed under the label of the node it came from.
 """
+import math
 import threading
 import time
 from typing import NamedTuple
@@ -119,7 +120,12 @@ class Segment:
         self.n_slots = len(writable)
         self.external_slots = [slot_of[("frame", name)] for name in externals]
         self.fresh_slots = [slot_of[("fresh", name)] for name in fresh]
-        self.export_homes = [homes[name] for name in exports]
+        # per export: its source array's key, byte offset, shape, dtype and size, worked out once (a run of a
+        # streaming model's small program is a few microseconds: NumPy's prod per export cost as much)
+        self.export_info = []
+        for name in exports:
+            home, (shape, dtype) = homes[name], specs[name]
+            self.export_info.append((home.key, home.offset, tuple(shape), np.dtype(dtype), math.prod(shape)))
         self._local = threading.local()
 
     @staticmethod
@@ -203,12 +209,11 @@ class Segment:
 
     def _exports(self, arrays: dict) -> tuple:
         out = []
-        for name, home in zip(self.exports, self.export_homes):
-            shape, dtype = self.specs[name]
-            base = arrays[home.key]
-            if home.offset == 0 and base.dtype == dtype and base.size == int(np.prod(shape)):
+        for key, offset, shape, dtype, size in self.export_info:
+            base = arrays[key]
+            if offset == 0 and base.dtype == dtype and base.size == size:
                 out.append(base.reshape(shape))
             else:
-                nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-                out.append(base.reshape(-1).view(np.uint8)[home.offset:home.offset + nbytes].view(dtype).reshape(shape))
+                nbytes = size * dtype.itemsize
+                out.append(base.reshape(-1).view(np.uint8)[offset:offset + nbytes].view(dtype).reshape(shape))
         return tuple(out)

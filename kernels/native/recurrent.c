@@ -1,14 +1,21 @@
-/* The LSTM and GRU recurrences in one call each (recurrent.h): per step BLAS sgemm for the recurrent
- * product and one pass for the gates' activations and the state update. The NumPy loop made about a dozen
- * calls per step from Python, which for a streaming model's short steps was most of the time.
+/* The LSTM and GRU recurrences in one call each (recurrent.h): per step the recurrent product by a
+ * kernel of its own over R packed once, and one pass for the gates' activations and the state update.
+ * The NumPy loop made about a dozen calls per step from Python, which for a streaming model's short
+ * steps was most of the time; OpenBLAS's sgemm repacked all of R at every step for a product of a
+ * handful of columns (a BiLSTM tagger's 1024 x 256 R, batch 2: 6.5 ms of its 9.5).
+ * The product keeps 16 rows of R (two 8-float vectors) times up to 4 batch columns in registers, R's
+ * panel read once per step as contiguous runs; with 1 or 2 columns two panels run side by side so
+ * that 8 accumulation chains keep both FMA units busy. Each output is one sum in k order whatever the
+ * threads, so a direction's results do not depend on how directions are shared out.
  * The activations are computed from one branch-free exp (Cody-Waite reduction, Cephes' degree-6
  * polynomial, about 2 ulp) that the compiler vectorises: libm's scalar expf and tanhf cost more
  * than the recurrent GEMM at a streaming model's sizes. tanh(x) = 2 sigmoid(2x) - 1 is absolute-
  * accurate to about 1e-7 (relative accuracy is lost only for |x| below that). A traced and a
  * planned run both take this kernel, so they agree with each other bit for bit.
+ * A bidirectional layer's two directions are independent: with two threads each runs on its own.
  *
- * The caller (lstm.py) validates shapes; the spans are checked again here so a wrong call fails
- * with a status instead of touching memory out of bounds.
+ * The caller (recurrent.py, emit.py) validates shapes; the lengths are checked again here so a wrong
+ * call fails with a status instead of touching memory out of bounds.
  */
 #include <math.h>
 #include <stddef.h>
@@ -17,26 +24,96 @@
 #include "depthwise.h"
 #include "recurrent.h"
 #include "parallel.h"
+#include "simd.h"
+#include "threads.h"
 
-#define CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#define ROW_MAJOR 101
-#define NO_TRANS 111
-/* Up to this batch the recurrent product runs as one BLAS sgemv per batch column when R is past
-   the L2 cache (or the batch is 1): OpenBLAS's sgemm streams a large R far slower with a handful of
-   columns (R 2048x512: 2.3 ms for 43 steps by sgemv, 12 ms by sgemm with 1 or 2 columns), while an
-   R that stays in cache does as well by sgemm (R 1024x256, 2 columns: 0.95 against 1.12 ms). */
-#define GEMV_BATCH 4
-#define GEMV_FLOATS (256 << 10)
+#define CLONES RTD_CLONES
+#define INLINE RTD_INLINE
+#define PANEL 16   /* rows of R per packed panel: two 8-float vectors */
+#define COLS 4     /* batch columns per pass over a panel */
 
-/* gates (rows, B) = R (rows, H) @ h (H, B), both row-major. */
-static void recurrent_product(const float *r, int64_t rows, int64_t hidden, const float *h, int64_t batch, float *gates)
+int64_t rtd_recurrent_packed_len(int64_t rows, int64_t hidden)
 {
-    if (batch == 1 || (batch <= GEMV_BATCH && rows * hidden > GEMV_FLOATS)) {
-        for (int64_t b = 0; b < batch; b++)
-            rtd_sgemv(ROW_MAJOR, NO_TRANS, rows, hidden, 1.0f, r, hidden, h + b, batch, 0.0f, gates + b, batch);
-        return;
+    return rows < 1 || hidden < 1 ? -1 : (rows + PANEL - 1) / PANEL * PANEL * hidden;
+}
+
+int rtd_recurrent_pack(const float *r, int64_t r_len, int64_t rows, int64_t hidden, float *packed, int64_t packed_len)
+{
+    if (rows < 1 || hidden < 1)
+        return RTD_NATIVE_E_ARGUMENT;
+    if (r_len != rows * hidden || packed_len != rtd_recurrent_packed_len(rows, hidden))
+        return RTD_NATIVE_E_LENGTH;
+    for (int64_t p = 0; p < rows; p += PANEL)   /* panel p / PANEL: for each k, rows p.. p + 15 of column k */
+        for (int64_t k = 0; k < hidden; k++)
+            for (int64_t i = 0; i < PANEL; i++)
+                packed[p * hidden + k * PANEL + i] = p + i < rows ? r[(p + i) * hidden + k] : 0.0f;
+    return 0;
+}
+
+/* The finished sums of one panel (acc0: its rows 0-7, acc1: 8-15) for one batch column into gates
+   (row-major (rows, batch)), the rows past the end left out. */
+INLINE void store_column(float *gates, int64_t batch, int64_t n_rows, v8 acc0, v8 acc1)
+{
+    float v[PANEL];
+    store8(v, acc0);
+    store8(v + 8, acc1);
+    for (int64_t i = 0; i < n_rows; i++)
+        gates[i * batch] = v[i];
+}
+
+/* gates rows [p, p + 16 * panels) by columns [0, cols) += nothing: = R's panels @ h's columns, cols and
+   panels constants (one specialised copy each). h: (hidden, batch) row-major from column 0 of the pass. */
+INLINE void panel_product(const int panels, const int cols, const float *packed, int64_t hidden, const float *h,
+                          int64_t batch, float *gates, int64_t rows_left)
+{
+    v8 a[2][COLS][2];
+    for (int q = 0; q < panels; q++)
+        for (int j = 0; j < cols; j++)
+            a[q][j][0] = a[q][j][1] = (v8){0};
+    const float *second = packed + PANEL * hidden;
+    for (int64_t k = 0; k < hidden; k++) {
+        const float *hk = h + k * batch;
+        const v8 r0 = load8(packed + k * PANEL), r1 = load8(packed + k * PANEL + 8);
+        for (int j = 0; j < cols; j++) {
+            a[0][j][0] += r0 * hk[j];
+            a[0][j][1] += r1 * hk[j];
+        }
+        if (panels > 1) {
+            const v8 s0 = load8(second + k * PANEL), s1 = load8(second + k * PANEL + 8);
+            for (int j = 0; j < cols; j++) {
+                a[1][j][0] += s0 * hk[j];
+                a[1][j][1] += s1 * hk[j];
+            }
+        }
     }
-    rtd_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, batch, hidden, 1.0f, r, hidden, h, batch, 0.0f, gates, batch);
+    for (int q = 0; q < panels; q++) {
+        const int64_t n_rows = rows_left - q * PANEL < PANEL ? rows_left - q * PANEL : PANEL;
+        for (int j = 0; j < cols; j++)
+            store_column(gates + q * PANEL * batch + j, batch, n_rows, a[q][j][0], a[q][j][1]);
+    }
+}
+
+/* gates (rows, batch) = R (rows, hidden) @ h (hidden, batch), R packed by rtd_recurrent_pack. */
+CLONES static void recurrent_product(const float *packed, int64_t rows, int64_t hidden, const float *h, int64_t batch,
+                                     float *gates)
+{
+    for (int64_t b = 0; b < batch; b += COLS) {
+        const int64_t cols = batch - b < COLS ? batch - b : COLS;
+        for (int64_t p = 0; p < rows;) {
+            const float *panel = packed + p * hidden;
+            float *out = gates + p * batch + b;
+            const int two = cols <= 2 && rows - p > PANEL;   /* few columns: two panels' chains side by side */
+            switch (cols * 2 + two) {
+            case 2: panel_product(1, 1, panel, hidden, h + b, batch, out, rows - p); break;
+            case 3: panel_product(2, 1, panel, hidden, h + b, batch, out, rows - p); break;
+            case 4: panel_product(1, 2, panel, hidden, h + b, batch, out, rows - p); break;
+            case 5: panel_product(2, 2, panel, hidden, h + b, batch, out, rows - p); break;
+            case 6: panel_product(1, 3, panel, hidden, h + b, batch, out, rows - p); break;
+            default: panel_product(1, 4, panel, hidden, h + b, batch, out, rows - p); break;
+            }
+            p += two ? 2 * PANEL : PANEL;
+        }
+    }
 }
 
 static inline float exp_approx(float x)
@@ -92,65 +169,99 @@ CLONES static void gru_update(const float *restrict candidate_sum, const float *
     }
 }
 
-static int span_ok(int64_t len, int64_t offset, int64_t step, int64_t seq, int64_t width)
-{
-    return offset >= 0 && step >= width && seq >= 1 && offset + (seq - 1) * step + width <= len;
-}
+/* One direction's whole work, as rtd_lstm_f32 / rtd_gru_f32 lay it out: its slabs of each buffer. */
+struct recurrence {
+    const float *xw, *r, *rbh;
+    float *h, *c, *y, *scratch;
+    int64_t seq, dirs, hidden, batch, r_len, scratch_len;
+    int linear_before_reset;
+};
 
-int rtd_lstm_f32(const float *xw, int64_t xw_len, int64_t xw_offset, int64_t xw_step,
-                 const float *r, int64_t r_len, float *h, float *c, int64_t state_len,
-                 float *y, int64_t y_len, int64_t y_offset, int64_t y_step, float *gates, int64_t gates_len,
-                 int64_t seq, int64_t hidden, int64_t batch)
+static void lstm_direction(const struct recurrence *a, int64_t d)
 {
-    if (seq < 1 || hidden < 1 || batch < 1 || rtd_sgemm == NULL || rtd_sgemv == NULL)
-        return RTD_NATIVE_E_ARGUMENT;
-    const int64_t nb = hidden * batch, g = 4 * hidden;
-    if (r_len != g * hidden || state_len != nb || gates_len < g * batch
-        || !span_ok(xw_len, xw_offset, xw_step, seq, g * batch) || !span_ok(y_len, y_offset, y_step, seq, nb))
-        return RTD_NATIVE_E_LENGTH;
-    for (int64_t t = 0; t < seq; t++) {
-        const float *h_prev = t == 0 ? h : y + y_offset + (t - 1) * y_step;
-        const float *x_t = xw + xw_offset + t * xw_step;
-        float *y_t = y + y_offset + t * y_step;
-        recurrent_product(r, g, hidden, h_prev, batch, gates);
-        update(gates, x_t, c, y_t, nb);
+    const int64_t nb = a->hidden * a->batch, g = 4 * a->hidden, gb = g * a->batch;
+    const float *r = a->r + d * a->r_len;
+    float *h = a->h + d * nb, *c = a->c + d * nb, *gates = a->scratch + d * a->scratch_len;
+    for (int64_t t = 0; t < a->seq; t++) {
+        const float *h_prev = t == 0 ? h : a->y + ((t - 1) * a->dirs + d) * nb;
+        float *y_t = a->y + (t * a->dirs + d) * nb;
+        recurrent_product(r, g, a->hidden, h_prev, a->batch, gates);
+        update(gates, a->xw + (t * a->dirs + d) * gb, c, y_t, nb);
     }
-    for (int64_t j = 0; j < nb; j++)
-        h[j] = y[y_offset + (seq - 1) * y_step + j];
-    return 0;
+    memcpy(h, a->y + ((a->seq - 1) * a->dirs + d) * nb, (size_t)nb * sizeof(float));
 }
 
-int rtd_gru_f32(const float *xw, int64_t xw_len, int64_t xw_offset, int64_t xw_step,
-                const float *r, int64_t r_len, const float *rbh, int64_t rbh_len, float *h, int64_t state_len,
-                float *y, int64_t y_len, int64_t y_offset, int64_t y_step, float *scratch, int64_t scratch_len,
-                int64_t seq, int64_t hidden, int64_t batch, int linear_before_reset)
+static void gru_direction(const struct recurrence *a, int64_t d)
 {
-    if (seq < 1 || hidden < 1 || batch < 1 || rtd_sgemm == NULL || rtd_sgemv == NULL || (rbh != NULL && !linear_before_reset))
-        return RTD_NATIVE_E_ARGUMENT;
-    const int64_t nb = hidden * batch, g = 3 * hidden;
-    if (r_len != g * hidden || state_len != nb || (rbh != NULL && rbh_len != hidden) || scratch_len < 5 * nb
-        || !span_ok(xw_len, xw_offset, xw_step, seq, g * batch) || !span_ok(y_len, y_offset, y_step, seq, nb))
-        return RTD_NATIVE_E_LENGTH;
-    float *hr = scratch, *z = scratch + 3 * nb, *reset = z + nb;   /* hr (3H, B), then z and reset (H, B) */
-    for (int64_t t = 0; t < seq; t++) {
-        const float *h_prev = t == 0 ? h : y + y_offset + (t - 1) * y_step;
-        const float *x_t = xw + xw_offset + t * xw_step;
-        float *y_t = y + y_offset + t * y_step;
-        if (linear_before_reset) {   /* candidate: reset * (Rh @ h + Rbh) */
-            recurrent_product(r, g, hidden, h_prev, batch, hr);
-            gru_gates(hr, x_t, z, 2 * nb);
+    const int64_t hidden = a->hidden, batch = a->batch, nb = hidden * batch, gb = 3 * nb;
+    const float *r_zr = a->r + d * a->r_len, *r_h = r_zr + rtd_recurrent_packed_len(2 * hidden, hidden);
+    const float *rbh = a->rbh != NULL ? a->rbh + d * hidden : NULL;
+    float *h = a->h + d * nb, *hr = a->scratch + d * a->scratch_len, *z = hr + 3 * nb, *reset = z + nb;   /* hr (3H, B), z, reset (H, B) */
+    for (int64_t t = 0; t < a->seq; t++) {
+        const float *h_prev = t == 0 ? h : a->y + ((t - 1) * a->dirs + d) * nb;
+        const float *x_t = a->xw + (t * a->dirs + d) * gb;
+        float *y_t = a->y + (t * a->dirs + d) * nb;
+        recurrent_product(r_zr, 2 * hidden, hidden, h_prev, batch, hr);
+        gru_gates(hr, x_t, z, 2 * nb);
+        if (a->linear_before_reset) {   /* candidate: reset * (Rh @ h + Rbh) */
+            recurrent_product(r_h, hidden, hidden, h_prev, batch, hr + 2 * nb);
             for (int64_t j = 0; j < nb; j++)
                 hr[2 * nb + j] = reset[j] * (hr[2 * nb + j] + (rbh != NULL ? rbh[j / batch] : 0.0f));
         } else {   /* candidate: Rh @ (reset * h) */
-            recurrent_product(r, 2 * hidden, hidden, h_prev, batch, hr);
-            gru_gates(hr, x_t, z, 2 * nb);
             for (int64_t j = 0; j < nb; j++)
                 hr[nb + j] = reset[j] * h_prev[j];   /* hr's reset rows are spent: room for reset * h */
-            recurrent_product(r + 2 * hidden * hidden, hidden, hidden, hr + nb, batch, hr + 2 * nb);
+            recurrent_product(r_h, hidden, hidden, hr + nb, batch, hr + 2 * nb);
         }
         gru_update(hr + 2 * nb, x_t + 2 * nb, z, h_prev, y_t, nb);
     }
-    for (int64_t j = 0; j < nb; j++)
-        h[j] = y[y_offset + (seq - 1) * y_step + j];
+    memcpy(h, a->y + ((a->seq - 1) * a->dirs + d) * nb, (size_t)nb * sizeof(float));
+}
+
+static void run_lstm(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    for (int64_t d = first; d < last; d++) lstm_direction(context, d);
+}
+
+static void run_gru(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    for (int64_t d = first; d < last; d++) gru_direction(context, d);
+}
+
+int rtd_lstm_f32(const float *xw, int64_t xw_len, const float *r, int64_t r_len, float *h, float *c, int64_t state_len,
+                 float *y, int64_t y_len, float *gates, int64_t gates_len, int64_t seq, int64_t dirs, int64_t hidden, int64_t batch)
+{
+    if (seq < 1 || dirs < 1 || dirs > 2 || hidden < 1 || batch < 1)
+        return RTD_NATIVE_E_ARGUMENT;
+    const int64_t nb = hidden * batch, g = 4 * hidden, packed = rtd_recurrent_packed_len(g, hidden);
+    if (r_len != dirs * packed || state_len != dirs * nb || gates_len != dirs * g * batch || xw_len != seq * dirs * g * batch
+        || y_len != seq * dirs * nb)
+        return RTD_NATIVE_E_LENGTH;
+    const struct recurrence a = {.xw = xw, .r = r, .h = h, .c = c, .y = y, .scratch = gates, .seq = seq, .dirs = dirs,
+                                 .hidden = hidden, .batch = batch, .r_len = packed, .scratch_len = g * batch};
+    rtd_parallel_for(rtd_threads(), dirs, run_lstm, (void *)&a);
+    return 0;
+}
+
+int64_t rtd_gru_packed_len(int64_t hidden)
+{
+    return hidden < 1 ? -1 : rtd_recurrent_packed_len(2 * hidden, hidden) + rtd_recurrent_packed_len(hidden, hidden);
+}
+
+int rtd_gru_f32(const float *xw, int64_t xw_len, const float *r, int64_t r_len, const float *rbh, int64_t rbh_len,
+                float *h, int64_t state_len, float *y, int64_t y_len, float *scratch, int64_t scratch_len,
+                int64_t seq, int64_t dirs, int64_t hidden, int64_t batch, int linear_before_reset)
+{
+    if (seq < 1 || dirs < 1 || dirs > 2 || hidden < 1 || batch < 1 || (rbh != NULL && !linear_before_reset))
+        return RTD_NATIVE_E_ARGUMENT;
+    const int64_t nb = hidden * batch, packed = rtd_gru_packed_len(hidden);
+    if (r_len != dirs * packed || state_len != dirs * nb || (rbh != NULL && rbh_len != dirs * hidden)
+        || scratch_len != dirs * 5 * nb || xw_len != seq * dirs * 3 * nb || y_len != seq * dirs * nb)
+        return RTD_NATIVE_E_LENGTH;
+    const struct recurrence a = {.xw = xw, .r = r, .rbh = rbh, .h = h, .y = y, .scratch = scratch, .seq = seq, .dirs = dirs,
+                                 .hidden = hidden, .batch = batch, .r_len = packed, .scratch_len = 5 * nb,
+                                 .linear_before_reset = linear_before_reset};
+    rtd_parallel_for(rtd_threads(), dirs, run_gru, (void *)&a);
     return 0;
 }

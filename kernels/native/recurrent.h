@@ -1,16 +1,22 @@
 /* The LSTM and GRU recurrences' C interface; cffi reads the declarations below as they are.
-   One direction, default activations (sigmoid, tanh, tanh), no peepholes, clip or ragged lengths:
-   for each step t, gates (4H, B) = R (4H, H) @ h + xw[t]; then i, o, f, c~ in ONNX's iofc order,
-   c = f * c + i * c~, h = o * tanh(c), written to y[t] (H, B). xw[t] starts at xw_offset + t * xw_step,
-   y[t] at y_offset + t * y_step; h and c (H, B) are the initial states, c (and h) updated in place. */
-int rtd_lstm_f32(const float *xw, int64_t xw_len, int64_t xw_offset, int64_t xw_step,
-                 const float *r, int64_t r_len, float *h, float *c, int64_t state_len,
-                 float *y, int64_t y_len, int64_t y_offset, int64_t y_step, float *gates, int64_t gates_len,
-                 int64_t seq, int64_t hidden, int64_t batch);
-/* GRU, one direction, default activations (sigmoid, tanh), no clip or ragged lengths, zrh order: with
-   linear_before_reset, candidate = tanh(xw_h + reset * (R_h @ h + rbh)) (rbh: H floats or NULL); without,
-   candidate = tanh(xw_h + R_h @ (reset * h)); h = candidate + z * (h - candidate). scratch: 5 * H * B floats. */
-int rtd_gru_f32(const float *xw, int64_t xw_len, int64_t xw_offset, int64_t xw_step,
-                const float *r, int64_t r_len, const float *rbh, int64_t rbh_len, float *h, int64_t state_len,
-                float *y, int64_t y_len, int64_t y_offset, int64_t y_step, float *scratch, int64_t scratch_len,
-                int64_t seq, int64_t hidden, int64_t batch, int linear_before_reset);
+   Default activations (sigmoid, tanh, tanh), no peepholes, clip or ragged lengths; one or two directions
+   (dirs), each on a thread of its own when there are two. Layouts, row-major: xw (seq, dirs, G, batch)
+   the projected inputs (a reverse direction's already reversed in time), y (seq, dirs, H, batch) the
+   outputs, h and c (dirs, H, batch) the initial states, updated in place to the last step's.
+   R is packed once per direction (rtd_recurrent_pack), the directions' packed forms one after the other.
+   rtd_recurrent_packed_len: floats of R (rows, hidden) packed (-1: not a shape). */
+int64_t rtd_recurrent_packed_len(int64_t rows, int64_t hidden);
+int rtd_recurrent_pack(const float *r, int64_t r_len, int64_t rows, int64_t hidden, float *packed, int64_t packed_len);
+/* LSTM: G = 4H; for each step t, gates (4H, B) = R (4H, H) @ h + xw[t]; then i, o, f, c~ in ONNX's iofc
+   order, c = f * c + i * c~, h = o * tanh(c), written to y[t]. R: rtd_recurrent_packed_len(4H, H) floats
+   per direction. gates: dirs * 4H * batch floats of scratch. */
+int rtd_lstm_f32(const float *xw, int64_t xw_len, const float *r, int64_t r_len, float *h, float *c, int64_t state_len,
+                 float *y, int64_t y_len, float *gates, int64_t gates_len, int64_t seq, int64_t dirs, int64_t hidden, int64_t batch);
+/* GRU: G = 3H, zrh order: with linear_before_reset, candidate = tanh(xw_h + reset * (R_h @ h + rbh)) (rbh:
+   dirs * H floats or NULL); without, candidate = tanh(xw_h + R_h @ (reset * h)); h = candidate + z * (h - candidate).
+   R per direction: R_zr (2H, H) packed, then R_h (H, H) packed, rtd_gru_packed_len(H) floats in all.
+   scratch: dirs * 5 * H * batch floats. */
+int64_t rtd_gru_packed_len(int64_t hidden);
+int rtd_gru_f32(const float *xw, int64_t xw_len, const float *r, int64_t r_len, const float *rbh, int64_t rbh_len,
+                float *h, int64_t state_len, float *y, int64_t y_len, float *scratch, int64_t scratch_len,
+                int64_t seq, int64_t dirs, int64_t hidden, int64_t batch, int linear_before_reset);

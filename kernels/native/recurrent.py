@@ -1,15 +1,16 @@
-"""The guarded calls into the compiled LSTM and GRU recurrences (recurrent.c): one direction's steps in one call.
+"""The guarded calls into the compiled LSTM and GRU recurrences (recurrent.c): every direction's steps in one call.
 
-The caller hands its whole buffers and the direction's index; everything the C will touch is
-checked here first (float32, C-contiguous, the shapes the recurrence implies), and the C checks
-the spans again. A call this wrapper does not take returns False and the NumPy loop runs.
+R is packed into the recurrence's panels once per weight array when the caller says it cannot change
+(native/packed.py), else per call (one pass over R, small beside the steps). Everything the C will touch is checked here
+first (float32, C-contiguous, the shapes the recurrence implies), and the C checks the lengths again.
+A call this wrapper does not take returns False and the NumPy loop runs.
 """
 import numpy as np
 
 from rtd.errors import Code, RtdError
 
 from . import compiled
-from .conv import BLAS
+from .packed import packed
 
 FLOAT32 = np.dtype(np.float32)
 
@@ -18,52 +19,73 @@ def _ready(*arrays) -> bool:
     return all(a.dtype == FLOAT32 and a.flags.c_contiguous and a.flags.aligned for a in arrays)
 
 
-def lstm(xw, r, h, c, yt, gates, direction: int) -> bool:
-    """Run every step of `direction`: xw (seq, dirs, 4H, B) projected inputs, r (dirs, 4H, H),
-    h and c (dirs, H, B) states updated in place, yt (seq, dirs, H, B) the outputs, gates (4H, B) scratch."""
-    if compiled is None or BLAS is None or xw.ndim != 4 or r.ndim != 3 or not _ready(xw, r, h, c, yt, gates):
+def _pack_rows(r, rows: tuple) -> np.ndarray:
+    """Each direction's R (dirs, G, H) packed block by block, the blocks of rows [a, b) in `rows`, in order."""
+    lib, ffi = compiled.lib, compiled.ffi
+    hidden, parts = r.shape[2], []
+    for d in range(r.shape[0]):
+        for a, b in rows:
+            block = np.ascontiguousarray(r[d, a:b])
+            out = np.empty(lib.rtd_recurrent_packed_len(b - a, hidden), np.float32)
+            status = lib.rtd_recurrent_pack(ffi.from_buffer("float[]", block), block.size, b - a, hidden,
+                                            ffi.from_buffer("float[]", out, require_writable=True), out.size)
+            if status != 0:   # the callers' checks make this unreachable; the C checks again all the same
+                raise RtdError(Code.E_INTERNAL, f"recurrent packing refused its arguments (status {status})")
+            parts.append(out)
+    return np.concatenate(parts)
+
+
+def pack_lstm(r, constant: bool) -> np.ndarray:
+    """LSTM's R (dirs, 4H, H) float32 in rtd_lstm_f32's packed form (kept while r lives when `constant`)."""
+    make = lambda: _pack_rows(r, ((0, r.shape[1]),))   # noqa: E731
+    return packed(r, ("lstm",), make) if constant else make()
+
+
+def pack_gru(r, constant: bool) -> np.ndarray:
+    """GRU's R (dirs, 3H, H) float32 in rtd_gru_f32's packed form: R_zr then R_h per direction."""
+    n = r.shape[2]
+    make = lambda: _pack_rows(r, ((0, 2 * n), (2 * n, 3 * n)))   # noqa: E731
+    return packed(r, ("gru",), make) if constant else make()
+
+
+def lstm(xw, r, h, c, yt, constant: bool) -> bool:
+    """Run every step of every direction: xw (seq, dirs, 4H, B) projected inputs, r (dirs, 4H, H) (`constant`:
+    it cannot change), h and c (dirs, H, B) states updated in place, yt (seq, dirs, H, B) the outputs."""
+    if compiled is None or xw.ndim != 4 or r.ndim != 3 or not _ready(xw, r, h, c, yt):
         return False
     seq, dirs, g, batch = xw.shape
     hidden = r.shape[2]
     if g != 4 * hidden or r.shape != (dirs, g, hidden) or h.shape != (dirs, hidden, batch) or c.shape != h.shape \
-            or yt.shape != (seq, dirs, hidden, batch) or gates.shape != (g, batch) or not 0 <= direction < dirs \
-            or seq < 1 or min(hidden, batch) < 1:
+            or yt.shape != (seq, dirs, hidden, batch) or dirs not in (1, 2) or seq < 1 or min(hidden, batch) < 1:
         return False
     ffi = compiled.ffi
-
-    def at(array, index):   # the direction's slab of a (dirs, ...) array, as a buffer of its own
-        return ffi.from_buffer("float[]", array[index], require_writable=array is not r)
-    nb = hidden * batch
-    status = compiled.lib.rtd_lstm_f32(
-        ffi.from_buffer("float[]", xw), xw.size, direction * g * batch, dirs * g * batch, at(r, direction), g * hidden,
-        at(h, direction), at(c, direction), nb, ffi.from_buffer("float[]", yt, require_writable=True), yt.size,
-        direction * nb, dirs * nb, ffi.from_buffer("float[]", gates, require_writable=True), gates.size, seq, hidden, batch)
+    panels, gates = pack_lstm(r, constant), np.empty(dirs * g * batch, np.float32)
+    buf = lambda a: ffi.from_buffer("float[]", a, require_writable=True)   # noqa: E731
+    status = compiled.lib.rtd_lstm_f32(buf(xw), xw.size, ffi.from_buffer("float[]", panels), panels.size, buf(h), buf(c),
+                                       h.size, buf(yt), yt.size, buf(gates), gates.size, seq, dirs, hidden, batch)
     if status != 0:   # the checks above make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"LSTM kernel refused its arguments (status {status})")
     return True
 
 
-def gru(xw, r, rbh, h, yt, scratch, direction: int, linear_before_reset: bool) -> bool:
-    """Run every step of `direction`: xw (seq, dirs, 3H, B), r (dirs, 3H, H), rbh (dirs, H) or None (only
-    with linear_before_reset), h (dirs, H, B) updated in place, yt (seq, dirs, H, B), scratch (5H, B)."""
-    if compiled is None or BLAS is None or xw.ndim != 4 or r.ndim != 3 or not _ready(xw, r, h, yt, scratch):
+def gru(xw, r, rbh, h, yt, linear_before_reset: bool, constant: bool) -> bool:
+    """Run every step of every direction: xw (seq, dirs, 3H, B), r (dirs, 3H, H), rbh (dirs, H) or None (only
+    with linear_before_reset), h (dirs, H, B) updated in place, yt (seq, dirs, H, B)."""
+    if compiled is None or xw.ndim != 4 or r.ndim != 3 or not _ready(xw, r, h, yt):
         return False
     seq, dirs, g, batch = xw.shape
     hidden = r.shape[2]
     if g != 3 * hidden or r.shape != (dirs, g, hidden) or h.shape != (dirs, hidden, batch) \
-            or yt.shape != (seq, dirs, hidden, batch) or scratch.shape != (5 * hidden, batch) or not 0 <= direction < dirs \
-            or seq < 1 or min(hidden, batch) < 1 or (rbh is not None and (not linear_before_reset or not _ready(rbh)
-                                                                          or rbh.shape != (dirs, hidden))):
+            or yt.shape != (seq, dirs, hidden, batch) or dirs not in (1, 2) or seq < 1 or min(hidden, batch) < 1 \
+            or (rbh is not None and (not linear_before_reset or not _ready(rbh) or rbh.shape != (dirs, hidden))):
         return False
     ffi = compiled.ffi
-    nb = hidden * batch
+    panels, scratch = pack_gru(r, constant), np.empty(dirs * 5 * hidden * batch, np.float32)
+    buf = lambda a: ffi.from_buffer("float[]", a, require_writable=True)   # noqa: E731
     status = compiled.lib.rtd_gru_f32(
-        ffi.from_buffer("float[]", xw), xw.size, direction * g * batch, dirs * g * batch,
-        ffi.from_buffer("float[]", r[direction]), g * hidden,
-        ffi.NULL if rbh is None else ffi.from_buffer("float[]", rbh[direction]), 0 if rbh is None else hidden,
-        ffi.from_buffer("float[]", h[direction], require_writable=True), nb,
-        ffi.from_buffer("float[]", yt, require_writable=True), yt.size, direction * nb, dirs * nb,
-        ffi.from_buffer("float[]", scratch, require_writable=True), scratch.size, seq, hidden, batch, int(linear_before_reset))
+        buf(xw), xw.size, ffi.from_buffer("float[]", panels), panels.size,
+        ffi.NULL if rbh is None else ffi.from_buffer("float[]", rbh), 0 if rbh is None else rbh.size,
+        buf(h), h.size, buf(yt), yt.size, buf(scratch), scratch.size, seq, dirs, hidden, batch, int(linear_before_reset))
     if status != 0:   # the checks above make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"GRU kernel refused its arguments (status {status})")
     return True

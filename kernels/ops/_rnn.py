@@ -14,6 +14,9 @@ activations applied in place, and writes H straight into the output sequence. Di
 stacked in one loop when their recurrent weights together fit in cache and share activations,
 else one after the other (each direction's R then stays in cache across its steps).
 Reverse directions (and ragged `sequence_lens`) reverse each sequence within its own length.
+On the CPU a subclass's `compiled_loop` runs every direction's steps in one compiled call instead
+(native/recurrent.py: R packed once, the directions on threads of their own), from the same
+projected inputs and into the same (seq, dirs, hidden, batch) outputs.
 """
 import numpy as np
 

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..native.recurrent import gru
+from ._quant import frozen
 from ._rnn import RNN_ATTRIBUTES, RecurrentKernel
 
 
@@ -27,14 +28,12 @@ class GRU_1(RecurrentKernel):
         return k
 
     def compiled_loop(self, xw, r, step_bias, states, yt) -> bool:
-        """The default GRU (sigmoid/tanh, no clip) on the CPU: recurrent.c, one call per direction."""
+        """The default GRU (sigmoid/tanh, no clip) on the CPU: recurrent.c, one call for all directions."""
         if self.xp is not np or not self.default_acts or self.clip is not None:
             return False
-        r = np.ascontiguousarray(r)
         rbh = None if step_bias is None else np.ascontiguousarray(step_bias)
-        scratch = np.empty((5 * r.shape[2], xw.shape[3]), xw.dtype)
         lbr = bool(self.__dict__.get("linear_before_reset", 0))
-        return all(gru(xw, r, rbh, states[0], yt, scratch, d, lbr) for d in range(xw.shape[1]))
+        return gru(xw, np.ascontiguousarray(r), rbh, states[0], yt, lbr, frozen(r))
 
     def cell(self, k, acts, xw, states, outs):
         xp = self.xp

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..native.recurrent import lstm
+from ._quant import frozen
 from ._rnn import RNN_ATTRIBUTES, RecurrentKernel
 
 
@@ -21,12 +22,10 @@ class LSTM_1(RecurrentKernel):
         return k
 
     def compiled_loop(self, xw, r, step_bias, states, yt) -> bool:
-        """The default LSTM (sigmoid/tanh/tanh, no clip, no coupled gates) on the CPU: recurrent.c, one call per direction."""
+        """The default LSTM (sigmoid/tanh/tanh, no clip, no coupled gates) on the CPU: recurrent.c, one call for all directions."""
         if self.xp is not np or not self.default_acts or self.clip is not None or self.input_forget or step_bias is not None:
             return False
-        r = np.ascontiguousarray(r)
-        gates = np.empty((xw.shape[2], xw.shape[3]), xw.dtype)
-        return all(lstm(xw, r, states[0], states[1], yt, gates, d) for d in range(xw.shape[1]))
+        return lstm(xw, np.ascontiguousarray(r), states[0], states[1], yt, frozen(r))
 
     def cell(self, k, acts, xw, states, outs):
         xp = self.xp

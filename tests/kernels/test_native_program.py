@@ -146,3 +146,252 @@ def test_reductions_and_casts_give_numpys_bits(monkeypatch):
     for name in outputs:
         np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
         assert ours[name].dtype == python[name].dtype
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("direction", ["bidirectional", "reverse"])
+def test_an_lstm_of_any_direction_runs_in_the_program_with_the_traced_runs_bits(direction, threads, monkeypatch):
+    """A bidirectional LSTM (both directions in one LSTM op) and a reverse one, with initial states: the
+    program's outputs are the per-step path's bits, and onnxruntime's values."""
+    dirs, hidden, size, seq, batch = (2 if direction == "bidirectional" else 1), 19, 7, 5, 3
+    rng = np.random.default_rng(5)
+    f32 = np.float32
+    nodes = [node("LSTM", ["x", "w", "r", "b", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=hidden, direction=direction)]
+    inits = [const("w", rng.standard_normal((dirs, 4 * hidden, size)).astype(f32)),
+             const("r", (rng.standard_normal((dirs, 4 * hidden, hidden)) * 0.3).astype(f32)),
+             const("b", rng.standard_normal((dirs, 8 * hidden)).astype(f32))]
+    onnx_model = model(nodes, [("x", [seq, batch, size]), ("h0", [dirs, batch, hidden]), ("c0", [dirs, batch, hidden])],
+                       [(n, None) for n in ("y", "yh", "yc")], inits)
+    feeds = {"x": rng.standard_normal((seq, batch, size)).astype(f32), "h0": rng.standard_normal((dirs, batch, hidden)).astype(f32),
+             "c0": rng.standard_normal((dirs, batch, hidden)).astype(f32)}
+    native.set_threads(threads)
+    try:
+        compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    finally:
+        native.set_threads(1)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == 1
+    reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for name, expected in zip(("y", "yh", "yc"), reference):
+        np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
+        np.testing.assert_allclose(ours[name], expected, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_quantized_plan_runs_in_one_program_with_the_traced_runs_bits(dtype, monkeypatch):
+    """QuantizeLinear, QLinearConv (per-tensor and per-channel weights, an int32 bias), MaxPool over 8 bits and
+    DequantizeLinear: every step a program op, the outputs the per-step path's bits (NaN and infinities
+    quantized as NumPy casts them) and onnxruntime's values."""
+    rng = np.random.default_rng(6)
+    zero = np.array(3 if dtype == np.uint8 else -2, dtype)
+    nodes = [node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+             node("QLinearConv", ["q", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["c"], pads=[1, 1, 1, 1]),
+             node("MaxPool", ["c"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             node("QLinearConv", ["p", "ys", "yz", "w2", "ws2", "wz2", "ys", "yz"], ["c2"], kernel_shape=[1, 1]),
+             node("DequantizeLinear", ["c2", "ys", "yz"], ["y"]), node("DequantizeLinear", ["q", "xs", "xz"], ["xq"])]
+    inits = [const("xs", np.array(0.05, np.float32)), const("xz", zero), const("ys", np.array(0.08, np.float32)),
+             const("yz", zero), const("w", rng.integers(-20, 20, (6, 3, 3, 3)).astype(np.int8)),
+             const("ws", np.array(0.01, np.float32)), const("wz", np.array(0, np.int8)),
+             const("b", rng.integers(-500, 500, 6).astype(np.int32)),
+             const("w2", rng.integers(-20, 20, (5, 6, 1, 1)).astype(np.int8)),
+             const("ws2", rng.uniform(0.005, 0.02, 5).astype(np.float32)), const("wz2", np.zeros(5, np.int8))]
+    onnx_model = model(nodes, [("x", [2, 3, 9, 9])], [("y", None), ("xq", None)], inits, opset=13)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32) * 4
+    x.reshape(-1)[:3] = [2.5 * 0.05, 3.5 * 0.05, -2.5 * 0.05]   # halves: rounded to even
+    feeds = {"x": x}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == len(nodes) and plan.stats()["steps"] == 1
+    x[0, 0, 0, 3:6] = [np.nan, np.inf, -np.inf]   # only against the per-step path: onnxruntime converts them its own way
+    ours_odd, python_odd = (m.run(feeds) for m in (compiled_model, compile_model(onnx_model)))
+    np.testing.assert_array_equal(ours_odd["xq"], python_odd["xq"])
+    np.testing.assert_array_equal(ours_odd["y"], python_odd["y"])
+    x[0, 0, 0, 3:6] = 0
+    ours, python = (m.run(feeds) for m in (compiled_model, compile_model(onnx_model)))
+    reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for name, expected in zip(("y", "xq"), reference):
+        np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
+        np.testing.assert_allclose(ours[name], expected, atol=0.08 + 1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_com_microsofts_8bit_ops_run_in_the_program_with_the_traced_runs_bits(dtype, monkeypatch):
+    """QLinearSigmoid and QLinearLeakyRelu (256-entry tables), QLinearAdd (a per-channel operand broadcast) and
+    QLinearMul (the 65,536-pair tables), QLinearConcat (one input requantized, one copied) and
+    QLinearGlobalAveragePool: program ops whose outputs are the per-step path's bits, so the steps after them
+    (a Flatten, a DequantizeLinear) join the program too."""
+    from onnx import helper
+    rng = np.random.default_rng(7)
+    zero = np.array(128 if dtype == np.uint8 else 0, dtype)
+    ms = dict(domain="com.microsoft")
+    nodes = [node("QuantizeLinear", ["x", "s", "z"], ["q"]), node("QuantizeLinear", ["bias", "s", "z"], ["qb"]),
+             node("QLinearSigmoid", ["q", "s", "z", "s2", "z"], ["sg"], **ms),
+             node("QLinearLeakyRelu", ["q", "s", "z", "s", "z"], ["lr"], alpha=0.1, **ms),
+             node("QLinearAdd", ["lr", "s", "z", "qb", "s", "z", "s2", "z"], ["ad"], **ms),
+             node("QLinearMul", ["ad", "s2", "z", "sg", "s2", "z", "s", "z"], ["mu"], **ms),
+             node("QLinearGlobalAveragePool", ["mu", "s", "z", "s2", "z"], ["gp"], **ms),
+             node("Flatten", ["gp"], ["fl"]), node("DequantizeLinear", ["fl", "s2", "z"], ["y"]),
+             node("QLinearConcat", ["s", "z", "mu", "s", "z", "sg", "s2", "z"], ["cc"], axis=-1, **ms)]
+    inits = [const("s", np.array(0.04, np.float32)), const("s2", np.array(0.03, np.float32)), const("z", zero),
+             const("bias", rng.standard_normal((1, 4, 1, 1)).astype(np.float32))]
+    onnx_model = model(nodes, [("x", [2, 4, 5, 6])], [("y", None), ("mu", None), ("cc", None)], inits, opset=13)
+    onnx_model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    for output in onnx_model.graph.output[1:]:
+        output.type.tensor_type.elem_type = 2 if dtype == np.uint8 else 3
+    feeds = {"x": rng.standard_normal((2, 4, 5, 6)).astype(np.float32) * 2}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    stats = plan.stats()
+    assert stats["native_nodes"] == sum(stats["ops"].values()) and stats["steps"] == 1, stats   # the bias's Q folded
+    reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for name, expected in zip(("y", "mu", "cc"), reference):
+        np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
+        np.testing.assert_allclose(ours[name].astype(np.float32), expected.astype(np.float32), atol=0.031 if name == "y" else 1.01,
+                                   err_msg=name)
+
+
+def test_the_8bit_entry_points_check_their_lengths():
+    ffi, lib = compiled.ffi, compiled.lib
+    x, y8, y = np.zeros(12, np.float32), np.zeros(12, np.uint8), np.zeros(12, np.float32)
+    table, pairs = np.zeros(256, np.uint8), np.zeros(65536, np.uint8)
+    buf = lambda a: ffi.from_buffer("char[]", a, require_writable=True)   # noqa: E731
+    assert lib.rtd_quantize_f32(ffi.cast("float *", buf(x)), 12, 0.5, 3, buf(y8), 1, 12) == 0
+    assert lib.rtd_quantize_f32(ffi.cast("float *", buf(x)), 12, 0.5, 3, buf(y8), 1, 11) != 0
+    assert lib.rtd_quantize_f32(ffi.cast("float *", buf(x)), 12, 0.5, 300, buf(y8), 1, 12) != 0   # not a uint8 zero point
+    assert lib.rtd_dequantize_f32(buf(y8), 2, 12, 0.5, 0, ffi.cast("float *", buf(y)), 13) != 0
+    assert lib.rtd_lookup_8bit(ffi.cast("uint8_t *", buf(y8)), 12, ffi.cast("uint8_t *", buf(table)), 255,
+                               ffi.cast("uint8_t *", buf(y8)), 12) != 0
+    shape, strides = ffi.new("int64_t[]", [3, 4]), ffi.new("int64_t[]", [4, 1])
+    u8 = lambda a: ffi.cast("uint8_t *", buf(a))   # noqa: E731
+    assert lib.rtd_pairs_8bit(u8(y8), 12, u8(y8), 12, u8(pairs), 65536, u8(y8), 12, 2, shape, strides, strides) == 0
+    assert lib.rtd_pairs_8bit(u8(y8), 11, u8(y8), 12, u8(pairs), 65536, u8(y8), 12, 2, shape, strides, strides) != 0
+    assert lib.rtd_pairs_8bit(u8(y8), 12, u8(y8), 12, u8(pairs), 65536, u8(y8), 13, 2, shape, strides, strides) != 0
+    assert lib.rtd_global_average_8bit(buf(y8), 1, 12, 3, 4, 0, 1.0, 0, buf(y8), 3) == 0
+    assert lib.rtd_global_average_8bit(buf(y8), 1, 12, 3, 5, 0, 1.0, 0, buf(y8), 3) != 0
+    assert lib.rtd_max_pool2d_8bit(buf(y8), 1, 12, buf(y8), 3, 1, 1, 3, 4, 2, 2, 1, 2, 2, 2, 1, 1, 0, 0) != 0   # y is 2 long
+    f32 = lambda a: ffi.cast("float *", buf(a))   # noqa: E731
+    bias = np.zeros(3, np.int32)
+    i32 = ffi.cast("int32_t *", buf(bias))
+    assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 3, i32, 3, buf(y8), 1, 12, 3, 4, 0) == 0
+    assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 2, i32, 3, buf(y8), 1, 12, 3, 4, 0) != 0   # 2 multipliers for 3 channels
+    assert lib.rtd_requantize_f32(f32(y), 12, f32(x), 3, i32, 3, buf(y8), 1, 12, 5, 4, 0) != 0   # not whole channels
+    pooled = np.zeros(6, np.uint8)   # (1, 1, 3, 4) by 2x2 windows, stride 1: (1, 1, 2, 3)
+    geometry = (1, 1, 3, 4, 2, 2, 2, 3, 1, 1, 0, 0, 0, 1.0, 0, 1.0, 0)
+    assert lib.rtd_average_pool_8bit(buf(y8), 1, 12, f32(y), 12, buf(pooled), 6, *geometry) == 0
+    assert lib.rtd_average_pool_8bit(buf(y8), 1, 12, f32(y), 11, buf(pooled), 6, *geometry) != 0   # scratch too short
+    assert lib.rtd_average_pool_8bit(buf(y8), 1, 12, f32(y), 12, buf(pooled), 7, *geometry) != 0
+
+
+def test_a_square_by_pow_runs_in_the_program_with_the_traced_runs_bits():
+    """Pow(x, 2) (a spectrum's magnitude: re^2 + im^2, then Sqrt) is lowered to Mul(x, x), which the compiled
+    chain runs: the planned run gives the traced run's (NumPy's power) bits; Pow(x, 3) stays NumPy's."""
+    nodes = [node("Pow", ["re", "two"], ["re2"]), node("Pow", ["im", "two"], ["im2"]), node("Add", ["re2", "im2"], ["s"]),
+             node("Sqrt", ["s"], ["mag"]), node("Pow", ["re", "three"], ["cube"])]
+    inits = [const("two", np.array(2.0, np.float32)), const("three", np.array(3.0, np.float32))]
+    onnx_model = model(nodes, [("re", [4, 129]), ("im", [4, 129])], [("mag", None), ("cube", None)], inits)
+    rng = np.random.default_rng(8)
+    feeds = {"re": rng.standard_normal((4, 129)).astype(np.float32) * 100, "im": rng.standard_normal((4, 129)).astype(np.float32)}
+    compiled_model = compile_model(onnx_model)
+    traced, planned = compiled_model.run(feeds), compiled_model.run(feeds)
+    (plan,) = compiled_model._plans.values()
+    producer = {n.outputs[0]: e for n, e in zip(plan.graph.nodes, plan.emitted)}
+    assert producer["mag"] is not None and producer["cube"] is None   # the square's chain compiled, the cube NumPy's
+    for name in ("mag", "cube"):
+        np.testing.assert_array_equal(planned[name], traced[name], err_msg=name)
+    np.testing.assert_allclose(planned["mag"], np.hypot(feeds["re"], feeds["im"]), rtol=1e-6)
+
+
+def test_a_programs_run_does_no_numpy_shape_arithmetic(monkeypatch):
+    """A streaming model's program runs in a few microseconds, so its exports' sizes are worked out when the
+    program is made: a run calls no np.prod (one per export cost as much as the program itself)."""
+    compiled_model = compile_model(mixed_graph())
+    feeds = {"x": np.random.default_rng(9).standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    want = [compiled_model.run(feeds) for _ in range(2)][-1]
+    monkeypatch.setattr(np, "prod", lambda *a, **k: pytest.fail("np.prod in a planned run"))
+    got = compiled_model.run(feeds)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_depthwise_qlinearconv_and_a_qlinearmatmul_run_in_the_program_with_the_traced_runs_bits(dtype, monkeypatch):
+    """A depthwise QLinearConv (per-channel scales, an int32 bias: exact float sums of x - x_zp, then requantized per
+    channel) and a QLinearMatMul by a constant (our GEMM over exact integer sums, then requantized): program ops
+    giving the per-step path's bits and onnxruntime's values."""
+    rng = np.random.default_rng(10)
+    zero = np.array(7 if dtype == np.uint8 else -3, dtype)
+    nodes = [node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+             node("QLinearConv", ["q", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["d"], group=4, pads=[1, 1, 1, 1],
+                  strides=[2, 2]),
+             node("Flatten", ["d"], ["f"]),
+             node("QLinearMatMul", ["f", "ys", "yz", "m", "ms", "mz", "xs", "xz"], ["mm"]),
+             node("DequantizeLinear", ["mm", "xs", "xz"], ["y"])]
+    inits = [const("xs", np.array(0.05, np.float32)), const("xz", zero), const("ys", np.array(0.07, np.float32)),
+             const("yz", zero), const("w", rng.integers(-30, 30, (4, 1, 3, 3)).astype(np.int8)),
+             const("ws", rng.uniform(0.01, 0.03, 4).astype(np.float32)), const("wz", np.zeros(4, np.int8)),
+             const("b", rng.integers(-300, 300, 4).astype(np.int32)),
+             const("m", rng.integers(-40, 40, (4 * 4 * 4, 6)).astype(np.int8)), const("ms", np.array(0.004, np.float32)),
+             const("mz", np.array(0, np.int8))]
+    onnx_model = model(nodes, [("x", [3, 4, 8, 8])], [("y", None)], inits, opset=13)
+    feeds = {"x": rng.standard_normal((3, 4, 8, 8)).astype(np.float32) * 3}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    stats = plan.stats()
+    assert stats["native_nodes"] == sum(stats["ops"].values()) and stats["steps"] == 1, stats
+    reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_array_equal(ours["y"], python["y"])
+    np.testing.assert_allclose(ours["y"], reference[0], atol=0.05 + 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int8])
+@pytest.mark.parametrize("geometry", [((2, 2), (2, 2), (1, 1), (0, 0, 0, 0)), ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+                                      ((3, 2), (2, 3), (2, 1), (2, 1, 0, 2)), ((5, 5), (1, 2), (1, 2), (0, 4, 1, 4)),
+                                      ((2, 3), (3, 1), (1, 3), (1, 0, 1, 0))])
+def test_max_pooling_rows_give_the_numpy_kernels_values(geometry, dtype):
+    """pool.c's rows (the columns inside the width tap by tap, the border ones window by window), float32 with a
+    NaN and infinities, and 8-bit, against the MaxPool kernel's NumPy path over borders, strides and dilations."""
+    from rtd.kernels.ops._pool import max_pool
+    kernel, strides, dilations, pads = geometry
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((2, 3, 9, 11)) * 60).astype(dtype) if dtype == np.float32 else \
+        rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (2, 3, 9, 11)).astype(dtype)
+    if dtype == np.float32:
+        x[0, 0, 4, 5], x[1, 2, 0, 0], x[1, 1, 3, 3] = np.nan, np.inf, -np.inf
+    want, _ = max_pool(np, x, list(kernel), list(strides), list(dilations), list(pads), "NOTSET", 0, 0, False)
+    got = np.empty_like(want)
+    ffi, lib = compiled.ffi, compiled.lib
+    numbers = (*x.shape, *kernel, *want.shape[2:], *strides, *dilations, pads[0], pads[1])
+    if dtype == np.float32:
+        status = lib.rtd_max_pool2d_f32(ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", got, require_writable=True),
+                                        got.size, *numbers)
+    else:
+        status = lib.rtd_max_pool2d_8bit(ffi.from_buffer(x), 1 if dtype == np.uint8 else 2, x.size,
+                                         ffi.from_buffer(got, require_writable=True), got.size, *numbers)
+    assert status == 0
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+                                   dict(kernel_shape=[2, 3], strides=[2, 2], ceil_mode=1),
+                                   dict(kernel_shape=[2, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1, pads=[0, 2, 1, 0]),
+                                   dict(kernel_shape=[7, 9])])
+def test_qlinear_average_pool_runs_in_the_program_with_the_per_step_paths_bits(attrs, dtype, monkeypatch):
+    """com.microsoft QLinearAveragePool over borders, ceil-mode overhang, both counts and the whole image (its
+    global path): one program op, the per-step path's bits."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(12)
+    elem = TensorProto.UINT8 if dtype == np.uint8 else TensorProto.INT8
+    nodes = [node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft", **attrs)]
+    inits = [const("xs", np.array(0.06, np.float32)), const("xz", np.array(5 if dtype == np.uint8 else -5, dtype)),
+             const("ys", np.array(0.05, np.float32)), const("yz", np.array(9 if dtype == np.uint8 else 2, dtype))]
+    onnx_model = model(nodes, [helper.make_tensor_value_info("x", elem, [2, 3, 7, 9])], [helper.make_tensor_value_info("y", elem, None)],
+                       inits, opset=13)
+    onnx_model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    info = np.iinfo(dtype)
+    feeds = {"x": rng.integers(info.min, info.max + 1, (2, 3, 7, 9)).astype(dtype)}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == 1
+    np.testing.assert_array_equal(ours["y"], python["y"])

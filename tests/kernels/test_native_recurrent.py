@@ -1,6 +1,8 @@
 """The compiled LSTM and GRU recurrences (kernels/native/recurrent.c) against the same ops' NumPy
 step loop, over odd sizes, every direction, initial states, biases and GRU's linear_before_reset;
-the cases the compiled loop does not take keep the NumPy loop; the C checks the spans itself."""
+the recurrent product over R packed once against float64; both directions in one call, on one thread
+or two with the same bits; the cases the compiled loop does not take keep the NumPy loop; the C checks
+the lengths itself."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,8 +14,7 @@ from rtd.kernels.ir import Node
 from rtd.kernels.native import recurrent
 from rtd.kernels.ops._rnn import RecurrentKernel
 
-pytestmark = pytest.mark.skipif(native.compiled is None or recurrent.BLAS is None,
-                                reason="rtd was installed without its compiled kernels")
+pytestmark = pytest.mark.skipif(native.compiled is None, reason="rtd was installed without its compiled kernels")
 
 
 def run_both(op, attrs, inputs, monkeypatch):
@@ -32,7 +33,7 @@ def run_both(op, attrs, inputs, monkeypatch):
 def cases(draw):
     direction = draw(st.sampled_from(["forward", "reverse", "bidirectional"]))
     dirs = 2 if direction == "bidirectional" else 1
-    return dict(seq=draw(st.integers(1, 6)), batch=draw(st.integers(1, 3)), hidden=draw(st.integers(1, 9)),
+    return dict(seq=draw(st.integers(1, 6)), batch=draw(st.integers(1, 7)), hidden=draw(st.integers(1, 19)),
                 size=draw(st.integers(1, 7)), direction=direction, dirs=dirs, bias=draw(st.booleans()),
                 initial=draw(st.booleans()), seed=draw(st.integers(0, 2**31 - 1)))
 
@@ -83,19 +84,79 @@ def test_what_the_compiled_loop_does_not_take_runs_the_numpy_loop(monkeypatch):
     assert not compiled
 
 
-def test_the_c_boundary_checks_the_spans():
+def test_the_c_boundary_checks_the_lengths():
     ffi, lib = native.compiled.ffi, native.compiled.lib
-    seq, hidden, batch = 3, 2, 1
-    xw, r = np.ones(seq * 4 * hidden * batch, np.float32), np.ones(4 * hidden * hidden, np.float32)
-    h, c = np.zeros(hidden * batch, np.float32), np.zeros(hidden * batch, np.float32)
-    y, gates = np.empty(seq * hidden * batch, np.float32), np.empty(4 * hidden * batch, np.float32)
+    seq, dirs, hidden, batch = 3, 2, 2, 1
+    xw = np.ones(seq * dirs * 4 * hidden * batch, np.float32)
+    r = np.ones(dirs * lib.rtd_recurrent_packed_len(4 * hidden, hidden), np.float32)
+    h, c = np.zeros(dirs * hidden * batch, np.float32), np.zeros(dirs * hidden * batch, np.float32)
+    y, gates = np.empty(seq * dirs * hidden * batch, np.float32), np.empty(dirs * 4 * hidden * batch, np.float32)
     buf = lambda a: ffi.from_buffer("float[]", a, require_writable=True)   # noqa: E731
 
-    def call(xw_len=xw.size, xw_step=4 * hidden * batch, y_len=y.size, seq=seq):
-        return lib.rtd_lstm_f32(buf(xw), xw_len, 0, xw_step, buf(r), r.size, buf(h), buf(c), h.size,
-                                buf(y), y_len, 0, hidden * batch, buf(gates), gates.size, seq, hidden, batch)
+    def call(xw_len=xw.size, r_len=r.size, y_len=y.size, gates_len=gates.size, seq=seq, dirs=dirs):
+        return lib.rtd_lstm_f32(buf(xw), xw_len, buf(r), r_len, buf(h), buf(c), h.size, buf(y), y_len,
+                                buf(gates), gates_len, seq, dirs, hidden, batch)
     assert call() == 0
     assert call(xw_len=xw.size - 1) != 0
     assert call(y_len=y.size - 1) != 0
-    assert call(xw_step=1) != 0           # steps that overlap
+    assert call(r_len=r.size - 1) != 0   # R not packed for this hidden size
+    assert call(gates_len=gates.size - 1) != 0
     assert call(seq=4) != 0               # one step past the buffers
+    assert call(dirs=3) != 0
+    packed = np.empty(lib.rtd_recurrent_packed_len(4 * hidden, hidden), np.float32)
+    assert lib.rtd_recurrent_pack(buf(r), 4 * hidden * hidden - 1, 4 * hidden, hidden, buf(packed), packed.size) != 0
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("rows", [4, 16, 40, 64])
+def test_the_recurrent_product_over_packed_r(rows, batch):
+    """One step from zero cell state with xw 0: c = sigmoid(0) * tanh(R @ h) rows' sums, checked against float64
+    through the LSTM's own update (i = f = o = sigmoid(gate)), so every packed panel and column block counts."""
+    rng = np.random.default_rng(rows * 10 + batch)
+    hidden = rows // 4
+    r = rng.standard_normal((1, rows, hidden), dtype=np.float32)
+    h0 = rng.standard_normal((1, hidden, batch), dtype=np.float32)
+    xw = np.zeros((1, 1, rows, batch), np.float32)
+    h, c, yt = h0.copy(), np.zeros_like(h0), np.empty((1, 1, hidden, batch), np.float32)
+    assert recurrent.lstm(xw, r, h, c, yt, constant=False)
+    gates = r[0].astype(np.float64) @ h0[0].astype(np.float64)
+    sig = lambda v: 1 / (1 + np.exp(-v))   # noqa: E731
+    i, o, cell = sig(gates[:hidden]), sig(gates[hidden:2 * hidden]), np.tanh(gates[3 * hidden:])
+    np.testing.assert_allclose(c[0], i * cell, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(yt[0, 0], o * np.tanh(i * cell), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_both_directions_in_one_call_give_the_same_bits_on_one_thread_or_two(op, monkeypatch):
+    case = dict(seq=7, batch=3, hidden=21, size=5, direction="bidirectional", dirs=2, bias=True, initial=True, seed=3)
+    x, w, r, bias, states = arrays(case, 4 if op == "LSTM" else 3)
+    calls = []
+    original = getattr(recurrent, op.lower())
+    monkeypatch.setattr(recurrent, op.lower(), lambda *a: calls.append(a[0].shape) or original(*a))
+    monkeypatch.setattr(f"rtd.kernels.ops.op_{op.lower()}.{op.lower()}", getattr(recurrent, op.lower()))
+    kernel = make_kernel(Node(op, "", [], ["y", "h", "c"][:3 if op == "LSTM" else 2], {"hidden_size": 21, "direction": "bidirectional"}),
+                         {"": 14}, np)
+    inputs = [x, w, r, bias, None, *states[:2 if op == "LSTM" else 1]]
+    try:
+        native.set_threads(1)
+        one = [v.copy() for v in kernel.run(*inputs)]
+        native.set_threads(2)
+        two = kernel.run(*inputs)
+    finally:
+        native.set_threads(1)
+    assert [s[1] for s in calls] == [2, 2]   # one call each, both directions in it
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_constant_r_is_packed_once(monkeypatch):
+    case = dict(seq=2, batch=1, hidden=3, size=2, direction="forward", dirs=1, bias=False, initial=False, seed=4)
+    x, w, r, _, _ = arrays(case, 4)
+    r.flags.writeable = False   # as a model's initializers are
+    packs = []
+    original = recurrent._pack_rows
+    monkeypatch.setattr(recurrent, "_pack_rows", lambda *a: packs.append(1) or original(*a))
+    kernel = make_kernel(Node("LSTM", "", [], ["y"], {"hidden_size": 3}), {"": 14}, np)
+    first = kernel.run(x, w, r)[0].copy()
+    np.testing.assert_array_equal(kernel.run(x, w, r)[0], first)
+    assert len(packs) == 1
