@@ -429,16 +429,16 @@ def _gemm_ops(step: Step, a: str, w: str, bias: str | None, y: str, relu: bool) 
 
 def _matmul_bias(step: Step) -> Emitted | None:
     kernel = step.kernel
-    if kernel.activation not in (None, "Relu", "Gelu", "GeluTanh") or (kernel.activation == "Gelu"
-                                                                       and not kernel.activate.__self__._compiled_scale()):
+    gelu = kernel.activate.__self__.compiled_op() if kernel.activation in ("Gelu", "GeluTanh") else None
+    if kernel.activation not in (None, "Relu", "Gelu", "GeluTanh") or (kernel.activation in ("Gelu", "GeluTanh") and gelu is None):
         return None   # an Erf-form GELU the graph scaled its own way runs the Erf op's erf, not the compiled GELU
     a, w, bias = (step.node.inputs + ["", ""])[:3]
     y = step.output()
     ops = _gemm_ops(step, a, w, bias, y, kernel.activation == "Relu")
     if ops is None:
         return None
-    if kernel.activation in ("Gelu", "GeluTanh"):
-        ops.append(Op(ACTIVATION, (reads(Value(y)), writes(Value(y))), (4 if kernel.activation == "Gelu" else 5,)))
+    if gelu is not None:
+        ops.append(Op(ACTIVATION, (reads(Value(y)), writes(Value(y))), (gelu,)))
     return Emitted(ops, {})
 
 
@@ -476,12 +476,13 @@ def _softmax(step: Step) -> Emitted | None:
 
 
 def _gelu(step: Step) -> Emitted | None:
-    """GELU as the compiled activation, where its kernel runs that too (the tanh form, or erf's argument scaled as activation.c scales it)."""
+    """GELU as the compiled activation, where its kernel runs that too (the tanh form, or erf's argument scaled as one
+    of activation.c's GELUs scales it)."""
     gelu = step.kernel.gelu if step.node.domain == RTD_DOMAIN else step.kernel
-    x, y = step.input(0), step.output()
-    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or (gelu.approximate != "tanh" and not gelu._compiled_scale()):
+    x, y, op = step.input(0), step.output(), gelu.compiled_op()
+    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or op is None:
         return None
-    return Emitted([Op(ACTIVATION, (reads(Value(x)), writes(Value(y))), (4 if gelu.approximate == "none" else 5,))], {})
+    return Emitted([Op(ACTIVATION, (reads(Value(x)), writes(Value(y))), (op,))], {})
 
 
 def _reduce(step: Step) -> Emitted | None:

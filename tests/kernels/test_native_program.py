@@ -146,3 +146,16 @@ def test_reductions_and_casts_give_numpys_bits(monkeypatch):
     for name in outputs:
         np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
         assert ours[name].dtype == python[name].dtype
+
+
+def test_div_scaled_gelus_run_in_the_program_with_the_traced_bits():
+    """An exporter's Erf GELU that divides by √2 (after a MatMul+bias and on its own) runs as the compiled
+    GELU_DIV in the native program, with the bits of the traced run's kernels."""
+    from tests.kernels.kernel_graphs import transformer_block
+    compiled_model = compile_model(transformer_block())
+    feeds = {"x": np.random.default_rng(2).standard_normal((2, 4, 8)).astype(np.float32)}
+    traced, planned = (compiled_model.run(feeds)["out"].copy() for _ in range(2))
+    (plan,) = compiled_model._plans.values()
+    gelus = [e for node, e in zip(plan.graph.nodes, plan.emitted) if node.op_type in ("Gelu", "MatMulBias")]
+    assert len(gelus) == 2 and all(e is not None for e in gelus), plan.graph.nodes
+    assert np.array_equal(traced, planned)
