@@ -17,6 +17,7 @@
 #include "depthwise.h"
 #include "parallel.h"
 #include "threads.h"
+#include "window.h"
 
 /* Below this many multiply-adds per thread, waking a pool thread costs more than it saves. */
 #define MIN_TAPS_PER_THREAD (1 << 18)
@@ -26,25 +27,6 @@ struct geometry {
     int64_t h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom;
     int relu;
 };
-
-static int64_t ceil_div_nonneg(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* The output columns [lo, hi) whose input column ox*sw + base lies in [0, width). */
-static void tap_columns(int64_t base, int64_t sw, int64_t width, int64_t ow, int64_t *lo, int64_t *hi)
-{
-    int64_t first, last;
-    if (sw == 1) {   /* no division: this runs once per output row and tap */
-        first = base >= 0 ? 0 : -base;
-        last = width - base < 0 ? 0 : width - base;
-    } else {
-        first = base >= 0 ? 0 : ceil_div_nonneg(-base, sw);
-        last = width - 1 - base < 0 ? 0 : (width - 1 - base) / sw + 1;
-    }
-    if (last > ow) last = ow;
-    if (first > last) first = last;
-    *lo = first;
-    *hi = last;
-}
 
 static float relu_if(float v, int relu) { return relu && v < 0.0f ? 0.0f : v; }   /* NaN stays NaN, as np.maximum */
 
@@ -62,7 +44,7 @@ static inline void generic_row(const struct geometry *g, const float *restrict p
         for (int64_t j = 0; j < g->kw; j++) {
             float tap = taps[i * g->kw + j];
             int64_t base = j * g->dw - g->pad_left, lo, hi;
-            tap_columns(base, g->sw, g->wd, g->ow, &lo, &hi);
+            rtd_tap_columns(base, g->sw, g->wd, g->ow, &lo, &hi);
             if (g->sw == 1) {   /* the common case: a contiguous run the compiler vectorises */
                 for (int64_t ox = lo; ox < hi; ox++)
                     row[ox] += tap * in[ox + base];

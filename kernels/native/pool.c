@@ -1,8 +1,9 @@
 /* Max pooling over 2-D windows, and reductions over the middle axis of (outer, r, inner), for float32
  * (pool.h): what CNN heads and the streaming models' tails spend their few microseconds on.
  *
- * A pool computes each output row from the input rows its windows cover, clamping every window to the
- * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case.
+ * A pool computes each output row from the input rows its windows cover, tap by tap (window.h's column
+ * ranges clamp every tap to the image: no padded copy), so borders, strides, dilations and ceil-mode
+ * overhang need no special case and the loop over a row's columns vectorises.
  * A reduction adds row after row of r into the `inner` results (8 lanes at a time), so each output
  * element's sum has one order whatever the threads: NumPy's along a strided axis; along contiguous
  * elements (inner 1) NumPy sums pairwise, so emit.py leaves those sums to NumPy.
@@ -17,6 +18,7 @@
 #include "pool.h"
 #include "simd.h"
 #include "threads.h"
+#include "window.h"
 
 /* Below this many input reads per thread, waking a pool thread costs more than it saves. */
 #define MIN_READS_PER_THREAD (1 << 16)
@@ -37,34 +39,44 @@ static void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t
     *last = clamp(b, *first, k);
 }
 
+/* One output row's maximum taken tap by tap: the row starts at -inf (a window wholly in the padding keeps
+   it), then each tap inside the image folds its input row's columns in, a contiguous (stride 1) or strided
+   run the compiler vectorises. Every output element sees its taps in the same (row, column) order as
+   window by window would; a NaN wins and stays (np.maximum's rule: NaN > v and v > NaN are both false). */
+RTD_CLONES static void pool_row(const struct pool *p, const float *restrict x, int64_t oy, float *restrict out)
+{
+    const int64_t row0 = oy * p->sh - p->pad_top;
+    int64_t i0, i1;
+    taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
+    for (int64_t ox = 0; ox < p->ow; ox++) out[ox] = -INFINITY;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *restrict in = x + (row0 + i * p->dh) * p->wd;
+        for (int64_t j = 0; j < p->kw; j++) {
+            const int64_t base = j * p->dw - p->pad_left;
+            int64_t lo, hi;
+            rtd_tap_columns(base, p->sw, p->wd, p->ow, &lo, &hi);
+            if (p->sw == 1) {
+                for (int64_t ox = lo; ox < hi; ox++) {
+                    const float v = in[ox + base];
+                    out[ox] = v > out[ox] || v != v ? v : out[ox];
+                }
+            } else {
+                for (int64_t ox = lo; ox < hi; ox++) {
+                    const float v = in[ox * p->sw + base];
+                    out[ox] = v > out[ox] || v != v ? v : out[ox];
+                }
+            }
+        }
+    }
+}
+
 static void pool_planes(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct pool *p = context;
     (void)worker;
-    for (int64_t plane = first; plane < last; plane++) {
-        const float *x = p->x + plane * p->h * p->wd;
-        float *y = p->y + plane * p->oh * p->ow;
-        for (int64_t oy = 0; oy < p->oh; oy++) {
-            const int64_t row0 = oy * p->sh - p->pad_top;
-            int64_t i0, i1;
-            taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-            for (int64_t ox = 0; ox < p->ow; ox++) {
-                const int64_t col0 = ox * p->sw - p->pad_left;
-                int64_t j0, j1;
-                taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
-                float best = -INFINITY;
-                for (int64_t i = i0; i < i1; i++) {
-                    const float *row = x + (row0 + i * p->dh) * p->wd + col0;
-                    for (int64_t j = j0; j < j1; j++) {
-                        const float v = row[j * p->dw];
-                        best = v > best || v != v ? v : best;   /* a NaN wins and stays */
-                        if (best != best) break;
-                    }
-                }
-                y[oy * p->ow + ox] = best;
-            }
-        }
-    }
+    for (int64_t plane = first; plane < last; plane++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            pool_row(p, p->x + plane * p->h * p->wd, oy, p->y + plane * p->oh * p->ow + oy * p->ow);
 }
 
 int rtd_max_pool2d_f32(const float *x, int64_t x_len, float *y, int64_t y_len,
