@@ -324,9 +324,15 @@ def _conv_ops(step: Step, conv_kernel, x: str, w: str, bias: str, y: str, relu: 
     strides, dilations = list(conv_kernel.strides or [1] * nd), list(conv_kernel.dilations or [1] * nd)
     group, c, m = conv_kernel.group, x_shape[1], w_shape[0]
     if group == c == m and group > 1:
-        if nd != 2 or chain is not None:
+        if nd != 2:
             return None
-        return _depthwise_ops(step, x, w, bias, y, relu, strides, dilations, begin, end, out_shape)
+        ops = _depthwise_ops(step, x, w, bias, y, relu, strides, dilations, begin, end, out_shape)
+        if ops is None or chain is None:
+            return ops
+        # the chain after the depthwise kernel, in place on its output, as the kernel's run finishes it
+        program, inputs = chain
+        finished = _chain_ops(step, program, [y if name is None else name for name in inputs], y)
+        return None if finished is None else ops + finished
     layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(w_shape[:2]) + tuple(row(k, 1)), group,
                                 row(k, 1), row(strides, 1), row(dilations, 1), row(begin, 0), row(end, 0), row(out_shape, 1))
     if not layout.usable:

@@ -159,3 +159,22 @@ def test_div_scaled_gelus_run_in_the_program_with_the_traced_bits():
     gelus = [e for node, e in zip(plan.graph.nodes, plan.emitted) if node.op_type in ("Gelu", "MatMulBias")]
     assert len(gelus) == 2 and all(e is not None for e in gelus), plan.graph.nodes
     assert np.array_equal(traced, planned)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_depthwise_convolution_with_a_chain_runs_in_the_program_with_the_traced_bits(stride):
+    """A depthwise Conv followed by an element-wise chain (HardSwish, a per-channel scale): the depthwise
+    kernel then the chain in place on its output, as the fused kernel's traced run computes it."""
+    rng = np.random.default_rng(4)
+    f32 = np.float32
+    nodes = [node("Conv", ["x", "dw", "b"], ["c"], group=8, pads=[1, 1, 1, 1], strides=[stride, stride]),
+             node("HardSigmoid", ["c"], ["hs"], alpha=0.2, beta=0.5), node("Mul", ["c", "hs"], ["swish"]),
+             node("Mul", ["swish", "scale"], ["y"])]
+    inits = [const("dw", rng.standard_normal((8, 1, 3, 3)).astype(f32)), const("b", rng.standard_normal(8).astype(f32)),
+             const("scale", rng.standard_normal((8, 1, 1)).astype(f32))]
+    compiled_model = compile_model(model(nodes, [("x", [1, 8, 9, 9])], [("y", None)], inits))
+    feeds = {"x": rng.standard_normal((1, 8, 9, 9)).astype(f32)}
+    traced, planned = (compiled_model.run(feeds)["y"].copy() for _ in range(2))
+    (plan,) = compiled_model._plans.values()
+    assert [n.op_type for n in plan.graph.nodes] == ["ConvActivation"] and plan.stats()["native_nodes"] == 1
+    assert np.array_equal(traced, planned)
