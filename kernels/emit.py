@@ -520,8 +520,6 @@ def _reduce(step: Step) -> Emitted | None:
     outer, r, inner = math.prod(shape[:axes[0]]), math.prod(shape[axes[0]:axes[-1] + 1]), math.prod(shape[axes[-1] + 1:])
     if outer * inner != math.prod(step.shape(y)):
         return None
-    if inner == 1 and r > 1 and kind in (REDUCE_KINDS["ReduceSum"], REDUCE_KINDS["ReduceMean"]):
-        return None   # along contiguous elements NumPy sums pairwise, in an order pool.c's lanes do not follow
     return Emitted([Op(REDUCE, (reads(Value(x)), writes(Value(y))), (kind, outer, r, inner))], {})
 
 
