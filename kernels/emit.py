@@ -149,6 +149,19 @@ def _affine(index: np.ndarray):
     return (origin, strides) if np.array_equal(np.broadcast_to(grid, index.shape), index) else None
 
 
+def _repeats(index: np.ndarray):
+    """index with every axis whose elements come in equal runs of f > 1 (nearest upsampling by a whole factor f)
+    split into (n / f, f), so an affine test can find the zero stride of the repeats; None where no axis does."""
+    shape = []
+    for axis, n in enumerate(index.shape):
+        line = index[(0,) * axis + (slice(None),) + (0,) * (index.ndim - axis - 1)]
+        f = 1
+        while f < n and line[f] == line[0]:
+            f += 1
+        shape += [n // f, f] if 1 < f < n and n % f == 0 else [n]
+    return index.reshape(shape) if len(shape) > index.ndim else None
+
+
 def _contiguous_strides(shape) -> list:
     strides, step = [], 1
     for n in reversed(shape):
@@ -239,6 +252,11 @@ def _part(step: Step, out: str, name: str, index: np.ndarray, inside: np.ndarray
         params = _copy_params(size, sub.shape, strides, out_strides, origin, dst_origin)
         if params is not None:
             return [Op(COPY, (reads(Value(name)), writes(Value(out))), params)]
+    if whole and sub.shape == index.shape and (split := _repeats(index)) is not None \
+            and (affine := _affine(split)) is not None:   # nearest upsampling by whole factors: zero strides
+        params = _copy_params(size, split.shape, affine[1], _contiguous_strides(split.shape), affine[0], 0)
+        if params is not None:
+            return [Op(COPY, (reads(Value(name)), writes(Value(out))), params)]
     if not whole or index.size > GATHER_TABLE_ELEMENTS:
         return None
     table = np.ascontiguousarray(index.reshape(-1), np.int64)
@@ -259,6 +277,11 @@ def _gather(step: Step) -> Emitted | None:
     if rows < 1 or row_bytes < 1:
         return None
     return Emitted([Op(GATHER, (reads(Value(x)), reads(Value(indices)), writes(Value(y))), (rows, row_bytes, count))], {})
+
+
+def _resize(step: Step) -> Emitted | None:
+    """Nearest-neighbour Resize only moves elements (a strided copy for whole factors); other modes compute."""
+    return _movement((0,))(step) if step.kernel.mode == "nearest" else None
 
 
 def _cast(step: Step) -> Emitted | None:
@@ -608,6 +631,7 @@ EMITTERS = {
     ("", "Pad"): _movement((0,), fill_input=2),
     ("", "Concat"): _movement(None),
     ("", "Gather"): _gather,
+    ("", "Resize"): _resize,
     ("", "Cast"): _cast,
     ("", "Conv"): _conv,
     ("", "MatMul"): _matmul,

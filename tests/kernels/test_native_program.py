@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 
 import rtd.kernels.plan as plan_module
-from rtd.kernels import compile_model, native
+from rtd.kernels import compile_model, emit, native
 from rtd.kernels.native import compiled
 from tests.kernels.kernel_graphs import const, model, node
 
@@ -201,3 +201,28 @@ def test_sums_along_contiguous_elements_run_in_the_program_pairwise_with_the_tra
     exact = feeds["big"].astype(np.float64).mean(axis=(2, 3), keepdims=True)
     np.testing.assert_allclose(planned["big_pooled"], exact, rtol=4 * np.finfo(np.float32).eps)
     np.testing.assert_allclose(planned["mean"], feeds["x"].astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-6, atol=1e-7)
+
+
+def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_stay_python():
+    """Nearest upsampling by whole factors (2 and 4, and 3 along one axis) becomes one strided copy with zero
+    strides for the repeats; a non-whole factor a gather; a linear Resize computes, so it is no copy at all."""
+    nodes = [node("Resize", ["x", "", "two"], ["up2"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                  nearest_mode="floor"),
+             node("Resize", ["x", "", "mixed"], ["up_mixed"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                  nearest_mode="floor"),
+             node("Resize", ["x", "", "odd"], ["up_odd"], mode="nearest"),
+             node("Resize", ["x", "", "two"], ["linear"], mode="linear")]
+    inits = [const("two", np.array([1, 1, 2, 2], np.float32)), const("mixed", np.array([1, 1, 4, 3], np.float32)),
+             const("odd", np.array([1, 1, 1.5, 1], np.float32))]
+    outputs = ["up2", "up_mixed", "up_odd", "linear"]
+    compiled_model = compile_model(model(nodes, [("x", [1, 3, 6, 5])], [(n, None) for n in outputs], inits, opset=13))
+    feeds = {"x": np.random.default_rng(8).standard_normal((1, 3, 6, 5)).astype(np.float32)}
+    traced, planned = ({k: v.copy() for k, v in compiled_model.run(feeds).items()} for _ in range(2))
+    (plan,) = compiled_model._plans.values()
+    emitted = dict(zip((n.outputs[0] for n in plan.graph.nodes), plan.emitted))
+    copies = [[op for op in emitted[name].ops] for name in ("up2", "up_mixed")]
+    assert all(len(ops) == 1 and ops[0].opcode == emit.COPY for ops in copies), copies
+    assert emitted["up_odd"] is not None and emitted["linear"] is None
+    for name in outputs:
+        np.testing.assert_array_equal(traced[name], planned[name], err_msg=name)
+    np.testing.assert_array_equal(planned["up_mixed"], feeds["x"].repeat(4, axis=2).repeat(3, axis=3))
