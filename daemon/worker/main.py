@@ -92,8 +92,9 @@ def _weights(proto, views: dict) -> dict:
             continue
         if tensor.data_type in _VIEWABLE:
             array = np.frombuffer(view, _VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
-            if array.flags.aligned:   # the memfd is sealed: the kernels may keep what they make from it (packed panels)
-                vouch(array)
+            if array.flags.aligned:
+                if not array.flags.writeable:   # a sealed memfd's read-only map: the kernels may keep what they make from it
+                    vouch(array)
             else:
                 array = array.copy()
                 array.flags.writeable = False
