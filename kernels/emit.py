@@ -154,6 +154,19 @@ def _affine(index: np.ndarray):
     return (origin, strides) if np.array_equal(np.broadcast_to(grid, index.shape), index) else None
 
 
+def _repeats(index: np.ndarray):
+    """index with every axis whose elements come in equal runs of f > 1 (nearest upsampling by a whole factor f)
+    split into (n / f, f), so an affine test can find the zero stride of the repeats; None where no axis does."""
+    shape = []
+    for axis, n in enumerate(index.shape):
+        line = index[(0,) * axis + (slice(None),) + (0,) * (index.ndim - axis - 1)]
+        f = 1
+        while f < n and line[f] == line[0]:
+            f += 1
+        shape += [n // f, f] if 1 < f < n and n % f == 0 else [n]
+    return index.reshape(shape) if len(shape) > index.ndim else None
+
+
 def _contiguous_strides(shape) -> list:
     strides, step = [], 1
     for n in reversed(shape):
@@ -244,6 +257,11 @@ def _part(step: Step, out: str, name: str, index: np.ndarray, inside: np.ndarray
         params = _copy_params(size, sub.shape, strides, out_strides, origin, dst_origin)
         if params is not None:
             return [Op(COPY, (reads(Value(name)), writes(Value(out))), params)]
+    if whole and sub.shape == index.shape and (split := _repeats(index)) is not None \
+            and (affine := _affine(split)) is not None:   # nearest upsampling by whole factors: zero strides
+        params = _copy_params(size, split.shape, affine[1], _contiguous_strides(split.shape), affine[0], 0)
+        if params is not None:
+            return [Op(COPY, (reads(Value(name)), writes(Value(out))), params)]
     if not whole or index.size > GATHER_TABLE_ELEMENTS:
         return None
     table = np.ascontiguousarray(index.reshape(-1), np.int64)
@@ -264,6 +282,11 @@ def _gather(step: Step) -> Emitted | None:
     if rows < 1 or row_bytes < 1:
         return None
     return Emitted([Op(GATHER, (reads(Value(x)), reads(Value(indices)), writes(Value(y))), (rows, row_bytes, count))], {})
+
+
+def _resize(step: Step) -> Emitted | None:
+    """Nearest-neighbour Resize only moves elements (a strided copy for whole factors); other modes compute."""
+    return _movement((0,))(step) if step.kernel.mode == "nearest" else None
 
 
 def _cast(step: Step) -> Emitted | None:
@@ -329,10 +352,16 @@ def _conv_ops(step: Step, conv_kernel, x: str, w: str, bias: str, y: str, relu: 
     strides, dilations = list(conv_kernel.strides or [1] * nd), list(conv_kernel.dilations or [1] * nd)
     group, c, m = conv_kernel.group, x_shape[1], w_shape[0]
     if group == c == m and group > 1:
-        if nd != 2 or chain is not None:
+        if nd != 2:
             return None
-        return _depthwise_ops(Value(x), Constant(weights), Value(bias) if bias else None, Value(y), x_shape, weights.shape, relu,
-                              strides, dilations, begin, end, out_shape)
+        ops = _depthwise_ops(Value(x), Constant(weights), Value(bias) if bias else None, Value(y), x_shape, weights.shape, relu,
+                             strides, dilations, begin, end, out_shape)
+        if ops is None or chain is None:
+            return ops
+        # the chain after the depthwise kernel, in place on its output, as the kernel's run finishes it
+        program, inputs = chain
+        finished = _chain_ops(step, program, [y if name is None else name for name in inputs], y)
+        return None if finished is None else ops + finished
     layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(w_shape[:2]) + tuple(row(k, 1)), group,
                                 row(k, 1), row(strides, 1), row(dilations, 1), row(begin, 0), row(end, 0), row(out_shape, 1))
     if not layout.usable:
@@ -435,16 +464,16 @@ def _gemm_ops(step: Step, a: str, w: str, bias: str | None, y: str, relu: bool) 
 
 def _matmul_bias(step: Step) -> Emitted | None:
     kernel = step.kernel
-    if kernel.activation not in (None, "Relu", "Gelu", "GeluTanh") or (kernel.activation == "Gelu"
-                                                                       and not kernel.activate.__self__._compiled_scale()):
+    gelu = kernel.activate.__self__.compiled_op() if kernel.activation in ("Gelu", "GeluTanh") else None
+    if kernel.activation not in (None, "Relu", "Gelu", "GeluTanh") or (kernel.activation in ("Gelu", "GeluTanh") and gelu is None):
         return None   # an Erf-form GELU the graph scaled its own way runs the Erf op's erf, not the compiled GELU
     a, w, bias = (step.node.inputs + ["", ""])[:3]
     y = step.output()
     ops = _gemm_ops(step, a, w, bias, y, kernel.activation == "Relu")
     if ops is None:
         return None
-    if kernel.activation in ("Gelu", "GeluTanh"):
-        ops.append(Op(ACTIVATION, (reads(Value(y)), writes(Value(y))), (4 if kernel.activation == "Gelu" else 5,)))
+    if gelu is not None:
+        ops.append(Op(ACTIVATION, (reads(Value(y)), writes(Value(y))), (gelu,)))
     return Emitted(ops, {})
 
 
@@ -482,12 +511,13 @@ def _softmax(step: Step) -> Emitted | None:
 
 
 def _gelu(step: Step) -> Emitted | None:
-    """GELU as the compiled activation, where its kernel runs that too (the tanh form, or erf's argument scaled as activation.c scales it)."""
+    """GELU as the compiled activation, where its kernel runs that too (the tanh form, or erf's argument scaled as one
+    of activation.c's GELUs scales it)."""
     gelu = step.kernel.gelu if step.node.domain == RTD_DOMAIN else step.kernel
-    x, y = step.input(0), step.output()
-    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or (gelu.approximate != "tanh" and not gelu._compiled_scale()):
+    x, y, op = step.input(0), step.output(), gelu.compiled_op()
+    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or op is None:
         return None
-    return Emitted([Op(ACTIVATION, (reads(Value(x)), writes(Value(y))), (4 if gelu.approximate == "none" else 5,))], {})
+    return Emitted([Op(ACTIVATION, (reads(Value(x)), writes(Value(y))), (op,))], {})
 
 
 def _reduce(step: Step) -> Emitted | None:
@@ -519,8 +549,6 @@ def _reduce(step: Step) -> Emitted | None:
     outer, r, inner = math.prod(shape[:axes[0]]), math.prod(shape[axes[0]:axes[-1] + 1]), math.prod(shape[axes[-1] + 1:])
     if outer * inner != math.prod(step.shape(y)):
         return None
-    if inner == 1 and r > 1 and kind in (REDUCE_KINDS["ReduceSum"], REDUCE_KINDS["ReduceMean"]):
-        return None   # along contiguous elements NumPy sums pairwise, in an order pool.c's lanes do not follow
     return Emitted([Op(REDUCE, (reads(Value(x)), writes(Value(y))), (kind, outer, r, inner))], {})
 
 
@@ -875,6 +903,7 @@ EMITTERS = {
     ("", "Pad"): _movement((0,), fill_input=2),
     ("", "Concat"): _movement(None),
     ("", "Gather"): _gather,
+    ("", "Resize"): _resize,
     ("", "Cast"): _cast,
     ("", "Conv"): _conv,
     ("", "MatMul"): _matmul,

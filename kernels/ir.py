@@ -16,6 +16,8 @@ from onnx import numpy_helper
 from rtd.errors import Code, RtdError
 from . import number_runs
 
+from .constant import read_only
+
 RTD_DOMAIN = "rtd"  # fused kernels made by the passes; never in a model
 # Longer INTS/FLOATS attributes are kept as array.array (a sequence of 8 or 4 bytes an element) rather
 # than a list of Python numbers (~40 bytes an element): a 200 MB tree ensemble's node lists took
@@ -80,11 +82,13 @@ class Graph:
 
 
 def tensor_value(t: onnx.TensorProto):
-    """A TensorProto's array; external data is refused (reading it would open a file by path)."""
+    """A TensorProto's array, read-only (`constant.frozen`: kernels keep packed forms of it), also when
+    NumPy builds it from float_data rather than viewing raw_data; external data is refused (reading it
+    would open a file by path)."""
     if t.data_location == onnx.TensorProto.EXTERNAL or t.external_data:
         raise RtdError(Code.E_ONNX_EXTERNAL_DATA, f"tensor {t.name!r} keeps its data outside the model")
     try:
-        return numpy_helper.to_array(t)
+        return read_only(numpy_helper.to_array(t))
     except (ValueError, TypeError) as e:
         raise RtdError(Code.E_ONNX_INVALID, f"tensor {t.name!r}: {str(e)[:160]}") from None
 

@@ -30,6 +30,7 @@ from rtd.daemon.worker.kserve_codec import Caps
 from rtd.daemon.worker.staging import stage_part
 from rtd.errors import Code, RtdError
 from rtd.kernels import native
+from rtd.kernels.constant import vouch
 from rtd.loader import onnx_guard
 from rtd.sandbox import seccomp, sigsys
 from rtd.signature import Signature, TensorSpec
@@ -91,7 +92,13 @@ def _weights(proto, views: dict) -> dict:
             continue
         if tensor.data_type in _VIEWABLE:
             array = np.frombuffer(view, _VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
-            arrays[tensor.name] = array if array.flags.aligned else array.copy()
+            if array.flags.aligned:
+                if not array.flags.writeable:   # a sealed memfd's read-only map: the kernels may keep what they make from it
+                    vouch(array)
+            else:
+                array = array.copy()
+                array.flags.writeable = False
+            arrays[tensor.name] = array
         else:
             tensor.raw_data = bytes(view)
             del tensor.external_data[:]

@@ -9,6 +9,7 @@ import numpy as np
 
 from rtd.errors import RtdError
 
+from ..constant import read_only
 from ..graph import make_kernel
 from ..ir import RTD_DOMAIN, Graph
 from .shapes import NONDETERMINISTIC, shape_fixed
@@ -25,13 +26,6 @@ def _small_enough(values, inputs) -> bool:
     return all(isinstance(v, np.ndarray) for v in values) and sum(v.nbytes for v in values) <= budget
 
 
-def _frozen(value) -> np.ndarray:
-    """A folded value made read-only: kernels keep packed forms of constants that cannot change (ops/_quant.frozen)."""
-    value = np.asarray(value)
-    value.flags.writeable = False
-    return value
-
-
 def fold_constants(graph: Graph) -> Graph:
     keep = []
     for node in graph.nodes:
@@ -43,7 +37,7 @@ def fold_constants(graph: Graph) -> Graph:
             except (RtdError, ValueError, TypeError, IndexError, ArithmeticError):
                 values = None  # leave it to run time, where it reports against real feeds
             if values is not None and _small_enough(values, args):
-                graph.constants.update((name, _frozen(v)) for name, v in zip(node.outputs, values) if name)
+                graph.constants.update((name, read_only(v)) for name, v in zip(node.outputs, values) if name)
                 continue
         keep.append(node)
     graph.nodes = keep
@@ -64,7 +58,7 @@ def fold_signature(graph: Graph, trace: dict) -> Graph:
         outs = [np.asarray(v) if isinstance(v, np.generic) else v for v in (trace.get(n) for n in names)]
         ins = [trace.get(n) for n in node.inputs if n]
         if fixed and _small_enough(outs, [x for x in ins if isinstance(x, np.ndarray)]):
-            graph.constants.update(zip(names, (_frozen(np.array(v)) for v in outs)))   # copies: the trace's values went to the caller
+            graph.constants.update(zip(names, (read_only(np.array(v)) for v in outs)))   # copies: the trace's values went to the caller
             static_values.update(names)
             shaped.update(names)
             continue

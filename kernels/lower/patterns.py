@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from ..constant import read_only
 from ..ir import RTD_DOMAIN, Graph, Node
 from .rewrite import Index, near, reduce_axes, replace_node
 
@@ -38,8 +39,9 @@ def fold_conv_batchnorm(graph: Graph) -> Graph:
         factor = scale / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
         conv_bias = c[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 else 0.0
         w_name, b_name = bn.outputs[0] + "__w", bn.outputs[0] + "__b"
-        c[w_name] = (w * factor.reshape(-1, *[1] * (w.ndim - 1))).astype(w.dtype)
-        c[b_name] = ((conv_bias - mean) * factor + bias).astype(w.dtype)
+        # read-only (frozen): the compiled convolution packs and keeps only weights that cannot change
+        c[w_name] = read_only((w * factor.reshape(-1, *[1] * (w.ndim - 1))).astype(w.dtype))
+        c[b_name] = read_only(((conv_bias - mean) * factor + bias).astype(w.dtype))
         replace_node(graph, bn, Node("Conv", "", [conv.inputs[0], w_name, b_name], [bn.outputs[0]], dict(conv.attrs)))
     return graph
 
@@ -231,9 +233,9 @@ def _gemm_as_matmul(graph: Graph, index: Index, gemm: Node):
     # is then transposed (and packed) once, not once per step (a CRNN's 80 Gemms: 80 copies of 4 weights)
     w_name = gemm.inputs[1] + ("__transposed" if a.get("transB", 0) else "__contiguous")
     if w_name not in graph.constants:
-        graph.constants[w_name] = np.ascontiguousarray(b.T if a.get("transB", 0) else b)
+        graph.constants[w_name] = read_only(np.ascontiguousarray(b.T if a.get("transB", 0) else b))
     if bias:
-        graph.constants[bias + "__flat"] = c.reshape(-1)
+        graph.constants[bias + "__flat"] = read_only(c.reshape(-1))
         bias += "__flat"
     return gemm.inputs[0], w_name, bias
 

@@ -9,7 +9,9 @@
  * sign(x) (1 - 2 / (exp(2|x|) + 1)), which saturates to +-1 without overflow trouble.
  * erf: tanh(x P(x^2)) with x clamped to +-4.1 and P the degree-6 fit of atanh(erf(x)) / x that
  * kernels/ops/_erf.py documents (within 3.3e-7 relative of the exact erf with an exact tanh).
- * GELU: x * (erf(x / sqrt 2) + 1) / 2, and the tanh form x * (tanh(sqrt(2/pi) (x + 0.044715 x^3)) + 1) / 2,
+ * GELU: x * (erf(x / sqrt 2) + 1) / 2, erf's argument as x times float32 1/sqrt 2 or, where a graph divides
+ * (the Div-scaled form exporters write), as x divided by float32 sqrt 2 (a correctly rounded division, as
+ * NumPy's: the two differ in the last bit for about 4 in 10 x); and the tanh form x * (tanh(sqrt(2/pi) (x + 0.044715 x^3)) + 1) / 2,
  * in the order of operations of kernels/ops/op_gelu.py.
  * The op kernels (Sigmoid, Tanh, Exp, Erf, Gelu) and the element-wise chain interpreter both call
  * rtd_activation_block, so traced and planned runs agree bit for bit.
@@ -90,6 +92,8 @@ RTD_INLINE v8 erf8(v8 x)
 
 RTD_INLINE v8 gelu8(v8 x) { return x * ((erf8(x * splat(0.70710678118654752f)) + splat(1.0f)) * splat(0.5f)); }
 
+RTD_INLINE v8 gelu_div8(v8 x) { return x * ((erf8(x / splat(1.41421356237309505f)) + splat(1.0f)) * splat(0.5f)); }
+
 RTD_INLINE v8 gelu_tanh8(v8 x)
 {
     v8 gate = x * x;
@@ -121,6 +125,7 @@ RTD_CLONES void rtd_activation_block(int op, const float *x, float *y, int64_t c
     case RTD_ACT_EXP: OVER_BLOCK(exp8); break;
     case RTD_ACT_ERF: OVER_BLOCK(erf8); break;
     case RTD_ACT_GELU: OVER_BLOCK(gelu8); break;
+    case RTD_ACT_GELU_DIV: OVER_BLOCK(gelu_div8); break;
     default: OVER_BLOCK(gelu_tanh8); break;   /* RTD_ACT_GELU_TANH */
     }
 }
@@ -196,7 +201,7 @@ static void run_blocks(void *context, int64_t worker, int64_t first, int64_t las
 
 int rtd_activation_f32(int op, const float *x, int64_t x_len, float *y, int64_t y_len)
 {
-    if (op < RTD_ACT_SIGMOID || op > RTD_ACT_GELU_TANH || x_len < 0)
+    if (op < RTD_ACT_SIGMOID || op > RTD_ACT_GELU_DIV || x_len < 0)
         return RTD_NATIVE_E_ARGUMENT;
     if (y_len != x_len)
         return RTD_NATIVE_E_LENGTH;

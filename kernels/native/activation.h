@@ -10,6 +10,7 @@
 #define RTD_ACT_ERF 3
 #define RTD_ACT_GELU 4
 #define RTD_ACT_GELU_TANH 5
+#define RTD_ACT_GELU_DIV 6    /* GELU with erf's argument x / float32(sqrt 2), as graphs that divide write it */
 int rtd_activation_f32(int op, const float *x, int64_t x_len, float *y, int64_t y_len);
 /* Softmax along the rows of x (rows, cols), into y (may be x): exp(x - row max) / its sum, the exp above's. */
 int rtd_softmax_f32(const float *x, int64_t x_len, float *y, int64_t y_len, int64_t rows, int64_t cols);

@@ -11,7 +11,7 @@ from rtd.errors import Code, RtdError
 from . import compiled
 
 FLOAT32 = np.dtype(np.float32)
-SIGMOID, TANH, EXP, ERF, GELU, GELU_TANH = range(6)   # activation.h's RTD_ACT_*
+SIGMOID, TANH, EXP, ERF, GELU, GELU_TANH, GELU_DIV = range(7)   # activation.h's RTD_ACT_*
 
 
 def _fits(x, out) -> bool:

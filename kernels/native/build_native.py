@@ -35,5 +35,5 @@ ffibuilder.cdef("\n".join((HERE / name).read_text() for name in HEADERS))   # cf
 # runs NumPy and says so), while scripts/setup.sh installs gcc and insists on the library.
 ffibuilder.set_source(MODULE, "".join(f'#include "{name}"\n' for name in HEADERS),
                       sources=[f"kernels/native/{name}" for name in SOURCES],
-                      depends=[f"kernels/native/{name}" for name in HEADERS + ["parallel.h", "gemm_core.h", "simd.h", "activation_block.h", "chain_links.h", "move.h"]], include_dirs=["kernels/native"],
+                      depends=[f"kernels/native/{name}" for name in HEADERS + ["parallel.h", "gemm_core.h", "simd.h", "activation_block.h", "chain_links.h", "move.h", "window.h"]], include_dirs=["kernels/native"],
                       extra_compile_args=_flags(), optional=True)

@@ -22,7 +22,8 @@
  * SiLU or HardSwish costs no pass of its own over memory), and writes each channel's 6 pixels into
  * y (NCHW).
  *
- * Threads share out the tiles (of every group) in contiguous ranges.
+ * Threads share out the tiles (of every group) in contiguous ranges. A 1x1 convolution over a one-pixel map
+ * is a dot product per output channel (dot_channels).
  *
  * The caller (conv.py) validates shapes and lengths once per geometry; the lengths are checked again
  * here so a wrong call fails with a status instead of touching memory out of bounds, and every read of
@@ -302,6 +303,55 @@ static void run_pointwise_groups(void *context, int64_t worker, int64_t first, i
     }
 }
 
+/* sum of a[i] * b[i] over k floats: two 8-float accumulators, their lanes added in a fixed tree, then the tail. */
+RTD_INLINE float dot(const float *a, const float *b, int64_t k)
+{
+    v8 s0 = {0}, s1 = {0};
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        s0 += load8(a + i) * load8(b + i);
+        s1 += load8(a + i + 8) * load8(b + i + 8);
+    }
+    for (; i + 8 <= k; i += 8) s0 += load8(a + i) * load8(b + i);
+    const v8 t = s0 + s1;
+    float s = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+    for (; i < k; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Output channels [first, last) of a 1x1 convolution over a one-pixel map (an SE block's squeeze and excite
+ * after its global pool): a dot product each, where the GEMM would spend its panel lanes on one pixel; then
+ * bias, ReLU and the fused chain, in blocks over the image's channels (contiguous in y: one pixel each). */
+RTD_CLONES static void dot_channels_clone(const struct call *a, int64_t first, int64_t last)
+{
+    const float *x = (const float *)a->x + a->image * a->c;
+    float *y = (float *)a->y + a->image * a->m;
+    for (int64_t ch = first; ch < last; ch++) {
+        float v = dot(a->w + ch * a->k, x + ch / a->mg * a->cg, a->k);
+        if (a->bias_len) v += a->bias_f[ch];
+        y[ch] = a->relu && v < 0.0f ? 0.0f : v;   /* NaN stays, as relu8 */
+    }
+    if (!a->n_links)
+        return;
+    float scalars[RTD_CONV_CHAIN_INPUTS][RTD_CHAIN_BLOCK];
+    for (int64_t k = 0; k < a->n_chain_inputs; k++)
+        if (a->chain_len[k] == 1)
+            for (int64_t i = 0; i < RTD_CHAIN_BLOCK; i++) scalars[k][i] = a->chain_inputs[k][0];
+    for (int64_t start = first; start < last; start += RTD_CHAIN_BLOCK) {
+        const int64_t count = last - start < RTD_CHAIN_BLOCK ? last - start : RTD_CHAIN_BLOCK;
+        const float *view[RTD_CONV_CHAIN_INPUTS];
+        for (int64_t k = 0; k < a->n_chain_inputs; k++)   /* the output itself, one value, or one per channel */
+            view[k] = a->chain_len[k] == 0 ? y + start : a->chain_len[k] == 1 ? scalars[k] : a->chain_inputs[k] + start;
+        rtd_chain_links(view, a->links, a->params, a->n_links, y + start, count);   /* element-wise: in place is safe */
+    }
+}
+
+static void dot_channels(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    dot_channels_clone(context, first, last);
+}
+
 /* Scratch floats: the padded image (none when direct). */
 static int64_t scratch_floats(int64_t c, int64_t hp, int64_t wq, int64_t sw, int direct)
 {
@@ -395,6 +445,10 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
     if (pointwise) {
         for (int64_t image = 0; image < n; image++) {
             a.image = image;
+            if (pixels == 1 && h * wd == 1) {
+                rtd_parallel_for(threads, m, dot_channels, &a);
+                continue;
+            }
             if (threads > 1 && group >= 2 * threads) {
                 rtd_parallel_for(threads, group, run_pointwise_groups, &a);
                 continue;

@@ -3,10 +3,13 @@
  * tails spend their few microseconds on.
  *
  * A pool computes each output row from the input rows its windows cover, clamping every window to the
- * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case.
+ * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case;
+ * the columns whose windows lie inside the width are taken tap by tap along the row, which vectorises.
  * A reduction adds row after row of r into the `inner` results (8 lanes at a time), so each output
- * element's sum has one order whatever the threads: NumPy's along a strided axis; along contiguous
- * elements (inner 1) NumPy sums pairwise, so emit.py leaves those sums to NumPy.
+ * element's sum has one order whatever the threads: NumPy's along a strided axis. A sum along contiguous
+ * elements (inner 1: GlobalAveragePool, a mean over the last axes) is pairwise in blocks of up to 256
+ * floats, each summed in 16 lanes (error growing with log r, as NumPy's pairwise sum, not with r); the
+ * op kernels' traced runs call this same sum (native/pool.py), so traced and planned runs agree.
  *
  * The caller (program.c) checks shapes once; the lengths are checked again here, so a wrong call fails
  * with a status instead of reading out of bounds.
@@ -187,10 +190,45 @@ RTD_INLINE float combine(int kind, float a, float v)
     return a + v;
 }
 
+#define PAIRWISE_BLOCK 256   /* floats summed straight in lanes before the halves are added pairwise */
+
+/* The sum of x[0..n): halves (a multiple of 16 floats first) added pairwise down to blocks of at most
+   PAIRWISE_BLOCK floats, each summed in two 8-float accumulators, their lanes added in a fixed tree, then the
+   tail in order. The same order in every target clone and on every thread. */
+RTD_INLINE float block_sum(const float *x, int64_t n)
+{
+    v8 a = {0}, b = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a += load8(x + i);
+        b += load8(x + i + 8);
+    }
+    const v8 t = a + b;
+    float s = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+RTD_CLONES static float pairwise_sum(const float *x, int64_t n)
+{
+    if (n <= PAIRWISE_BLOCK)
+        return block_sum(x, n);
+    int64_t half = n / 2;
+    half -= half % 16;
+    return pairwise_sum(x, half) + pairwise_sum(x + half, n - half);
+}
+
 /* Rows [first, last) of the outer axis. */
 RTD_CLONES static void reduce_rows_clone(const struct reduce *a, int64_t first, int64_t last)
 {
     const int kind = a->kind, summing = kind == RTD_REDUCE_SUM || kind == RTD_REDUCE_MEAN;
+    if (summing && a->inner == 1) {   /* along contiguous elements: pairwise */
+        for (int64_t o = first; o < last; o++) {
+            const float total = pairwise_sum(a->x + o * a->r, a->r);
+            a->y[o] = kind == RTD_REDUCE_MEAN ? total / (float)a->r : total;
+        }
+        return;
+    }
     for (int64_t o = first; o < last; o++) {
         const float *x = a->x + o * a->r * a->inner;
         float *y = a->y + o * a->inner;

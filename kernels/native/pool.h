@@ -3,7 +3,7 @@
    i * dh (i < kh), columns alike; the largest input value inside the image (a NaN wins, as np.maximum's).
    rtd_max_pool2d_8bit: the same over uint8 (x_type 1) or int8 (2) tensors, y of x's type.
    rtd_reduce_f32: x viewed as (outer, r, inner) -> y (outer, inner): the sum, mean, maximum or minimum
-   over r (NaN propagates through maximum and minimum). */
+   over r (NaN propagates through maximum and minimum); with inner 1, sums and means add pairwise. */
 #define RTD_REDUCE_SUM 0
 #define RTD_REDUCE_MEAN 1
 #define RTD_REDUCE_MAX 2

@@ -17,6 +17,8 @@ from onnx.helper import tensor_dtype_to_np_dtype
 
 from rtd.errors import Code, RtdError
 
+from ..constant import frozen
+
 _INTEGER_KINDS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32,
                                         ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
 _FLOAT8 = {np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
@@ -98,16 +100,6 @@ def span(dtype, zero_point) -> int:
         z = int(zero_point.reshape(()))
         return max(hi - z, z - lo)
     return max(hi - int(zero_point.min()), int(zero_point.max()) - lo)
-
-
-def frozen(x) -> bool:
-    """True when x's values cannot change: a read-only NumPy array all the way down to immutable bytes
-    (initializers parsed from the model) or to a read-only owner (kernels' shared constants)."""
-    while isinstance(x, np.ndarray):
-        if x.flags.writeable:
-            return False
-        x = x.base
-    return x is None or isinstance(x, bytes)
 
 
 class CentredWeight:

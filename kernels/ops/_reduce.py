@@ -6,8 +6,11 @@ optional int64 input) and derives the older `AxesFromAttribute` version from it,
 `reduce(x, axes, keepdims)` receives `axes` as a tuple of non-negative axes or None (all of them);
 the empty tuple (noop_with_empty_axes) reduces nothing but still applies the op's element map.
 """
+import math
+
 import numpy as np
 
+from ..native.pool import row_sums
 from ._axes import normalize_axes
 from .base import Kernel
 
@@ -37,10 +40,19 @@ class AxesFromAttribute(Kernel):
 def sum_over(xp, x, axes, keepdims):
     """x summed over `axes` in x's dtype (None: all).
 
-    NumPy's pairwise sum over a short last axis pays a loop set-up per row (4x slower than
-    einsum's straight SIMD loop at 128 wide). Rows up to EINSUM_MAX_ROW long take einsum, whose
+    Over trailing axes (contiguous elements) a non-empty float32 NumPy array takes the compiled pairwise sum
+    (native/pool.py), the one a native program's REDUCE runs, so traced and planned runs agree bit for bit.
+    Otherwise NumPy's pairwise sum over a short last axis pays a loop set-up per row (4x slower than
+    einsum's straight SIMD loop at 128 wide): rows up to EINSUM_MAX_ROW long take einsum, whose
     plain accumulation then errs at most EINSUM_MAX_ROW ulps (typically sqrt of that).
     """
+    if xp is np and x.dtype == np.float32 and x.size:
+        first = 0 if axes is None else min(axes, default=x.ndim)
+        if axes is None or (axes and sorted(axes) == list(range(first, x.ndim))):
+            total = row_sums(x.reshape(math.prod(x.shape[:first]), -1))
+            if total is not None:
+                shape = tuple(1 if keepdims and a >= first else n for a, n in enumerate(x.shape) if keepdims or a < first)
+                return total.reshape(shape)
     if (xp is np and axes == (x.ndim - 1,) and x.dtype in (np.float32, np.float64)
             and 0 < x.shape[-1] <= EINSUM_MAX_ROW):
         total = np.einsum("...i->...", x)

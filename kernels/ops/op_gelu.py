@@ -6,7 +6,7 @@ from rtd.errors import Code, RtdError
 
 import numpy as np
 
-from ..native.activation import ERF, GELU, GELU_TANH, activation
+from ..native.activation import ERF, GELU, GELU_DIV, GELU_TANH, activation
 from . import _erf
 from ._blocked import blockable, in_blocks
 from .base import Elementwise
@@ -33,16 +33,22 @@ class Gelu_20(Elementwise):
         return f"0.5 * in0 * (1 + erf(in0 {'/' if self.erf_scale_op == 'Div' else '*'} {self.erf_scale!r}))"
 
     def compute(self, x, out=None):
-        if self.xp is np and (self.approximate == "tanh" or self._compiled_scale()) \
-                and (y := activation(GELU_TANH if self.approximate == "tanh" else GELU, x, out)) is not None:
+        if self.xp is np and (op := self.compiled_op()) is not None and (y := activation(op, x, out)) is not None:
             return y
         if blockable(self.xp, x, out):
             return in_blocks(self._gelu, x, out)
         return self._gelu(x, out)
 
-    def _compiled_scale(self) -> bool:
-        """Whether erf's argument is scaled as activation.c's GELU scales it (x times float32 1/√2)."""
-        return self.erf_scale_op == "Mul" and np.float32(self.erf_scale) == np.float32(math.sqrt(0.5))
+    def compiled_op(self) -> int | None:
+        """activation.c's GELU that computes this one (the tanh form; erf's argument as x times float32 1/√2,
+        or x divided by float32 √2), or None where the graph scales it by another constant."""
+        if self.approximate == "tanh":
+            return GELU_TANH
+        if self.erf_scale_op == "Mul" and np.float32(self.erf_scale) == np.float32(math.sqrt(0.5)):
+            return GELU
+        if self.erf_scale_op == "Div" and np.float32(self.erf_scale) == np.float32(math.sqrt(2)):
+            return GELU_DIV
+        return None
 
     def _gelu(self, x, out):
         xp = self.xp

@@ -19,11 +19,11 @@ X64 = X.astype(np.float64)
 SQRT_2_OVER_PI = np.sqrt(2 / np.pi)
 with np.errstate(all="ignore"):
     EXACT = {act.EXP: np.exp(X64), act.SIGMOID: 1 / (1 + np.exp(-X64)), act.TANH: np.tanh(X64), act.ERF: special.erf(X64),
-             act.GELU: X64 * 0.5 * (1 + special.erf(X64 / np.sqrt(2))),
+             act.GELU: X64 * 0.5 * (1 + special.erf(X64 / np.sqrt(2))), act.GELU_DIV: X64 * 0.5 * (1 + special.erf(X64 / np.sqrt(2))),
              act.GELU_TANH: 0.5 * X64 * (1 + np.tanh(SQRT_2_OVER_PI * (X64 + 0.044715 * X64 ** 3)))}
 # (ulps, absolute): the bounds activation.h states
 BOUNDS = {act.EXP: (1, None), act.TANH: (1.5, None), act.ERF: (4.5, None), act.SIGMOID: (None, 1e-7),
-          act.GELU: (None, 6e-7), act.GELU_TANH: (None, 6e-7)}
+          act.GELU: (None, 6e-7), act.GELU_TANH: (None, 6e-7), act.GELU_DIV: (None, 6e-7)}
 
 
 @pytest.mark.parametrize("op", sorted(EXACT))
@@ -96,3 +96,14 @@ def test_softmax_rows_match_the_exact_softmax(cols):
     inplace = x.copy()
     assert act.softmax_rows(inplace, inplace) is inplace
     np.testing.assert_array_equal(inplace, got)
+
+
+def test_the_divided_gelu_rounds_erfs_argument_as_the_graphs_division():
+    """GELU_DIV's erf argument is x / float32 √2, as a Div-scaled exporter graph computes it, not x · 1/√2."""
+    x = X[np.isfinite(X)]
+    scaled = x / np.float32(np.sqrt(2))
+    assert not np.array_equal(scaled, x * np.float32(np.sqrt(0.5)))   # the two forms do differ in the last bit
+    gate = act.activation(act.ERF, scaled)
+    gate += 1
+    gate *= 0.5
+    np.testing.assert_array_equal(act.activation(act.GELU_DIV, x), x * gate)

@@ -2,6 +2,7 @@
 padded, phase-split copy, epilogue in one call): equal to an independent NumPy convolution over odd
 geometries, groups, strides, dilations and pads; bit-exact requantization (onnxruntime's rounding) for 8-bit inputs and outputs;
 refusals for what it does not take; lengths checked again at the C boundary."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -206,3 +207,22 @@ def test_a_fused_chain_gives_the_bits_of_the_chain_run_after(k, pads):
     assert program([plain, scale, shift], want) is want
     fused = conv(x, w, bias, relu=True, chain=(program, [None, scale, shift]))
     np.testing.assert_array_equal(fused, want)
+
+
+def test_a_one_pixel_map_is_dot_products_with_the_epilogue_and_chain():
+    """A 1x1 convolution over a 1x1 map (an SE block's squeeze and excite): a dot product per output channel,
+    then bias, ReLU and a fused chain (the output, a scalar, a per-channel input), for every group."""
+    rng = np.random.default_rng(9)
+    n, c, m, group = 2, 40, 24, 2
+    x = rng.standard_normal((n, c, 1, 1)).astype(np.float32)
+    w = rng.standard_normal((m, c // group, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    scale = rng.standard_normal((m, 1, 1)).astype(np.float32)
+    links = [(Node("Mul", "", [], [], {}), [0, 1]), (Node("Add", "", [], [], {}), [-1, 2])]   # y * 3 + scale
+    program = Program.build(links, 3, np.float32)
+    layout = native_conv.Conv2d(x.shape, w.shape, group, [1, 1], [1, 1], [1, 1], [0, 0], [0, 0], [1, 1])
+    y = layout(x, w, bias, relu=True, chain=(program, [None, np.array(3, np.float32), scale]))
+    sums = np.einsum("ngk,gmk->ngm", x.reshape(n, group, c // group).astype(np.float64),
+                     w.reshape(group, m // group, c // group).astype(np.float64)).reshape(n, m) + bias
+    want = np.maximum(sums, 0) * 3 + scale.reshape(m)
+    np.testing.assert_allclose(y.reshape(n, m), want, rtol=1e-5, atol=1e-5)

@@ -238,6 +238,7 @@ def test_numpy_padding_buffers_do_not_leak_between_interiors():
 
 FALLBACK = """
 import sys
+import time
 sys.modules["rtd.kernels.native._compiled"] = None   # as if rtd was built without a compiler: the import fails
 import numpy as np
 from rtd.kernels import compile_model, native
@@ -297,3 +298,20 @@ def test_threads_share_the_planes_and_change_no_bit():
     np.testing.assert_array_equal(results[1], results[2])
     np.testing.assert_allclose(results[1], numpy_depthwise(x, w, bias, [1, 1], [1, 1], [1, 1], [1, 1], [64, 64], True),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [3, 5])
+@pytest.mark.parametrize("size", [(9, 9), (12, 15), (40, 37)])
+def test_stride_two_reads_its_phases_and_gives_every_other_stride_one_output(k, size):
+    """At stride 2 the plane is split into its even and odd columns, each tap summed in the same order: every
+    output is bit for bit the stride-1 convolution's at (2 oy, 2 ox)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3) + size).astype(np.float32)
+    w = rng.standard_normal((3, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    for pad in range(k // 2 + 1):
+        one = [n + 2 * pad - k + 1 for n in size]
+        two = [(n - 1) // 2 + 1 for n in one]
+        dense = depthwise_conv2d(x, w, b, [1, 1], [1, 1], [pad, pad], [pad, pad], one, relu=True)
+        strided = depthwise_conv2d(x, w, b, [2, 2], [1, 1], [pad, pad], [pad, pad], two, relu=True)
+        np.testing.assert_array_equal(strided, dense[:, :, ::2, ::2])
