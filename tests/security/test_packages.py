@@ -864,7 +864,7 @@ def test_suite_covers_at_least_36_packages():
 
 def test_op_outside_the_executors_allow_list(kit):
     """The worker passes rtd.kernels' claimed ops; an op the executor lacks is refused up front."""
-    node = helper.make_node("StringNormalizer", ["s"], ["t"])
+    node = helper.make_node("ImageDecoder", ["s"], ["t"])
     source = kit.files(relu_model([node]), parse_model=False)
     with pytest.raises(RtdError) as refusal:
         kit.load(source, allowed_ops=set(supported()))
