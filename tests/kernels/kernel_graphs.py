@@ -21,6 +21,18 @@ def model(nodes, inputs, outputs, initializers=(), opset=17, functions=()) -> on
     return m
 
 
+def typed_model(nodes, inputs, outputs, initializers=(), opset=20, ir_version=10) -> bytes:
+    """The bytes of a model over tensors of any element type: inputs/outputs [(name, TensorProto type)],
+    shapes left open; initializers [(name, ndarray)]."""
+    def infos(values):
+        return [helper.make_tensor_value_info(n, t, None) for n, t in values]
+    graph = helper.make_graph(list(nodes), "g", infos(inputs), infos(outputs),
+                              [numpy_helper.from_array(v, n) for n, v in initializers])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir_version
+    return m.SerializeToString()
+
+
 def node(op, inputs, outputs, **attrs) -> onnx.NodeProto:
     return helper.make_node(op, inputs, outputs, **attrs)
 

@@ -6,21 +6,18 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
+
+from kernel_graphs import typed_model
 
 RNG = np.random.default_rng(5)
 
 
 def graph_model(nodes, inputs, outputs, opset, initializers=()) -> bytes:
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, None) for n, t in inputs],
-                              [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
-                              [numpy_helper.from_array(v, n) for n, v in initializers])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 13
-    return m.SerializeToString()
+    return typed_model(nodes, inputs, outputs, initializers, opset=opset, ir_version=13)
 
 
 def swiglu(a, b, alpha):

@@ -8,6 +8,8 @@ from onnx import TensorProto, helper
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
 
+from kernel_graphs import typed_model
+
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(3)
 
@@ -17,11 +19,7 @@ def loss_model(op, reduction, ignore_index, weighted, log_prob=False) -> bytes:
     outputs = ["loss", "log_prob"] if log_prob else ["loss"]
     node = helper.make_node(op, ["x", "t", "w"] if weighted else ["x", "t"], outputs, **attrs)
     inputs = [("x", F), ("t", I64)] + ([("w", F)] if weighted else [])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, None) for n, t in inputs],
-                              [helper.make_tensor_value_info(n, F, None) for n in outputs])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    return m.SerializeToString()
+    return typed_model([node], inputs, [(n, F) for n in outputs], opset=13, ir_version=8)
 
 
 @pytest.mark.parametrize("op", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])

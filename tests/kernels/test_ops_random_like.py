@@ -3,15 +3,14 @@ repeat a draw, the output types."""
 import numpy as np
 from onnx import TensorProto, helper
 
+
 from rtd.kernels import compile_model
+
+from kernel_graphs import typed_model
 
 
 def one_node(node, elem_in, elem_out) -> bytes:
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem_in, None)],
-                              [helper.make_tensor_value_info("y", elem_out, None)])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
-    m.ir_version = 10
-    return m.SerializeToString()
+    return typed_model([node], [("x", elem_in)], [("y", elem_out)], opset=22)
 
 
 def test_bernoulli_draws_one_with_probability_p():

@@ -3,22 +3,19 @@ front-ends and transforms at odd lengths against onnxruntime; refusals by their 
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
+
+from kernel_graphs import typed_model
 
 F, D, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
 RNG = np.random.default_rng(7)
 
 
 def model(nodes, inputs, outputs, initializers=(), opset=20) -> bytes:
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, None) for n, t in inputs],
-                              [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
-                              [numpy_helper.from_array(v, n) for n, v in initializers])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10
-    return m.SerializeToString()
+    return typed_model(nodes, inputs, outputs, initializers, opset=opset)
 
 
 def agree(data: bytes, feeds: dict, rtol=1e-4, atol=1e-4):

@@ -9,16 +9,14 @@ from onnx import TensorProto, helper
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
 
+from kernel_graphs import typed_model
+
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(9)
 
 
 def one_node(node, inputs, outputs, opset=27) -> bytes:
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, None) for n, t in inputs],
-                              [helper.make_tensor_value_info(n, t, None) for n, t in outputs])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 13
-    return m.SerializeToString()
+    return typed_model([node], inputs, outputs, opset=opset, ir_version=13)
 
 
 @pytest.mark.parametrize("activation", ["none", "silu"])

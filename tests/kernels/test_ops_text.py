@@ -11,16 +11,14 @@ from onnx import TensorProto, helper
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
 
+from kernel_graphs import typed_model
+
 S, B, F, I64, I32 = TensorProto.STRING, TensorProto.BOOL, TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
 RNG = np.random.default_rng(11)
 
 
 def one_node(node, inputs, outputs, opset=20) -> bytes:
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, None) for n, t in inputs],
-                              [helper.make_tensor_value_info(n, t, None) for n, t in outputs])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10
-    return m.SerializeToString()
+    return typed_model([node], inputs, outputs, opset=opset)
 
 
 def agree(data: bytes, feeds: dict) -> list:
