@@ -10,28 +10,16 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 
-from .base import Kernel
+from .base import HostKernel
 
 ML_DOMAIN = "ai.onnx.ml"
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")  # TreeEnsemble-5 numbers them in this order
 
 
-class MlKernel(Kernel):
-    """An ai.onnx.ml op, computed by `compute` in NumPy on the host (these ops are small, and
-    string tensors exist only there); `refuse` names the op and attribute of a model rtd cannot run."""
+class MlKernel(HostKernel):
+    """An ai.onnx.ml op, computed by `compute` in NumPy on the host."""
 
     domain = ML_DOMAIN
-    on_device = False
-    shareable = True   # compute() reads only what setup() made
-
-    def compute(self, *inputs) -> tuple:
-        raise NotImplementedError
-
-    def run(self, *inputs):
-        results = self.compute(*(self.host(x) for x in inputs))
-        if self.xp is np:
-            return results
-        return tuple(v if v.dtype == object else self.xp.asarray(v) for v in results)
 
     def choice(self, name: str, choices) -> None:
         if getattr(self, name) not in choices:

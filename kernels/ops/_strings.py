@@ -9,25 +9,13 @@ import numpy as np
 
 from rtd.errors import Code
 
-from .base import Kernel
+from .base import HostKernel
 
 TEXT = np.dtypes.StringDType()
 
 
-class StringKernel(Kernel):
-    """An op over string tensors: `compute` runs in NumPy on the host whatever the backend."""
-
-    on_device = False
-    shareable = True   # compute() reads only what setup() made
-
-    def compute(self, *inputs) -> tuple:
-        raise NotImplementedError
-
-    def run(self, *inputs):
-        results = self.compute(*(self.host(x) for x in inputs))
-        if self.xp is np:
-            return results
-        return tuple(v if v.dtype == object else self.xp.asarray(v) for v in results)
+class StringKernel(HostKernel):
+    """An op over string tensors, computed in NumPy on the host."""
 
     def strings(self, x: np.ndarray) -> np.ndarray:
         """A string tensor as StringDType; a numeric tensor or text that is not UTF-8 is a bad input."""

@@ -64,6 +64,23 @@ class Kernel:
         return np.asarray(x) if self.xp is np else self.xp.asnumpy(x)
 
 
+class HostKernel(Kernel):
+    """An op whose `compute` runs in NumPy on the host whatever the backend (the ML ops, string ops: small,
+    and string tensors exist only there); results other than strings go back to the device."""
+
+    on_device = False
+    shareable = True   # compute() reads only what setup() made
+
+    def compute(self, *inputs) -> tuple:
+        raise NotImplementedError
+
+    def run(self, *inputs):
+        results = self.compute(*(self.host(x) for x in inputs))
+        if self.xp is np:
+            return results
+        return tuple(v if v.dtype == object else self.xp.asarray(v) for v in results)
+
+
 class Elementwise(Kernel):
     """An op computed element by element under broadcasting; the fuser chains these in place.
 
