@@ -14,8 +14,8 @@ import onnx
 from onnx import numpy_helper
 
 from rtd.errors import Code, RtdError
-from . import number_runs
 
+from . import number_runs
 from .constant import read_only
 
 RTD_DOMAIN = "rtd"  # fused kernels made by the passes; never in a model
