@@ -125,7 +125,9 @@ def conv(xp, x, w, bias, group, kernel_shape, strides, dilations, pads, auto_pad
     if layout.compiled is not None:   # it also centres 8-bit inputs and may requantize
         in_pass = chain[:2] if chain is not None and chain[0] is not None and nd == 2 else None   # the chain on its tiles
         row = (lambda a: a) if nd == 2 else (lambda a: a.reshape(a.shape[:2] + (1,) + a.shape[2:]))
-        y = layout.compiled(row(x), row(w), bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
+        # a strided view (a transposed input) is copied once: the compiled pass reads only contiguous
+        # inputs, and the NumPy im2col it would fall back to costs k*k times that copy in memory
+        y = layout.compiled(row(np.ascontiguousarray(x)), row(w), bias if requantize is not None or bias is None else bias.astype(acc_dtype, copy=False),
                             relu, 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0]), requantize,
                             w_source if frozen(w_source) else None, in_pass)
         if y is not None:

@@ -226,3 +226,20 @@ def test_a_one_pixel_map_is_dot_products_with_the_epilogue_and_chain():
                      w.reshape(group, m // group, c // group).astype(np.float64)).reshape(n, m) + bias
     want = np.maximum(sums, 0) * 3 + scale.reshape(m)
     np.testing.assert_allclose(y.reshape(n, m), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_strided_input_takes_the_compiled_pass_not_a_numpy_im2col():
+    """A transposed (NHWC → NCHW) input is not contiguous: the Conv copies it once for the compiled pass.
+    The NumPy fallback would build an im2col buffer k·k times the input (basic_pitch's 3×39 conv: 170 MB)."""
+    from rtd.kernels.ops import _conv
+    from rtd.kernels.ops._window import per_thread
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 20, 30, 8), dtype=np.float32).transpose(0, 3, 1, 2)   # a view, as a Transpose leaves it
+    w = rng.standard_normal((8, 8, 3, 9), dtype=np.float32)
+    pads = [1, 4, 1, 4]
+    y = _conv.conv(np, x, w, None, 1, [3, 9], [1, 1], [1, 1], pads, "NOTSET")
+    out_shape, begin, end = geometry(x.shape[2:], [3, 9], [1, 1], [1, 1], pads)
+    np.testing.assert_allclose(y, numpy_conv(x, w, 1, [1, 1], [1, 1], begin, end, out_shape), rtol=1e-4, atol=1e-4)
+    key = ("conv-layout", x.shape, np.dtype(np.float32), w.shape, 1, (3, 9), (1, 1), (1, 1), tuple(pads), "NOTSET", "numpy")
+    layout = per_thread(key, lambda: None)
+    assert layout.compiled is not None and layout.cols is None   # the NumPy plan's buffers were never made
