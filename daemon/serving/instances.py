@@ -64,7 +64,8 @@ class Instance:
         self.device = "cpu"                   # "cuda" once started for a tenant that names GPUs
         self.ended = asyncio.Event()          # set once the ending is known (classified)
         self.queue: collections.deque = collections.deque()   # requests sent and not answered, in order
-        self.watchdog = None                  # the hang timer of the request at the head of the queue
+        self.watchdog = None                  # the hang timer: at most one, checking the head of the queue
+        self.head_since = 0.0                 # time.monotonic() when the request at the head became it
         self.loaded: dict = {}                # the worker's LOAD answer
 
     @property
@@ -139,12 +140,22 @@ class Instance:
         return future
 
     def _watch(self, request_timeout: float) -> None:
-        """(Re)arm the watchdog for the request the worker is on now, if any."""
-        if self.watchdog is not None:
-            self.watchdog.cancel()
-            self.watchdog = None
-        if self.queue and self.ending is None:
-            self.watchdog = asyncio.get_running_loop().call_later(request_timeout, self._hung, request_timeout)
+        """The request at the head of the queue changed: it is timed from now. The timer is
+        lazy — armed once, re-armed from `_check` for what is left — so a request costs no
+        timer of its own."""
+        self.head_since = time.monotonic()
+        if self.watchdog is None and self.queue and self.ending is None:
+            self.watchdog = asyncio.get_running_loop().call_later(request_timeout, self._check, request_timeout)
+
+    def _check(self, request_timeout: float) -> None:
+        self.watchdog = None
+        if not self.queue or self.ending is not None:
+            return
+        waited = time.monotonic() - self.head_since
+        if waited >= request_timeout:
+            self._hung(request_timeout)
+        else:
+            self.watchdog = asyncio.get_running_loop().call_later(request_timeout - waited, self._check, request_timeout)
 
     def _hung(self, after: float) -> None:
         if self.ending is None:

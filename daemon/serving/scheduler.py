@@ -15,6 +15,7 @@ decode/run/encode times; anything else is E_WORKER_PROTOCOL and ends that instan
 """
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import math
 import time
@@ -27,6 +28,7 @@ from rtd.daemon.serving.channel import Lost
 from rtd.errors import Code, RtdError
 
 MAX_DETAIL = 500
+NO_DEADLINE = contextlib.nullcontext()   # reusable: a request without a deadline arms no timer
 
 
 @dataclasses.dataclass
@@ -147,7 +149,8 @@ class Scheduler:
         self.forming: list = []                  # taken from the queue into the frame being gathered
         self.arrived = asyncio.Event()
         self.closed = False
-        self.task = asyncio.get_running_loop().create_task(self._gather()) if delay_s is not None else None
+        self.loop = asyncio.get_running_loop()   # once: asking asyncio for it is a getpid() system call
+        self.task = self.loop.create_task(self._gather()) if delay_s is not None else None
 
     async def submit(self, request: InferRequest, timing: Timing) -> Answer:
         """The request's answer, or its refusal; waiting ends at its deadline."""
@@ -156,11 +159,11 @@ class Scheduler:
         if self.max_batch > 0 and request.rows is not None and not 0 < request.rows <= self.max_batch:
             raise RtdError(Code.E_INPUT_INVALID, f"{self.name} batches along dim 0: the inputs' first dims must agree "
                                                  f"and be 1..{self.max_batch}")
-        pending = _Pending(request, timing, asyncio.get_running_loop().create_future())
+        pending = _Pending(request, timing, self.loop.create_future())
         wait = None if request.deadline == math.inf else max(0.0, request.deadline - time.monotonic())
         try:
             if self.task is None:   # no batching: the caller's own task takes its request to the worker and back
-                async with asyncio.timeout(wait):
+                async with NO_DEADLINE if wait is None else asyncio.timeout(wait):
                     await self._execute([pending])
                 return pending.future.result()
             self.queue.append(pending)
@@ -213,7 +216,7 @@ class Scheduler:
             self.forming, now = [], time.monotonic()
             batch = [p for p in batch if p.request.deadline > now and not p.future.done()]
             if batch:
-                asyncio.get_running_loop().create_task(self._execute(batch))
+                self.loop.create_task(self._execute(batch))
 
     # -- execution -----------------------------------------------------------------------------
     async def _execute(self, batch: list) -> None:
@@ -221,7 +224,10 @@ class Scheduler:
         deadline = max(p.request.deadline for p in batch)
         queued_until = min(deadline, time.monotonic() + self.limits.request_timeout_s)
         try:
-            async with asyncio.timeout(max(0.0, queued_until - time.monotonic())):
+            if self.slots.locked():   # a free slot is taken at once: no timer to arm and cancel
+                async with asyncio.timeout(max(0.0, queued_until - time.monotonic())):
+                    await self.slots.acquire()
+            else:
                 await self.slots.acquire()
         except TimeoutError:
             for p in batch:
