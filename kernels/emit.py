@@ -139,15 +139,15 @@ def _affine(index: np.ndarray):
     if index.size == 0:
         return 0, [0] * index.ndim
     origin = int(index.reshape(-1)[0])
-    strides, grid = [], np.full((1,) * index.ndim, origin, np.int64)
+    strides = []
     for axis, n in enumerate(index.shape):
         unit = [0] * index.ndim
-        if n > 1:
-            unit[axis] = 1
-            stride = int(index[tuple(unit)]) - origin
-        else:
-            stride = 0
-        strides.append(stride)
+        unit[axis] = 1 if n > 1 else 0
+        strides.append(int(index[tuple(unit)]) - origin if n > 1 else 0)
+    if int(index.reshape(-1)[-1]) != origin + sum((n - 1) * s for n, s in zip(index.shape, strides)):
+        return None   # the last element already disagrees: no full comparison (a probe can be millions)
+    grid = np.full((1,) * index.ndim, origin, np.int64)
+    for axis, (n, stride) in enumerate(zip(index.shape, strides)):
         shape = [1] * index.ndim
         shape[axis] = n
         grid = grid + (np.arange(n, dtype=np.int64) * stride).reshape(shape)
@@ -242,14 +242,17 @@ def _part(step: Step, out: str, name: str, index: np.ndarray, inside: np.ndarray
     input), or (name, offset) when the output is a view of the input."""
     size = dtype.itemsize
     index, inside = index.reshape(index.shape or (1,)), inside.reshape(inside.shape or (1,))   # a scalar as one element
-    where = np.nonzero(inside)
-    lo = [int(w.min()) for w in where]
-    hi = [int(w.max()) + 1 for w in where]
+    if whole:   # one input and no fill: every output element is inside
+        lo, hi = [0] * index.ndim, list(index.shape)
+    else:   # the box around `inside`, one axis at a time (np.nonzero would list every element's coordinates)
+        axes = [np.flatnonzero(inside.any(axis=tuple(a for a in range(index.ndim) if a != axis)))
+                for axis in range(index.ndim)]
+        lo, hi = [int(a[0]) for a in axes], [int(a[-1]) + 1 for a in axes]
     box = tuple(slice(a, b) for a, b in zip(lo, hi))
     sub = index[box]
     out_strides = _contiguous_strides(index.shape)
     dst_origin = sum(a * s for a, s in zip(lo, out_strides))
-    if int(inside[box].sum()) == sub.size and (affine := _affine(sub)) is not None:
+    if (whole or inside[box].all()) and (affine := _affine(sub)) is not None:
         origin, strides = affine
         if whole and sub.shape == index.shape and [s for s, n in zip(strides, sub.shape) if n > 1] == \
                 [s for s, n in zip(out_strides, sub.shape) if n > 1]:
