@@ -1,4 +1,6 @@
-"""ConvTranspose: the gradient of Conv, computed as one GEMM (W^T @ X) then a col2im scatter-add per tap."""
+"""ConvTranspose: the gradient of Conv, computed as one GEMM (W^T @ X) then a col2im scatter-add per tap;
+where the taps cannot overlap (kernel = stride, no dilation, padding or extra output: a detector head's 2x
+upsampling) the GEMM's columns are each output pixel's value already, placed by one transposing copy."""
 import numpy as np
 
 from .base import Kernel
@@ -41,6 +43,14 @@ class ConvTranspose_1(Kernel):
         kk = int(np.prod(kernel))
         cols = xp.matmul(w.reshape(g, c // g, mg * kk).transpose(0, 2, 1), x.reshape(n, g, c // g, pixels))
         cols = cols.reshape((n, g * mg) + tuple(kernel) + tuple(spatial))
+        if kernel == strides and all(d == 1 for d in dilations) and not any(begin) \
+                and out == full == [i * s for i, s in zip(spatial, strides)]:
+            # (n, M, k1..kd, i1..id) -> (n, M, i1, k1, ..., id, kd): output row i*k + t is tap t of input row i
+            order = (0, 1) + tuple(j for axis in range(nd) for j in (2 + nd + axis, 2 + axis))
+            y = cols.transpose(order).reshape((n, g * mg) + tuple(out))   # a copy: the view is not contiguous
+            if b is not None:
+                y += b.reshape((1, -1) + (1,) * nd)
+            return (y,)
         size = [max(f, bg + o) for f, bg, o in zip(full, begin, out)]
         y = xp.zeros((n, g * mg) + tuple(size), x.dtype)
         for offset in np.ndindex(*kernel):
