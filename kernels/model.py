@@ -105,7 +105,7 @@ class CompiledModel:
         self.optimize, self.profile, self.max_plans = optimize, profile, max_plans
         self.disable = set(disable_passes)
         if not optimize:
-            self.disable |= {name for name, _ in PASSES} | {"fold_signature", "fuse_chains", "fuse_conv_chains"}
+            self.disable |= {name for name, _ in PASSES} | {"fold_signature", "batch_sibling_products", "fuse_chains", "fuse_conv_chains"}
         self.graph = lower(graph, self.disable)
         self.runner = GraphRunner(self.graph, self.xp)  # builds every kernel: refusals happen now
         self._plans: collections.OrderedDict = collections.OrderedDict()

@@ -16,6 +16,7 @@ from .qdq import fuse_qdq
 from .patterns import (fold_conv_batchnorm, fuse_attention, fuse_conv_activation, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax,
                        square_pows)
 from .shapes import static_shapes
+from .siblings import batch_sibling_products
 from .simplify import eliminate_dead, eliminate_identity
 
 PASSES = (
@@ -74,6 +75,9 @@ def lower_signature(graph: Graph, trace: dict, disable=(), xp=np) -> tuple:
             graph = eliminate_dead(fold_signature(graph, trace))
             check(graph, outer=set())
     shapes = {name: (tuple(v.shape), v.dtype) for name, v in trace.items() if hasattr(v, "shape") and hasattr(v, "dtype")}
+    if "batch_sibling_products" not in disable:
+        graph = batch_sibling_products(graph, shapes)
+        check(graph, outer=set())
     static = static_shapes(graph, set(graph.constants))
     if "square_pows" not in disable:
         graph = square_pows(graph, shapes)
