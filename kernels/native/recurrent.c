@@ -13,6 +13,11 @@
  * accurate to about 1e-7 (relative accuracy is lost only for |x| below that). A traced and a
  * planned run both take this kernel, so they agree with each other bit for bit.
  * A bidirectional layer's two directions are independent: with two threads each runs on its own.
+ * DynamicQuantizeLSTM (rtd_lstm_q8_f32) runs the same loop and update with its own product: h quantized
+ * to 8 bits, then exact integer sums against int8 R. Those sums are written as plain int8 x int16 dot
+ * products, which GCC vectorises as sign extension plus VPMADDWD (16 products per instruction, pairs
+ * summed in int32, so nothing saturates, unlike onnxruntime's VPMADDUBSW); R stays 1 byte a weight, a
+ * quarter of float32's traffic, which is what a step of a large R costs once it no longer fits in cache.
  *
  * The caller (recurrent.py, emit.py) validates shapes; the lengths are checked again here so a wrong
  * call fails with a status instead of touching memory out of bounds.
@@ -152,6 +157,67 @@ CLONES static void update(const float *restrict gates, const float *restrict x_t
     }
 }
 
+/* h (hidden, batch) quantized per tensor as recurrent.h says, into q (batch, hidden), each column's values
+   contiguous for the dot products; returns the scale. The arithmetic is the NumPy kernel's, in float32,
+   so both quantize h to the same integers. A NaN in h is left out of the range and quantizes to -zero. */
+CLONES static float quantize_state(const float *restrict h, int64_t hidden, int64_t batch, int16_t *restrict q)
+{
+    float low = 0.0f, high = 0.0f;
+    for (int64_t j = 0; j < hidden * batch; j++) {
+        low = h[j] < low ? h[j] : low;
+        high = h[j] > high ? h[j] : high;
+    }
+    const float scale = low == high ? 1.0f : (high - low) / 255.0f;
+    float zero = -(low / scale);
+    zero = rintf(zero > 0.0f ? (zero < 255.0f ? zero : 255.0f) : 0.0f);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t k = 0; k < hidden; k++) {
+            float v = rintf(h[k * batch + b] / scale) + zero;
+            v = v > 0.0f ? (v < 255.0f ? v : 255.0f) : 0.0f;   /* in float first: no out-of-range conversion */
+            q[b * hidden + k] = (int16_t)(v - zero);
+        }
+    return scale;
+}
+
+/* out[j * batch] = float32(sum_k r[j, k] * q[k]) * (scale * r_scale[j]) for the rows j of r (rows, hidden), the
+   sums exact in int32. Four rows per pass share each load of q. */
+CLONES static void quantized_rows(const int8_t *restrict r, int64_t rows, int64_t hidden, const int16_t *restrict q,
+                                  float scale, const float *restrict r_scale, float *restrict out, int64_t batch)
+{
+    int64_t j = 0;
+    for (; j + 4 <= rows; j += 4) {
+        const int8_t *r0 = r + j * hidden, *r1 = r0 + hidden, *r2 = r1 + hidden, *r3 = r2 + hidden;
+        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int64_t k = 0; k < hidden; k++) {
+            const int16_t v = q[k];
+            s0 += r0[k] * v;
+            s1 += r1[k] * v;
+            s2 += r2[k] * v;
+            s3 += r3[k] * v;
+        }
+        out[j * batch] = (float)s0 * (scale * r_scale[j]);
+        out[(j + 1) * batch] = (float)s1 * (scale * r_scale[j + 1]);
+        out[(j + 2) * batch] = (float)s2 * (scale * r_scale[j + 2]);
+        out[(j + 3) * batch] = (float)s3 * (scale * r_scale[j + 3]);
+    }
+    for (; j < rows; j++) {
+        const int8_t *r0 = r + j * hidden;
+        int32_t s0 = 0;
+        for (int64_t k = 0; k < hidden; k++)
+            s0 += r0[k] * q[k];
+        out[j * batch] = (float)s0 * (scale * r_scale[j]);
+    }
+}
+
+/* gates (rows, batch) = R^T (rows, hidden) int8 @ h quantized, scaled back per row. */
+static void quantized_product(const int8_t *r, const float *r_scale, int64_t rows, int64_t hidden, const float *h,
+                              int64_t batch, int16_t *q, float *gates)
+{
+    const float scale = quantize_state(h, hidden, batch, q);
+    for (int64_t b = 0; b < batch; b++)
+        quantized_rows(r, rows, hidden, q + b * hidden, scale, r_scale, gates + b, batch);
+}
+
 /* One GRU step's gates (zrh) into the new state: hr holds R @ h (3H rows) or, without
  * linear_before_reset, R_zr @ h (2H rows) with the candidate's product done by the caller. */
 CLONES static void gru_gates(const float *restrict hr, const float *restrict x_t, float *restrict zr, int64_t nb2)
@@ -175,17 +241,23 @@ struct recurrence {
     float *h, *c, *y, *scratch;
     int64_t seq, dirs, hidden, batch, r_len, scratch_len;
     int linear_before_reset;
+    const int8_t *r8;   /* DynamicQuantizeLSTM: R^T's int8 rows (r_len per direction) instead of r, */
+    const float *r_scale;   /* their scales (4H per direction) */
+    int16_t *quantized;   /* and h quantized (H * batch per direction) */
 };
 
 static void lstm_direction(const struct recurrence *a, int64_t d)
 {
     const int64_t nb = a->hidden * a->batch, g = 4 * a->hidden, gb = g * a->batch;
-    const float *r = a->r + d * a->r_len;
     float *h = a->h + d * nb, *c = a->c + d * nb, *gates = a->scratch + d * a->scratch_len;
     for (int64_t t = 0; t < a->seq; t++) {
         const float *h_prev = t == 0 ? h : a->y + ((t - 1) * a->dirs + d) * nb;
         float *y_t = a->y + (t * a->dirs + d) * nb;
-        recurrent_product(r, g, a->hidden, h_prev, a->batch, gates);
+        if (a->r8 != NULL)
+            quantized_product(a->r8 + d * a->r_len, a->r_scale + d * g, g, a->hidden, h_prev, a->batch,
+                              a->quantized + d * nb, gates);
+        else
+            recurrent_product(a->r + d * a->r_len, g, a->hidden, h_prev, a->batch, gates);
         update(gates, a->xw + (t * a->dirs + d) * gb, c, y_t, nb);
     }
     memcpy(h, a->y + ((a->seq - 1) * a->dirs + d) * nb, (size_t)nb * sizeof(float));
@@ -240,6 +312,24 @@ int rtd_lstm_f32(const float *xw, int64_t xw_len, const float *r, int64_t r_len,
         return RTD_NATIVE_E_LENGTH;
     const struct recurrence a = {.xw = xw, .r = r, .h = h, .c = c, .y = y, .scratch = gates, .seq = seq, .dirs = dirs,
                                  .hidden = hidden, .batch = batch, .r_len = packed, .scratch_len = g * batch};
+    rtd_parallel_for(rtd_threads(), dirs, run_lstm, (void *)&a);
+    return 0;
+}
+
+int rtd_lstm_q8_f32(const float *xw, int64_t xw_len, const int8_t *r, int64_t r_len, const float *r_scale, int64_t r_scale_len,
+                    float *h, float *c, int64_t state_len, float *y, int64_t y_len, float *gates, int64_t gates_len,
+                    int16_t *quantized, int64_t quantized_len, int64_t seq, int64_t dirs, int64_t hidden, int64_t batch)
+{
+    /* |q| <= 255 and |r| <= 128: hidden products of at most 32,640 stay within int32 up to 65,536 of them */
+    if (seq < 1 || dirs < 1 || dirs > 2 || hidden < 1 || hidden > 65536 || batch < 1)
+        return RTD_NATIVE_E_ARGUMENT;
+    const int64_t nb = hidden * batch, g = 4 * hidden;
+    if (r_len != dirs * g * hidden || r_scale_len != dirs * g || state_len != dirs * nb || gates_len != dirs * g * batch
+        || quantized_len != dirs * nb || xw_len != seq * dirs * g * batch || y_len != seq * dirs * nb)
+        return RTD_NATIVE_E_LENGTH;
+    const struct recurrence a = {.xw = xw, .h = h, .c = c, .y = y, .scratch = gates, .seq = seq, .dirs = dirs, .hidden = hidden,
+                                 .batch = batch, .r_len = g * hidden, .scratch_len = g * batch, .r8 = r, .r_scale = r_scale,
+                                 .quantized = quantized};
     rtd_parallel_for(rtd_threads(), dirs, run_lstm, (void *)&a);
     return 0;
 }
