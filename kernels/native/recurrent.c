@@ -7,11 +7,11 @@
  * panel read once per step as contiguous runs; with 1 or 2 columns two panels run side by side so
  * that 8 accumulation chains keep both FMA units busy. Each output is one sum in k order whatever the
  * threads, so a direction's results do not depend on how directions are shared out.
- * The activations are computed from one branch-free exp (Cody-Waite reduction, Cephes' degree-6
- * polynomial, about 2 ulp) that the compiler vectorises: libm's scalar expf and tanhf cost more
- * than the recurrent GEMM at a streaming model's sizes. tanh(x) = 2 sigmoid(2x) - 1 is absolute-
- * accurate to about 1e-7 (relative accuracy is lost only for |x| below that). A traced and a
- * planned run both take this kernel, so they agree with each other bit for bit.
+ * The gates' activations are the Sigmoid and Tanh ops' own 8-float code (activation_block.h), 8 cells
+ * at a time, the tail through the same code: libm's scalar expf and tanhf cost more than the recurrent
+ * GEMM at a streaming model's sizes, and scalar code the compiler could not vectorise (its clamps are
+ * branches under -ftrapping-math) cost as much as the product. A traced and a planned run both take
+ * this kernel, so they agree with each other bit for bit.
  * A bidirectional layer's two directions are independent: with two threads each runs on its own.
  * DynamicQuantizeLSTM (rtd_lstm_q8_f32) runs the same loop and update with its own product: h quantized
  * to 8 bits, then exact integer sums against int8 R. Those sums are written as plain int8 x int16 dot
@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "activation_block.h"
 #include "depthwise.h"
 #include "recurrent.h"
 #include "parallel.h"
@@ -121,39 +122,38 @@ CLONES static void recurrent_product(const float *packed, int64_t rows, int64_t 
     }
 }
 
-static inline float exp_approx(float x)
+/* One cell's new state from its four gates' sums (iofc): c = f * c + i * c~, and h returned. */
+INLINE v8 lstm_cell8(v8 i, v8 o, v8 f, v8 candidate, v8 *c)
 {
-    x = x > 88.0f ? 88.0f : x;   /* 2^n stays a normal float */
-    x = x < -87.0f ? -87.0f : x;
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round to nearest: 1.5 * 2^23 */
-    const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    *c = sigmoid8(f) * *c + sigmoid8(i) * tanh8(candidate);
+    return sigmoid8(o) * tanh8(*c);
 }
-
-static inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
-static inline float tanh_approx(float x) { return 2.0f / (1.0f + exp_approx(-2.0f * x)) - 1.0f; }
 
 /* One step's gates (iofc, each nb long, plus the projected inputs) into the cell and output. */
 CLONES static void update(const float *restrict gates, const float *restrict x_t, float *restrict c,
                           float *restrict y_t, int64_t nb)
 {
-    for (int64_t j = 0; j < nb; j++) {
-        const float i = sigmoid(gates[j] + x_t[j]), o = sigmoid(gates[nb + j] + x_t[nb + j]);
-        const float f = sigmoid(gates[2 * nb + j] + x_t[2 * nb + j]);
-        const float candidate = tanh_approx(gates[3 * nb + j] + x_t[3 * nb + j]);
-        const float cell = f * c[j] + i * candidate;
-        c[j] = cell;
-        y_t[j] = o * tanh_approx(cell);
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8) {
+        v8 cell = load8(c + j);
+        const v8 h = lstm_cell8(load8(gates + j) + load8(x_t + j), load8(gates + nb + j) + load8(x_t + nb + j),
+                                load8(gates + 2 * nb + j) + load8(x_t + 2 * nb + j),
+                                load8(gates + 3 * nb + j) + load8(x_t + 3 * nb + j), &cell);
+        store8(c + j, cell);
+        store8(y_t + j, h);
+    }
+    if (j < nb) {   /* the last cells padded to 8 */
+        const int64_t n = nb - j;
+        float v[6][8] = {{0}};   /* the four gates' sums, c, h */
+        for (int g = 0; g < 4; g++)
+            for (int64_t l = 0; l < n; l++)
+                v[g][l] = gates[g * nb + j + l] + x_t[g * nb + j + l];
+        memcpy(v[4], c + j, (size_t)n * sizeof(float));
+        v8 cell = load8(v[4]);
+        store8(v[5], lstm_cell8(load8(v[0]), load8(v[1]), load8(v[2]), load8(v[3]), &cell));
+        store8(v[4], cell);
+        memcpy(c + j, v[4], (size_t)n * sizeof(float));
+        memcpy(y_t + j, v[5], (size_t)n * sizeof(float));
     }
 }
 
@@ -222,16 +222,40 @@ static void quantized_product(const int8_t *r, const float *r_scale, int64_t row
  * linear_before_reset, R_zr @ h (2H rows) with the candidate's product done by the caller. */
 CLONES static void gru_gates(const float *restrict hr, const float *restrict x_t, float *restrict zr, int64_t nb2)
 {
-    for (int64_t j = 0; j < nb2; j++)
-        zr[j] = sigmoid(hr[j] + x_t[j]);
+    int64_t j = 0;
+    for (; j + 8 <= nb2; j += 8)
+        store8(zr + j, sigmoid8(load8(hr + j) + load8(x_t + j)));
+    if (j < nb2) {   /* the last ones padded to 8 */
+        float v[8] = {0};
+        for (int64_t l = 0; l < nb2 - j; l++)
+            v[l] = hr[j + l] + x_t[j + l];
+        store8(v, sigmoid8(load8(v)));
+        memcpy(zr + j, v, (size_t)(nb2 - j) * sizeof(float));
+    }
+}
+
+INLINE v8 gru_cell8(v8 candidate_sum, v8 z, v8 h)
+{
+    const v8 candidate = tanh8(candidate_sum);
+    return candidate + z * (h - candidate);
 }
 
 CLONES static void gru_update(const float *restrict candidate_sum, const float *restrict x_t, const float *restrict z,
                               const float *restrict h, float *restrict y_t, int64_t nb)
 {
-    for (int64_t j = 0; j < nb; j++) {
-        const float candidate = tanh_approx(candidate_sum[j] + x_t[j]);
-        y_t[j] = candidate + z[j] * (h[j] - candidate);
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8)
+        store8(y_t + j, gru_cell8(load8(candidate_sum + j) + load8(x_t + j), load8(z + j), load8(h + j)));
+    if (j < nb) {   /* the last cells padded to 8 */
+        const int64_t n = nb - j;
+        float v[4][8] = {{0}};   /* the candidate's sum, z, h, the new h */
+        for (int64_t l = 0; l < n; l++) {
+            v[0][l] = candidate_sum[j + l] + x_t[j + l];
+            v[1][l] = z[j + l];
+            v[2][l] = h[j + l];
+        }
+        store8(v[3], gru_cell8(load8(v[0]), load8(v[1]), load8(v[2])));
+        memcpy(y_t + j, v[3], (size_t)n * sizeof(float));
     }
 }
 
