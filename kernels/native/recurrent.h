@@ -1,4 +1,4 @@
-/* The LSTM and GRU recurrences' C interface; cffi reads the declarations below as they are.
+/* The LSTM and GRU recurrences' C interface (DynamicQuantizeLSTM's too, R 8-bit); cffi reads the declarations below as they are.
    Default activations (sigmoid, tanh, tanh), no peepholes, clip or ragged lengths; one or two directions
    (dirs), each on a thread of its own when there are two. Layouts, row-major: xw (seq, dirs, G, batch)
    the projected inputs (a reverse direction's already reversed in time), y (seq, dirs, H, batch) the

@@ -82,7 +82,7 @@ class DynamicQuantizeLSTM_1(LSTM_7):
             # the integer sums are exact in float32 while they stay below 2^24 (each term at most 255 times a
             # centred weight): then float32's GEMM, twice as fast, else float64's
             exact = 255 * int(np.abs(centred).max(initial=0)) * weight.shape[1] < 1 << 24
-            return np.ascontiguousarray(centred.transpose(1, 0, 2), np.float32 if exact else np.float64)
+            return centred.transpose(1, 0, 2).astype(np.float32 if exact else np.float64, order="C")
         # made once per weight array where it cannot change, not on every run
         centred = packed(weight, ("dynamic-quantize-lstm", zero.tobytes()), centre) if constant else centre()
         rows = None
