@@ -159,13 +159,14 @@ CLONES static void update(const float *restrict gates, const float *restrict x_t
 
 /* h (hidden, batch) quantized per tensor as recurrent.h says, into q (batch, hidden), each column's values
    contiguous for the dot products; returns the scale. The arithmetic is the NumPy kernel's, in float32,
-   so both quantize h to the same integers. A NaN in h is left out of the range and quantizes to -zero. */
+   so both quantize h to the same integers. A NaN in h makes the range and the scale NaN, and so every gate,
+   as np.min's NaN does in the NumPy kernel (its q, clamped as 0 - zero, cannot reach past the int16). */
 CLONES static float quantize_state(const float *restrict h, int64_t hidden, int64_t batch, int16_t *restrict q)
 {
     float low = 0.0f, high = 0.0f;
     for (int64_t j = 0; j < hidden * batch; j++) {
-        low = h[j] < low ? h[j] : low;
-        high = h[j] > high ? h[j] : high;
+        low = h[j] < low || h[j] != h[j] ? h[j] : low;
+        high = h[j] > high || h[j] != h[j] ? h[j] : high;
     }
     const float scale = low == high ? 1.0f : (high - low) / 255.0f;
     float zero = -(low / scale);

@@ -151,3 +151,22 @@ def test_matches_a_numpy_statement_of_the_op(monkeypatch, direction, seq, batch,
         np.testing.assert_array_equal(yh[d], y[last, d, np.arange(batch)])
     assert np.abs(yc).max() > 0
     assert taken == ([] if ragged or compiled is None else [True])
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_a_nan_in_h_makes_its_directions_outputs_nan(tmp_path, ragged):
+    """H is quantized per tensor at every step: one NaN in the forward direction's initial H makes its scale NaN,
+    and so every gate of that direction from the first step on (the reverse direction's stay finite), on the
+    compiled path (no sequence lengths) and the NumPy steps alike."""
+    _, quantized = lstm_pair(tmp_path, "bidirectional", ragged)
+    model = onnx.load_from_string(quantized)
+    for t in model.graph.initializer:
+        if t.name == "h0":
+            h0 = numpy_helper.to_array(t).copy()
+            h0[0, 1, 3] = np.nan
+            t.CopyFrom(numpy_helper.from_array(h0, "h0"))
+    x = np.random.default_rng(2).standard_normal((5, 3, INPUT)).astype(np.float32)
+    feeds = {"x": x} | ({"lens": np.array([5, 5, 4], np.int32)} if ragged else {})
+    y, yh, yc = compile_model(model.SerializeToString()).run(feeds).values()
+    assert np.isnan(y[:4, 0]).all() and np.isnan(yh[0]).all() and np.isnan(yc[0]).all()
+    assert np.isfinite(y[:, 1]).all() and np.isfinite(yh[1]).all() and np.isfinite(yc[1]).all()
