@@ -180,13 +180,12 @@ CLONES static float quantize_state(const float *restrict h, int64_t hidden, int6
     return scale;
 }
 
-/* out[j * batch] = float32(sum_k r[j, k] * q[k]) * (scale * r_scale[j]) for the rows j of r (rows, hidden), the
-   sums exact in int32. Four rows per pass share each load of q. */
+/* out[j * batch] = float32(sum_k r[j, k] * q[k]) * (scale * r_scale[j]) for the rows j of r (rows, hidden), rows
+   a multiple of 4 (an LSTM's 4H), the sums exact in int32. Four rows per pass share each load of q. */
 CLONES static void quantized_rows(const int8_t *restrict r, int64_t rows, int64_t hidden, const int16_t *restrict q,
                                   float scale, const float *restrict r_scale, float *restrict out, int64_t batch)
 {
-    int64_t j = 0;
-    for (; j + 4 <= rows; j += 4) {
+    for (int64_t j = 0; j < rows; j += 4) {
         const int8_t *r0 = r + j * hidden, *r1 = r0 + hidden, *r2 = r1 + hidden, *r3 = r2 + hidden;
         int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         for (int64_t k = 0; k < hidden; k++) {
@@ -200,13 +199,6 @@ CLONES static void quantized_rows(const int8_t *restrict r, int64_t rows, int64_
         out[(j + 1) * batch] = (float)s1 * (scale * r_scale[j + 1]);
         out[(j + 2) * batch] = (float)s2 * (scale * r_scale[j + 2]);
         out[(j + 3) * batch] = (float)s3 * (scale * r_scale[j + 3]);
-    }
-    for (; j < rows; j++) {
-        const int8_t *r0 = r + j * hidden;
-        int32_t s0 = 0;
-        for (int64_t k = 0; k < hidden; k++)
-            s0 += r0[k] * q[k];
-        out[j * batch] = (float)s0 * (scale * r_scale[j]);
     }
 }
 
