@@ -1,10 +1,59 @@
 /* The activations' block function (activation.c), shared with the element-wise chain interpreter so
  * that a chain's link and the op's own kernel compute each element with the same code: a traced run
- * (op kernels) and a planned one (compiled chain) agree bit for bit. Not part of the cffi interface. */
+ * (op kernels) and a planned one (compiled chain) agree bit for bit. Below it, the 8-float exp, sigmoid
+ * and tanh themselves (activation.c describes them), which the recurrences' gates (recurrent.c) use too.
+ * Not part of the cffi interface. */
 #ifndef RTD_ACTIVATION_BLOCK_H
 #define RTD_ACTIVATION_BLOCK_H
 #include <stdint.h>
+#include "simd.h"
 /* y[0..count) = f(x[0..count)) for an RTD_ACT_* op; every element gets the same instruction sequence
    wherever it sits (the tail goes through the same 8-float code). */
 void rtd_activation_block(int op, const float *x, float *y, int64_t count);
+
+RTD_INLINE v8 splat(float v) { return (v8){v, v, v, v, v, v, v, v}; }
+RTD_INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)(((v8i)a & mask) | ((v8i)b & ~mask)); }
+
+RTD_INLINE v8 exp8(v8 x)
+{
+    const v8 high = splat(88.7228394f), low = splat(-103.972084f);
+    v8 xc = select8(x > high, high, x);
+    xc = select8(xc < low, low, xc);   /* a NaN passes both: it stays NaN through the arithmetic */
+    const v8 shifter = splat(12582912.0f);   /* 1.5 * 2^23: adding it rounds to the nearest integer */
+    const v8 n = (xc * splat(1.44269504088896341f) + shifter) - shifter;
+    const v8 r = (xc - n * splat(0.693359375f)) - n * splat(-2.12194440e-4f);
+    v8 p = splat(1.9875691500e-4f);
+    p = p * r + splat(1.3981999507e-3f);
+    p = p * r + splat(8.3334519073e-3f);
+    p = p * r + splat(4.1665795894e-2f);
+    p = p * r + splat(1.6666665459e-1f);
+    p = p * r + splat(5.0000001201e-1f);
+    p = p * (r * r) + r + splat(1.0f);
+    const v8i ni = __builtin_convertvector(select8(n == n, n, splat(0.0f)), v8i);
+    const v8i half = ni >> 1, rest = ni - half;
+    const v8 scale1 = (v8)((half + 127) << 23), scale2 = (v8)((rest + 127) << 23);
+    v8 y = p * scale1 * scale2;
+    const v8 inf = splat(__builtin_inff());
+    y = select8(x > high, inf, y);
+    y = select8(x < low, splat(0.0f), y);
+    return select8(x != x, x, y);
+}
+
+RTD_INLINE v8 sigmoid8(v8 x) { return splat(1.0f) / (splat(1.0f) + exp8(-x)); }
+
+RTD_INLINE v8 tanh8(v8 x)
+{
+    const v8i sign = (v8i)x & (v8i)splat(-0.0f);
+    const v8 ax = (v8)((v8i)x & ~(v8i)splat(-0.0f));
+    const v8 z = x * x;
+    v8 small = splat(-5.70498872745e-3f);
+    small = small * z + splat(2.06390887954e-2f);
+    small = small * z + splat(-5.37397155531e-2f);
+    small = small * z + splat(1.33314422036e-1f);
+    small = small * z + splat(-3.33332819422e-1f);
+    small = small * z * x + x;
+    const v8 large = splat(1.0f) - splat(2.0f) / (exp8(ax + ax) + splat(1.0f));
+    const v8 signed_large = (v8)((v8i)large | sign);
+    return select8(ax < splat(0.625f), small, signed_large);   /* a NaN takes the large form: NaN */
+}
 #endif

@@ -7,12 +7,17 @@
  * panel read once per step as contiguous runs; with 1 or 2 columns two panels run side by side so
  * that 8 accumulation chains keep both FMA units busy. Each output is one sum in k order whatever the
  * threads, so a direction's results do not depend on how directions are shared out.
- * The activations are computed from one branch-free exp (Cody-Waite reduction, Cephes' degree-6
- * polynomial, about 2 ulp) that the compiler vectorises: libm's scalar expf and tanhf cost more
- * than the recurrent GEMM at a streaming model's sizes. tanh(x) = 2 sigmoid(2x) - 1 is absolute-
- * accurate to about 1e-7 (relative accuracy is lost only for |x| below that). A traced and a
- * planned run both take this kernel, so they agree with each other bit for bit.
+ * The gates' activations are the Sigmoid and Tanh ops' own 8-float code (activation_block.h), 8 cells
+ * at a time, the tail through the same code: libm's scalar expf and tanhf cost more than the recurrent
+ * GEMM at a streaming model's sizes, and scalar code the compiler could not vectorise (its clamps are
+ * branches under -ftrapping-math) cost as much as the product. A traced and a planned run both take
+ * this kernel, so they agree with each other bit for bit.
  * A bidirectional layer's two directions are independent: with two threads each runs on its own.
+ * DynamicQuantizeLSTM (rtd_lstm_q8_f32) runs the same loop and update with its own product: h quantized
+ * to 8 bits, then exact integer sums against int8 R. Those sums are written as plain int8 x int16 dot
+ * products, which GCC vectorises as sign extension plus VPMADDWD (16 products per instruction, pairs
+ * summed in int32, so nothing saturates, unlike onnxruntime's VPMADDUBSW); R stays 1 byte a weight, a
+ * quarter of float32's traffic, which is what a step of a large R costs once it no longer fits in cache.
  *
  * The caller (recurrent.py, emit.py) validates shapes; the lengths are checked again here so a wrong
  * call fails with a status instead of touching memory out of bounds.
@@ -21,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "activation_block.h"
 #include "depthwise.h"
 #include "recurrent.h"
 #include "parallel.h"
@@ -116,56 +122,133 @@ CLONES static void recurrent_product(const float *packed, int64_t rows, int64_t 
     }
 }
 
-static inline float exp_approx(float x)
+/* One cell's new state from its four gates' sums (iofc): c = f * c + i * c~, and h returned. */
+INLINE v8 lstm_cell8(v8 i, v8 o, v8 f, v8 candidate, v8 *c)
 {
-    x = x > 88.0f ? 88.0f : x;   /* 2^n stays a normal float */
-    x = x < -87.0f ? -87.0f : x;
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round to nearest: 1.5 * 2^23 */
-    const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    *c = sigmoid8(f) * *c + sigmoid8(i) * tanh8(candidate);
+    return sigmoid8(o) * tanh8(*c);
 }
-
-static inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
-static inline float tanh_approx(float x) { return 2.0f / (1.0f + exp_approx(-2.0f * x)) - 1.0f; }
 
 /* One step's gates (iofc, each nb long, plus the projected inputs) into the cell and output. */
 CLONES static void update(const float *restrict gates, const float *restrict x_t, float *restrict c,
                           float *restrict y_t, int64_t nb)
 {
-    for (int64_t j = 0; j < nb; j++) {
-        const float i = sigmoid(gates[j] + x_t[j]), o = sigmoid(gates[nb + j] + x_t[nb + j]);
-        const float f = sigmoid(gates[2 * nb + j] + x_t[2 * nb + j]);
-        const float candidate = tanh_approx(gates[3 * nb + j] + x_t[3 * nb + j]);
-        const float cell = f * c[j] + i * candidate;
-        c[j] = cell;
-        y_t[j] = o * tanh_approx(cell);
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8) {
+        v8 cell = load8(c + j);
+        const v8 h = lstm_cell8(load8(gates + j) + load8(x_t + j), load8(gates + nb + j) + load8(x_t + nb + j),
+                                load8(gates + 2 * nb + j) + load8(x_t + 2 * nb + j),
+                                load8(gates + 3 * nb + j) + load8(x_t + 3 * nb + j), &cell);
+        store8(c + j, cell);
+        store8(y_t + j, h);
     }
+    if (j < nb) {   /* the last cells padded to 8 */
+        const int64_t n = nb - j;
+        float v[6][8] = {{0}};   /* the four gates' sums, c, h */
+        for (int g = 0; g < 4; g++)
+            for (int64_t l = 0; l < n; l++)
+                v[g][l] = gates[g * nb + j + l] + x_t[g * nb + j + l];
+        memcpy(v[4], c + j, (size_t)n * sizeof(float));
+        v8 cell = load8(v[4]);
+        store8(v[5], lstm_cell8(load8(v[0]), load8(v[1]), load8(v[2]), load8(v[3]), &cell));
+        store8(v[4], cell);
+        memcpy(c + j, v[4], (size_t)n * sizeof(float));
+        memcpy(y_t + j, v[5], (size_t)n * sizeof(float));
+    }
+}
+
+/* h (hidden, batch) quantized per tensor as recurrent.h says, into q (batch, hidden), each column's values
+   contiguous for the dot products; returns the scale. The arithmetic is the NumPy kernel's, in float32,
+   so both quantize h to the same integers. A NaN in h makes the range and the scale NaN, and so every gate,
+   as np.min's NaN does in the NumPy kernel (its q, clamped as 0 - zero, cannot reach past the int16). */
+CLONES static float quantize_state(const float *restrict h, int64_t hidden, int64_t batch, int16_t *restrict q)
+{
+    float low = 0.0f, high = 0.0f;
+    for (int64_t j = 0; j < hidden * batch; j++) {
+        low = h[j] < low || h[j] != h[j] ? h[j] : low;
+        high = h[j] > high || h[j] != h[j] ? h[j] : high;
+    }
+    const float scale = low == high ? 1.0f : (high - low) / 255.0f;
+    float zero = -(low / scale);
+    zero = rintf(zero > 0.0f ? (zero < 255.0f ? zero : 255.0f) : 0.0f);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t k = 0; k < hidden; k++) {
+            float v = rintf(h[k * batch + b] / scale) + zero;
+            v = v > 0.0f ? (v < 255.0f ? v : 255.0f) : 0.0f;   /* in float first: no out-of-range conversion */
+            q[b * hidden + k] = (int16_t)(v - zero);
+        }
+    return scale;
+}
+
+/* out[j * batch] = float32(sum_k r[j, k] * q[k]) * (scale * r_scale[j]) for the rows j of r (rows, hidden), rows
+   a multiple of 4 (an LSTM's 4H), the sums exact in int32. Four rows per pass share each load of q. */
+CLONES static void quantized_rows(const int8_t *restrict r, int64_t rows, int64_t hidden, const int16_t *restrict q,
+                                  float scale, const float *restrict r_scale, float *restrict out, int64_t batch)
+{
+    for (int64_t j = 0; j < rows; j += 4) {
+        const int8_t *r0 = r + j * hidden, *r1 = r0 + hidden, *r2 = r1 + hidden, *r3 = r2 + hidden;
+        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int64_t k = 0; k < hidden; k++) {
+            const int16_t v = q[k];
+            s0 += r0[k] * v;
+            s1 += r1[k] * v;
+            s2 += r2[k] * v;
+            s3 += r3[k] * v;
+        }
+        out[j * batch] = (float)s0 * (scale * r_scale[j]);
+        out[(j + 1) * batch] = (float)s1 * (scale * r_scale[j + 1]);
+        out[(j + 2) * batch] = (float)s2 * (scale * r_scale[j + 2]);
+        out[(j + 3) * batch] = (float)s3 * (scale * r_scale[j + 3]);
+    }
+}
+
+/* gates (rows, batch) = R^T (rows, hidden) int8 @ h quantized, scaled back per row. */
+static void quantized_product(const int8_t *r, const float *r_scale, int64_t rows, int64_t hidden, const float *h,
+                              int64_t batch, int16_t *q, float *gates)
+{
+    const float scale = quantize_state(h, hidden, batch, q);
+    for (int64_t b = 0; b < batch; b++)
+        quantized_rows(r, rows, hidden, q + b * hidden, scale, r_scale, gates + b, batch);
 }
 
 /* One GRU step's gates (zrh) into the new state: hr holds R @ h (3H rows) or, without
  * linear_before_reset, R_zr @ h (2H rows) with the candidate's product done by the caller. */
 CLONES static void gru_gates(const float *restrict hr, const float *restrict x_t, float *restrict zr, int64_t nb2)
 {
-    for (int64_t j = 0; j < nb2; j++)
-        zr[j] = sigmoid(hr[j] + x_t[j]);
+    int64_t j = 0;
+    for (; j + 8 <= nb2; j += 8)
+        store8(zr + j, sigmoid8(load8(hr + j) + load8(x_t + j)));
+    if (j < nb2) {   /* the last ones padded to 8 */
+        float v[8] = {0};
+        for (int64_t l = 0; l < nb2 - j; l++)
+            v[l] = hr[j + l] + x_t[j + l];
+        store8(v, sigmoid8(load8(v)));
+        memcpy(zr + j, v, (size_t)(nb2 - j) * sizeof(float));
+    }
+}
+
+INLINE v8 gru_cell8(v8 candidate_sum, v8 z, v8 h)
+{
+    const v8 candidate = tanh8(candidate_sum);
+    return candidate + z * (h - candidate);
 }
 
 CLONES static void gru_update(const float *restrict candidate_sum, const float *restrict x_t, const float *restrict z,
                               const float *restrict h, float *restrict y_t, int64_t nb)
 {
-    for (int64_t j = 0; j < nb; j++) {
-        const float candidate = tanh_approx(candidate_sum[j] + x_t[j]);
-        y_t[j] = candidate + z[j] * (h[j] - candidate);
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8)
+        store8(y_t + j, gru_cell8(load8(candidate_sum + j) + load8(x_t + j), load8(z + j), load8(h + j)));
+    if (j < nb) {   /* the last cells padded to 8 */
+        const int64_t n = nb - j;
+        float v[4][8] = {{0}};   /* the candidate's sum, z, h, the new h */
+        for (int64_t l = 0; l < n; l++) {
+            v[0][l] = candidate_sum[j + l] + x_t[j + l];
+            v[1][l] = z[j + l];
+            v[2][l] = h[j + l];
+        }
+        store8(v[3], gru_cell8(load8(v[0]), load8(v[1]), load8(v[2])));
+        memcpy(y_t + j, v[3], (size_t)n * sizeof(float));
     }
 }
 
@@ -175,17 +258,23 @@ struct recurrence {
     float *h, *c, *y, *scratch;
     int64_t seq, dirs, hidden, batch, r_len, scratch_len;
     int linear_before_reset;
+    const int8_t *r8;   /* DynamicQuantizeLSTM: R^T's int8 rows (r_len per direction) instead of r, */
+    const float *r_scale;   /* their scales (4H per direction) */
+    int16_t *quantized;   /* and h quantized (H * batch per direction) */
 };
 
 static void lstm_direction(const struct recurrence *a, int64_t d)
 {
     const int64_t nb = a->hidden * a->batch, g = 4 * a->hidden, gb = g * a->batch;
-    const float *r = a->r + d * a->r_len;
     float *h = a->h + d * nb, *c = a->c + d * nb, *gates = a->scratch + d * a->scratch_len;
     for (int64_t t = 0; t < a->seq; t++) {
         const float *h_prev = t == 0 ? h : a->y + ((t - 1) * a->dirs + d) * nb;
         float *y_t = a->y + (t * a->dirs + d) * nb;
-        recurrent_product(r, g, a->hidden, h_prev, a->batch, gates);
+        if (a->r8 != NULL)
+            quantized_product(a->r8 + d * a->r_len, a->r_scale + d * g, g, a->hidden, h_prev, a->batch,
+                              a->quantized + d * nb, gates);
+        else
+            recurrent_product(a->r + d * a->r_len, g, a->hidden, h_prev, a->batch, gates);
         update(gates, a->xw + (t * a->dirs + d) * gb, c, y_t, nb);
     }
     memcpy(h, a->y + ((a->seq - 1) * a->dirs + d) * nb, (size_t)nb * sizeof(float));
@@ -240,6 +329,24 @@ int rtd_lstm_f32(const float *xw, int64_t xw_len, const float *r, int64_t r_len,
         return RTD_NATIVE_E_LENGTH;
     const struct recurrence a = {.xw = xw, .r = r, .h = h, .c = c, .y = y, .scratch = gates, .seq = seq, .dirs = dirs,
                                  .hidden = hidden, .batch = batch, .r_len = packed, .scratch_len = g * batch};
+    rtd_parallel_for(rtd_threads(), dirs, run_lstm, (void *)&a);
+    return 0;
+}
+
+int rtd_lstm_q8_f32(const float *xw, int64_t xw_len, const int8_t *r, int64_t r_len, const float *r_scale, int64_t r_scale_len,
+                    float *h, float *c, int64_t state_len, float *y, int64_t y_len, float *gates, int64_t gates_len,
+                    int16_t *quantized, int64_t quantized_len, int64_t seq, int64_t dirs, int64_t hidden, int64_t batch)
+{
+    /* |q| <= 255 and |r| <= 128: hidden products of at most 32,640 stay within int32 up to 65,536 of them */
+    if (seq < 1 || dirs < 1 || dirs > 2 || hidden < 1 || hidden > 65536 || batch < 1)
+        return RTD_NATIVE_E_ARGUMENT;
+    const int64_t nb = hidden * batch, g = 4 * hidden;
+    if (r_len != dirs * g * hidden || r_scale_len != dirs * g || state_len != dirs * nb || gates_len != dirs * g * batch
+        || quantized_len != dirs * nb || xw_len != seq * dirs * g * batch || y_len != seq * dirs * nb)
+        return RTD_NATIVE_E_LENGTH;
+    const struct recurrence a = {.xw = xw, .h = h, .c = c, .y = y, .scratch = gates, .seq = seq, .dirs = dirs, .hidden = hidden,
+                                 .batch = batch, .r_len = g * hidden, .scratch_len = g * batch, .r8 = r, .r_scale = r_scale,
+                                 .quantized = quantized};
     rtd_parallel_for(rtd_threads(), dirs, run_lstm, (void *)&a);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* The LSTM and GRU recurrences' C interface; cffi reads the declarations below as they are.
+/* The LSTM and GRU recurrences' C interface (DynamicQuantizeLSTM's too, R 8-bit); cffi reads the declarations below as they are.
    Default activations (sigmoid, tanh, tanh), no peepholes, clip or ragged lengths; one or two directions
    (dirs), each on a thread of its own when there are two. Layouts, row-major: xw (seq, dirs, G, batch)
    the projected inputs (a reverse direction's already reversed in time), y (seq, dirs, H, batch) the
@@ -12,6 +12,16 @@ int rtd_recurrent_pack(const float *r, int64_t r_len, int64_t rows, int64_t hidd
    per direction. gates: dirs * 4H * batch floats of scratch. */
 int rtd_lstm_f32(const float *xw, int64_t xw_len, const float *r, int64_t r_len, float *h, float *c, int64_t state_len,
                  float *y, int64_t y_len, float *gates, int64_t gates_len, int64_t seq, int64_t dirs, int64_t hidden, int64_t batch);
+/* com.microsoft DynamicQuantizeLSTM's recurrence: as rtd_lstm_f32, but R is int8, each direction's (4H, H) rows
+   (R^T, row j: gate j's weights over h) one after the other, and each step quantizes the direction's h (all of
+   H x batch) per tensor to uint8 as onnxruntime does: low = min(h, 0), high = max(h, 0), scale = 1 if low ==
+   high else (high - low) / 255, zero = round_half_even(clamp(-low / scale, 0, 255)), q = clamp(round_half_even(
+   h / scale) + zero, 0, 255) - zero (all in float32). gates = float32(exact int32 sum of R^T's row by q) *
+   (scale * r_scale[row]), then plus xw[t] and the LSTM update as rtd_lstm_f32's. r_scale: dirs * 4H floats.
+   quantized: dirs * batch * H int16 of scratch. hidden at most 65536 (the sums stay within int32). */
+int rtd_lstm_q8_f32(const float *xw, int64_t xw_len, const int8_t *r, int64_t r_len, const float *r_scale, int64_t r_scale_len,
+                    float *h, float *c, int64_t state_len, float *y, int64_t y_len, float *gates, int64_t gates_len,
+                    int16_t *quantized, int64_t quantized_len, int64_t seq, int64_t dirs, int64_t hidden, int64_t batch);
 /* GRU: G = 3H, zrh order: with linear_before_reset, candidate = tanh(xw_h + reset * (R_h @ h + rbh)) (rbh:
    dirs * H floats or NULL); without, candidate = tanh(xw_h + R_h @ (reset * h)); h = candidate + z * (h - candidate).
    R per direction: R_zr (2H, H) packed, then R_h (H, H) packed, rtd_gru_packed_len(H) floats in all.

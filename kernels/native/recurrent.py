@@ -1,4 +1,5 @@
-"""The guarded calls into the compiled LSTM and GRU recurrences (recurrent.c): every direction's steps in one call.
+"""The guarded calls into the compiled LSTM, DynamicQuantizeLSTM and GRU recurrences (recurrent.c): every
+direction's steps in one call.
 
 R is packed into the recurrence's panels once per weight array when the caller says it cannot change
 (native/packed.py), else per call (one pass over R, small beside the steps). Everything the C will touch is checked here
@@ -13,6 +14,7 @@ from . import compiled
 from .packed import packed
 
 FLOAT32 = np.dtype(np.float32)
+MAX_Q8_HIDDEN = 65536   # rtd_lstm_q8_f32's: its int32 sums of 8-bit products stay exact up to this hidden size
 
 
 def _ready(*arrays) -> bool:
@@ -65,6 +67,31 @@ def lstm(xw, r, h, c, yt, constant: bool) -> bool:
                                        h.size, buf(yt), yt.size, buf(gates), gates.size, seq, dirs, hidden, batch)
     if status != 0:   # the checks above make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"LSTM kernel refused its arguments (status {status})")
+    return True
+
+
+def lstm_q8(xw, rows, r_scale, h, c, yt) -> bool:
+    """DynamicQuantizeLSTM's steps, every direction: xw (seq, dirs, 4H, B) projected inputs, rows (dirs, 4H, H) int8
+    (R^T: each gate row's weights over h), r_scale (dirs, 4H) float32, h and c (dirs, H, B) updated in place, yt
+    (seq, dirs, H, B) the outputs."""
+    if compiled is None or xw.ndim != 4 or rows.ndim != 3 or not _ready(xw, r_scale, h, c, yt) \
+            or rows.dtype != np.int8 or not rows.flags.c_contiguous:
+        return False
+    seq, dirs, g, batch = xw.shape
+    hidden = rows.shape[2]
+    if g != 4 * hidden or rows.shape != (dirs, g, hidden) or r_scale.shape != (dirs, g) or h.shape != (dirs, hidden, batch) \
+            or c.shape != h.shape or yt.shape != (seq, dirs, hidden, batch) or dirs not in (1, 2) or seq < 1 \
+            or min(hidden, batch) < 1 or hidden > MAX_Q8_HIDDEN:
+        return False
+    ffi = compiled.ffi
+    gates, quantized = np.empty(dirs * g * batch, np.float32), np.empty(dirs * hidden * batch, np.int16)
+    buf = lambda a: ffi.from_buffer("float[]", a, require_writable=True)   # noqa: E731
+    status = compiled.lib.rtd_lstm_q8_f32(
+        buf(xw), xw.size, ffi.from_buffer("int8_t[]", rows), rows.size, ffi.from_buffer("float[]", r_scale), r_scale.size,
+        buf(h), buf(c), h.size, buf(yt), yt.size, buf(gates), gates.size,
+        ffi.from_buffer("int16_t[]", quantized, require_writable=True), quantized.size, seq, dirs, hidden, batch)
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"DynamicQuantizeLSTM kernel refused its arguments (status {status})")
     return True
 
 

@@ -2,7 +2,9 @@
 
 `RecurrentKernel.run` handles layouts, directions, initial states, sequence_lens and the output
 assembly; a subclass supplies its default activations, the bias split (`split_bias`), the
-per-run buffers (`buffers`) and one time step (`cell`).
+per-run buffers (`buffers`) and one time step (`cell`). A subclass whose weights are not plain float
+arrays (DynamicQuantizeLSTM's 8-bit ones) also overrides the two products: `project_rows` (X by W
+for every step) and `product` (R by H in a step).
 
 Speed comes from the layout: the loop works "transposed", gates as (directions, gates·hidden,
 batch) and H as (directions, hidden, batch), so each step's recurrent product is R @ H with R
@@ -205,9 +207,7 @@ class RecurrentKernel(Kernel):
         xp = self.xp
         seq, batch, _ = x.shape
         dirs, gh, _ = w.shape
-        rows, weights = x.reshape(seq * batch, x.shape[2]), w.reshape(dirs * gh, -1).T
-        proj = (gemm_rows(rows, weights) if xp is np else None)   # rows shared among the tenant's threads
-        proj = (xp.matmul(rows, weights) if proj is None else proj).reshape(seq, batch, dirs, gh)
+        proj = self.project_rows(x.reshape(seq * batch, x.shape[2]), w).reshape(seq, batch, dirs, gh)
         if bias is not None:
             proj += bias
         xw = xp.empty((seq, dirs, gh, batch), proj.dtype)
@@ -215,6 +215,16 @@ class RecurrentKernel(Kernel):
             steps = proj[:, :, d]  # (seq, batch, G)
             _transpose_into(xw[:, d], self.reorder(steps, lens) if self.reverse(d) else steps)
         return xw
+
+    def project_rows(self, rows, w):
+        """rows (steps, input) @ W^T of every direction: (steps, dirs·G)."""
+        weights = w.reshape(w.shape[0] * w.shape[1], -1).T
+        proj = gemm_rows(rows, weights) if self.xp is np else None   # rows shared among the tenant's threads
+        return self.xp.matmul(rows, weights) if proj is None else proj
+
+    def product(self, r, h, out):
+        """One step's recurrent product R @ H into out ([D,] G, batch)."""
+        self.xp.matmul(r, h, out=out)
 
     def reorder(self, v, lens, batch_axis=1):
         """Reverse each batch item's sequence (axis 0) within its own length (the tail stays in place)."""

@@ -31,7 +31,7 @@ class LSTM_1(RecurrentKernel):
         xp = self.xp
         (h, c), (h_out, c_out) = states, outs
         i, o, f, tmp, p = k["i"], k["o"], k["f"], k["tmp"], k["p"]
-        xp.matmul(k["r"], h, out=k["gates"])
+        self.product(k["r"], h, k["gates"])
         k["gates"] += xw
         if p is None:
             self.activate(acts, 0, k["iof"])

@@ -3,16 +3,49 @@ are 8-bit (what onnxruntime's dynamic quantizer makes of every LSTM), computed a
 
 Each product with a weight quantizes its float operand on the fly, per tensor, to uint8 (scale from
 its range stretched to include 0, zero point rounded half to even): the input projection quantizes
-every step's X at once, each recurrent step quantizes H of the whole batch. The integer sums
-(exact in float32 or float64, whichever holds 255·|w|·K) are scaled by the operand's scale times the weight's (per
-direction, or per gate column) and added to the step's gates in float32, then the bias, clip and
-activations as in LSTM (iofc gates, optional peepholes and coupled input-forget).
+all of X at once, each recurrent step quantizes H of the whole batch, per direction. The integer sums
+are exact (uint8 less its zero point times the weight less its own, as float32 or float64 GEMMs of
+integers wherever the sums fit their mantissa, as int32 in the compiled recurrence), then scaled by the
+operand's scale times the weight's (per direction, or per gate column).
+
+Everything else is the float LSTM's: the recurrent frame (_rnn.RecurrentKernel: directions, sequence
+lengths, states, outputs) and LSTM's gate math, bias, clip and activations; this kernel only supplies
+the two products (`project_rows`, `product`) over its weights as `Quantized`, and on the CPU its own
+compiled recurrence (native/recurrent.py's lstm_q8: int8 R, each direction on a thread of its own).
 """
+import dataclasses
+
 import numpy as np
 
+from ..constant import frozen
 from ..native.packed import packed
+from ..native.recurrent import lstm_q8
 from ._contrib import MS_DOMAIN
 from .op_lstm import LSTM_7
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantized:
+    """W or R as the recurrent frame takes them: shaped like the float LSTM's (dirs, G, K), products with it float32.
+
+    centred: the weight less its zero point, (dirs, G, K) (a view of it stored (K, dirs, G)), float32 or, where 255·|w|·K could
+    pass 2^24, float64, so that a float GEMM's sums are exact integers; scale: (dirs, G, 1) float32; rows: R^T
+    as int8 rows, contiguous, for the compiled recurrence (None for W, and for uint8 weights)."""
+    centred: object
+    scale: object
+    rows: np.ndarray | None = None
+    dtype = np.dtype(np.float32)
+
+    @property
+    def shape(self):
+        return self.centred.shape
+
+    @property
+    def nbytes(self):
+        return self.centred.nbytes
+
+    def __getitem__(self, group):
+        return Quantized(self.centred[group], self.scale[group], None if self.rows is None else self.rows[group])
 
 
 class DynamicQuantizeLSTM_1(LSTM_7):
@@ -26,41 +59,10 @@ class DynamicQuantizeLSTM_1(LSTM_7):
                 or w.shape[2] != r.shape[2] or r.shape[2] != 4 * r.shape[1]:
             self.refuse(f"X {list(x.shape)}, W {list(w.shape)} and R {list(r.shape)} do not make an LSTM "
                         "([seq, batch, input], [dirs, input, 4·hidden], [dirs, hidden, 4·hidden])")
-        xp, (seq, batch, _), (dirs, hidden) = self.xp, x.shape, r.shape[:2]
-        weights = [self._weight(w, w_scale, w_zero_point, "W"), self._weight(r, r_scale, r_zero_point, "R")]
-        lens = None if sequence_lens is None else self.host(sequence_lens).astype(np.int64)
-        if lens is not None and (lens == seq).all():
-            lens = None
-        y = xp.zeros((seq, dirs, batch, hidden), np.float32)
-        h_last, c_last = xp.empty((dirs, batch, hidden), np.float32), xp.empty((dirs, batch, hidden), np.float32)
-        for d in range(dirs):
-            steps = self.reorder(x, lens) if self.reverse(d) else x
-            projected = self._product(steps.reshape(seq * batch, -1), *weights[0][d]).reshape(seq, batch, 4 * hidden)
-            bias = None if b is None else (b[d, :4 * hidden] + b[d, 4 * hidden:]).astype(np.float32)
-            h = xp.zeros((batch, hidden), np.float32) if initial_h is None else initial_h[d].astype(np.float32)
-            c = xp.zeros((batch, hidden), np.float32) if initial_c is None else initial_c[d].astype(np.float32)
-            peephole = None if p is None else p[d].reshape(3, hidden)
-            acts = self.acts_per_direction[d]
-            out = xp.empty((seq, batch, hidden), np.float32)
-            for t in range(seq):
-                gates = projected[t] + self._product(h, *weights[1][d])
-                if bias is not None:
-                    gates += bias
-                h_new, c_new = self._step(gates, c, peephole, acts, hidden)
-                if lens is not None:   # rows past their length keep their state and output zeros
-                    alive = xp.asarray(t < lens)[:, None]
-                    h_new, c_new = xp.where(alive, h_new, h), xp.where(alive, c_new, c)
-                    out[t] = xp.where(alive, h_new, 0)
-                else:
-                    out[t] = h_new
-                h, c = h_new, c_new
-            y[:, d] = self.reorder(out, lens) if self.reverse(d) else out
-            h_last[d], c_last[d] = h, c
-        return y, h_last, c_last
+        weights = self._weight(w, w_scale, w_zero_point, "W"), self._weight(r, r_scale, r_zero_point, "R")
+        return super().run(x.astype(np.float32, copy=False), *weights, b, sequence_lens, initial_h, initial_c, p)
 
-    def _weight(self, weight, scale, zero_point, name: str) -> list:
-        """Per direction: the weight minus its zero point (float32, or float64 where sums could pass 2^24), and its
-        scale per gate column."""
+    def _weight(self, weight, scale, zero_point, name: str) -> Quantized:
         dirs, gates = weight.shape[0], weight.shape[2]
         scale, zero_point = self.host(scale).astype(np.float32), self.host(zero_point)
         if scale.shape not in ((dirs,), (dirs, gates)) or zero_point.shape != scale.shape:
@@ -73,46 +75,55 @@ class DynamicQuantizeLSTM_1(LSTM_7):
             # onnxruntime's 8-bit product takes one zero point per direction: 0 for int8 weights
             self.refuse(f"{name}_zero_point must be one value per direction (0 for int8 weights)")
         zero = per_direction[:, :1, None].astype(np.int32)
+        constant = frozen(weight)
 
-        def centre():
+        def centre():   # laid out (K, dirs, G): every direction's W side by side is one GEMM's operand
             centred = weight.astype(np.int32) - zero
             # the integer sums are exact in float32 while they stay below 2^24 (each term at most 255 times a
             # centred weight): then float32's GEMM, twice as fast, else float64's
             exact = 255 * int(np.abs(centred).max(initial=0)) * weight.shape[1] < 1 << 24
-            return centred.astype(np.float32 if exact else np.float64)
-        # made once per weight array (a constant), not on every run
-        centred = packed(weight, ("dynamic-quantize-lstm", zero.tobytes()), centre) if self.xp is np else centre()
-        return [(self.xp.asarray(centred[d]), scale.reshape(dirs, -1)[d]) for d in range(dirs)]
+            return centred.transpose(1, 0, 2).astype(np.float32 if exact else np.float64, order="C")
+        # made once per weight array where it cannot change, not on every run
+        centred = packed(weight, ("dynamic-quantize-lstm", zero.tobytes()), centre) if constant else centre()
+        rows = None
+        if name == "R" and self.xp is np and weight.dtype == np.int8:
+            transpose = lambda: np.ascontiguousarray(weight.transpose(0, 2, 1))   # noqa: E731
+            rows = packed(weight, ("dynamic-quantize-lstm-rows",), transpose) if constant else transpose()
+        scale = np.ascontiguousarray(np.broadcast_to(scale.reshape(dirs, -1), (dirs, gates)))[..., None]
+        return Quantized(self.xp.asarray(centred).transpose(1, 2, 0), self.xp.asarray(scale), rows)
 
-    def _product(self, a, weight, scale):
-        """a @ weight as onnxruntime's quantized GEMM computes it: a quantized per tensor to uint8 first."""
+    def _quantize(self, a):
+        """a quantized to uint8 per tensor over its last two axes, as onnxruntime quantizes an operand, less its
+        zero point (integers in float32), and its scale (float32, shaped to broadcast against a)."""
         xp = self.xp
-        low, high = min(float(a.min()), 0.0), max(float(a.max()), 0.0)
-        a_scale = np.float32(1.0) if low == high else (np.float32(high) - np.float32(low)) / np.float32(255)
-        a_zero = float(np.rint(min(max(-(np.float32(low) / a_scale), 0.0), 255.0)))
-        q = xp.rint(a / a_scale)
-        q += a_zero
-        xp.maximum(q, 0, out=q)
-        xp.minimum(q, 255, out=q)
-        q -= a_zero
-        # every partial sum is an integer the float type holds exactly: any summation order gives the same
-        total = xp.matmul(q.astype(weight.dtype, copy=False), weight).astype(np.float32, copy=False)
-        total *= (a_scale * scale).astype(np.float32)
+        low = xp.minimum(a.min(axis=(-2, -1), keepdims=True), 0)
+        high = xp.maximum(a.max(axis=(-2, -1), keepdims=True), 0)
+        scale = xp.where(low == high, np.float32(1), (high - low) / np.float32(255))
+        zero = xp.rint(xp.clip(-(low / scale), 0, 255))
+        q = xp.rint(a / scale)
+        q += zero
+        xp.clip(q, 0, 255, out=q)
+        q -= zero
+        return q, scale
+
+    def project_rows(self, rows, w):
+        """X's rows quantized once, by every direction's W: exact integer sums, then scaled per output column."""
+        q, scale = self._quantize(rows)
+        dirs, gates, size = w.shape
+        total = self.xp.matmul(q.astype(w.centred.dtype, copy=False), w.centred.transpose(2, 0, 1).reshape(size, dirs * gates))
+        total = total.astype(np.float32, copy=False)
+        total *= scale * w.scale.reshape(1, dirs * gates)
         return total
 
-    def _step(self, gates, c, peephole, acts, hidden):
-        xp = self.xp
-        i, o, f, cell = (gates[:, k * hidden:(k + 1) * hidden] for k in range(4))
-        if peephole is not None:
-            i += peephole[0] * c
-            f += peephole[2] * c
-        self.activate(acts, 0, i)
-        self.activate(acts, 0, f)
-        if self.input_forget:
-            xp.subtract(1, i, out=f)
-        self.activate(acts, 1, cell)
-        c_new = f * c + i * cell
-        if peephole is not None:
-            o += peephole[1] * c_new
-        self.activate(acts, 0, o)
-        return o * self.activate(acts, 2, c_new, out=xp.empty_like(c_new)), c_new
+    def product(self, r, h, out):
+        """H quantized per direction (stacked directions: per index of the leading axis), by R, scaled per row."""
+        q, scale = self._quantize(h)
+        out[...] = self.xp.matmul(r.centred, q.astype(r.centred.dtype, copy=False))
+        out *= scale * r.scale
+
+    def compiled_loop(self, xw, r, step_bias, states, yt) -> bool:
+        """The default LSTM with int8 R on the CPU: recurrent.c's lstm_q8, one call for all directions."""
+        if self.xp is not np or r.rows is None or not self.default_acts or self.clip is not None or self.input_forget \
+                or step_bias is not None:
+            return False
+        return lstm_q8(xw, r.rows, r.scale[..., 0], states[0], states[1], yt)

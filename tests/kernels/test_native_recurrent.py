@@ -1,8 +1,9 @@
 """The compiled LSTM and GRU recurrences (kernels/native/recurrent.c) against the same ops' NumPy
 step loop, over odd sizes, every direction, initial states, biases and GRU's linear_before_reset;
 the recurrent product over R packed once against float64; both directions in one call, on one thread
-or two with the same bits; the cases the compiled loop does not take keep the NumPy loop; the C checks
-the lengths itself."""
+or two with the same bits (DynamicQuantizeLSTM's 8-bit recurrence too); the cases the compiled loop
+does not take keep the NumPy loop; the C checks the lengths itself. DynamicQuantizeLSTM's results are
+tested against a NumPy statement of the op in test_ops_dynamic_quantize_lstm.py."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -105,6 +106,50 @@ def test_the_c_boundary_checks_the_lengths():
     assert call(dirs=3) != 0
     packed = np.empty(lib.rtd_recurrent_packed_len(4 * hidden, hidden), np.float32)
     assert lib.rtd_recurrent_pack(buf(r), 4 * hidden * hidden - 1, 4 * hidden, hidden, buf(packed), packed.size) != 0
+
+
+def test_the_8bit_recurrence_checks_the_lengths():
+    ffi, lib = native.compiled.ffi, native.compiled.lib
+    seq, dirs, hidden, batch = 3, 2, 4, 2
+    g, nb = 4 * hidden, hidden * batch
+    xw, r = np.ones(seq * dirs * g * batch, np.float32), np.ones(dirs * g * hidden, np.int8)
+    scale, h, c = np.ones(dirs * g, np.float32), np.zeros(dirs * nb, np.float32), np.zeros(dirs * nb, np.float32)
+    y, gates, q = np.empty(seq * dirs * nb, np.float32), np.empty(dirs * g * batch, np.float32), np.empty(dirs * nb, np.int16)
+    buf = lambda a, t="float[]": ffi.from_buffer(t, a, require_writable=True)   # noqa: E731
+
+    def call(xw_len=xw.size, r_len=r.size, scale_len=scale.size, y_len=y.size, gates_len=gates.size, q_len=q.size,
+             seq=seq, dirs=dirs, hidden=hidden):
+        return lib.rtd_lstm_q8_f32(buf(xw), xw_len, buf(r, "int8_t[]"), r_len, buf(scale), scale_len, buf(h), buf(c), h.size,
+                                   buf(y), y_len, buf(gates), gates_len, buf(q, "int16_t[]"), q_len, seq, dirs, hidden, batch)
+    assert call() == 0
+    for wrong in ({"xw_len": xw.size - 1}, {"r_len": r.size - 1}, {"scale_len": scale.size - 1}, {"y_len": y.size - 1},
+                  {"gates_len": gates.size - 1}, {"q_len": q.size - 1}, {"seq": 4}, {"dirs": 3}, {"hidden": 65537}):
+        assert call(**wrong) != 0, wrong
+
+
+def test_the_8bit_recurrence_gives_the_same_bits_on_one_thread_or_two(monkeypatch):
+    rng = np.random.default_rng(5)
+    seq, batch, hidden, size = 9, 2, 21, 5
+    kernel = make_kernel(Node("DynamicQuantizeLSTM", "com.microsoft", [], ["y", "h", "c"],
+                              {"hidden_size": hidden, "direction": "bidirectional"}), {"": 14, "com.microsoft": 1}, np)
+    calls = []
+    monkeypatch.setattr("rtd.kernels.ops.op_ms_dynamic_quantize_lstm.lstm_q8",
+                        lambda *a: calls.append(a[0].shape) or recurrent.lstm_q8(*a))
+    inputs = [rng.standard_normal((seq, batch, size), dtype=np.float32),
+              rng.integers(-127, 128, (2, size, 4 * hidden)).astype(np.int8),
+              rng.integers(-127, 128, (2, hidden, 4 * hidden)).astype(np.int8),
+              rng.standard_normal((2, 8 * hidden), dtype=np.float32), None, None, None, None,
+              np.full(2, 0.01, np.float32), np.zeros(2, np.int8), np.full(2, 0.002, np.float32), np.zeros(2, np.int8)]
+    try:
+        native.set_threads(1)
+        one = [v.copy() for v in kernel.run(*inputs)]
+        native.set_threads(2)
+        two = kernel.run(*inputs)
+    finally:
+        native.set_threads(1)
+    assert [s[1] for s in calls] == [2, 2]   # one call each, both directions in it
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 5, 9])
