@@ -24,7 +24,7 @@ def gelu(attrs_approximate, xp):
 def dynamic_uint8(xp, a):
     """DynamicQuantizeLinear of `a`: (uint8 values, scale, zero point) with 0 exactly representable."""
     lo, hi = min(float(a.min()), 0.0), max(float(a.max()), 0.0)
-    scale = np.float32((hi - lo) / 255.0) if hi > lo else np.float32(1.0)
+    scale = (np.float32(hi) - np.float32(lo)) / np.float32(255) if hi > lo else np.float32(1.0)  # float32 steps, as ORT
     zero_point = quantize(np, np.array(-lo / scale, np.float32), None, np.uint8)
     return quantize(xp, a / scale, zero_point, np.uint8), scale, zero_point
 

@@ -46,18 +46,15 @@ def test_within_the_stated_error_of_the_exact_function(op):
 
 
 @pytest.mark.parametrize("op", sorted(EXACT))
-def test_the_same_bits_in_place_at_any_offset_and_on_two_threads(op):
+def test_the_same_bits_in_place_at_any_offset_and_on_two_threads(op, native_threads):
     want = act.activation(op, X)
     for start in (1, 3, 7):   # the tail and the vector body meet elsewhere: each element comes out the same
         np.testing.assert_array_equal(act.activation(op, X[start:start + 1001]), want[start:start + 1001])
     inplace = X.copy()
     assert act.activation(op, inplace, inplace) is inplace
     np.testing.assert_array_equal(inplace, want)
-    try:
-        native.set_threads(2)
-        np.testing.assert_array_equal(act.activation(op, X), want)
-    finally:
-        native.set_threads(1)
+    native_threads(2)
+    np.testing.assert_array_equal(act.activation(op, X), want)
 
 
 def test_what_it_does_not_take_is_refused():

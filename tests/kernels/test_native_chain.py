@@ -109,7 +109,7 @@ def test_the_c_boundary_checks_the_program_and_lengths():
     assert call([7, 0, -2, -2], lengths=(9,)) != 0    # an input longer than the output
 
 
-def test_threads_share_the_blocks_and_change_no_bit():
+def test_threads_share_the_blocks_and_change_no_bit(native_threads):
     links = [(Node("Add", "", [], [], {}), [0, 1]), (Node("Clip", "", [], [], {}), [-1, 2, 3]),
              (Node("Mul", "", [], [], {}), [0, -1]), (Node("Div", "", [], [], {}), [-1, 4])]
     program = Program.build(links, 5, np.float32)
@@ -117,11 +117,8 @@ def test_threads_share_the_blocks_and_change_no_bit():
     x = rng.standard_normal((4, 64, 40, 40), dtype=np.float32) * 4   # 409600 elements: worth two threads
     inputs = [x, np.float32([3]), np.float32(0), np.float32(6), rng.standard_normal((64, 1, 1), dtype=np.float32)]
     results = {}
-    try:
-        for threads in (1, 2):
-            native.set_threads(threads)
-            results[threads] = program(inputs, np.empty_like(x)).copy()
-    finally:
-        native.set_threads(1)
+    for threads in (1, 2):
+        native_threads(threads)
+        results[threads] = program(inputs, np.empty_like(x)).copy()
     np.testing.assert_array_equal(results[1], results[2])
     np.testing.assert_array_equal(results[1], x * np.clip(x + 3, 0, 6) / inputs[4])

@@ -162,7 +162,7 @@ def test_kept_panels_are_used_only_for_the_weights_they_were_made_from():
     np.testing.assert_array_equal(conv(x, w1[:, :, :, :], constant=w1), first)       # a view of the kept weights
 
 
-def test_threads_split_the_work_and_change_no_result():
+def test_threads_split_the_work_and_change_no_result(native_threads):
     """With two threads the GEMM's columns are shared out, or its rows (a small map, many channels); the outputs
     are those of one thread, float and 8-bit alike, stride 1 and 2, and the tenant's limit is restored after."""
     rng = np.random.default_rng(4)
@@ -176,14 +176,11 @@ def test_threads_split_the_work_and_change_no_result():
         requantize = (np.full(1, 1 / 512, np.float32), 3, np.dtype(np.uint8))
         out = (size + 2 - 3) // stride + 1
         results = {}
-        try:
-            for threads in (1, 2):
-                native.set_threads(threads)
-                conv = native_conv.Conv2d(x.shape, w.shape, 1, [3, 3], [stride] * 2, [1, 1], [1, 1], [1, 1], [out, out])
-                results[threads] = (conv(x, w, bias, True), conv(xq, wq, None, x_zero_point=128, requantize=requantize))
-                assert native.threads() == threads
-        finally:
-            native.set_threads(1)
+        for threads in (1, 2):
+            native_threads(threads)
+            conv = native_conv.Conv2d(x.shape, w.shape, 1, [3, 3], [stride] * 2, [1, 1], [1, 1], [1, 1], [out, out])
+            results[threads] = (conv(x, w, bias, True), conv(xq, wq, None, x_zero_point=128, requantize=requantize))
+            assert native.threads() == threads
         np.testing.assert_array_equal(results[2][0], results[1][0])   # a split changes no output's sum order
         np.testing.assert_array_equal(results[2][1], results[1][1])
 

@@ -283,18 +283,15 @@ def test_the_library_loads_and_runs_under_memory_deny_write_execute():
     assert done.stdout.split() == ["compiled", "9.0"], done.stderr
 
 
-def test_threads_share_the_planes_and_change_no_bit():
+def test_threads_share_the_planes_and_change_no_bit(native_threads):
     rng = np.random.default_rng(6)
     x = rng.standard_normal((2, 48, 64, 64), dtype=np.float32)   # enough taps for two threads
     w = rng.standard_normal((48, 1, 3, 3), dtype=np.float32)
     bias = rng.standard_normal(48, dtype=np.float32)
     results = {}
-    try:
-        for threads in (1, 2):
-            native.set_threads(threads)
-            results[threads] = depthwise_conv2d(x, w, bias, [1, 1], [1, 1], [1, 1], [1, 1], [64, 64], relu=True)
-    finally:
-        native.set_threads(1)
+    for threads in (1, 2):
+        native_threads(threads)
+        results[threads] = depthwise_conv2d(x, w, bias, [1, 1], [1, 1], [1, 1], [1, 1], [64, 64], relu=True)
     np.testing.assert_array_equal(results[1], results[2])
     np.testing.assert_allclose(results[1], numpy_depthwise(x, w, bias, [1, 1], [1, 1], [1, 1], [1, 1], [64, 64], True),
                                rtol=1e-5, atol=1e-5)

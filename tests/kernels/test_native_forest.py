@@ -33,17 +33,14 @@ def kernel_of(model):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("targets,aggregate,modes", [(1, "SUM", ("BRANCH_LEQ",)), (3, "SUM", ("BRANCH_LT", "BRANCH_GTE")),
                                                      (2, "AVERAGE", ("BRANCH_LEQ",)), (2, "MAX", ("BRANCH_EQ", "BRANCH_NEQ"))])
-def test_compiled_walk_is_onnxruntimes_bits(rows, threads, targets, aggregate, modes):
+def test_compiled_walk_is_onnxruntimes_bits(rows, threads, targets, aggregate, modes, native_threads):
     model = regressor(300, 6, 9, targets, aggregate, modes)
     x = tree_features(rows, 9)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1   # onnxruntime's threads sum partial sums: its bits at 1 thread are the tree order's
     theirs = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
-    native.set_threads(threads)
-    try:
-        ours = compile_model(model).run({"X": x})["Y"]
-    finally:
-        native.set_threads(1)
+    native_threads(threads)
+    ours = compile_model(model).run({"X": x})["Y"]
     assert kernel_of(model).scorer is not None
     np.testing.assert_array_equal(ours, theirs)
 

@@ -3,7 +3,7 @@ weights, bias and ReLU, one and two threads (rows split when there are many, col
 are few), refusals for what it does not take, lengths checked again at the C boundary."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rtd.kernels import native
@@ -12,22 +12,20 @@ from rtd.kernels.native import gemm as native_gemm
 pytestmark = pytest.mark.skipif(native.compiled is None, reason="rtd was installed without its compiled kernels")
 
 
-@settings(max_examples=120, deadline=None)
+# every example sets its own threads: the fixture, shared by the examples, puts one thread back after the last
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(1, 300), st.one_of(st.integers(1, 70), st.integers(250, 600)), st.integers(1, 300), st.booleans(),
        st.booleans(), st.booleans(),
        st.sampled_from([1, 2]), st.integers(0, 2**31 - 1))
-def test_gemm_rows_equals_numpy(m, k, n, transposed, with_bias, relu, threads, seed):
+def test_gemm_rows_equals_numpy(native_threads, m, k, n, transposed, with_bias, relu, threads, seed):  # @given fills the rightmost ones
     """Plain, and with the weight packed once (kept, then used again)."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k), dtype=np.float32)
     w = rng.standard_normal((n, k), dtype=np.float32).T if transposed else rng.standard_normal((k, n), dtype=np.float32)
     bias = rng.standard_normal(n, dtype=np.float32) if with_bias else None
-    try:
-        native.set_threads(threads)
-        got = native_gemm.gemm_rows(a, w, bias, relu)
-        packed = [native_gemm.gemm_rows(a, w, bias, relu, constant=True) for _ in range(2)]
-    finally:
-        native.set_threads(1)
+    native_threads(threads)
+    got = native_gemm.gemm_rows(a, w, bias, relu)
+    packed = [native_gemm.gemm_rows(a, w, bias, relu, constant=True) for _ in range(2)]
     want = a.astype(np.float64) @ w.astype(np.float64) + (bias if with_bias else 0)
     want = np.maximum(want, 0) if relu else want
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
@@ -35,17 +33,14 @@ def test_gemm_rows_equals_numpy(m, k, n, transposed, with_bias, relu, threads, s
     np.testing.assert_array_equal(packed[1], packed[0])   # the kept panels: the same sums again
 
 
-def test_big_products_split_among_threads_give_the_one_thread_result():
+def test_big_products_split_among_threads_give_the_one_thread_result(native_threads):
     rng = np.random.default_rng(3)
     for m, n in ((16, 2048), (2048, 16)):   # few rows: columns split; many rows: rows split
         a, w = rng.standard_normal((m, 512), dtype=np.float32), rng.standard_normal((512, n), dtype=np.float32)
         results = []
-        try:
-            for threads in (1, 2):
-                native.set_threads(threads)
-                results.append(native_gemm.gemm_rows(a, w, None))
-        finally:
-            native.set_threads(1)
+        for threads in (1, 2):
+            native_threads(threads)
+            results.append(native_gemm.gemm_rows(a, w, None))
         np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-4)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import rtd.kernels.plan as plan_module
-from rtd.kernels import compile_model, native
+from rtd.kernels import compile_model
 from rtd.kernels.native import compiled
 from tests.kernels.kernel_graphs import model, node
 
@@ -25,20 +25,18 @@ def _pool_model(shape, attrs):
 
 @pytest.mark.parametrize("attrs", GEOMETRIES)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_native_max_pool_gives_the_numpy_kernels_values(attrs, threads, monkeypatch):
+def test_native_max_pool_gives_the_numpy_kernels_values(attrs, threads, monkeypatch, native_threads):
     shape = (2, 3, 11, 13)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     x[0, 0, 0, :4] = [np.nan, -np.inf, 0.0, np.inf]
     x[1, 2, 5, 5] = np.nan
     onnx_model = _pool_model(shape, attrs)
-    native.set_threads(threads)
-    try:
-        ours = compile_model(onnx_model)
-        got = [ours.run({"x": x})["y"] for _ in range(2)][-1]
-    finally:
-        native.set_threads(1)
+    native_threads(threads)
+    ours = compile_model(onnx_model)
+    got = [ours.run({"x": x})["y"] for _ in range(2)][-1]
     (plan,) = ours._plans.values()
     assert plan.stats()["native_nodes"] == 1
+    native_threads(1)   # the reference on one thread
     with monkeypatch.context() as m:
         m.setattr(plan_module, "emit", lambda *args: None)
         want = compile_model(onnx_model).run({"x": x})["y"]

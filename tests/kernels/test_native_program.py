@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 
 import rtd.kernels.plan as plan_module
-from rtd.kernels import compile_model, emit, native
+from rtd.kernels import compile_model, emit
 from rtd.kernels.native import compiled
 from tests.kernels.kernel_graphs import const, model, node
 
@@ -60,14 +60,11 @@ def run_both(onnx_model, feeds, monkeypatch):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_native_program_gives_the_per_step_paths_and_onnxruntimes_values(threads, monkeypatch):
+def test_native_program_gives_the_per_step_paths_and_onnxruntimes_values(threads, monkeypatch, native_threads):
     onnx_model = mixed_graph()
     feeds = {"x": np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)}
-    native.set_threads(threads)
-    try:
-        compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
-    finally:
-        native.set_threads(1)
+    native_threads(threads)
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
     (plan,) = compiled_model._plans.values()
     stats = plan.stats()
     assert stats["native_segments"] >= 1 and stats["native_nodes"] >= sum(stats["ops"].values()) - 2, stats   # all but the mean along a row and AveragePool
@@ -150,7 +147,7 @@ def test_reductions_and_casts_give_numpys_bits(monkeypatch):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("direction", ["bidirectional", "reverse"])
-def test_an_lstm_of_any_direction_runs_in_the_program_with_the_traced_runs_bits(direction, threads, monkeypatch):
+def test_an_lstm_of_any_direction_runs_in_the_program_with_the_traced_runs_bits(direction, threads, monkeypatch, native_threads):
     """A bidirectional LSTM (both directions in one LSTM op) and a reverse one, with initial states: the
     program's outputs are the per-step path's bits, and onnxruntime's values."""
     dirs, hidden, size, seq, batch = (2 if direction == "bidirectional" else 1), 19, 7, 5, 3
@@ -164,11 +161,8 @@ def test_an_lstm_of_any_direction_runs_in_the_program_with_the_traced_runs_bits(
                        [(n, None) for n in ("y", "yh", "yc")], inits)
     feeds = {"x": rng.standard_normal((seq, batch, size)).astype(f32), "h0": rng.standard_normal((dirs, batch, hidden)).astype(f32),
              "c0": rng.standard_normal((dirs, batch, hidden)).astype(f32)}
-    native.set_threads(threads)
-    try:
-        compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
-    finally:
-        native.set_threads(1)
+    native_threads(threads)
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
     (plan,) = compiled_model._plans.values()
     assert plan.stats()["native_nodes"] == 1
     reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)

@@ -172,7 +172,7 @@ def test_the_recurrent_product_over_packed_r(rows, batch):
 
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
-def test_both_directions_in_one_call_give_the_same_bits_on_one_thread_or_two(op, monkeypatch):
+def test_both_directions_in_one_call_give_the_same_bits_on_one_thread_or_two(op, monkeypatch, native_threads):
     case = dict(seq=7, batch=3, hidden=21, size=5, direction="bidirectional", dirs=2, bias=True, initial=True, seed=3)
     x, w, r, bias, states = arrays(case, 4 if op == "LSTM" else 3)
     calls = []
@@ -182,13 +182,10 @@ def test_both_directions_in_one_call_give_the_same_bits_on_one_thread_or_two(op,
     kernel = make_kernel(Node(op, "", [], ["y", "h", "c"][:3 if op == "LSTM" else 2], {"hidden_size": 21, "direction": "bidirectional"}),
                          {"": 14}, np)
     inputs = [x, w, r, bias, None, *states[:2 if op == "LSTM" else 1]]
-    try:
-        native.set_threads(1)
-        one = [v.copy() for v in kernel.run(*inputs)]
-        native.set_threads(2)
-        two = kernel.run(*inputs)
-    finally:
-        native.set_threads(1)
+    native_threads(1)
+    one = [v.copy() for v in kernel.run(*inputs)]
+    native_threads(2)
+    two = kernel.run(*inputs)
     assert [s[1] for s in calls] == [2, 2]   # one call each, both directions in it
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)

@@ -5,7 +5,10 @@ the output's magnitude, so near-zero elements do not demand impossible relative 
 it must be ≤ the tolerance. Integer and bool outputs must be equal. Shapes and dtypes must match.
 """
 import numpy as np
+import onnx
 import onnxruntime as ort
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 FLOAT_TOLERANCE = 1e-4
 
@@ -27,6 +30,12 @@ QUANTIZED_TOLERANCE = 2 / 255
 # mode from these legitimate flips: the small CNNs, held to QUANTIZED_TOLERANCE, catch that.
 # RTD_ZOO_SEED=301075861408769282437213266419967430380 draws inputs where flips add up to 6.05e-2
 # (pooled) with the executor of either side of issue 10's compiled kernels alike: 6e-2 was too tight.
+# RTD_ZOO_SEED=134624742726684372544604871702285659658 (batch 2 x 50) adds them up to 4.0e-2 from one
+# flip in layer 3's FFN (no tie: the two sides' GELU outputs, hence their maxima and scales, differ in a
+# last bit), which becomes 2 flips in its second LayerNorm's quantization, 5,671 in layer 4's FFN and
+# 31,521 in layer 5's. Over 200 fresh seeds 4 went past 7e-2 (up to 7.65e-2): no bound on the end result
+# holds for every input, so the zoo test checks these graphs a quantization at a time instead
+# (dynamic_quantization_split); the bound stays for the whole-output checks of the benches.
 DEEP_QUANTIZED_TOLERANCE = 7e-2
 # QOperator graphs (QLinearConv, QLinearAdd, ... between one QuantizeLinear and one DequantizeLinear):
 # every 8-bit op repeats onnxruntime's own float32 steps, so the outputs must be equal.
@@ -80,8 +89,9 @@ def sequence_of_maps_mismatches(name: str, got, want: list, tolerance: float) ->
     return []
 
 
-def reference_session(path: str, threads: int, optimized: bool) -> ort.InferenceSession:
-    """onnxruntime on the CPU: sequential, `threads` intra-op threads; literal graph unless `optimized`."""
+def reference_session(path: str | bytes, threads: int, optimized: bool) -> ort.InferenceSession:
+    """onnxruntime on the CPU (a model's path or bytes): sequential, `threads` intra-op threads; literal graph
+    unless `optimized`."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -95,3 +105,35 @@ def reference_session(path: str, threads: int, optimized: bool) -> ort.Inference
 def run_reference(session: ort.InferenceSession, feeds: dict) -> dict:
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds)))
+
+
+def dynamic_quantization_split(path: str) -> tuple[bytes, bytes, list[tuple[str, ...]]]:
+    """A dynamically quantized graph, checked a quantization at a time: every DynamicQuantizeLinear's outputs
+    must be the spec's (onnx.reference) on rtd's own input, bit for bit, and onnxruntime, fed those quantized
+    tensors in place of its own, must then agree with rtd to FLOAT_TOLERANCE (4.4e-7 seen on minilm_qdyn):
+    neither side's last-bit float differences can move a quantization, while a wrong rounding mode, scale or
+    zero point fails the first check and anything else the second. Returns (the model with each
+    DynamicQuantizeLinear's input and outputs as extra outputs, for rtd; the model with those nodes removed and
+    their outputs as inputs, for onnxruntime; each node's (input, y, scale, zero point) names)."""
+    model = onnx.load(path)
+    steps = [(n.input[0], *n.output) for n in model.graph.node if n.op_type == "DynamicQuantizeLinear"]
+    tapped = onnx.ModelProto()
+    tapped.CopyFrom(model)
+    tapped.graph.output.extend(helper.make_empty_tensor_value_info(name) for step in steps for name in step)
+    kept = [n for n in model.graph.node if n.op_type != "DynamicQuantizeLinear"]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    model.graph.input.extend(helper.make_tensor_value_info(name, dtype, None) for _, *outputs in steps
+                             for name, dtype in zip(outputs, (TensorProto.UINT8, TensorProto.FLOAT, TensorProto.UINT8)))
+    return tapped.SerializeToString(), model.SerializeToString(), steps
+
+
+def quantization_mismatches(got: dict, steps: list[tuple[str, ...]]) -> list[str]:
+    """One line per DynamicQuantizeLinear output in `got` (rtd's, run on dynamic_quantization_split's tapped
+    model) that differs from the spec's on that node's input in `got`."""
+    spec = ReferenceEvaluator(helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero_point"]))
+    problems = []
+    for x, *outputs in steps:
+        problems += mismatches({name: got[name] for name in outputs},
+                               dict(zip(outputs, spec.run(None, {"x": np.asarray(got[x])}))), 0.0)
+    return problems

@@ -4,8 +4,9 @@ Inputs are drawn from a new seed each run (printed in every failure; set RTD_ZOO
 replay one). Each model is compiled once and run at every entry of its `dims`, so models
 exported with symbolic axes are checked at several batch sizes / sequence lengths. The
 reference is onnxruntime with graph optimizations off: the literal graph (its fused quantized
-kernels use different arithmetic, see compare.py). Models marked `slow` (BERT-base, ResNet-50)
-take most of the file's time; deselect them with `-m "not slow"`.
+kernels use different arithmetic, see compare.py); dynamically quantized models are checked
+against it a quantization at a time (compare.py's dynamic_quantization_split). Models marked
+`slow` (BERT-base, ResNet-50) take most of the file's time; deselect them with `-m "not slow"`.
 """
 import os
 
@@ -15,7 +16,8 @@ import pytest
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
 
-from .compare import mismatches, reference_session, run_reference
+from .compare import (FLOAT_TOLERANCE, dynamic_quantization_split, mismatches, quantization_mismatches,
+                      reference_session, run_reference)
 from .models import ZOO
 
 
@@ -56,16 +58,34 @@ def compiled():
 @pytest.mark.parametrize("name", _params())
 def test_matches_onnxruntime(name, compiled):
     zoo = ZOO[name]
-    model = compiled(name)
-    reference = reference_session(zoo.path(), threads=2, optimized=False)
+    check = _stepwise(zoo, compiled(name)) if zoo.stepwise else _whole(zoo, compiled(name))
     seed = _seed()
     rng = np.random.default_rng(seed)
     for dims in zoo.dims + zoo.dims[:1]:  # back to the first size: a cached plan must serve new inputs
-        feeds = zoo.feeds(rng, dims)
-        want = run_reference(reference, feeds)
-        got = model.run(feeds)
-        problems = mismatches(got, want, zoo.tolerance)
+        problems = check(zoo.feeds(rng, dims))
         assert not problems, f"{name} at {dims} (RTD_ZOO_SEED={seed}): " + "; ".join(problems)
+
+
+def _whole(zoo, model):
+    """feeds -> problems: the outputs against onnxruntime's literal graph, within the model's tolerance."""
+    reference = reference_session(zoo.path(), threads=2, optimized=False)
+    return lambda feeds: mismatches(model.run(feeds), run_reference(reference, feeds), zoo.tolerance)
+
+
+def _stepwise(zoo, model):
+    """feeds -> problems, a quantization at a time (compare.py's dynamic_quantization_split). The tapped model
+    must give the served one's outputs bit for bit, so what is checked is what is served."""
+    tapped_model, cut_model, steps = dynamic_quantization_split(zoo.path())
+    tapped, reference = compile_model(tapped_model), reference_session(cut_model, threads=2, optimized=False)
+
+    def check(feeds):
+        served, got = model.run(feeds), tapped.run(feeds)
+        quantized = {name: got[name] for _, *outputs in steps for name in outputs}
+        want = run_reference(reference, dict(feeds, **quantized))
+        return ([f"tapped, {p}" for p in mismatches(served, {name: got[name] for name in served}, 0.0)]
+                + [f"quantized, {p}" for p in quantization_mismatches(got, steps)]
+                + [f"fed rtd's quantized tensors, {p}" for p in mismatches(served, want, FLOAT_TOLERANCE)])
+    return check
 
 
 @pytest.mark.parametrize("name", _params())
