@@ -22,6 +22,8 @@ SHAPE_ONLY = frozenset(_UNARY + _BINARY + _STRUCTURAL)
 # com.microsoft's 8-bit ops that onnxruntime's quantizer writes: shapes as their float twins'
 MICROSOFT_SHAPE_ONLY = frozenset("""QLinearAdd QLinearMul QLinearSigmoid QLinearLeakyRelu QLinearConcat QLinearAveragePool
 QLinearGlobalAveragePool""".split())
+# ai.onnx.ml's lookups: each element mapped, the shape kept (a text model's embedding follows its LabelEncoder)
+ML_SHAPE_ONLY = frozenset({"LabelEncoder"})
 # op -> input positions whose values decide the output shape
 SHAPE_PARAMS = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
@@ -36,7 +38,8 @@ def shape_fixed(node, shaped: set, static_values: set) -> bool:
     """Whether `node`'s output shapes follow from what is known: `shaped` names have fixed
     shapes, `static_values` names fixed values."""
     if node.domain == RTD_DOMAIN or (node.domain == "" and node.op_type in SHAPE_ONLY) \
-            or (node.domain == "com.microsoft" and node.op_type in MICROSOFT_SHAPE_ONLY):
+            or (node.domain == "com.microsoft" and node.op_type in MICROSOFT_SHAPE_ONLY) \
+            or (node.domain == "ai.onnx.ml" and node.op_type in ML_SHAPE_ONLY):
         return all(n in shaped for n in node.inputs if n)
     if node.domain == "" and node.op_type in SHAPE_PARAMS:
         params = SHAPE_PARAMS[node.op_type]
