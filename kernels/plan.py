@@ -10,6 +10,8 @@ such steps is one `native.program.Segment`, a program the C interpreter runs in 
 in the same arena (or, where they escape, in arrays made per run); Python runs only the other steps
 and hands values across at the edges.
 """
+import copy
+import heapq
 import threading
 import time
 
@@ -38,7 +40,6 @@ class Plan:
         names = list(named) + sorted({n for node in graph.nodes for n in node.inputs + node.implicit if n} - set(named))
         self.names = names
         self.slot = {name: i for i, name in enumerate(names)}  # "" → slot 0, always None
-        self.last_read = {n: step for step, node in enumerate(graph.nodes) for n in node.inputs + node.implicit if n}
         self.input_slots = [self.slot[n] for n in graph.inputs]
         self.output_slots = [self.slot[n] for n in graph.outputs]
         self.constant_slots = {self.slot[n] for n in graph.constants}
@@ -63,6 +64,13 @@ class Plan:
         native = xp is np and not self.partitioned
         self.emitted = [emit(node, kernel, shapes, static, graph.constants) if native else None
                         for node, kernel in zip(graph.nodes, kernels)]
+        order = grouped(graph.nodes, [e is not None for e in self.emitted])
+        if order != sorted(order):
+            self.graph = graph = copy.copy(graph)
+            graph.nodes = [graph.nodes[i] for i in order]
+            self.kernels = kernels = [kernels[i] for i in order]
+            self.emitted = [self.emitted[i] for i in order]
+        self.last_read = {n: step for step, node in enumerate(graph.nodes) for n in node.inputs + node.implicit if n}
         buffers = self._buffers(kernels, shapes, static)
         frees = self._frees()
         self.labels, self.steps, self.segments = [], [], []
@@ -320,3 +328,42 @@ class Plan:
         return {"steps": len(self.steps), "timed_steps": timed, "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
                 "naive_bytes": self.naive_bytes, "ops": ops, "host_steps": self.where.count(HOST),
                 "native_nodes": native, "native_segments": sum(s is not None for s in self.segments)}
+
+
+def grouped(nodes: list, native: list) -> list:
+    """An order of the nodes (their indices) in which native steps run back to back where the graph
+    allows: each run of them is one program call, and a Python step between two used to split the
+    program (a Loop body's scalar counter steps cut an LSTM cell into four calls per iteration).
+    Producers stay before their readers and Python steps keep their own order (random ops draw in
+    turn); among what is ready the earliest node goes first, so a graph of one kind keeps its order.
+    Each kind runs while any of it is ready, so a Python step a native one unlocks waits for the rest of
+    the native run."""
+    producer = {o: i for i, node in enumerate(nodes) for o in node.outputs if o}
+    readers: list = [[] for _ in nodes]
+    waits = [0] * len(nodes)
+    previous_python = None
+    for i, node in enumerate(nodes):
+        before = {producer[n] for n in node.inputs + node.implicit if n in producer and producer[n] < i}
+        if not native[i]:
+            if previous_python is not None:
+                before.add(previous_python)
+            previous_python = i
+        for j in before:
+            readers[j].append(i)
+        waits[i] = len(before)
+    ready: tuple = ([], [])   # heaps of node indices: Python steps, native steps
+    for i, count in enumerate(waits):
+        if count == 0:
+            heapq.heappush(ready[native[i]], i)
+    order: list = []
+    kind = not ready[False]   # Python first: a graph's first Python steps (shapes, indices) tend to feed its native ones
+    while ready[0] or ready[1]:
+        if not ready[kind]:
+            kind = not kind
+        i = heapq.heappop(ready[kind])
+        order.append(i)
+        for j in readers[i]:
+            waits[j] -= 1
+            if waits[j] == 0:
+                heapq.heappush(ready[native[j]], j)
+    return order
