@@ -273,18 +273,24 @@ def _part(step: Step, out: str, name: str, index: np.ndarray, inside: np.ndarray
 
 
 def _gather(step: Step) -> Emitted | None:
-    """Gather: constant indices are data movement; run-time int64 indices along axis 0 pick whole rows."""
+    """Gather: constant indices are data movement; run-time int64 or int32 indices along axis 0 pick whole
+    rows (int32 ones widened into scratch first: the gather reads int64, as a TensorFlow export's loop
+    counter indexes its sequence)."""
     if step.constant(step.input(1)) is not None:
         return _movement((0,))(step)
     x, indices, y = step.input(0), step.input(1), step.output()
     axis = step.kernel.axis % max(len(step.shape(x)), 1)
-    if axis != 0 or step.dtype(indices) != np.int64 or not step.shape(x):
+    if axis != 0 or step.dtype(indices) not in (np.int64, np.int32) or not step.shape(x):
         return None
     rows, row_bytes = step.shape(x)[0], step.nbytes(x) // max(step.shape(x)[0], 1)
     count = math.prod(step.shape(indices))
     if rows < 1 or row_bytes < 1:
         return None
-    return Emitted([Op(GATHER, (reads(Value(x)), reads(Value(indices)), writes(Value(y))), (rows, row_bytes, count))], {})
+    ops, index = [], Value(indices)
+    if step.dtype(indices) == np.int32:
+        index = Scratch("indices", count * 8)
+        ops.append(Op(CAST, (reads(Value(indices)), writes(index)), (TYPES[np.dtype(np.int32)], TYPES[np.dtype(np.int64)], count)))
+    return Emitted(ops + [Op(GATHER, (reads(Value(x)), reads(index), writes(Value(y))), (rows, row_bytes, count))], {})
 
 
 def _resize(step: Step) -> Emitted | None:

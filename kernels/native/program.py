@@ -118,8 +118,9 @@ class Segment:
         self.code_pointer = compiled.ffi.from_buffer("int64_t[]", self.code)
         self.writable = compiled.ffi.new("uint8_t[]", writable)
         self.n_slots = len(writable)
-        self.external_slots = [slot_of[("frame", name)] for name in externals]
-        self.fresh_slots = [slot_of[("fresh", name)] for name in fresh]
+        # per frame value and per fresh one: (slot, name, shape, dtype), looked up once rather than per run
+        self.external_info = [(slot_of[("frame", name)], name, tuple(specs[name][0]), np.dtype(specs[name][1])) for name in externals]
+        self.fresh_info = [(slot_of[("fresh", name)], name, tuple(specs[name][0]), np.dtype(specs[name][1])) for name in fresh]
         # per export: its source array's key, byte offset, shape, dtype and size, worked out once (a run of a
         # streaming model's small program is a few microseconds: NumPy's prod per export cost as much)
         self.export_info = []
@@ -166,22 +167,20 @@ class Segment:
         state = self._local.__dict__
         if state.get("arena") is not arena:
             state = self._thread_state(arena)
-        ffi, pointers = compiled.ffi, state["pointers"]
+        from_buffer, pointers = compiled.ffi.from_buffer, state["pointers"]
         held, arrays = [], {}
-        for number, name, value in zip(self.external_slots, self.externals, values):
-            shape, dtype = self.specs[name]
+        for (number, name, shape, dtype), value in zip(self.external_info, values):
             if type(value) is not np.ndarray or value.dtype != dtype or value.shape != shape:
-                raise ValueError(f"a compiled step expected {name!r} as {np.dtype(dtype)}{list(shape)}, got "
+                raise ValueError(f"a compiled step expected {name!r} as {dtype}{list(shape)}, got "
                                  f"{getattr(value, 'dtype', type(value).__name__)}{list(getattr(value, 'shape', ()))}")
             if not value.flags.c_contiguous:
                 value = np.ascontiguousarray(value)
             arrays[name] = value
-            held.append(ffi.from_buffer("char[]", value))
+            held.append(from_buffer("char[]", value))
             pointers[number] = held[-1]
-        for number, name in zip(self.fresh_slots, self.fresh):
-            shape, dtype = self.specs[name]
+        for number, name, shape, dtype in self.fresh_info:
             arrays[name] = value = np.empty(shape, dtype)
-            held.append(ffi.from_buffer("char[]", value, require_writable=True))
+            held.append(from_buffer("char[]", value, require_writable=True))
             pointers[number] = held[-1]
         return state, held, arrays
 
@@ -211,7 +210,9 @@ class Segment:
         out = []
         for key, offset, shape, dtype, size in self.export_info:
             base = arrays[key]
-            if offset == 0 and base.dtype == dtype and base.size == size:
+            if offset == 0 and base.dtype == dtype and base.shape == shape:   # most exports: the array itself
+                out.append(base)
+            elif offset == 0 and base.dtype == dtype and base.size == size:
                 out.append(base.reshape(shape))
             else:
                 nbytes = size * dtype.itemsize
