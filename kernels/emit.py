@@ -34,7 +34,7 @@ from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8) = range(1, 23)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM) = range(1, 24)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -519,6 +519,26 @@ def _softmax(step: Step) -> Emitted | None:
     return Emitted([Op(SOFTMAX, (reads(Value(x)), writes(Value(y))), (math.prod(shape[:-1]), shape[-1]))], {})
 
 
+def _layernorm(step: Step) -> Emitted | None:
+    """The fused LayerNorm as the compiled row kernel, where its run takes that too: float32, gamma and beta one
+    per column (absent ones as ones and zeros, as the kernel passes them)."""
+    x, y = step.input(0), step.output()
+    shape = step.shape(x)
+    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or not shape or shape[-1] < 1 or not step.kernel.epsilon >= 0:
+        return None
+    cols = shape[-1]
+    params = []
+    for name, fill in ((step.input(1), 1.0), (step.input(2), 0.0)):
+        if not name:
+            params.append(Constant(np.full(cols, fill, FLOAT32)))
+        elif step.dtype(name) != FLOAT32 or math.prod(step.shape(name)) != cols or step.shape(name)[-1] != cols:
+            return None
+        else:
+            params.append(Value(name))
+    return Emitted([Op(LAYERNORM, (reads(Value(x)), reads(params[0]), reads(params[1]), writes(Value(y))),
+                       (math.prod(shape[:-1]), cols, _float_bits(step.kernel.epsilon)))], {})
+
+
 def _gelu(step: Step) -> Emitted | None:
     """GELU as the compiled activation, where its kernel runs that too (the tanh form, or erf's argument scaled as one
     of activation.c's GELUs scales it)."""
@@ -937,6 +957,7 @@ EMITTERS = {
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,
     (RTD_DOMAIN, "Softmax"): _softmax,
+    (RTD_DOMAIN, "LayerNorm"): _layernorm,
     (RTD_DOMAIN, "Gelu"): _gelu,
     ("", "Gelu"): _gelu,
 }

@@ -489,3 +489,22 @@ def test_a_python_step_between_native_ones_runs_first_and_int32_indices_gather_n
     reference = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_array_equal(ours["g"], reference[0])
     np.testing.assert_allclose(ours["s"], reference[1], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("width,bias", [(5, True), (37, False), (64, True)])
+def test_layernorm_runs_as_the_compiled_row_kernel(width, bias, monkeypatch):
+    """The fused LayerNorm (here from the ONNX op, with and without beta; widths with and without an 8-lane
+    tail) is one LAYERNORM op of the program, bit for bit the kernel's own run (it calls the same C), and
+    onnxruntime's values."""
+    rng = np.random.default_rng(width)
+    inputs = ["x", "g", "beta"] if bias else ["x", "g"]
+    inits = [const("g", rng.standard_normal(width).astype(np.float32)), const("beta", rng.standard_normal(width).astype(np.float32))]
+    onnx_model = model([node("LayerNormalization", inputs, ["y"], axis=-1, epsilon=1e-5)], [("x", [3, 4, width])], [("y", None)],
+                       inits[: len(inputs) - 1])
+    feeds = {"x": (rng.standard_normal((3, 4, width)) * 3 + 1).astype(np.float32)}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == 1 and plan.stats()["ops"] == {"LayerNorm": 1}
+    np.testing.assert_array_equal(ours["y"], python["y"])
+    expected = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(ours["y"], expected, rtol=1e-5, atol=1e-5)
