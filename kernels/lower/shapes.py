@@ -3,7 +3,8 @@
 Forward over the graph: feeds and constants have static shapes; an op's outputs do too when
 its output shape is a function of its inputs' shapes (SHAPE_ONLY) or of its inputs' shapes and
 the values of some parameter inputs that are themselves static values (SHAPE_PARAMS).
-Everything else (NonZero, Unique, control flow, unknown ops) is treated as data-dependent.
+Everything else (NonZero, Unique, control flow, unknown ops) is treated as data-dependent, but for the
+seeds the caller shows fixed (lower_signature: a Loop's carried values that keep their shapes).
 """
 from ..ir import RTD_DOMAIN, Graph
 
@@ -47,9 +48,10 @@ def shape_fixed(node, shaped: set, static_values: set) -> bool:
     return all(n in static_values for n in node.inputs if n) and node.op_type not in NONDETERMINISTIC and not node.implicit
 
 
-def static_shapes(graph: Graph, static_values: set) -> set:
-    """Names whose shapes the signature fixes (feeds, constants and what follows from them)."""
-    shaped = set(graph.inputs) | set(graph.constants) | set(static_values)
+def static_shapes(graph: Graph, static_values: set, seeds=()) -> set:
+    """Names whose shapes the signature fixes (feeds, constants, the `seeds` shown fixed otherwise and what
+    follows from them)."""
+    shaped = set(graph.inputs) | set(graph.constants) | set(static_values) | set(seeds)
     for node in graph.nodes:
         if shape_fixed(node, shaped, static_values):
             shaped.update(n for n in node.outputs if n)
