@@ -43,10 +43,13 @@ class Plan:
         self.input_slots = [self.slot[n] for n in graph.inputs]
         self.output_slots = [self.slot[n] for n in graph.outputs]
         self.constant_slots = {self.slot[n] for n in graph.constants}
-        # per output, (shape, dtype) where the signature fixes them, else None (kernels/subgraph.steady reads them)
-        self.output_specs = [(tuple(np.shape(graph.constants[n])), np.asarray(graph.constants[n]).dtype) if n in graph.constants
-                             else (tuple(shapes[n][0]), np.dtype(shapes[n][1])) if n in static and n in shapes else None
-                             for n in graph.outputs]
+        # per input and output, (shape, dtype) where the signature fixes them, else None: a Loop runs its body's
+        # plan without a signature lookup where the carried values' specs come back unchanged (ops/op_loop.py)
+        def spec(n):
+            if n in graph.constants:
+                return tuple(np.shape(graph.constants[n])), np.asarray(graph.constants[n]).dtype
+            return (tuple(shapes[n][0]), np.dtype(shapes[n][1])) if n in static and n in shapes else None
+        self.input_specs, self.output_specs = [spec(n) for n in graph.inputs], [spec(n) for n in graph.outputs]
         on_host = [w == HOST for w in self.where] or [False] * len(graph.nodes)
         made = made or {}   # id(node) -> (node, its kernel) made at compile: a shareable one is used again
 

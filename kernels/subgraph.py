@@ -76,18 +76,6 @@ class PlannedSubgraph:
     def _signature(values: list) -> tuple:
         return tuple((v.shape, v.dtype.str) for v in values)
 
-    def steady(self, values: list, carried: int) -> Plan | None:
-        """The plan of `values`' signature where it gives outputs 1..carried the static shapes and dtypes
-        of inputs 2..carried+1 (a Loop's carried values): then every later iteration has this signature
-        too, and the Loop runs the plan without looking its signature up again."""
-        plan = self.plan(values)
-        if plan is None:
-            return None
-        for value, spec in zip(values[2 : 2 + carried], plan.output_specs[1 : 1 + carried]):
-            if spec is None or spec != (value.shape, value.dtype):
-                return None
-        return plan
-
     def _lowered_graph(self) -> Graph:
         """The body as a graph of its own (scope names as inputs), lowered once, on first need."""
         if self._lowered is None:

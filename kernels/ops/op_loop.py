@@ -1,8 +1,8 @@
 """Loop: run `body` while the trip count and condition allow, carrying values and stacking scan outputs.
 
-The body's scope values are bound once per Loop run; once an iteration shows that the body's plan gives
-the carried values back with their own (static) shapes, later iterations run that plan directly, without
-looking their signature up again (kernels/subgraph.PlannedSubgraph.steady)."""
+The body's scope values are bound once per Loop run. Once the body's plan for an iteration's signature
+gives the carried values back with their own (static) shapes and dtypes, every later iteration has that
+signature too: they run that plan directly, without looking their signature up again."""
 import numpy as np
 
 from .base import REQUIRED, Kernel
@@ -20,19 +20,29 @@ class Loop_1(Kernel):
         n_carried = len(carried)
         scans = [[] for _ in range(len(body.output_names) - 1 - n_carried)]
         bound = body.bind(scope)
-        steady = None   # the plan every further iteration runs, once one iteration shows it
+        going = np.array(True)   # every iteration's condition input: it runs only while the condition holds
+        steady = None            # the plan every further iteration runs, once one iteration shows it
         i = 0
         while keep_going and (limit is None or i < limit):
-            inputs = [np.array(i, dtype=np.int64), np.array(keep_going), *carried]
+            values = [np.array(i, dtype=np.int64), going, *carried, *bound]
             if steady is not None:
-                out = steady.run(inputs + bound)
+                out = steady.run(values)
             else:
-                out = body.run(inputs, bound, scope)
-                steady = body.steady(inputs + bound, n_carried)
+                plan = body.plan(values)
+                if plan is None:
+                    out = body.run(values[: 2 + n_carried], bound, scope)
+                else:
+                    out = plan.run(values)
+                    kept = plan.output_specs[1 : 1 + n_carried]
+                    if None not in kept and kept == plan.input_specs[2 : 2 + n_carried]:
+                        steady = plan
             keep_going = bool(self.host(out[0]).reshape(-1)[0])
             carried = out[1 : 1 + n_carried]
-            if steady is not None and not all(type(v) is np.ndarray for v in carried):
-                steady = None   # a kernel's NumPy scalar (np.float32 from a reduction): the body runs it interpreted
+            if steady is not None:
+                for value in carried:
+                    if type(value) is not np.ndarray:   # a kernel's NumPy scalar (a reduction's np.float32): no plan takes it
+                        steady = None
+                        break
             for acc, value in zip(scans, out[1 + n_carried :]):
                 acc.append(value)
             i += 1
