@@ -67,6 +67,7 @@ def lower_signature(graph: Graph, trace: dict, disable=(), xp=np) -> tuple:
     graph.nodes, graph.constants = list(graph.nodes), dict(graph.constants)
     if "fold_signature" not in disable:
         graph = eliminate_dead(fold_signature(graph, trace))
+        graph = eliminate_identity(_casts_to_their_own_dtype(graph, trace))
         check(graph, outer=set())
         for _ in range(MAX_INLINED_LEVELS):
             if "inline_static_ifs" in disable or not _inlines(graph):
@@ -97,6 +98,23 @@ def lower_signature(graph: Graph, trace: dict, disable=(), xp=np) -> tuple:
         graph = fuse_conv_chains(graph, shapes)
         check(graph, outer=set())
     return graph, shapes, static
+
+
+def _casts_to_their_own_dtype(graph: Graph, trace: dict) -> Graph:
+    """Casts of values that already have the target dtype, as the signature shows them, made Identity (which
+    eliminate_identity then drops: a plan step fewer, such as the bool Cast an exporter puts before an If).
+    The nodes are copied: other signatures' plans share them, and eliminate_identity renames inputs."""
+    def dtype(name):
+        return getattr(trace[name] if name in trace else graph.constants.get(name), "dtype", None)
+    nodes = []
+    for node in graph.nodes:
+        node = node.editable()
+        if node.op_type == "Cast" and node.domain == "" and node.inputs[0] and dtype(node.inputs[0]) is not None \
+                and dtype(node.inputs[0]) == dtype(node.outputs[0]):
+            node.op_type, node.attrs = "Identity", {}
+        nodes.append(node)
+    graph.nodes = nodes
+    return graph
 
 
 def _steady_carried(node, trace: dict, constants: dict, static: set) -> list:
