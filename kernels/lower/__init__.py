@@ -67,7 +67,7 @@ def lower_signature(graph: Graph, trace: dict, disable=(), xp=np) -> tuple:
     graph.nodes, graph.constants = list(graph.nodes), dict(graph.constants)
     if "fold_signature" not in disable:
         graph = eliminate_dead(fold_signature(graph, trace))
-        graph = eliminate_identity(_casts_to_their_own_dtype(graph, trace))
+        graph = _casts_to_their_own_dtype(graph, trace)
         check(graph, outer=set())
         for _ in range(MAX_INLINED_LEVELS):
             if "inline_static_ifs" in disable or not _inlines(graph):
@@ -101,17 +101,23 @@ def lower_signature(graph: Graph, trace: dict, disable=(), xp=np) -> tuple:
 
 
 def _casts_to_their_own_dtype(graph: Graph, trace: dict) -> Graph:
-    """Casts of values that already have the target dtype, as the signature shows them, made Identity (which
-    eliminate_identity then drops: a plan step fewer, such as the bool Cast an exporter puts before an If).
-    The nodes are copied: other signatures' plans share them, and eliminate_identity renames inputs."""
+    """Casts of values that already have the target dtype, as the signature shows them, dropped, their readers
+    reading the input (a plan step fewer: the bool Cast an exporter puts before an If). A graph output or a name a
+    body reads stays. Only the readers are copied: the other nodes stay the ones the compile-time kernels were made
+    for (a tree ensemble's tables are built once)."""
     def dtype(name):
         return getattr(trace[name] if name in trace else graph.constants.get(name), "dtype", None)
+    pinned = set(graph.outputs) | {n for node in graph.nodes for n in node.implicit}
+    rename: dict = {}
     nodes = []
     for node in graph.nodes:
-        node = node.editable()
-        if node.op_type == "Cast" and node.domain == "" and node.inputs[0] and dtype(node.inputs[0]) is not None \
-                and dtype(node.inputs[0]) == dtype(node.outputs[0]):
-            node.op_type, node.attrs = "Identity", {}
+        if any(n in rename for n in node.inputs):
+            node = node.editable()
+            node.inputs = [rename.get(n, n) for n in node.inputs]
+        if node.op_type == "Cast" and node.domain == "" and node.inputs[0] and node.outputs[0] not in pinned \
+                and dtype(node.inputs[0]) is not None and dtype(node.inputs[0]) == dtype(node.outputs[0]):
+            rename[node.outputs[0]] = node.inputs[0]
+            continue
         nodes.append(node)
     graph.nodes = nodes
     return graph
