@@ -68,9 +68,12 @@ class PlannedSubgraph:
 
     def plan(self, values: list) -> Plan | None:
         """The plan of these values' signature (inputs, then bound scope values), if one is made."""
-        if not all(isinstance(v, np.ndarray) for v in values):
-            return None
-        return self._plans.get(self._signature(values))
+        key = []
+        for v in values:   # one pass (an If's branch looks its plan up on every call)
+            if not isinstance(v, np.ndarray):
+                return None
+            key.append((v.shape, v.dtype.str))
+        return self._plans.get(tuple(key))
 
     @staticmethod
     def _signature(values: list) -> tuple:

@@ -162,6 +162,7 @@ class Segment:
             pointers[number] = keep[-1]
         state["keep"], state["pointers"], state["sizes"] = keep, pointers, sizes
         state["failed"] = ffi.new("int64_t *")
+        state["tables"] = (pointers, sizes, self.writable, self.n_slots, state["failed"])   # rtd_program_run's last arguments
         return state
 
     def _bind(self, arena, values):
@@ -204,8 +205,8 @@ class Segment:
 
     def _call(self, state, first: int, last: int) -> None:
         start, end = self.op_starts[first], self.op_starts[last]
-        status = compiled.lib.rtd_program_run(self.code_pointer + start, end - start, state["pointers"], state["sizes"],
-                                              self.writable, self.n_slots, state["failed"])
+        code = self.code_pointer + start if start else self.code_pointer
+        status = compiled.lib.rtd_program_run(code, end - start, *state["tables"])
         if status != 0:   # the plan's checks make this unreachable; the C checks each op all the same
             raise RtdError(Code.E_INTERNAL, f"compiled step {self.labels[first + state['failed'][0]]!r} refused its "
                                             f"operands (status {status})")
