@@ -43,6 +43,7 @@ class Plan:
         self.input_slots = [self.slot[n] for n in graph.inputs]
         self.output_slots = [self.slot[n] for n in graph.outputs]
         self.constant_slots = {self.slot[n] for n in graph.constants}
+        self.constant_outputs = any(n in graph.constants for n in graph.outputs)   # copied per run: the caller may write them
         # per input and output, (shape, dtype) where the signature fixes them, else None: a Loop runs its body's
         # plan without a signature lookup where the carried values' specs come back unchanged (ops/op_loop.py)
         def spec(n):
@@ -294,7 +295,7 @@ class Plan:
         return template
 
     def run(self, feeds: list, profile=None) -> list:
-        frame = list(self._template())
+        frame = list(self._local.__dict__.get("template") or self._template())
         for slot, value in zip(self.input_slots, feeds):
             frame[slot] = value
         if profile is None:
@@ -320,7 +321,9 @@ class Plan:
                     frame[i] = value
                 for i in frees:
                     frame[i] = None
-        return [frame[i].copy() if i in self.constant_slots else frame[i] for i in self.output_slots]
+        if self.constant_outputs:
+            return [frame[i].copy() if i in self.constant_slots else frame[i] for i in self.output_slots]
+        return [frame[i] for i in self.output_slots]
 
     def stats(self) -> dict:
         ops: dict = {}
