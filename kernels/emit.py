@@ -6,7 +6,7 @@ emitter reads the node's attributes from its kernel, the shapes and dtypes the s
 constants, and returns an `Emitted`: ops, plus outputs that are views of inputs (`aliases`, name ->
 (input, byte offset)). It declines (None) anything it does not reproduce exactly as the kernel's own
 run computes it: same compiled code for the arithmetic (convolution, GEMM, chains, activations,
-softmax, recurrences), exact copies for data movement, and for 8-bit steps the kernel's own float32
+softmax, layer normalization, recurrences), exact copies for data movement, and for 8-bit steps the kernel's own float32
 steps and tables (where its integer sums are exact in float32, any summation order gives its bits).
 
 Data movement (Slice, Transpose, Concat, Pad, Split, Gather with constant indices, ...) is worked out by
