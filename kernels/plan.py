@@ -5,10 +5,11 @@ no name lookups. Fused kernels get their output (and scratch) buffers as extra a
 views into a per-thread arena placed by `memory.place`, so a run allocates nothing for them.
 A value that may escape (a graph output or a view of one) is never given arena bytes.
 
-On the CPU, steps the signature fixes and `emit` can express run natively: each run of consecutive
-such steps is one `native.program.Segment`, a program the C interpreter runs in one call, its values
-in the same arena (or, where they escape, in arrays made per run); Python runs only the other steps
-and hands values across at the edges.
+On the CPU, steps the signature fixes and `emit` can express run natively, ordered so that they run
+back to back where the graph allows (`grouped`): each run of consecutive such steps is one
+`native.program.Segment`, a program the C interpreter runs in one call, its values in the same arena
+(or, where they escape, in arrays made per run); Python runs only the other steps and hands values
+across at the edges.
 """
 import copy
 import heapq
