@@ -531,7 +531,7 @@ def _layernorm(step: Step) -> Emitted | None:
     for name, fill in ((step.input(1), 1.0), (step.input(2), 0.0)):
         if not name:
             params.append(Constant(np.full(cols, fill, FLOAT32)))
-        elif step.dtype(name) != FLOAT32 or math.prod(step.shape(name)) != cols or step.shape(name)[-1] != cols:
+        elif step.dtype(name) != FLOAT32 or not step.shape(name) or math.prod(step.shape(name)) != cols or step.shape(name)[-1] != cols:
             return None
         else:
             params.append(Value(name))

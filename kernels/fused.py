@@ -18,10 +18,9 @@ from rtd.errors import Code, RtdError
 
 from .backend_cupy import chain_kernel, layernorm_rows, rows_kernel_fits, softmax_rows
 from .ir import Node
-from .native import activation as native_activation
 from .native.chain import Program
 from .native.gemm import gemm_rows
-from .ops._norm import standardize
+from .ops._norm import compiled_layernorm, standardize
 from .ops._softmax import softmax
 from .ops._window import scratch
 from .ops.op_gelu import Gelu_20
@@ -164,8 +163,7 @@ class LayerNorm(Fused):
             if per_column is not None:
                 return (layernorm_rows(x, *per_column, self.epsilon, out if out is not None else self.xp.empty_like(x)),)
         if self.xp is np:   # float32 rows: the compiled kernel a plan's program runs too (kernels/emit._layernorm)
-            per_column = self._per_column(x, gamma, beta)
-            y = None if per_column is None else native_activation.layernorm_rows(x, *per_column, self.epsilon, out)
+            y = compiled_layernorm(x, gamma, beta, self.epsilon, out)
             if y is not None:
                 return (y,)
         y, _, _ = standardize(self.xp, x, (x.ndim - 1,), self.epsilon, x.dtype, out=out)
