@@ -108,11 +108,19 @@ RTD_CLONES static void NAME(const struct call *a, const T *x, int64_t first, int
                 continue;                                                                               \
             }                                                                                           \
             for (int64_t phase = 0; phase < a->sw; phase++) {                                           \
+                /* phase column q is padded column q * sw + phase: input for q in [q_lo, q_hi), zero    \
+                   around, so the copy loop has no test per value */                                    \
                 float *dst = out + phase * a->wq;                                                       \
-                for (int64_t q = 0; q < a->wq; q++) {                                                   \
-                    const int64_t col = q * a->sw + phase;                                              \
-                    dst[q] = col >= lo && col < hi ? CONVERT(row[col]) : 0.0f;                          \
-                }                                                                                       \
+                const int64_t q_hi = hi > phase ? (hi - phase + a->sw - 1) / a->sw : 0;                 \
+                int64_t q_lo = lo > phase ? (lo - phase + a->sw - 1) / a->sw : 0;                       \
+                q_lo = q_lo < q_hi ? q_lo : q_hi;                                                       \
+                const T *src = row + phase;                                                             \
+                memset(dst, 0, (size_t)q_lo * sizeof(float));                                           \
+                if (a->sw == 2)   /* the common stride, its constant lets the compiler vectorise */     \
+                    for (int64_t q = q_lo; q < q_hi; q++) dst[q] = CONVERT(src[2 * q]);                 \
+                else                                                                                    \
+                    for (int64_t q = q_lo; q < q_hi; q++) dst[q] = CONVERT(src[q * a->sw]);             \
+                memset(dst + q_hi, 0, (size_t)(a->wq - q_hi) * sizeof(float));                          \
             }                                                                                           \
         }                                                                                               \
     }                                                                                                   \
