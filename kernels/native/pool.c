@@ -48,22 +48,36 @@ static inline void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, 
     *last = clamp(b, *first, k);
 }
 
-/* Output row oy of one plane: the columns whose windows lie inside the width tap by tap along the row, so the
-   compiler vectorises the maxima (a NaN, once in, stays); the border columns window by window. */
-RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *y, int64_t oy)
+/* The larger of best and v, a NaN winning (once in, it stays):
+   a select, not a branch, since which is larger is a coin toss on real data (a branch mispredicted on half
+   the values cost 5x the whole pool). */
+RTD_INLINE float max_nan(float best, float v)
 {
-    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw;
+    return best != best ? best : v > best || v != v ? v : best;
+}
+
+RTD_INLINE v8 max_nan8(v8 best, v8 v)
+{
+    const v8i take = ((v8i)(v > best) | (v8i)(v != v)) & (v8i)(best == best);
+    return (v8)(((v8i)v & take) | ((v8i)best & ~take));
+}
+
+/* Output row oy of one plane: the columns whose windows lie inside the width tap by tap along the row, 8
+   columns at a time at stride 1 (a NaN, once in, stays); the border columns window by window. */
+RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *restrict y, int64_t oy)
+{
+    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw, lo = p->inner_lo, hi = p->inner_hi;
     int64_t i0, i1;
     taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-    for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) y[ox] = -INFINITY;
+    for (int64_t ox = lo; ox < hi; ox++) y[ox] = -INFINITY;
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = 0; j < p->kw; j++) {
             const float *row = x + (row0 + i * p->dh) * p->wd;
             const int64_t shift = j * p->dw - p->pad_left;   /* ox * sw + shift: inside the row for interior ox */
-            for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) {
-                const float v = row[ox * sw + shift], best = y[ox];
-                y[ox] = best != best ? best : v > best || v != v ? v : best;
-            }
+            int64_t ox = lo;
+            if (sw == 1)
+                for (; ox + 8 <= hi; ox += 8) store8(y + ox, max_nan8(load8(y + ox), load8(row + ox + shift)));
+            for (; ox < hi; ox++) y[ox] = max_nan(y[ox], row[ox * sw + shift]);
         }
     for (int64_t ox = 0; ox < p->ow; ox++) {
         if (ox == p->inner_lo) ox = p->inner_hi;
@@ -75,8 +89,7 @@ RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *y, 
         for (int64_t i = i0; i < i1; i++) {
             const float *row = x + (row0 + i * p->dh) * p->wd + col0;
             for (int64_t j = j0; j < j1; j++) {
-                const float v = row[j * p->dw];
-                best = best != best ? best : v > best || v != v ? v : best;
+                best = max_nan(best, row[j * p->dw]);
             }
         }
         y[ox] = best;
