@@ -229,8 +229,9 @@ RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS + 2][CHAN
         store8(sums[r] + 8, v1);
     }
     const float *values = &sums[0][0];
-    float chained[(PIXELS + 2) * CHANNELS] = {0};   /* the two rows past the tile: transposed, never stored */
+    float chained[(PIXELS + 2) * CHANNELS];
     if (a->n_links) {
+        memset(chained + PIXELS * CHANNELS, 0, 2 * CHANNELS * sizeof(float));   /* transposed, never stored */
         const float *view[RTD_CONV_CHAIN_INPUTS];
         for (int64_t k = 0; k < a->n_chain_inputs; k++) {
             if (a->chain_len[k] == 0) {   /* the convolution's own output */
