@@ -24,6 +24,9 @@
 
 /* Below this many input reads per thread, waking a pool thread costs more than it saves. */
 #define MIN_READS_PER_THREAD (1 << 16)
+/* Windows of this many taps or more over maps whose row maxima fit SEPARABLE_FLOATS run separably. */
+#define SEPARABLE_TAPS 16
+#define SEPARABLE_FLOATS 16384
 
 struct pool {
     const float *x; float *y;
@@ -96,10 +99,47 @@ RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *res
     }
 }
 
+/* One plane of a large window over a small map (YOLOX's SPP: 5x5, 9x9 and 13x13 windows over 13x13 maps,
+ * where nearly every window crosses a border and runs window by window): the maximum of each input row's
+ * windows first (rows: h x ow), then of those along each output window's rows, 8 columns at a time: kh + kw
+ * steps an output instead of kh * kw. The same value as tap by tap, signed zeros too: the first maximal tap
+ * in row-major order is the first maximal row's first maximal tap. */
+RTD_CLONES static void separable_plane(const struct pool *p, const float *x, float *restrict y, float *restrict rows)
+{
+    for (int64_t iy = 0; iy < p->h; iy++)
+        for (int64_t ox = 0; ox < p->ow; ox++) {
+            const int64_t col0 = ox * p->sw - p->pad_left;
+            int64_t j0, j1;
+            taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
+            float best = -INFINITY;
+            for (int64_t j = j0; j < j1; j++) best = max_nan(best, x[iy * p->wd + col0 + j * p->dw]);
+            rows[iy * p->ow + ox] = best;
+        }
+    for (int64_t oy = 0; oy < p->oh; oy++) {
+        const int64_t row0 = oy * p->sh - p->pad_top;
+        int64_t i0, i1;
+        taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
+        float *out = y + oy * p->ow;
+        for (int64_t ox = 0; ox < p->ow; ox++) out[ox] = -INFINITY;
+        for (int64_t i = i0; i < i1; i++) {
+            const float *row = rows + (row0 + i * p->dh) * p->ow;
+            int64_t ox = 0;
+            for (; ox + 8 <= p->ow; ox += 8) store8(out + ox, max_nan8(load8(out + ox), load8(row + ox)));
+            for (; ox < p->ow; ox++) out[ox] = max_nan(out[ox], row[ox]);
+        }
+    }
+}
+
 static void pool_planes(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct pool *p = context;
     (void)worker;
+    if (p->kh * p->kw >= SEPARABLE_TAPS && p->h * p->ow <= SEPARABLE_FLOATS) {
+        float rows[p->h * p->ow];   /* 64 KiB at most, on this thread's stack */
+        for (int64_t plane = first; plane < last; plane++)
+            separable_plane(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow, rows);
+        return;
+    }
     for (int64_t plane = first; plane < last; plane++)
         for (int64_t oy = 0; oy < p->oh; oy++)
             pool_row(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);

@@ -16,7 +16,10 @@ GEOMETRIES = [dict(kernel_shape=[2, 2], strides=[1, 1], auto_pad="SAME_UPPER"),
               dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
               dict(kernel_shape=[3, 2], strides=[2, 3], pads=[2, 0, 1, 1], dilations=[2, 1], ceil_mode=1),
               dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1),
-              dict(kernel_shape=[1, 3], strides=[1, 1], pads=[0, 2, 0, 2], dilations=[1, 3])]
+              dict(kernel_shape=[1, 3], strides=[1, 1], pads=[0, 2, 0, 2], dilations=[1, 3]),
+              # 16 taps or more over a small map: row maxima first, then along the window's rows (pool.c)
+              dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]),
+              dict(kernel_shape=[4, 5], strides=[2, 1], pads=[1, 2, 3, 2], dilations=[1, 2], ceil_mode=1)]
 
 
 def _pool_model(shape, attrs):
