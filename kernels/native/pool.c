@@ -5,6 +5,7 @@
  * A pool computes each output row from the input rows its windows cover, clamping every window to the
  * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case;
  * the columns whose windows lie inside the width are taken tap by tap along the row, which vectorises.
+ * Large windows over small maps (most windows crossing a border) take each input row's maxima first.
  * A reduction adds row after row of r into the `inner` results (8 lanes at a time), so each output
  * element's sum has one order whatever the threads: NumPy's along a strided axis. A sum along contiguous
  * elements (inner 1: GlobalAveragePool, a mean over the last axes) is pairwise in blocks of up to 256
