@@ -20,7 +20,7 @@
  * multiplier, rounded half to even, plus the zero point, saturated), then runs a fused element-wise
  * chain when the caller gives one (the chain interpreter's links over the tile, chain.c: a Conv's
  * SiLU or HardSwish costs no pass of its own over memory), and writes each channel's 6 pixels into
- * y (NCHW).
+ * y (NCHW), transposed in registers and stored a vector per channel.
  *
  * Threads share out the tiles (of every group) in contiguous ranges. A 1x1 convolution over a one-pixel map
  * is a dot product per output channel (dot_channels).
