@@ -20,7 +20,7 @@
  * multiplier, rounded half to even, plus the zero point, saturated), then runs a fused element-wise
  * chain when the caller gives one (the chain interpreter's links over the tile, chain.c: a Conv's
  * SiLU or HardSwish costs no pass of its own over memory), and writes each channel's 6 pixels into
- * y (NCHW).
+ * y (NCHW), transposed in registers and stored a vector per channel.
  *
  * Threads share out the tiles (of every group) in contiguous ranges. A 1x1 convolution over a one-pixel map
  * is a dot product per output channel (dot_channels).
@@ -108,11 +108,19 @@ RTD_CLONES static void NAME(const struct call *a, const T *x, int64_t first, int
                 continue;                                                                               \
             }                                                                                           \
             for (int64_t phase = 0; phase < a->sw; phase++) {                                           \
+                /* phase column q is padded column q * sw + phase: input for q in [q_lo, q_hi), zero    \
+                   around, so the copy loop has no test per value */                                    \
                 float *dst = out + phase * a->wq;                                                       \
-                for (int64_t q = 0; q < a->wq; q++) {                                                   \
-                    const int64_t col = q * a->sw + phase;                                              \
-                    dst[q] = col >= lo && col < hi ? CONVERT(row[col]) : 0.0f;                          \
-                }                                                                                       \
+                const int64_t q_hi = hi > phase ? (hi - phase + a->sw - 1) / a->sw : 0;                 \
+                int64_t q_lo = lo > phase ? (lo - phase + a->sw - 1) / a->sw : 0;                       \
+                q_lo = q_lo < q_hi ? q_lo : q_hi;                                                       \
+                const T *src = row + phase;                                                             \
+                memset(dst, 0, (size_t)q_lo * sizeof(float));                                           \
+                if (a->sw == 2)   /* the common stride, its constant lets the compiler vectorise */     \
+                    for (int64_t q = q_lo; q < q_hi; q++) dst[q] = CONVERT(src[2 * q]);                 \
+                else                                                                                    \
+                    for (int64_t q = q_lo; q < q_hi; q++) dst[q] = CONVERT(src[q * a->sw]);             \
+                memset(dst + q_hi, 0, (size_t)(a->wq - q_hi) * sizeof(float));                          \
             }                                                                                           \
         }                                                                                               \
     }                                                                                                   \
@@ -175,11 +183,37 @@ RTD_INLINE void tile_sums(const int rows, int64_t k, const int64_t *offsets, con
     if (rows > 5) { store8(sums[5], c50); store8(sums[5] + 8, c51); }
 }
 
+/* Rows r0..r7 (pixels) of 8 channels each, transposed: out[j] holds channel j's 8 pixels. */
+RTD_INLINE void transpose8(const float *rows, v8 out[8])
+{
+    const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+    const v8i even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8i low_halves = {0, 1, 2, 3, 8, 9, 10, 11}, high_halves = {4, 5, 6, 7, 12, 13, 14, 15};
+    v8 r[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = load8(rows + i * CHANNELS);
+    for (int i = 0; i < 8; i += 4) {   /* pixels i..i+3: u[i + c] holds channels c and c + 4 of the four */
+        const v8 t0 = __builtin_shuffle(r[i], r[i + 1], lo), t1 = __builtin_shuffle(r[i], r[i + 1], hi);
+        const v8 t2 = __builtin_shuffle(r[i + 2], r[i + 3], lo), t3 = __builtin_shuffle(r[i + 2], r[i + 3], hi);
+        u[i] = __builtin_shuffle(t0, t2, even);
+        u[i + 1] = __builtin_shuffle(t0, t2, odd);
+        u[i + 2] = __builtin_shuffle(t1, t3, even);
+        u[i + 3] = __builtin_shuffle(t1, t3, odd);
+    }
+    for (int c = 0; c < 4; c++) {
+        out[c] = __builtin_shuffle(u[c], u[c + 4], low_halves);
+        out[c + 4] = __builtin_shuffle(u[c], u[c + 4], high_halves);
+    }
+}
+
 /* A float tile's epilogue: + bias, ReLU, then the fused chain (if any), and each channel's pixels into y.
- * sums is pixel-major (one row of 16 channels per pixel), as the chain runs over it; chain_view holds
- * the chain's inputs for a tile (scalars filled once; per-channel ones filled here for these channels). */
-RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS][CHANNELS], int rows, int64_t channels,
-                               int64_t first_channel, int64_t p0, float (*chain_view)[PIXELS * CHANNELS])
+ * sums is pixel-major (one row of 16 channels per pixel, two rows past the tile's six), as the chain runs
+ * over it; chain_view holds the chain's inputs for a tile (scalars filled once; per-channel ones filled here
+ * for these channels). The rows are transposed in registers, 8 pixels per channel, and each channel's
+ * stored as one vector when `spill` (the caller's promise that its two lanes past the tile land on pixels
+ * of the same plane that this thread's next tile overwrites), else its `rows` pixels alone: scattered one
+ * float at a time, the stores took as long as the multiply-adds of a layer with K = 27. */
+RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS + 2][CHANNELS], int rows, int spill,
+                               int64_t channels, int64_t first_channel, int64_t p0, float (*chain_view)[PIXELS * CHANNELS])
 {
     float bias[CHANNELS] = {0};
     if (a->bias_len)
@@ -195,8 +229,9 @@ RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS][CHANNELS
         store8(sums[r] + 8, v1);
     }
     const float *values = &sums[0][0];
-    float chained[PIXELS * CHANNELS];
+    float chained[(PIXELS + 2) * CHANNELS];
     if (a->n_links) {
+        memset(chained + PIXELS * CHANNELS, 0, 2 * CHANNELS * sizeof(float));   /* transposed, never stored */
         const float *view[RTD_CONV_CHAIN_INPUTS];
         for (int64_t k = 0; k < a->n_chain_inputs; k++) {
             if (a->chain_len[k] == 0) {   /* the convolution's own output */
@@ -212,9 +247,18 @@ RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS][CHANNELS
         rtd_chain_links(view, a->links, a->params, a->n_links, chained, rows * CHANNELS);
         values = chained;
     }
-    for (int64_t j = 0; j < channels; j++) {
-        float *out = (float *)a->y + (a->image * a->m + first_channel + j) * a->pixels + p0;
-        for (int r = 0; r < rows; r++) out[r] = values[r * CHANNELS + j];
+    v8 columns[CHANNELS];
+    transpose8(values, columns);
+    transpose8(values + 8, columns + 8);
+    float *out = (float *)a->y + (a->image * a->m + first_channel) * a->pixels + p0;
+    for (int64_t j = 0; j < channels; j++, out += a->pixels) {
+        if (spill) {
+            store8(out, columns[j]);
+            continue;
+        }
+        float column[8];
+        store8(column, columns[j]);
+        memcpy(out, column, (size_t)rows * sizeof(float));
     }
 }
 
@@ -222,7 +266,7 @@ RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS][CHANNELS
 RTD_CLONES static void run_tiles_clone(const struct call *a, int64_t first, int64_t last)
 {
     const int quantized = a->y_type != RTD_CONV_F32;
-    float sums[PIXELS][CHANNELS];
+    float sums[PIXELS + 2][CHANNELS] = {{0}};   /* two rows past the tile for the epilogue's 8x8 transposes */
     float chain_view[RTD_CONV_CHAIN_INPUTS][PIXELS * CHANNELS];
     for (int64_t k = 0; k < a->n_chain_inputs; k++)   /* scalars: filled once */
         if (a->chain_len[k] == 1)
@@ -232,6 +276,9 @@ RTD_CLONES static void run_tiles_clone(const struct call *a, int64_t first, int6
         const int rows = a->pixels - p0 < PIXELS ? (int)(a->pixels - p0) : PIXELS;
         const float *image = a->direct ? (const float *)a->x + (a->image * a->c + gi * a->cg) * a->h * a->wd
                                        : a->padded + gi * a->cg * a->plane;
+        /* 8-pixel stores: their two lanes past the tile fall on the next tile's pixels, in this plane, and
+           this thread writes that tile after this one */
+        const int spill = rows == PIXELS && p0 + 8 <= a->pixels && unit + 1 < last;
         const float *px[PIXELS];
         for (int r = 0; r < PIXELS; r++) {   /* rows past the last pixel read the first one's (valid) values */
             const int64_t p = p0 + (r < rows ? r : 0), oy = p / a->ow;
@@ -250,7 +297,7 @@ RTD_CLONES static void run_tiles_clone(const struct call *a, int64_t first, int6
             const int64_t channels = a->mg - q * CHANNELS < CHANNELS ? a->mg - q * CHANNELS : CHANNELS;
             const int64_t first_channel = gi * a->mg + q * CHANNELS;
             if (!quantized) {
-                float_epilogue(a, sums, rows, channels, first_channel, p0, chain_view);
+                float_epilogue(a, sums, rows, spill, channels, first_channel, p0, chain_view);
                 continue;
             }
             for (int64_t j = 0; j < channels; j++) {

@@ -5,6 +5,7 @@
  * A pool computes each output row from the input rows its windows cover, clamping every window to the
  * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case;
  * the columns whose windows lie inside the width are taken tap by tap along the row, which vectorises.
+ * Large windows over small maps (most windows crossing a border) take each input row's maxima first.
  * A reduction adds row after row of r into the `inner` results (8 lanes at a time), so each output
  * element's sum has one order whatever the threads: NumPy's along a strided axis. A sum along contiguous
  * elements (inner 1: GlobalAveragePool, a mean over the last axes) is pairwise in blocks of up to 256
@@ -24,6 +25,9 @@
 
 /* Below this many input reads per thread, waking a pool thread costs more than it saves. */
 #define MIN_READS_PER_THREAD (1 << 16)
+/* Windows of this many taps or more over maps whose row maxima fit SEPARABLE_FLOATS run separably. */
+#define SEPARABLE_TAPS 16
+#define SEPARABLE_FLOATS 16384
 
 struct pool {
     const float *x; float *y;
@@ -48,25 +52,36 @@ static inline void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, 
     *last = clamp(b, *first, k);
 }
 
-/* Output row oy of one plane: the columns whose windows lie inside the width tap by tap along the row, so the
-   compiler vectorises the maxima (a NaN, once in, stays); the border columns window by window. */
-RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *y, int64_t oy)
+/* The larger of best and v, a NaN winning (once in, it stays):
+   a select, not a branch, since which is larger is a coin toss on real data (a branch mispredicted on half
+   the values cost 5x the whole pool). */
+RTD_INLINE float max_nan(float best, float v)
 {
-    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw;
-    /* the bounds in locals: read through `p` they could change with each store to y, as far as the compiler
-       knows, which kept the loop scalar (half a small CNN's time in its two 2x2 pools) */
-    const int64_t lo = p->inner_lo, hi = p->inner_hi, kw = p->kw, dw = p->dw, wd = p->wd, dh = p->dh, pad_left = p->pad_left;
+    return best != best ? best : v > best || v != v ? v : best;
+}
+
+RTD_INLINE v8 max_nan8(v8 best, v8 v)
+{
+    const v8i take = ((v8i)(v > best) | (v8i)(v != v)) & (v8i)(best == best);
+    return (v8)(((v8i)v & take) | ((v8i)best & ~take));
+}
+
+/* Output row oy of one plane: the columns whose windows lie inside the width tap by tap along the row, 8
+   columns at a time at stride 1 (a NaN, once in, stays); the border columns window by window. */
+RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *restrict y, int64_t oy)
+{
+    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw, lo = p->inner_lo, hi = p->inner_hi;
     int64_t i0, i1;
-    taps_inside(row0, p->kh, dh, 0, p->h, &i0, &i1);
+    taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
     for (int64_t ox = lo; ox < hi; ox++) y[ox] = -INFINITY;
     for (int64_t i = i0; i < i1; i++)
-        for (int64_t j = 0; j < kw; j++) {
-            const float *row = x + (row0 + i * dh) * wd;
-            const int64_t shift = j * dw - pad_left;   /* ox * sw + shift: inside the row for interior ox */
-            for (int64_t ox = lo; ox < hi; ox++) {
-                const float v = row[ox * sw + shift], best = y[ox];
-                y[ox] = best != best ? best : v > best || v != v ? v : best;
-            }
+        for (int64_t j = 0; j < p->kw; j++) {
+            const float *row = x + (row0 + i * p->dh) * p->wd;
+            const int64_t shift = j * p->dw - p->pad_left;   /* ox * sw + shift: inside the row for interior ox */
+            int64_t ox = lo;
+            if (sw == 1)
+                for (; ox + 8 <= hi; ox += 8) store8(y + ox, max_nan8(load8(y + ox), load8(row + ox + shift)));
+            for (; ox < hi; ox++) y[ox] = max_nan(y[ox], row[ox * sw + shift]);
         }
     for (int64_t ox = 0; ox < p->ow; ox++) {
         if (ox == p->inner_lo) ox = p->inner_hi;
@@ -78,57 +93,41 @@ RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *y, 
         for (int64_t i = i0; i < i1; i++) {
             const float *row = x + (row0 + i * p->dh) * p->wd + col0;
             for (int64_t j = j0; j < j1; j++) {
-                const float v = row[j * p->dw];
-                best = best != best ? best : v > best || v != v ? v : best;
+                best = max_nan(best, row[j * p->dw]);
             }
         }
         y[ox] = best;
     }
 }
 
-/* The most input columns a separable row keeps its column maxima for (on the stack). */
-#define SEPARABLE_WIDTH 4096
-
-/* Output row oy of one plane for a wide window (an SPP block's 5x5 to 13x13 at stride 1): a window's maximum
-   is the maximum over its columns of each column's maximum over the window's rows, so the row's column maxima
-   are taken once (kh reads a column) and each output reads kw of them, where pool_row reads kh * kw inputs.
-   Max is exact, so the values are pool_row's (a NaN in the window, once in, stays; of equal +0 and -0 either
-   may be kept, as in any order of comparisons). */
-RTD_CLONES static void pool_row_separable(const struct pool *p, const float *x, float *y, int64_t oy)
+/* One plane of a large window over a small map (YOLOX's SPP: 5x5, 9x9 and 13x13 windows over 13x13 maps,
+ * where nearly every window crosses a border and runs window by window): the maximum of each input row's
+ * windows first (rows: h x ow), then of those along each output window's rows, 8 columns at a time: kh + kw
+ * steps an output instead of kh * kw. The same value as tap by tap, signed zeros too: the first maximal tap
+ * in row-major order is the first maximal row's first maximal tap. */
+RTD_CLONES static void separable_plane(const struct pool *p, const float *x, float *restrict y, float *restrict rows)
 {
-    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw, kw = p->kw, dw = p->dw, wd = p->wd, dh = p->dh;
-    const int64_t pad_left = p->pad_left, lo = p->inner_lo, hi = p->inner_hi, ow = p->ow;
-    float column[SEPARABLE_WIDTH];
-    int64_t i0, i1;
-    taps_inside(row0, p->kh, dh, 0, p->h, &i0, &i1);
-    for (int64_t c = 0; c < wd; c++) column[c] = -INFINITY;
-    for (int64_t i = i0; i < i1; i++) {
-        const float *row = x + (row0 + i * dh) * wd;
-        for (int64_t c = 0; c < wd; c++) {
-            const float v = row[c], best = column[c];
-            column[c] = best != best ? best : v > best || v != v ? v : best;
+    for (int64_t iy = 0; iy < p->h; iy++)
+        for (int64_t ox = 0; ox < p->ow; ox++) {
+            const int64_t col0 = ox * p->sw - p->pad_left;
+            int64_t j0, j1;
+            taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
+            float best = -INFINITY;
+            for (int64_t j = j0; j < j1; j++) best = max_nan(best, x[iy * p->wd + col0 + j * p->dw]);
+            rows[iy * p->ow + ox] = best;
         }
-    }
-    for (int64_t ox = lo; ox < hi; ox++) y[ox] = -INFINITY;
-    for (int64_t j = 0; j < kw; j++) {
-        const int64_t shift = j * dw - pad_left;   /* ox * sw + shift: inside the row for interior ox */
-        for (int64_t ox = lo; ox < hi; ox++) {
-            const float v = column[ox * sw + shift], best = y[ox];
-            y[ox] = best != best ? best : v > best || v != v ? v : best;
+    for (int64_t oy = 0; oy < p->oh; oy++) {
+        const int64_t row0 = oy * p->sh - p->pad_top;
+        int64_t i0, i1;
+        taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
+        float *out = y + oy * p->ow;
+        for (int64_t ox = 0; ox < p->ow; ox++) out[ox] = -INFINITY;
+        for (int64_t i = i0; i < i1; i++) {
+            const float *row = rows + (row0 + i * p->dh) * p->ow;
+            int64_t ox = 0;
+            for (; ox + 8 <= p->ow; ox += 8) store8(out + ox, max_nan8(load8(out + ox), load8(row + ox)));
+            for (; ox < p->ow; ox++) out[ox] = max_nan(out[ox], row[ox]);
         }
-    }
-    for (int64_t ox = 0; ox < ow; ox++) {
-        if (ox == lo) ox = hi;
-        if (ox >= ow) break;
-        const int64_t col0 = ox * sw - pad_left;
-        int64_t j0, j1;
-        taps_inside(col0, kw, dw, 0, wd, &j0, &j1);
-        float best = -INFINITY;
-        for (int64_t j = j0; j < j1; j++) {
-            const float v = column[col0 + j * dw];
-            best = best != best ? best : v > best || v != v ? v : best;
-        }
-        y[ox] = best;
     }
 }
 
@@ -136,11 +135,15 @@ static void pool_planes(void *context, int64_t worker, int64_t first, int64_t la
 {
     const struct pool *p = context;
     (void)worker;
-    /* separable where it reads fewer inputs: kh + kw (and the row's columns once) against kh * kw a window */
-    const int separable = p->kh > 1 && p->kw > 3 && p->sw == 1 && p->wd <= SEPARABLE_WIDTH;
+    if (p->kh * p->kw >= SEPARABLE_TAPS && p->h * p->ow <= SEPARABLE_FLOATS) {
+        float rows[p->h * p->ow];   /* 64 KiB at most, on this thread's stack */
+        for (int64_t plane = first; plane < last; plane++)
+            separable_plane(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow, rows);
+        return;
+    }
     for (int64_t plane = first; plane < last; plane++)
         for (int64_t oy = 0; oy < p->oh; oy++)
-            (separable ? pool_row_separable : pool_row)(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);
+            pool_row(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);
 }
 
 /* The same windows over 8-bit values, a row at a time as pool_row does; a window with no tap inside the image

@@ -1,6 +1,6 @@
 """ConvTranspose: the gradient of Conv, computed as one GEMM (W^T @ X) then a col2im scatter-add per tap;
 where the taps cannot overlap (kernel = stride, no dilation, padding or extra output: a detector head's 2x
-upsampling) the GEMM's columns are each output pixel's value already, placed by one transposing copy."""
+upsampling) the GEMM's columns are each output pixel's value already, placed by one strided copy per tap."""
 import numpy as np
 
 from .base import Kernel
@@ -45,11 +45,18 @@ class ConvTranspose_1(Kernel):
         cols = cols.reshape((n, g * mg) + tuple(kernel) + tuple(spatial))
         if kernel == strides and all(d == 1 for d in dilations) and not any(begin) \
                 and out == full == [i * s for i, s in zip(spatial, strides)]:
-            # (n, M, k1..kd, i1..id) -> (n, M, i1, k1, ..., id, kd): output row i*k + t is tap t of input row i
-            order = (0, 1) + tuple(j for axis in range(nd) for j in (2 + nd + axis, 2 + axis))
-            y = cols.transpose(order).reshape((n, g * mg) + tuple(out))   # a copy: the view is not contiguous
-            if b is not None:
-                y += b.reshape((1, -1) + (1,) * nd)
+            # output pixel i*k + t is tap t of input pixel i: each tap's plane goes to a strided view of y, bias
+            # added on the way (one transposing copy of the 2k-dimensional view ran an inner loop of k floats:
+            # 2-5x slower on a 2x2 upsampling)
+            y = xp.empty((n, g * mg) + tuple(out), x.dtype)
+            bias = None if b is None else b.reshape((1, -1) + (1,) * nd)
+            for offset in np.ndindex(*kernel):
+                tap, view = cols[(slice(None), slice(None)) + offset], y[(slice(None), slice(None)) + tuple(
+                    slice(t, None, s) for t, s in zip(offset, strides))]
+                if bias is None:
+                    view[...] = tap
+                else:
+                    xp.add(tap, bias, out=view)
             return (y,)
         size = [max(f, bg + o) for f, bg, o in zip(full, begin, out)]
         y = xp.zeros((n, g * mg) + tuple(size), x.dtype)

@@ -100,10 +100,11 @@ def test_conv_transpose_matches_onnxruntime(attrs):
     ([2, 2], {"strides": [2, 2], "output_padding": [1, 0]}),  # an extra row: the scatter-add path
     ([2, 2], {"strides": [2, 2], "pads": [1, 0, 0, 1]}),
 ])
-def test_conv_transpose_whose_taps_do_not_overlap_matches_onnxruntime(kernel, attrs):
+@pytest.mark.parametrize("bias", [True, False])   # with a bias, it is added as each tap is placed
+def test_conv_transpose_whose_taps_do_not_overlap_matches_onnxruntime(kernel, attrs, bias):
     c, m, g = 4, 3, attrs.get("group", 1)
     x = _f32(2, c, 5, 6) if len(kernel) == 2 else _f32(2, c, 7)
-    _against_ort("ConvTranspose", [x], [_f32(c, m, *kernel), _f32(m * g)], kernel_shape=kernel, **attrs)
+    _against_ort("ConvTranspose", [x], [_f32(c, m, *kernel)] + ([_f32(m * g)] if bias else []), kernel_shape=kernel, **attrs)
 
 
 @pytest.mark.parametrize("storage_order", [0, 1])
