@@ -19,9 +19,10 @@ GlobalAveragePool GlobalLpPool GlobalMaxPool GroupNormalization InstanceNormaliz
 LayerNormalization LpPool MatMul MatMulInteger MaxPool QLinearConv QLinearMatMul RNN ReverseSequence
 ScatterElements ScatterND Shape Size SpaceToDepth Transpose Trilu RMSNormalization""".split()
 SHAPE_ONLY = frozenset(_UNARY + _BINARY + _STRUCTURAL)
-# com.microsoft's 8-bit ops that onnxruntime's quantizer writes: shapes as their float twins'
+# com.microsoft's 8-bit ops that onnxruntime's quantizer writes: shapes as their float twins' (DynamicQuantizeLSTM's as
+# LSTM's: sequence_lens masks values, never the shape)
 MICROSOFT_SHAPE_ONLY = frozenset("""QLinearAdd QLinearMul QLinearSigmoid QLinearLeakyRelu QLinearConcat QLinearAveragePool
-QLinearGlobalAveragePool""".split())
+QLinearGlobalAveragePool DynamicQuantizeLSTM""".split())
 # op -> input positions whose values decide the output shape
 SHAPE_PARAMS = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
