@@ -1,11 +1,13 @@
 """DynamicQuantizeLinear: uint8 quantization with scale and zero point taken from x's range (including 0).
 
-Four passes after the range, in a per-thread float buffer: x / scale, round half to even, saturate to [-zp, 255 - zp], and
-+zp written straight into the uint8 result (the same values as clip(round(x / scale) + zp, 0, 255),
-since every operand there is an integer-valued float).
+After the range, a float32 NumPy array is quantized in one compiled pass (native/quant.py); otherwise four
+passes in a per-thread float buffer: x / scale, round half to even, saturate to [-zp, 255 - zp], and +zp
+written straight into the uint8 result. Both give clip(round(x / scale) + zp, 0, 255), since every
+operand after the division is an integer-valued float.
 """
 import numpy as np
 
+from ..native import quant
 from ._window import scratch
 from .base import Kernel
 
@@ -22,6 +24,9 @@ class DynamicQuantizeLinear_11(Kernel):
         zero_point = np.array(zp, np.uint8)
         if not scale:
             return xp.zeros(x.shape, np.uint8), xp.asarray(scale), xp.asarray(zero_point)
+        y = quant.quantize(x, scale, zp, np.uint8)
+        if y is not None:
+            return y, xp.asarray(scale), xp.asarray(zero_point)
         y = xp.empty(x.shape, np.uint8)
         q = xp.divide(x, scale, out=scratch("dynamic-quantize", x.shape, np.float32, xp), dtype=np.float32)
         xp.rint(q, out=q)

@@ -1,0 +1,48 @@
+"""The compiled per-tensor quantization (kernels/native/quant.py, quant.c) that DynamicQuantizeLinear runs on
+float32 NumPy arrays: it is taken, and its bytes equal the spec's reference (onnx.reference) and the kernel's
+own NumPy passes, ties at .5 and values past the range's ends included."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from rtd.kernels import compile_model, native
+from rtd.kernels.native import quant
+from rtd.kernels.ops.op_dynamic_quantize_linear import DynamicQuantizeLinear_11
+
+pytestmark = pytest.mark.skipif(native.compiled is None, reason="rtd was installed without its compiled kernels")
+
+
+def _inputs():
+    rng = np.random.default_rng(19)
+    yield rng.standard_normal((96, 96, 64), dtype=np.float32) * 3                 # an attention's tanh scale
+    yield rng.uniform(0, 7, (3, 1000)).astype(np.float32)                         # no negatives: zero point 0
+    yield -rng.uniform(0, 7, (3, 1000)).astype(np.float32)                        # no positives: zero point 255
+    yield (np.arange(-1020, 1021, dtype=np.float32) / 4)                          # many exact ties at .5
+    yield np.float32([[0.0, -0.0, 1e-38, -1e-38, 1e38, -1e38]])
+
+
+@pytest.mark.parametrize("x", list(_inputs()), ids=range(5))
+def test_dynamic_quantize_linear_takes_the_compiled_pass_and_gives_the_specs_bytes(x):
+    kernel = DynamicQuantizeLinear_11({}, np)
+    y, scale, zero_point = kernel.run(x)
+    assert quant.quantize(x, scale, int(zero_point), np.uint8) is not None   # the compiled pass is the one taken
+    graph = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info(n, t, None) for n, t in
+                               (("y", TensorProto.UINT8), ("scale", TensorProto.FLOAT), ("zp", TensorProto.UINT8))])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    want = ReferenceEvaluator(proto).run(None, {"x": x})
+    for got, expected in zip((y, scale, zero_point), want):
+        assert np.asarray(got).dtype == expected.dtype and np.array_equal(got, expected)
+    strided = np.repeat(x, 2, axis=-1)[..., ::2]   # not contiguous: the NumPy passes
+    assert quant.quantize(strided, scale, int(zero_point), np.uint8) is None
+    np.testing.assert_array_equal(kernel.run(strided)[0], y)
+    np.testing.assert_array_equal(compile_model(proto).run({"x": x})["y"], y)
+
+
+def test_only_float32_arrays_into_eight_bits_are_taken():
+    x = np.ones(16, np.float32)
+    assert quant.quantize(x.astype(np.float64), 1.0, 0, np.uint8) is None
+    assert quant.quantize(x, 1.0, 0, np.int16) is None
+    np.testing.assert_array_equal(quant.quantize(x * -3, np.float32(0.5), 3, np.int8), np.full(16, -3, np.int8))
