@@ -58,9 +58,10 @@ static void gather(const float *in, int64_t len, int64_t inner, int64_t start, i
     }
 }
 
-/* dst[0..count) = input k's values for output elements [start, start + count) (chain.h's layout): full-size
- * inputs are read in place, scalars were filled once before the first block, the rest are gathered plane by
- * plane (the elements [s, s + stride) of the output all read one plane). */
+/* dst[0..count) = input k's values for output elements [start, start + count) (chain.h's layout), or a pointer
+ * into the input where they lie there in a row: full-size inputs and a block within one stretch of one plane
+ * are read in place, scalars were filled once before the first block, the rest are gathered plane by plane
+ * (the elements [s, s + stride) of the output all read one plane). */
 static const float *operand(const float *in, const int64_t *layout, int64_t start, int64_t count, float *dst,
                             int64_t out_len)
 {
@@ -69,6 +70,8 @@ static const float *operand(const float *in, const int64_t *layout, int64_t star
         return in + start;
     if (planes == 1 && len == 1)
         return dst;
+    if (inner == 1 && start % len + count <= len && (planes == 1 || start % stride + count <= stride))
+        return in + start / stride % planes * len + start % len;   /* one stretch of one plane: read in place too */
     if (planes == 1) {
         gather(in, len, inner, start, count, dst);
         return dst;

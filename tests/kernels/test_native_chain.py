@@ -19,7 +19,7 @@ UNARY = ["Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Neg", "Abs", "Sigmoid
 BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
 OUT_SHAPE = (2, 3, 20, 21)   # past chain.MIN_ELEMENTS, where the compiled path takes over
 BROADCASTS = [OUT_SHAPE, (), (1,), (3, 1, 1), (1, 3, 1, 1), (21,), (20, 21), (2, 3, 1, 1), (3, 20, 1),
-              (3, 1, 21), (2, 1, 20, 21), (2, 1, 20, 1), (2, 3, 1, 21)]   # the last four: two planes
+              (3, 20, 21), (3, 1, 21), (2, 1, 20, 21), (2, 1, 20, 1), (2, 3, 1, 21)]   # the last four: two planes
 
 
 @st.composite
