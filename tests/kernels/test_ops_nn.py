@@ -173,6 +173,23 @@ def test_quantized_conv_and_matmul_match_onnxruntime():
     _against_ort("DynamicQuantizeLinear", [_f32(4, 9)], n_out=3, opset=13)
 
 
+@pytest.mark.parametrize("b_dtype, n", [(np.int8, 1), (np.uint8, 33)])
+def test_matmul_integer_over_a_large_a_goes_a_block_of_rows_at_a_time_exactly(monkeypatch, b_dtype, n):
+    """An A past two of integer_matmul's row blocks (an additive attention's 96 x 96 x 512 scores, smaller here)
+    is converted and multiplied a block of rows at a time: the int32 result is NumPy's exact integer product and
+    onnxruntime's."""
+    from rtd.kernels.ops import _quant
+    blocks, row_blocks = [], _quant._row_blocks
+    monkeypatch.setattr(_quant, "_row_blocks", lambda *args: blocks.append(args) or row_blocks(*args))
+    a = RNG.integers(0, 256, (3, 190, 512), dtype=np.uint8)
+    b = RNG.integers(np.iinfo(b_dtype).min, np.iinfo(b_dtype).max + 1, (512, n), dtype=b_dtype)
+    zero = b_dtype(0 if b_dtype == np.int8 else 131)
+    got = _against_ort("MatMulInteger", [a], [b, np.uint8(97), zero], opset=13)["out0"]
+    assert blocks   # the blocked path was taken
+    want = (a.astype(np.int64) - 97) @ (b.astype(np.int64) - int(zero))
+    np.testing.assert_array_equal(got, want)
+
+
 def test_dynamic_quantize_linear_is_the_specs_to_the_bit():
     """Scale, zero point and values equal onnx.reference's exactly (the test above allows the scale a relative
     1e-4 of onnxruntime's): the scale is taken in float32 steps, where the range over 255 in float64, rounded
