@@ -1,7 +1,8 @@
 /* 8-bit steps of quantized models (quant.h), so a quantized plan runs inside one native program instead
  * of as NumPy calls between its convolutions: QuantizeLinear and DequantizeLinear over whole tensors
- * with one scale and zero point, the table lookups of com.microsoft's 8-bit unary and binary ops (the
- * kernels build the tables; a run only gathers), and QLinearGlobalAveragePool's exact sums.
+ * with one scale and zero point (and a tensor's range in one pass, DynamicQuantizeLinear's), the table
+ * lookups of com.microsoft's 8-bit unary and binary ops (the kernels build the tables; a run only
+ * gathers), and QLinearGlobalAveragePool's exact sums.
  * Each value takes the NumPy kernel's own float32 steps (a division or product rounded once, rint, the
  * zero point added in float, a clamp), so a traced and a planned run agree bit for bit.
  */
@@ -10,6 +11,7 @@
 #include "conv.h"
 #include "depthwise.h"
 #include "quant.h"
+#include "activation_block.h"
 #include "simd.h"
 
 RTD_CLONES static void quantize(const float *x, int64_t n, float scale, float zero_point, float lo, float hi, uint8_t *y,
@@ -32,6 +34,42 @@ int rtd_quantize_f32(const float *x, int64_t x_len, float scale, int32_t zero_po
         return RTD_NATIVE_E_LENGTH;
     const int is_signed = y_type == RTD_CONV_S8;
     quantize(x, x_len, scale, (float)zero_point, is_signed ? -128.0f : 0.0f, is_signed ? 127.0f : 255.0f, y, is_signed);
+    return 0;
+}
+
+/* Both ends in one pass, 8 lanes at a time; a NaN anywhere makes both NaN, as np.min and np.max give it. */
+RTD_CLONES static void value_range(const float *x, int64_t n, float *range)
+{
+    v8 lo = splat(__builtin_inff()), hi = splat(-__builtin_inff());
+    v8i nan = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const v8 v = load8(x + i);
+        lo = select8(v < lo, v, lo);
+        hi = select8(v > hi, v, hi);
+        nan |= v != v;
+    }
+    float low = lo[0], high = hi[0];
+    int any_nan = 0;
+    for (int lane = 0; lane < 8; lane++) {
+        low = lo[lane] < low ? lo[lane] : low;
+        high = hi[lane] > high ? hi[lane] : high;
+        any_nan |= nan[lane] != 0;
+    }
+    for (; i < n; i++) {
+        low = x[i] < low ? x[i] : low;
+        high = x[i] > high ? x[i] : high;
+        any_nan |= x[i] != x[i];
+    }
+    range[0] = any_nan ? __builtin_nanf("") : low;
+    range[1] = any_nan ? __builtin_nanf("") : high;
+}
+
+int rtd_range_f32(const float *x, int64_t x_len, float *range, int64_t range_len)
+{
+    if (x_len < 1 || range_len != 2)
+        return RTD_NATIVE_E_LENGTH;
+    value_range(x, x_len, range);
     return 0;
 }
 

@@ -1,7 +1,8 @@
-"""The guarded call into quant.c's per-tensor quantization of float32 (rtd_quantize_f32), used by
-DynamicQuantizeLinear for NumPy arrays: one pass instead of NumPy's four (divide, rint, clip, add), each
-value in the same float32 steps (x / scale rounded once, half to even, plus the zero point, saturated),
-so both give the same bytes. Anything else (other dtypes, strided arrays, CuPy) returns None.
+"""The guarded calls into quant.c's per-tensor quantization of float32 (rtd_quantize_f32) and its range
+(rtd_range_f32), used by DynamicQuantizeLinear for NumPy arrays: one pass for the range instead of np.min's
+and np.max's two, one for the values instead of NumPy's four (divide, rint, clip, add), each value in the
+same float32 steps (x / scale rounded once, half to even, plus the zero point, saturated), so both give
+the same bytes. Anything else (other dtypes, strided or empty arrays, CuPy) returns None.
 """
 import numpy as np
 
@@ -13,10 +14,26 @@ FLOAT32 = np.dtype(np.float32)
 TYPES = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2}   # conv.h's RTD_CONV_U8, RTD_CONV_S8
 
 
+def _fits(x) -> bool:
+    return compiled is not None and type(x) is np.ndarray and x.dtype == FLOAT32 and x.flags.c_contiguous
+
+
+def value_range(x) -> tuple | None:
+    """(least, greatest) of x as floats, both NaN where x has one (as np.min and np.max), or None when not taken."""
+    if not _fits(x) or x.size == 0:
+        return None
+    ffi = compiled.ffi
+    ends = np.empty(2, FLOAT32)
+    status = compiled.lib.rtd_range_f32(ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", ends, require_writable=True), 2)
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"range kernel refused its arguments (status {status})")
+    return float(ends[0]), float(ends[1])
+
+
 def quantize(x, scale, zero_point: int, dtype):
     """saturate(round_half_even(x / scale) + zero_point) as a new `dtype` array, or None when not taken."""
     dtype = np.dtype(dtype)
-    if compiled is None or type(x) is not np.ndarray or x.dtype != FLOAT32 or not x.flags.c_contiguous or dtype not in TYPES:
+    if not _fits(x) or dtype not in TYPES:
         return None
     y = np.empty(x.shape, dtype)
     ffi = compiled.ffi

@@ -1,6 +1,7 @@
-"""The compiled per-tensor quantization (kernels/native/quant.py, quant.c) that DynamicQuantizeLinear runs on
-float32 NumPy arrays: it is taken, and its bytes equal the spec's reference (onnx.reference) and the kernel's
-own NumPy passes, ties at .5 and values past the range's ends included."""
+"""The compiled range and per-tensor quantization (kernels/native/quant.py, quant.c) that DynamicQuantizeLinear
+runs on float32 NumPy arrays: they are taken, the range is np.min's and np.max's (NaN and infinities included),
+and the bytes equal the spec's reference (onnx.reference) and the kernel's own NumPy passes, ties at .5 and
+values past the range's ends included."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -26,7 +27,8 @@ def _inputs():
 def test_dynamic_quantize_linear_takes_the_compiled_pass_and_gives_the_specs_bytes(x):
     kernel = DynamicQuantizeLinear_11({}, np)
     y, scale, zero_point = kernel.run(x)
-    assert quant.quantize(x, scale, int(zero_point), np.uint8) is not None   # the compiled pass is the one taken
+    assert quant.quantize(x, scale, int(zero_point), np.uint8) is not None   # the compiled passes are the ones taken
+    assert quant.value_range(x) is not None
     graph = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
                               [helper.make_tensor_value_info(n, t, None) for n, t in
@@ -39,6 +41,21 @@ def test_dynamic_quantize_linear_takes_the_compiled_pass_and_gives_the_specs_byt
     assert quant.quantize(strided, scale, int(zero_point), np.uint8) is None
     np.testing.assert_array_equal(kernel.run(strided)[0], y)
     np.testing.assert_array_equal(compile_model(proto).run({"x": x})["y"], y)
+
+
+@pytest.mark.parametrize("size", [1, 7, 8, 9, 4099])
+def test_the_range_is_np_min_and_np_max_nan_included(size):
+    rng = np.random.default_rng(size)
+    for trial in range(20):
+        x = rng.standard_normal(size, dtype=np.float32) * np.float32(10.0 ** rng.integers(-3, 4))
+        if trial % 4 == 1:
+            x[rng.integers(size)] = np.nan
+        if trial % 4 == 2:
+            x[rng.integers(size)] = rng.choice([np.inf, -np.inf])
+        got = quant.value_range(x)
+        assert got is not None
+        np.testing.assert_array_equal(got, (x.min(), x.max()))
+    assert quant.value_range(np.empty(0, np.float32)) is None
 
 
 def test_only_float32_arrays_into_eight_bits_are_taken():
