@@ -89,7 +89,6 @@ def centred(x, zero_point, shape=None, dtype=np.float64):
 
 
 FLOAT32_EXACT = 2 ** 24  # every integer of smaller magnitude is a float32
-ROW_BLOCK = 1 << 17  # elements of A converted to float at a time by integer_matmul: 512 KiB, within L2
 
 
 def span(dtype, zero_point) -> int:
@@ -133,8 +132,6 @@ def integer_matmul(xp, a, a_zero_point, b_centred, b_max):
     zp_host = None if a_zero_point is None else np.asarray(a_zero_point if xp is np else xp.asnumpy(a_zero_point))
     per_term = span(a.dtype, zp_host) * b_max
     chunk = k if per_term * k < FLOAT32_EXACT else max(1, (FLOAT32_EXACT - 1) // per_term)
-    if chunk >= k and xp is np and a.size > 2 * ROW_BLOCK and b_centred.ndim == 2 and (a_zero_point is None or a_zero_point.size == 1):
-        return _row_blocks(a, a_zero_point, b_centred)
     a32 = centred(a, a_zero_point, dtype=np.float32)
     if chunk >= k:
         return xp.matmul(a32, b_centred).astype(np.int32)
@@ -144,19 +141,6 @@ def integer_matmul(xp, a, a_zero_point, b_centred, b_max):
                          b_centred[start:start + chunk] if b_centred.ndim == 1 else b_centred[..., start:start + chunk, :])
         acc = part.astype(np.float64) if acc is None else xp.add(acc, part, out=acc)
     return acc.astype(np.int32)
-
-
-def _row_blocks(a, a_zero_point, b_centred):
-    """integer_matmul's float32 product for a large A, a block of rows at a time: each block's float copy is
-    multiplied while it is still in cache, where the whole copy (an attention's 96 x 96 x 512) would go out to
-    memory and be read back. The sums are exact integers, so any blocking gives the same result."""
-    k, n = b_centred.shape
-    rows = a.reshape(-1, k)
-    out = np.empty((rows.shape[0], n), np.float32)
-    step = max(1, ROW_BLOCK // k)
-    for start in range(0, rows.shape[0], step):
-        np.matmul(centred(rows[start:start + step], a_zero_point, dtype=np.float32), b_centred, out=out[start:start + step])
-    return out.astype(np.int32).reshape(a.shape[:-1] + (n,))
 
 
 def requantize(xp, acc, multiplier, zero_point, dtype):
