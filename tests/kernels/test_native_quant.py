@@ -63,3 +63,37 @@ def test_only_float32_arrays_into_eight_bits_are_taken():
     assert quant.quantize(x.astype(np.float64), 1.0, 0, np.uint8) is None
     assert quant.quantize(x, 1.0, 0, np.int16) is None
     np.testing.assert_array_equal(quant.quantize(x * -3, np.float32(0.5), 3, np.int8), np.full(16, -3, np.int8))
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (5, 7, 3), (22, 1024, 130), (70, 512, 2), (9, 32768, 2)])
+def test_the_8bit_product_is_numpys_exact_one_with_extreme_bytes(m, k, n, native_threads):
+    """Every row count past the kernel's blocks of four rows and 2-column pairs, the widest k it takes, the
+    bytes at their ends (|a - zp| and |w| 255: the largest sums), one thread and two alike."""
+    rng = np.random.default_rng(m * k + n)
+    for a_dtype, zero in ((np.uint8, 0), (np.uint8, 255), (np.int8, -128), (np.int8, 127)):
+        info = np.iinfo(a_dtype)
+        a = rng.choice(np.array([info.min, info.max, 0], a_dtype), (m, k)) if k == 32768 else \
+            rng.integers(info.min, info.max + 1, (m, k), dtype=a_dtype)
+        w = rng.choice(np.int16([-255, 255, 1]), (n, k))
+        want = (a.astype(np.int64) - zero) @ w.T.astype(np.int64)
+        for threads in (1, 2):
+            native_threads(threads)
+            np.testing.assert_array_equal(quant.matmul_8bit(a, zero, w), want)
+
+
+def test_the_8bit_product_checks_its_arguments():
+    ffi, lib = native.compiled.ffi, native.compiled.lib
+    a, w, y = np.zeros(6, np.uint8), np.zeros(6, np.int16), np.zeros(4, np.int32)
+
+    def call(a_type=1, zero=0, m=2, k=3, n=2, y_len=4):
+        return lib.rtd_matmul_8bit(ffi.from_buffer("uint8_t[]", a), a_type, a.size, zero, ffi.from_buffer("int16_t[]", w), w.size,
+                                   ffi.from_buffer("int32_t[]", y, require_writable=True), y_len, m, k, n)
+    assert call() == 0
+    assert call(a_type=0) != 0        # not an 8-bit type
+    assert call(zero=256) != 0        # a zero point outside uint8
+    assert call(a_type=2, zero=128) != 0
+    assert call(m=3) != 0             # a longer than given
+    assert call(n=3) != 0             # w longer than given
+    assert call(y_len=5) != 0
+    assert call(k=0, m=0, n=0, y_len=0) != 0   # no k
+    assert quant.matmul_8bit(np.zeros((2, 40000), np.uint8), 0, np.zeros((1, 40000), np.int16)) is None   # past quant.MAX_K
