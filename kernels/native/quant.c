@@ -1,8 +1,9 @@
 /* 8-bit steps of quantized models (quant.h), so a quantized plan runs inside one native program instead
  * of as NumPy calls between its convolutions: QuantizeLinear and DequantizeLinear over whole tensors
- * with one scale and zero point (and a tensor's range in one pass, DynamicQuantizeLinear's), the table
- * lookups of com.microsoft's 8-bit unary and binary ops (the kernels build the tables; a run only
- * gathers), and QLinearGlobalAveragePool's exact sums.
+ * with one scale and zero point, the table lookups of com.microsoft's 8-bit unary and binary ops (the
+ * kernels build the tables; a run only gathers), and QLinearGlobalAveragePool's exact sums. The op
+ * kernels of dynamically quantized models call some directly: DynamicQuantizeLinear a tensor's range
+ * in one pass and the quantization, MatMulInteger the exact 8-bit product.
  * Each value takes the NumPy kernel's own float32 steps (a division or product rounded once, rint, the
  * zero point added in float, a clamp), so a traced and a planned run agree bit for bit.
  */
@@ -77,8 +78,8 @@ RTD_CLONES static int32_t dot16(const int16_t *a, const int16_t *b, int64_t k)
     return (int32_t)sum;
 }
 
-/* Parts [first, last): part p is A's row block p / parts_per_block (centred here) by the product's columns
-   [c, c + MATMUL_8BIT_COLUMNS), c = p % parts_per_block * MATMUL_8BIT_COLUMNS. */
+/* Parts [first, last): part p is A's row block p / per_block (centred here, once for consecutive parts of
+   one block) by the product's columns [c, c + MATMUL_8BIT_COLUMNS), c = p % per_block * MATMUL_8BIT_COLUMNS. */
 RTD_CLONES static void matmul_8bit_parts(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct matmul_8bit *g = context;
@@ -112,7 +113,8 @@ int rtd_matmul_8bit(const void *a, int a_type, int64_t a_len, int32_t a_zero_poi
         || k > INT32_MAX / (255 * 255) || a_zero_point < (a_type == RTD_CONV_U8 ? 0 : -128)
         || a_zero_point > (a_type == RTD_CONV_U8 ? 255 : 127))
         return RTD_NATIVE_E_ARGUMENT;
-    if (a_len != m * k || w_len != n * k || y_len != m * n)
+    if (m > INT64_MAX / k || n > INT64_MAX / k || (n > 0 && m > INT64_MAX / n)   /* no product below overflows */
+        || a_len != m * k || w_len != n * k || y_len != m * n)
         return RTD_NATIVE_E_LENGTH;
     const int64_t rows = MATMUL_8BIT_BLOCK / k, blocks = (m + rows - 1) / rows;
     struct matmul_8bit g = {a, a_type == RTD_CONV_S8, a_zero_point, w, y, m, k, n, rows};
