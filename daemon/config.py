@@ -267,6 +267,11 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
     ids = [t.id for t in config.tenants]
     if len(set(ids)) != len(ids):
         raise ConfigError("tenant: duplicate ids")
+    owners: dict = {}
+    for tenant in config.tenants:   # a token names one tenant: its calls could be charged to either otherwise
+        for digest in tenant.token_sha256:
+            if owners.setdefault(digest, tenant.id) != tenant.id:
+                raise ConfigError(f"tenant {tenant.id!r}: a token_sha256 of tenant {owners[digest]!r} too")
     return config
 
 

@@ -13,9 +13,9 @@ on a GPU wrapped by `cuda_plan.CudaPlan` (its stream, a CUDA graph where shapes 
 device set-up and generated kernels in `backend_cupy`, their CUDA C in `cuda_source`).
 Control-flow bodies get plans of their own (`subgraph.PlannedSubgraph`). On the CPU the hot
 kernels are C built at install time (`native`: rtd's own GEMM micro-kernel, the direct 2-D
-convolution with its epilogue and fused chains, depthwise convolution, vectorised activations and
-softmax, the element-wise chain interpreter, the LSTM and GRU recurrences), threaded by a pool of
-their own sized to the tenant's cores.
+convolution with its epilogue and fused chains, depthwise convolution, vectorised activations,
+softmax and layer normalization, the element-wise chain interpreter, the LSTM and GRU recurrences),
+threaded by a pool of their own sized to the tenant's cores.
 `backend` is the onnx.backend.base.Backend the node tests run against.
 """
 from . import backend

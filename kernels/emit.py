@@ -6,7 +6,7 @@ emitter reads the node's attributes from its kernel, the shapes and dtypes the s
 constants, and returns an `Emitted`: ops, plus outputs that are views of inputs (`aliases`, name ->
 (input, byte offset)). It declines (None) anything it does not reproduce exactly as the kernel's own
 run computes it: same compiled code for the arithmetic (convolution, GEMM, chains, activations,
-softmax, recurrences), exact copies for data movement, and for 8-bit steps the kernel's own float32
+softmax, layer normalization, recurrences), exact copies for data movement, and for 8-bit steps the kernel's own float32
 steps and tables (where its integer sums are exact in float32, any summation order gives its bits).
 
 Data movement (Slice, Transpose, Concat, Pad, Split, Gather with constant indices, ...) is worked out by
@@ -34,7 +34,7 @@ from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8) = range(1, 23)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM) = range(1, 24)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -273,18 +273,24 @@ def _part(step: Step, out: str, name: str, index: np.ndarray, inside: np.ndarray
 
 
 def _gather(step: Step) -> Emitted | None:
-    """Gather: constant indices are data movement; run-time int64 indices along axis 0 pick whole rows."""
+    """Gather: constant indices are data movement; run-time int64 or int32 indices along axis 0 pick whole
+    rows (int32 ones widened into scratch first: the gather reads int64, as a TensorFlow export's loop
+    counter indexes its sequence)."""
     if step.constant(step.input(1)) is not None:
         return _movement((0,))(step)
     x, indices, y = step.input(0), step.input(1), step.output()
     axis = step.kernel.axis % max(len(step.shape(x)), 1)
-    if axis != 0 or step.dtype(indices) != np.int64 or not step.shape(x):
+    if axis != 0 or step.dtype(indices) not in (np.int64, np.int32) or not step.shape(x):
         return None
     rows, row_bytes = step.shape(x)[0], step.nbytes(x) // max(step.shape(x)[0], 1)
     count = math.prod(step.shape(indices))
     if rows < 1 or row_bytes < 1:
         return None
-    return Emitted([Op(GATHER, (reads(Value(x)), reads(Value(indices)), writes(Value(y))), (rows, row_bytes, count))], {})
+    ops, index = [], Value(indices)
+    if step.dtype(indices) == np.int32:
+        index = Scratch("indices", count * 8)
+        ops.append(Op(CAST, (reads(Value(indices)), writes(index)), (TYPES[np.dtype(np.int32)], TYPES[np.dtype(np.int64)], count)))
+    return Emitted(ops + [Op(GATHER, (reads(Value(x)), reads(index), writes(Value(y))), (rows, row_bytes, count))], {})
 
 
 def _resize(step: Step) -> Emitted | None:
@@ -510,6 +516,26 @@ def _softmax(step: Step) -> Emitted | None:
     if step.dtype(x) != FLOAT32 or not shape or axis != len(shape) - 1 or shape[-1] < 1:
         return None
     return Emitted([Op(SOFTMAX, (reads(Value(x)), writes(Value(y))), (math.prod(shape[:-1]), shape[-1]))], {})
+
+
+def _layernorm(step: Step) -> Emitted | None:
+    """The fused LayerNorm as the compiled row kernel, where its run takes that too: float32, gamma and beta one
+    per column (absent ones as ones and zeros, as the kernel passes them)."""
+    x, y = step.input(0), step.output()
+    shape = step.shape(x)
+    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or not shape or shape[-1] < 1 or not step.kernel.epsilon >= 0:
+        return None
+    cols = shape[-1]
+    params = []
+    for name, fill in ((step.input(1), 1.0), (step.input(2), 0.0)):
+        if not name:
+            params.append(Constant(np.full(cols, fill, FLOAT32)))
+        elif step.dtype(name) != FLOAT32 or not step.shape(name) or math.prod(step.shape(name)) != cols or step.shape(name)[-1] != cols:
+            return None
+        else:
+            params.append(Value(name))
+    return Emitted([Op(LAYERNORM, (reads(Value(x)), reads(params[0]), reads(params[1]), writes(Value(y))),
+                       (math.prod(shape[:-1]), cols, _float_bits(step.kernel.epsilon)))], {})
 
 
 def _gelu(step: Step) -> Emitted | None:
@@ -930,6 +956,7 @@ EMITTERS = {
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,
     (RTD_DOMAIN, "Softmax"): _softmax,
+    (RTD_DOMAIN, "LayerNorm"): _layernorm,
     (RTD_DOMAIN, "Gelu"): _gelu,
     ("", "Gelu"): _gelu,
 }

@@ -20,7 +20,7 @@ from .backend_cupy import chain_kernel, layernorm_rows, rows_kernel_fits, softma
 from .ir import Node
 from .native.chain import Program
 from .native.gemm import gemm_rows
-from .ops._norm import standardize
+from .ops._norm import compiled_layernorm, standardize
 from .ops._softmax import softmax
 from .ops._window import scratch
 from .ops.op_gelu import Gelu_20
@@ -162,6 +162,10 @@ class LayerNorm(Fused):
             per_column = self._per_column(x, gamma, beta)
             if per_column is not None:
                 return (layernorm_rows(x, *per_column, self.epsilon, out if out is not None else self.xp.empty_like(x)),)
+        if self.xp is np:   # float32 rows: the compiled kernel a plan's program runs too (kernels/emit._layernorm)
+            y = compiled_layernorm(x, gamma, beta, self.epsilon, out)
+            if y is not None:
+                return (y,)
         y, _, _ = standardize(self.xp, x, (x.ndim - 1,), self.epsilon, x.dtype, out=out)
         if gamma is not None:
             y *= gamma

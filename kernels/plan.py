@@ -5,11 +5,14 @@ no name lookups. Fused kernels get their output (and scratch) buffers as extra a
 views into a per-thread arena placed by `memory.place`, so a run allocates nothing for them.
 A value that may escape (a graph output or a view of one) is never given arena bytes.
 
-On the CPU, steps the signature fixes and `emit` can express run natively: each run of consecutive
-such steps is one `native.program.Segment`, a program the C interpreter runs in one call, its values
-in the same arena (or, where they escape, in arrays made per run); Python runs only the other steps
-and hands values across at the edges.
+On the CPU, steps the signature fixes and `emit` can express run natively, ordered so that they run
+back to back where the graph allows (`grouped`): each run of consecutive such steps is one
+`native.program.Segment`, a program the C interpreter runs in one call, its values in the same arena
+(or, where they escape, in arrays made per run); Python runs only the other steps and hands values
+across at the edges.
 """
+import copy
+import heapq
 import threading
 import time
 
@@ -38,10 +41,17 @@ class Plan:
         names = list(named) + sorted({n for node in graph.nodes for n in node.inputs + node.implicit if n} - set(named))
         self.names = names
         self.slot = {name: i for i, name in enumerate(names)}  # "" → slot 0, always None
-        self.last_read = {n: step for step, node in enumerate(graph.nodes) for n in node.inputs + node.implicit if n}
         self.input_slots = [self.slot[n] for n in graph.inputs]
         self.output_slots = [self.slot[n] for n in graph.outputs]
         self.constant_slots = {self.slot[n] for n in graph.constants}
+        self.constant_outputs = any(n in graph.constants for n in graph.outputs)   # copied per run: the caller may write them
+        # per input and output, (shape, dtype) where the signature fixes them, else None: a Loop runs its body's
+        # plan without a signature lookup where the carried values' specs come back unchanged (ops/op_loop.py)
+        def spec(n):
+            if n in graph.constants:
+                return tuple(np.shape(graph.constants[n])), np.asarray(graph.constants[n]).dtype
+            return (tuple(shapes[n][0]), np.dtype(shapes[n][1])) if n in static and n in shapes else None
+        self.input_specs, self.output_specs = [spec(n) for n in graph.inputs], [spec(n) for n in graph.outputs]
         on_host = [w == HOST for w in self.where] or [False] * len(graph.nodes)
         made = made or {}   # id(node) -> (node, its kernel) made at compile: a shareable one is used again
 
@@ -59,6 +69,13 @@ class Plan:
         native = xp is np and not self.partitioned
         self.emitted = [emit(node, kernel, shapes, static, graph.constants) if native else None
                         for node, kernel in zip(graph.nodes, kernels)]
+        order = grouped(graph.nodes, [e is not None for e in self.emitted])
+        if order != sorted(order):
+            self.graph = graph = copy.copy(graph)
+            graph.nodes = [graph.nodes[i] for i in order]
+            self.kernels = kernels = [kernels[i] for i in order]
+            self.emitted = [self.emitted[i] for i in order]
+        self.last_read = {n: step for step, node in enumerate(graph.nodes) for n in node.inputs + node.implicit if n}
         buffers = self._buffers(kernels, shapes, static)
         frees = self._frees()
         self.labels, self.steps, self.segments = [], [], []
@@ -279,7 +296,7 @@ class Plan:
         return template
 
     def run(self, feeds: list, profile=None) -> list:
-        frame = list(self._template())
+        frame = list(self._local.__dict__.get("template") or self._template())
         for slot, value in zip(self.input_slots, feeds):
             frame[slot] = value
         if profile is None:
@@ -305,7 +322,9 @@ class Plan:
                     frame[i] = value
                 for i in frees:
                     frame[i] = None
-        return [frame[i].copy() if i in self.constant_slots else frame[i] for i in self.output_slots]
+        if self.constant_outputs:
+            return [frame[i].copy() if i in self.constant_slots else frame[i] for i in self.output_slots]
+        return [frame[i] for i in self.output_slots]
 
     def stats(self) -> dict:
         ops: dict = {}
@@ -316,3 +335,42 @@ class Plan:
         return {"steps": len(self.steps), "timed_steps": timed, "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
                 "naive_bytes": self.naive_bytes, "ops": ops, "host_steps": self.where.count(HOST),
                 "native_nodes": native, "native_segments": sum(s is not None for s in self.segments)}
+
+
+def grouped(nodes: list, native: list) -> list:
+    """An order of the nodes (their indices) in which native steps run back to back where the graph
+    allows: each run of them is one program call, and a Python step between two used to split the
+    program (a Loop body's scalar counter steps cut an LSTM cell into four calls per iteration).
+    Producers stay before their readers and Python steps keep their own order (random ops draw in
+    turn); among what is ready the earliest node goes first, so a graph of one kind keeps its order.
+    Each kind runs while any of it is ready, so a Python step a native one unlocks waits for the rest of
+    the native run."""
+    producer = {o: i for i, node in enumerate(nodes) for o in node.outputs if o}
+    readers: list = [[] for _ in nodes]
+    waits = [0] * len(nodes)
+    previous_python = None
+    for i, node in enumerate(nodes):
+        before = {producer[n] for n in node.inputs + node.implicit if n in producer and producer[n] < i}
+        if not native[i]:
+            if previous_python is not None:
+                before.add(previous_python)
+            previous_python = i
+        for j in before:
+            readers[j].append(i)
+        waits[i] = len(before)
+    ready: tuple = ([], [])   # heaps of node indices: Python steps, native steps
+    for i, count in enumerate(waits):
+        if count == 0:
+            heapq.heappush(ready[native[i]], i)
+    order: list = []
+    kind = not ready[False]   # Python first: a graph's first Python steps (shapes, indices) tend to feed its native ones
+    while ready[0] or ready[1]:
+        if not ready[kind]:
+            kind = not kind
+        i = heapq.heappop(ready[kind])
+        order.append(i)
+        for j in readers[i]:
+            waits[j] -= 1
+            if waits[j] == 0:
+                heapq.heappush(ready[native[j]], j)
+    return order

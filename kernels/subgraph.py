@@ -37,15 +37,24 @@ class PlannedSubgraph:
         self._lock = threading.Lock()
 
     def __call__(self, feeds: dict, scope=None) -> list:
+        return self.run([feeds[name] for name in self.input_names], self.bind(scope), scope)
+
+    def bind(self, scope) -> list:
+        """The scope's values of the names the body reads from outside, in `run`'s order (a Loop binds
+        them once for all its iterations)."""
+        return [scope[name] for name in self.free] if self._planning else []
+
+    def run(self, inputs: list, bound: list, scope=None) -> list:
+        """The outputs for the formal `inputs` (in input_names' order) and the `bound` scope values."""
         if not self._planning:
-            return self.runner(feeds, scope)
-        values = [feeds[name] for name in self.input_names] + [scope[name] for name in self.free]
-        if not all(isinstance(v, np.ndarray) for v in values):
-            return self.runner(feeds, scope)
-        key = tuple((v.shape, v.dtype.str) for v in values)
-        plan = self._plans.get(key)
+            return self.runner(dict(zip(self.input_names, inputs)), scope)
+        values = inputs + bound
+        plan = self.plan(values)
         if plan is not None:
             return plan.run(values)
+        feeds = dict(zip(self.input_names, inputs))
+        if not all(isinstance(v, np.ndarray) for v in values):
+            return self.runner(feeds, scope)
         env = self.runner.trace(feeds, scope)
         outputs = [env[name] for name in self.output_names]
         with self._lock:
@@ -54,8 +63,21 @@ class PlannedSubgraph:
                 return outputs
             trace = dict(env.maps[0], **dict(zip(self.input_names + self.free, values)))
             graph, shapes, static = lower_signature(self._lowered_graph(), trace, xp=self.xp)
-            self._plans[key] = Plan(graph, shapes, static, self.xp)
+            self._plans[self._signature(values)] = Plan(graph, shapes, static, self.xp)
         return outputs
+
+    def plan(self, values: list) -> Plan | None:
+        """The plan of these values' signature (inputs, then bound scope values), if one is made."""
+        key = []
+        for v in values:   # one pass (an If's branch looks its plan up on every call)
+            if not isinstance(v, np.ndarray):
+                return None
+            key.append((v.shape, v.dtype.str))
+        return self._plans.get(tuple(key))
+
+    @staticmethod
+    def _signature(values: list) -> tuple:
+        return tuple((v.shape, v.dtype.str) for v in values)
 
     def _lowered_graph(self) -> Graph:
         """The body as a graph of its own (scope names as inputs), lowered once, on first need."""

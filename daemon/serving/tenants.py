@@ -1,6 +1,6 @@
-"""Who is calling: bearer tokens (stored only as SHA-256, compared in constant time), plus
-the admin credential for operator views and the metrics credential for scrapes over TCP
-(metrics tokens or the admin token). (grpcio does not expose SO_PEERCRED of a Unix peer, so
+"""Who is calling: bearer tokens (stored only as SHA-256; a tenant's found by its digest, the admin and
+metrics tokens compared in constant time), plus the admin credential for operator views and the metrics
+credential for scrapes over TCP (metrics tokens or the admin token). (grpcio does not expose SO_PEERCRED of a Unix peer, so
 the socket's file mode and the token are the gate; no peer-uid identity.)"""
 import hashlib
 import hmac
@@ -38,6 +38,9 @@ class Tenants:
 
     def __init__(self, config: Config):
         self.by_id = {t.id: t for t in config.tenants}
+        # a token's tenant by the token's digest, whatever the number of tenants: a lookup's timing can only
+        # tell things about SHA-256 digests of what the caller sent, never about a token it does not have
+        self.by_digest = {digest: t for t in config.tenants for digest in t.token_sha256}
         self.anonymous = next((t for t in config.tenants if t.unsafe_anonymous), None)
         self.admin_hashes = config.admin_token_sha256
         self.metrics_hashes = config.metrics_token_sha256 + config.admin_token_sha256
@@ -48,10 +51,10 @@ class Tenants:
             return self.anonymous
         if digest is None:
             raise RtdError(Code.E_UNAUTHENTICATED, "send authorization: Bearer <token>")
-        for tenant in self.by_id.values():
-            if _matches(digest, tenant.token_sha256):
-                return tenant
-        raise RtdError(Code.E_UNAUTHENTICATED, "unknown token")
+        tenant = self.by_digest.get(digest)
+        if tenant is None:
+            raise RtdError(Code.E_UNAUTHENTICATED, "unknown token")
+        return tenant
 
     def authenticate_admin(self, metadata) -> None:
         if not _matches(_digest(bearer(metadata)), self.admin_hashes):

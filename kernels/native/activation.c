@@ -16,6 +16,7 @@
  * The op kernels (Sigmoid, Tanh, Exp, Erf, Gelu) and the element-wise chain interpreter both call
  * rtd_activation_block, so traced and planned runs agree bit for bit.
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "activation.h"
@@ -138,6 +139,62 @@ int rtd_softmax_f32(const float *x, int64_t x_len, float *y, int64_t y_len, int6
     int64_t threads = rtd_threads();
     if (x_len / (threads > 0 ? threads : 1) < MIN_ELEMENTS_PER_THREAD) threads = 1;
     rtd_parallel_for(threads, rows, softmax_rows, &a);
+    return 0;
+}
+
+/* The sum of one row's floats in 8 lanes, the lanes added in a fixed tree, then the tail in order: the same
+   order in every target clone and on every thread. */
+RTD_INLINE float row_sum8(const float *x, int64_t cols)
+{
+    v8 total = {0};
+    int64_t i = 0;
+    for (; i + 8 <= cols; i += 8) total += load8(x + i);
+    float sum = ((total[0] + total[4]) + (total[1] + total[5])) + ((total[2] + total[6]) + (total[3] + total[7]));
+    for (; i < cols; i++) sum += x[i];
+    return sum;
+}
+
+/* One row's layer normalization: the mean, the mean of the centred squares, then
+   y = (x - mean) * (1 / sqrt(var + eps)) * gamma + beta, in float32 throughout (the stash type's). */
+RTD_CLONES static void layernorm_row(const float *x, float *y, const float *gamma, const float *beta, int64_t cols, float eps)
+{
+    const float mean = row_sum8(x, cols) / (float)cols;
+    const v8 m = splat(mean);
+    v8 squares = {0};
+    int64_t i = 0;
+    for (; i + 8 <= cols; i += 8) {
+        const v8 d = load8(x + i) - m;
+        squares += d * d;
+    }
+    float var = ((squares[0] + squares[4]) + (squares[1] + squares[5])) + ((squares[2] + squares[6]) + (squares[3] + squares[7]));
+    for (; i < cols; i++) var += (x[i] - mean) * (x[i] - mean);
+    const float inv = 1.0f / sqrtf(var / (float)cols + eps);
+    const v8 scale = splat(inv);
+    for (i = 0; i + 8 <= cols; i += 8) store8(y + i, (load8(x + i) - m) * scale * load8(gamma + i) + load8(beta + i));
+    for (; i < cols; i++) y[i] = (x[i] - mean) * inv * gamma[i] + beta[i];
+}
+
+struct layernorm { const float *x; float *y; const float *gamma, *beta; int64_t cols; float eps; };
+
+static void layernorm_rows(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct layernorm *a = context;
+    (void)worker;
+    for (int64_t r = first; r < last; r++)
+        layernorm_row(a->x + r * a->cols, a->y + r * a->cols, a->gamma, a->beta, a->cols, a->eps);
+}
+
+int rtd_layernorm_f32(const float *x, int64_t x_len, const float *gamma, int64_t gamma_len, const float *beta, int64_t beta_len,
+                      float *y, int64_t y_len, int64_t rows, int64_t cols, float eps)
+{
+    if (rows < 0 || cols < 1 || !(eps >= 0.0f))
+        return RTD_NATIVE_E_ARGUMENT;
+    if (x_len != rows * cols || y_len != x_len || gamma_len != cols || beta_len != cols)
+        return RTD_NATIVE_E_LENGTH;
+    struct layernorm a = {x, y, gamma, beta, cols, eps};
+    int64_t threads = rtd_threads();
+    if (x_len / (threads > 0 ? threads : 1) < MIN_ELEMENTS_PER_THREAD) threads = 1;
+    rtd_parallel_for(threads, rows, layernorm_rows, &a);
     return 0;
 }
 

@@ -14,3 +14,7 @@
 int rtd_activation_f32(int op, const float *x, int64_t x_len, float *y, int64_t y_len);
 /* Softmax along the rows of x (rows, cols), into y (may be x): exp(x - row max) / its sum, the exp above's. */
 int rtd_softmax_f32(const float *x, int64_t x_len, float *y, int64_t y_len, int64_t rows, int64_t cols);
+/* Layer normalization along the rows of x (rows, cols) with per-column gamma and beta, into y (may be x):
+   (x - mean) / sqrt(var + eps) * gamma + beta, the statistics summed in 8 lanes in a fixed order. */
+int rtd_layernorm_f32(const float *x, int64_t x_len, const float *gamma, int64_t gamma_len, const float *beta, int64_t beta_len,
+                      float *y, int64_t y_len, int64_t rows, int64_t cols, float eps);

@@ -1,5 +1,5 @@
 """The guarded call into the compiled activations (activation.c): exp, sigmoid, tanh, erf and GELU over
-a float32 array, and softmax along its last axis, used by those ops' kernels for float32 NumPy arrays (and, through the same C block
+a float32 array, softmax and layer normalization along its last axis, used by those ops' kernels for float32 NumPy arrays (and, through the same C block
 function, by the compiled element-wise chains), so a traced and a planned run agree bit for bit.
 Anything else (other dtypes, non-contiguous or partly overlapping arrays, CuPy) returns None and the
 op runs its NumPy form.
@@ -33,6 +33,24 @@ def softmax_rows(x, out=None):
                                           out.size, x.size // x.shape[-1], x.shape[-1])
     if status != 0:   # the checks above make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"softmax kernel refused its arguments (status {status})")
+    return out
+
+
+def layernorm_rows(x, gamma, beta, epsilon: float, out=None):
+    """Layer normalization along x's last axis, gamma and beta (float32, one per column) applied, as a new array
+    or into `out` (which may be x); None when not taken."""
+    if not _fits(x, out) or x.ndim < 1 or x.shape[-1] < 1 or not epsilon >= 0:
+        return None
+    cols = x.shape[-1]
+    if any(type(p) is not np.ndarray or p.dtype != FLOAT32 or p.shape != (cols,) or not p.flags.c_contiguous for p in (gamma, beta)):
+        return None
+    out = np.empty(x.shape, FLOAT32) if out is None else out
+    ffi = compiled.ffi
+    status = compiled.lib.rtd_layernorm_f32(ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", gamma), cols,
+                                            ffi.from_buffer("float[]", beta), cols, ffi.from_buffer("float[]", out, require_writable=True),
+                                            out.size, x.size // cols, cols, float(np.float32(epsilon)))
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"layer normalization kernel refused its arguments (status {status})")
     return out
 
 

@@ -102,6 +102,30 @@ INLINE void tile(const int rows, int64_t kc, const float *a, int64_t lda, const 
 #undef ROW_OUT
 }
 
+#define WIDE 4   /* panels a lone row's tile covers at once */
+
+/* One row of c over WIDE panels of 16 columns: eight independent sums per step of k, where tile()'s one row
+ * has two, each waiting on the multiply-add before it (a GEMV, as a recurrent cell's, was bound by that
+ * latency). Panel p's rows start at b + p * panel_step (row stride ldb); each c value still sums over k in
+ * order, with the multiply-adds tile() makes, so its bits are tile()'s. */
+INLINE void wide_row(int64_t kc, const float *a, const float *b, int64_t ldb, int64_t panel_step, float *c, int first, int last,
+                     const float *bias_col, float bias_row, int relu)
+{
+    const float *b1 = b + panel_step, *b2 = b + 2 * panel_step, *b3 = b + 3 * panel_step;
+    v8 x0 = {0}, x1 = {0}, x2 = {0}, x3 = {0}, x4 = {0}, x5 = {0}, x6 = {0}, x7 = {0};
+    for (int64_t k = 0; k < kc; k++) {
+        const int64_t at = k * ldb;
+        x0 += load8(b + at) * a[k]; x1 += load8(b + at + 8) * a[k];
+        x2 += load8(b1 + at) * a[k]; x3 += load8(b1 + at + 8) * a[k];
+        x4 += load8(b2 + at) * a[k]; x5 += load8(b2 + at + 8) * a[k];
+        x6 += load8(b3 + at) * a[k]; x7 += load8(b3 + at + 8) * a[k];
+    }
+    finish_row(c, x0, x1, first, last, bias_col, bias_row, relu);
+    finish_row(c + NR, x2, x3, first, last, bias_col != NULL ? bias_col + NR : NULL, bias_row, relu);
+    finish_row(c + 2 * NR, x4, x5, first, last, bias_col != NULL ? bias_col + 2 * NR : NULL, bias_row, relu);
+    finish_row(c + 3 * NR, x6, x7, first, last, bias_col != NULL ? bias_col + 3 * NR : NULL, bias_row, relu);
+}
+
 INLINE void any_tile(int rows, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
                      int64_t ldc, int cols, int first, int last, const float *bias_col, const float *bias_row, int relu)
 {
@@ -214,6 +238,14 @@ CLONES void rtd_gemm_block(const struct rtd_gemm *g, int64_t m0, int64_t m1, int
                     const int cols = nc - j < NR ? (int)(nc - j) : NR;
                     const float *b = prepacked ? g->b + (j0 + j) / NR * g->k * NR + k0 * NR : packed + j / NR * kc * NR;
                     int64_t ldb = NR;
+                    if (i1 - i0 == 1 && (in_place || prepacked) && j + WIDE * NR <= nc) {   /* a lone row: wide_row */
+                        wide_row(kc, g->a + i0 * g->lda + k0, in_place ? g->b + k0 * g->ldb + j0 + j : b, in_place ? g->ldb : NR,
+                                 in_place ? NR : g->k * NR, g->c + i0 * g->ldc + j0 + j, first, last,
+                                 g->bias_kind == RTD_GEMM_BIAS_COLUMN ? g->bias + j0 + j : NULL,
+                                 g->bias_kind == RTD_GEMM_BIAS_ROW ? g->bias[i0] : 0.0f, g->relu);
+                        j += (WIDE - 1) * NR;
+                        continue;
+                    }
                     if (in_place && cols == NR) {
                         b = g->b + k0 * g->ldb + j0 + j;
                         ldb = g->ldb;

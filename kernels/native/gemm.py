@@ -26,8 +26,9 @@ def _pack(b, layout: int, k: int, n: int):
     return panels
 
 
-def gemm_rows(a, w, bias=None, relu: bool = False, out=None, constant: bool = False):
-    """(M, N) float32, or None when the call is not taken. `constant`: w cannot change (its panels are kept)."""
+def gemm_rows(a, w, bias=None, relu: bool = False, out=None, constant: bool = False, owner=None):
+    """(M, N) float32, or None when the call is not taken. `constant`: w cannot change (its panels are kept,
+    with `owner` when w is a view made per call of that array)."""
     if compiled is None or a.dtype != FLOAT32 or w.dtype != FLOAT32 or a.ndim != 2 or w.ndim != 2 \
             or a.shape[1] != w.shape[0] or not a.flags.c_contiguous or min(*a.shape, w.shape[1]) < 1:
         return None
@@ -46,7 +47,7 @@ def gemm_rows(a, w, bias=None, relu: bool = False, out=None, constant: bool = Fa
     elif out.shape != (m, n) or out.dtype != FLOAT32 or not out.flags.c_contiguous:
         return None
     if constant:
-        b, layout = packed(w, ("gemm", layout, k, n), lambda: _pack(b, layout, k, n)), PACKED
+        b, layout = packed(w if owner is None else owner, ("gemm", layout, k, n), lambda: _pack(b, layout, k, n)), PACKED
     ffi = compiled.ffi
     status = compiled.lib.rtd_gemm_rows(ffi.from_buffer("float[]", a), a.size, ffi.from_buffer("float[]", b), b.size,
                                         layout, ffi.NULL if bias is None else ffi.from_buffer("float[]", bias),

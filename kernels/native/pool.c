@@ -53,14 +53,17 @@ static inline void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, 
 RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *y, int64_t oy)
 {
     const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw;
+    /* the bounds in locals: read through `p` they could change with each store to y, as far as the compiler
+       knows, which kept the loop scalar (half a small CNN's time in its two 2x2 pools) */
+    const int64_t lo = p->inner_lo, hi = p->inner_hi, kw = p->kw, dw = p->dw, wd = p->wd, dh = p->dh, pad_left = p->pad_left;
     int64_t i0, i1;
-    taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-    for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) y[ox] = -INFINITY;
+    taps_inside(row0, p->kh, dh, 0, p->h, &i0, &i1);
+    for (int64_t ox = lo; ox < hi; ox++) y[ox] = -INFINITY;
     for (int64_t i = i0; i < i1; i++)
-        for (int64_t j = 0; j < p->kw; j++) {
-            const float *row = x + (row0 + i * p->dh) * p->wd;
-            const int64_t shift = j * p->dw - p->pad_left;   /* ox * sw + shift: inside the row for interior ox */
-            for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) {
+        for (int64_t j = 0; j < kw; j++) {
+            const float *row = x + (row0 + i * dh) * wd;
+            const int64_t shift = j * dw - pad_left;   /* ox * sw + shift: inside the row for interior ox */
+            for (int64_t ox = lo; ox < hi; ox++) {
                 const float v = row[ox * sw + shift], best = y[ox];
                 y[ox] = best != best ? best : v > best || v != v ? v : best;
             }
@@ -83,13 +86,61 @@ RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *y, 
     }
 }
 
+/* The most input columns a separable row keeps its column maxima for (on the stack). */
+#define SEPARABLE_WIDTH 4096
+
+/* Output row oy of one plane for a wide window (an SPP block's 5x5 to 13x13 at stride 1): a window's maximum
+   is the maximum over its columns of each column's maximum over the window's rows, so the row's column maxima
+   are taken once (kh reads a column) and each output reads kw of them, where pool_row reads kh * kw inputs.
+   Max is exact, so the values are pool_row's (a NaN in the window, once in, stays; of equal +0 and -0 either
+   may be kept, as in any order of comparisons). */
+RTD_CLONES static void pool_row_separable(const struct pool *p, const float *x, float *y, int64_t oy)
+{
+    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw, kw = p->kw, dw = p->dw, wd = p->wd, dh = p->dh;
+    const int64_t pad_left = p->pad_left, lo = p->inner_lo, hi = p->inner_hi, ow = p->ow;
+    float column[SEPARABLE_WIDTH];
+    int64_t i0, i1;
+    taps_inside(row0, p->kh, dh, 0, p->h, &i0, &i1);
+    for (int64_t c = 0; c < wd; c++) column[c] = -INFINITY;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *row = x + (row0 + i * dh) * wd;
+        for (int64_t c = 0; c < wd; c++) {
+            const float v = row[c], best = column[c];
+            column[c] = best != best ? best : v > best || v != v ? v : best;
+        }
+    }
+    for (int64_t ox = lo; ox < hi; ox++) y[ox] = -INFINITY;
+    for (int64_t j = 0; j < kw; j++) {
+        const int64_t shift = j * dw - pad_left;   /* ox * sw + shift: inside the row for interior ox */
+        for (int64_t ox = lo; ox < hi; ox++) {
+            const float v = column[ox * sw + shift], best = y[ox];
+            y[ox] = best != best ? best : v > best || v != v ? v : best;
+        }
+    }
+    for (int64_t ox = 0; ox < ow; ox++) {
+        if (ox == lo) ox = hi;
+        if (ox >= ow) break;
+        const int64_t col0 = ox * sw - pad_left;
+        int64_t j0, j1;
+        taps_inside(col0, kw, dw, 0, wd, &j0, &j1);
+        float best = -INFINITY;
+        for (int64_t j = j0; j < j1; j++) {
+            const float v = column[col0 + j * dw];
+            best = best != best ? best : v > best || v != v ? v : best;
+        }
+        y[ox] = best;
+    }
+}
+
 static void pool_planes(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct pool *p = context;
     (void)worker;
+    /* separable where it reads fewer inputs: kh + kw (and the row's columns once) against kh * kw a window */
+    const int separable = p->kh > 1 && p->kw > 3 && p->sw == 1 && p->wd <= SEPARABLE_WIDTH;
     for (int64_t plane = first; plane < last; plane++)
         for (int64_t oy = 0; oy < p->oh; oy++)
-            pool_row(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);
+            (separable ? pool_row_separable : pool_row)(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);
 }
 
 /* The same windows over 8-bit values, a row at a time as pool_row does; a window with no tap inside the image

@@ -191,6 +191,10 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
     case RTD_OP_SOFTMAX:
         NEED(2, 2);
         return rtd_softmax_f32(f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[0], p[1]);
+    case RTD_OP_LAYERNORM:
+        NEED(4, 3);
+        return rtd_layernorm_f32(f(&o[0]), floats(&o[0]), f(&o[1]), floats(&o[1]), f(&o[2]), floats(&o[2]), fw(&o[3]), floats(&o[3]),
+                                 p[0], p[1], bits_float(p[2]));
     case RTD_OP_COPY:
         if (n_operands != 2) return RTD_NATIVE_E_ARGUMENT;
         return copy(o, p, n_params);

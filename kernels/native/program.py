@@ -118,14 +118,17 @@ class Segment:
         self.code_pointer = compiled.ffi.from_buffer("int64_t[]", self.code)
         self.writable = compiled.ffi.new("uint8_t[]", writable)
         self.n_slots = len(writable)
-        self.external_slots = [slot_of[("frame", name)] for name in externals]
-        self.fresh_slots = [slot_of[("fresh", name)] for name in fresh]
+        # per frame value and per fresh one: (slot, name, shape, dtype), looked up once rather than per run
+        self.external_info = [(slot_of[("frame", name)], name, tuple(specs[name][0]), np.dtype(specs[name][1])) for name in externals]
+        self.fresh_info = [(slot_of[("fresh", name)], name, tuple(specs[name][0]), np.dtype(specs[name][1])) for name in fresh]
         # per export: its source array's key, byte offset, shape, dtype and size, worked out once (a run of a
         # streaming model's small program is a few microseconds: NumPy's prod per export cost as much)
+        # (its source's index among a run's arrays: the frame's values, then the fresh ones)
+        position = {name: k for k, name in enumerate([*externals, *fresh])}
         self.export_info = []
         for name in exports:
             home, (shape, dtype) = homes[name], specs[name]
-            self.export_info.append((home.key, home.offset, tuple(shape), np.dtype(dtype), math.prod(shape)))
+            self.export_info.append((position[home.key], home.offset, tuple(shape), np.dtype(dtype), math.prod(shape)))
         self._local = threading.local()
 
     @staticmethod
@@ -159,35 +162,36 @@ class Segment:
             pointers[number] = keep[-1]
         state["keep"], state["pointers"], state["sizes"] = keep, pointers, sizes
         state["failed"] = ffi.new("int64_t *")
+        state["tables"] = (pointers, sizes, self.writable, self.n_slots, state["failed"])   # rtd_program_run's last arguments
         return state
 
     def _bind(self, arena, values):
-        """The slot table for this run (the frame's arrays and fresh ones in place), and what keeps them alive."""
+        """The slot table for this run (the frame's arrays and fresh ones in place), what keeps them alive, and
+        the arrays (the frame's, then the fresh ones)."""
         state = self._local.__dict__
         if state.get("arena") is not arena:
             state = self._thread_state(arena)
-        ffi, pointers = compiled.ffi, state["pointers"]
-        held, arrays = [], {}
-        for number, name, value in zip(self.external_slots, self.externals, values):
-            shape, dtype = self.specs[name]
+        from_buffer, pointers = compiled.ffi.from_buffer, state["pointers"]
+        held, arrays = [], []
+        for (number, name, shape, dtype), value in zip(self.external_info, values):
             if type(value) is not np.ndarray or value.dtype != dtype or value.shape != shape:
-                raise ValueError(f"a compiled step expected {name!r} as {np.dtype(dtype)}{list(shape)}, got "
+                raise ValueError(f"a compiled step expected {name!r} as {dtype}{list(shape)}, got "
                                  f"{getattr(value, 'dtype', type(value).__name__)}{list(getattr(value, 'shape', ()))}")
             if not value.flags.c_contiguous:
                 value = np.ascontiguousarray(value)
-            arrays[name] = value
-            held.append(ffi.from_buffer("char[]", value))
-            pointers[number] = held[-1]
-        for number, name in zip(self.fresh_slots, self.fresh):
-            shape, dtype = self.specs[name]
-            arrays[name] = value = np.empty(shape, dtype)
-            held.append(ffi.from_buffer("char[]", value, require_writable=True))
-            pointers[number] = held[-1]
+            arrays.append(value)
+            pointers[number] = pointer = from_buffer("char[]", value)
+            held.append(pointer)
+        for number, _, shape, dtype in self.fresh_info:
+            arrays.append(value := np.empty(shape, dtype))
+            pointers[number] = pointer = from_buffer("char[]", value, require_writable=True)
+            held.append(pointer)
         return state, held, arrays
 
     def run(self, arena, *values) -> tuple:
         state, held, arrays = self._bind(arena, values)
-        self._call(state, 0, len(self.labels))
+        if self.labels:   # a segment of views alone (a Cast to the dtype it has) has no program to run
+            self._call(state, 0, len(self.labels))
         return self._exports(arrays)
 
     def run_profiled(self, profile, arena, *values) -> tuple:
@@ -201,17 +205,19 @@ class Segment:
 
     def _call(self, state, first: int, last: int) -> None:
         start, end = self.op_starts[first], self.op_starts[last]
-        status = compiled.lib.rtd_program_run(self.code_pointer + start, end - start, state["pointers"], state["sizes"],
-                                              self.writable, self.n_slots, state["failed"])
+        code = self.code_pointer + start if start else self.code_pointer
+        status = compiled.lib.rtd_program_run(code, end - start, *state["tables"])
         if status != 0:   # the plan's checks make this unreachable; the C checks each op all the same
             raise RtdError(Code.E_INTERNAL, f"compiled step {self.labels[first + state['failed'][0]]!r} refused its "
                                             f"operands (status {status})")
 
-    def _exports(self, arrays: dict) -> tuple:
+    def _exports(self, arrays: list) -> tuple:
         out = []
         for key, offset, shape, dtype, size in self.export_info:
             base = arrays[key]
-            if offset == 0 and base.dtype == dtype and base.size == size:
+            if offset == 0 and base.dtype == dtype and base.shape == shape:   # most exports: the array itself
+                out.append(base)
+            elif offset == 0 and base.dtype == dtype and base.size == size:
                 out.append(base.reshape(shape))
             else:
                 nbytes = size * dtype.itemsize

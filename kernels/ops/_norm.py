@@ -1,9 +1,11 @@
 """Standardization over some axes, shared by LayerNormalization, GroupNormalization,
 InstanceNormalization and the fused LayerNorm step: (x - mean) * 1/sqrt(var + eps), computed
-with in-place ops."""
+with in-place ops; and the compiled layer normalization of float32 rows both LayerNorm forms run."""
 import math
 
 import numpy as np
+
+from ..native.activation import layernorm_rows
 
 
 def _mean_of_squares(xp, centred, axes):
@@ -36,3 +38,19 @@ def standardize(xp, x, axes, epsilon, stash_dtype=np.float32, out=None):
 def stash_type(code: int):
     """The ONNX stash_type attribute (a TensorProto element type) as a NumPy dtype."""
     return np.dtype(np.float32) if code == 1 else np.dtype(np.float64) if code == 11 else np.dtype(np.float16)
+
+
+def compiled_layernorm(x, gamma, beta, epsilon: float, out=None):
+    """x's rows layer-normalized by the compiled kernel (native/activation.layernorm_rows), gamma and beta (absent:
+    ones, zeros) one float32 per column; None where it does not take them. The ONNX op's kernel and the fused
+    LayerNorm's both call it (and a plan's program runs the same C), so an unoptimised run and a planned one agree
+    bit for bit: a dynamically quantized model's next quantization turns a last-bit difference into a step."""
+    cols = x.shape[-1] if x.ndim else 0
+    params = []
+    for p, fill in ((gamma, 1.0), (beta, 0.0)):
+        if p is None:
+            p = np.full(cols, fill, np.float32)
+        elif type(p) is not np.ndarray or p.dtype != np.float32 or p.ndim == 0 or p.size != cols or p.shape[-1] != cols:
+            return None
+        params.append(np.ascontiguousarray(p).reshape(cols))
+    return layernorm_rows(x, *params, epsilon, out)

@@ -24,6 +24,7 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 
+from ..constant import frozen
 from ..native.gemm import gemm_rows
 from .base import Kernel
 
@@ -219,7 +220,8 @@ class RecurrentKernel(Kernel):
     def project_rows(self, rows, w):
         """rows (steps, input) @ W^T of every direction: (steps, dirs·G)."""
         weights = w.reshape(w.shape[0] * w.shape[1], -1).T
-        proj = gemm_rows(rows, weights) if self.xp is np else None   # rows shared among the tenant's threads
+        # rows shared among the tenant's threads; a W that cannot change is packed once, kept with it
+        proj = gemm_rows(rows, weights, constant=frozen(w), owner=w) if self.xp is np else None
         return self.xp.matmul(rows, weights) if proj is None else proj
 
     def product(self, r, h, out):

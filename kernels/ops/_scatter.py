@@ -7,6 +7,7 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 
+from ..native.scatter import scatter_add_rows
 from ._axes import normalize_axis, wrap_indices
 
 REDUCTIONS = {"none": None, "add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
@@ -35,7 +36,9 @@ def scatter_elements(xp, data, indices, updates, axis: int, reduction: str):
         # only the slices' indices are checked and wrapped
         out = data.copy()
         rows = wrap_indices(xp, rows, data.shape[axis], "ScatterElements")
-        getattr(xp, REDUCTIONS[reduction]).at(xp.moveaxis(out, axis, 0), rows, xp.moveaxis(updates, axis, 0))
+        target, moved = xp.moveaxis(out, axis, 0), xp.moveaxis(updates, axis, 0)
+        if reduction != "add" or xp is not np or not scatter_add_rows(target, rows, moved):   # compiled: float32 sums
+            getattr(xp, REDUCTIONS[reduction]).at(target, rows, moved)
         return out
     where = list(np.indices(indices.shape, sparse=True))
     where[axis] = wrap_indices(xp, indices, data.shape[axis], "ScatterElements")

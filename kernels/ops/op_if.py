@@ -8,4 +8,4 @@ class If_1(Kernel):
 
     def run(self, cond, scope=None):
         branch = self.then_branch if bool(self.host(cond).reshape(-1)[0]) else self.else_branch
-        return tuple(branch({}, scope))
+        return tuple(branch.run([], branch.bind(scope), scope))   # a branch has no formal inputs

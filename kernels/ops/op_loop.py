@@ -1,4 +1,8 @@
-"""Loop: run `body` while the trip count and condition allow, carrying values and stacking scan outputs."""
+"""Loop: run `body` while the trip count and condition allow, carrying values and stacking scan outputs.
+
+The body's scope values are bound once per Loop run. Once the body's plan for an iteration's signature
+gives the carried values back with their own (static) shapes and dtypes, every later iteration has that
+signature too: they run that plan directly, without looking their signature up again."""
 import numpy as np
 
 from .base import REQUIRED, Kernel
@@ -10,22 +14,38 @@ class Loop_1(Kernel):
 
     def run(self, trip_count=None, cond=None, *carried, scope=None):
         body = self.body
-        names = body.input_names
         limit = None if trip_count is None else int(self.host(trip_count).reshape(-1)[0])
         keep_going = True if cond is None else bool(self.host(cond).reshape(-1)[0])
         carried = list(carried)
-        scans = [[] for _ in range(len(body.output_names) - 1 - len(carried))]
+        n_carried = len(carried)
+        scans = [[] for _ in range(len(body.output_names) - 1 - n_carried)]
+        bound = body.bind(scope)
+        going = np.array(True)   # every iteration's condition input: it runs only while the condition holds
+        steady = None            # the plan every further iteration runs, once one iteration shows it
         i = 0
         while keep_going and (limit is None or i < limit):
-            feeds = dict(zip(names[2:], carried))
-            feeds[names[0]] = np.array(i, dtype=np.int64)
-            feeds[names[1]] = np.array(keep_going)
-            out = body(feeds, scope)
+            values = [np.array(i, dtype=np.int64), going, *carried, *bound]
+            if steady is not None:
+                out = steady.run(values)
+            else:
+                plan = body.plan(values)
+                if plan is None:
+                    out = body.run(values[: 2 + n_carried], bound, scope)
+                else:
+                    out = plan.run(values)
+                    kept = plan.output_specs[1 : 1 + n_carried]
+                    if None not in kept and kept == plan.input_specs[2 : 2 + n_carried]:
+                        steady = plan
             keep_going = bool(self.host(out[0]).reshape(-1)[0])
-            carried = out[1 : 1 + len(carried)]
-            for acc, value in zip(scans, out[1 + len(carried) :]):
+            carried = out[1 : 1 + n_carried]
+            if steady is not None:
+                for value in carried:
+                    if type(value) is not np.ndarray:   # a kernel's NumPy scalar (a reduction's np.float32): no plan takes it
+                        steady = None
+                        break
+            for acc, value in zip(scans, out[1 + n_carried :]):
                 acc.append(value)
             i += 1
-        first_scan = 1 + len(carried)
+        first_scan = 1 + n_carried
         empty = [body.output_dtypes[first_scan + k] or np.float32 for k in range(len(scans))]  # zero iterations
         return (*carried, *(self.xp.stack(acc) if acc else self.xp.empty((0,), dtype) for acc, dtype in zip(scans, empty)))

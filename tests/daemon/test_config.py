@@ -68,6 +68,16 @@ def test_duplicate_tenants_refused():
         config.parse(GOOD + tenant)
 
 
+def test_a_token_two_tenants_share_is_refused():
+    """Tenants are found by their tokens' digests: a token naming two would charge its calls to either."""
+    other = GOOD[GOOD.index("[[tenant]]"):].replace('id = "acme"', 'id = "beta"').replace("trust/acme", "trust/beta")
+    with pytest.raises(ConfigError, match="tenant 'beta': a token_sha256 of tenant 'acme' too"):
+        config.parse(GOOD + other)
+    tenants = Tenants(config.parse(GOOD + other.replace(hashlib.sha256(TOKEN.encode()).hexdigest(), hashlib.sha256(b"b" * 43).hexdigest())))
+    assert tenants.authenticate([("authorization", f"Bearer {'b' * 43}")]).id == "beta"
+    assert tenants.authenticate([("authorization", f"Bearer {TOKEN}")]).id == "acme"
+
+
 def test_embedded_default_creates_keys_and_tokens_once(tmp_path, capsys):
     c = config.embedded_default(str(tmp_path / "s"))
     notes = capsys.readouterr().err

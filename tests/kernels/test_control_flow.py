@@ -145,3 +145,36 @@ def test_outer_constants_become_the_branch_constants_and_fold_there():
     assert "w" in if_node.attrs["then_branch"].constants and "w" not in if_node.implicit
     body = compiled.runner.nodes[-1][1].then_branch
     assert [n.op_type for n in body._lowered_graph().nodes] == ["MatMul"]   # the Slice of the weight folded
+
+
+def _transposing_loop(perm, shape):
+    """Loop(n){h = Transpose(h, perm) * 2} then Relu: the carried value keeps its shape where perm is the identity."""
+    body = helper.make_graph([node("Transpose", ["h"], ["t"], perm=perm), node("Mul", ["t", "two"], ["h_out"]),
+                              node("Identity", ["cond"], ["cond_out"])],
+                             "body", [vi("i", I64, []), vi("cond", B, []), vi("h", F, None)], [vi("cond_out", B, []), vi("h_out", F, None)])
+    nodes = [node("Loop", ["n", "", "x"], ["final"], body=body), node("Relu", ["final"], ["out"])]
+    return model(nodes, [vi("n", I64, []), ("x", shape)], [("out", None)], [const("two", np.float32(2))], opset=13)
+
+
+def test_what_follows_a_loop_whose_carried_values_keep_their_shapes_plans_natively():
+    m = _transposing_loop([0, 1], [3, 3])
+    compiled = compile_model(m)
+    x = np.arange(-4, 5, dtype=np.float32).reshape(3, 3)
+    for n in (0, 3, 1):   # one plan for every trip count: the signature holds no values
+        feeds = {"n": np.array(n, np.int64), "x": x}
+        compiled.run(feeds)
+        np.testing.assert_array_equal(compiled.run(feeds)["out"], np.maximum(x * 2.0 ** n, 0))
+    (plan,) = compiled._plans.values()
+    assert plan.stats()["native_nodes"] == 1   # the Relu after the Loop
+
+
+def test_a_loop_whose_carried_value_changes_shape_each_iteration_is_not_taken_as_steady():
+    # [2, 3] -> [3, 2] -> [2, 3]: after 2 iterations the shape is back, after 1 or 3 it is not
+    body_model = _transposing_loop([1, 0], [2, 3])
+    compiled = compile_model(body_model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for n in (2, 1, 3, 0):
+        feeds = {"n": np.array(n, np.int64), "x": x}
+        want = np.maximum(x.T if n % 2 else x, 0) * 2.0 ** n
+        for _ in range(2):   # the traced run, then the plan's
+            np.testing.assert_array_equal(compiled.run(feeds)["out"], want)

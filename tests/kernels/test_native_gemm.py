@@ -63,3 +63,17 @@ def test_the_c_boundary_checks_lengths_itself():
     assert lib.rtd_gemm_rows(buf(a), 11, buf(b), 15, 0, ffi.NULL, 0, buf(c), 20, 4, 3, 5, 0) != 0
     assert lib.rtd_gemm_rows(buf(a), 12, buf(b), 15, 0, ffi.NULL, 0, buf(c), 19, 4, 3, 5, 0) != 0
     assert lib.rtd_gemm_rows(buf(a), 12, buf(b), 15, 0, buf(c), 4, buf(c), 20, 4, 3, 5, 0) != 0   # bias of 4 for 5 columns
+
+
+@pytest.mark.parametrize("constant", [False, True])
+@pytest.mark.parametrize("k,n", [(300, 1200), (59, 80), (200, 64)])
+def test_a_lone_row_gives_the_bits_of_the_same_row_among_six(k, n, constant):
+    """A one-row product (a GEMV: a recurrent cell's) runs four panels at once (gemm.c's wide_row), in place or
+    from packed panels; each value still sums over k in the order and with the multiply-adds of the tile that
+    computes it among more rows, so the bits are the same, and the last columns (fewer than four panels) too."""
+    rng = np.random.default_rng(k + n)
+    a, w = rng.standard_normal((6, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    one, six = native_gemm.gemm_rows(a[:1], w, bias, constant=constant), native_gemm.gemm_rows(a, w, bias, constant=constant)
+    np.testing.assert_array_equal(one[0], six[0])
+    np.testing.assert_allclose(one[0], a[0].astype(np.float64) @ w + bias, rtol=1e-4, atol=1e-4)

@@ -1,5 +1,5 @@
-"""Max pooling in native programs (kernels/native/pool.c): tap by tap over each output row, it gives the
-NumPy kernel's values at every geometry (padding, strides, dilations, ceil mode, windows wholly in the
+"""Max pooling in native programs (kernels/native/pool.c): tap by tap over each output row (wide windows at a
+column stride of 1 as row maxima of column maxima), it gives the NumPy kernel's values at every geometry (padding, strides, dilations, ceil mode, windows wholly in the
 padding, NaN and infinities), and runs at a vectorised loop's speed, not a window-by-window scalar one's."""
 
 import numpy as np
@@ -16,7 +16,11 @@ GEOMETRIES = [dict(kernel_shape=[2, 2], strides=[1, 1], auto_pad="SAME_UPPER"),
               dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
               dict(kernel_shape=[3, 2], strides=[2, 3], pads=[2, 0, 1, 1], dilations=[2, 1], ceil_mode=1),
               dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1),
-              dict(kernel_shape=[1, 3], strides=[1, 1], pads=[0, 2, 0, 2], dilations=[1, 3])]
+              dict(kernel_shape=[1, 3], strides=[1, 1], pads=[0, 2, 0, 2], dilations=[1, 3]),
+              # wide windows at a column stride of 1 (an SPP block's): the row's column maxima first, then along it
+              dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]),
+              dict(kernel_shape=[13, 9], strides=[1, 1], pads=[6, 4, 6, 4]),
+              dict(kernel_shape=[3, 5], strides=[2, 1], pads=[1, 2, 0, 1], dilations=[1, 2], ceil_mode=1)]
 
 
 def _pool_model(shape, attrs):

@@ -5,11 +5,12 @@ interpreter refuses operands outside their slots and writes into read-only slots
 import numpy as np
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto
 
 import rtd.kernels.plan as plan_module
 from rtd.kernels import compile_model, emit
 from rtd.kernels.native import compiled
-from tests.kernels.kernel_graphs import const, model, node
+from tests.kernels.kernel_graphs import const, model, node, typed_model
 
 pytestmark = pytest.mark.skipif(compiled is None, reason="the compiled kernels are not built: no native programs to run")
 
@@ -490,3 +491,43 @@ def test_an_additive_attentions_broadcast_add_runs_in_the_program_with_the_trace
     assert np.array_equal(traced, planned)
     want = activation.activation(activation.TANH, feeds["w"][:, :, None, :] + feeds["u"][:, None, :, :])
     np.testing.assert_array_equal(planned, want)
+
+
+def test_a_python_step_between_native_ones_runs_first_and_int32_indices_gather_natively():
+    """An int32 counter step (a Python call: chains are float32) feeds a Gather by int32 index: the plan runs
+    the counter first so the ReLU, the Gather and the Softmax are one program, and the Gather widens its
+    indices into scratch rather than staying a Python call."""
+    nodes = [node("Relu", ["x"], ["r"]), node("Add", ["i", "one"], ["k"]), node("Gather", ["r", "k"], ["g"], axis=0),
+             node("Softmax", ["x"], ["s"], axis=-1)]
+    onnx_model = typed_model(nodes, [("x", TensorProto.FLOAT), ("i", TensorProto.INT32)],
+                             [("g", TensorProto.FLOAT), ("s", TensorProto.FLOAT)], [("one", np.array([1, -2], np.int32))])
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((5, 4)).astype(np.float32), "i": np.array([0, 4], np.int32)}
+    compiled_model = compile_model(onnx_model)
+    ours = [compiled_model.run(feeds) for _ in range(2)][-1]
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_segments"] == 1 and len(plan.steps) == 2, plan.labels
+    reference = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_array_equal(ours["g"], reference[0])
+    np.testing.assert_allclose(ours["s"], reference[1], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("width,bias", [(5, True), (37, False), (64, True)])
+def test_layernorm_runs_as_the_compiled_row_kernel(width, bias, monkeypatch):
+    """The fused LayerNorm (here from the ONNX op, with and without beta; widths with and without an 8-lane
+    tail) is one LAYERNORM op of the program, bit for bit the kernel's own run and the unfused ONNX op's (they
+    call the same C: a dynamically quantized model turns a last-bit difference into a quantization step), and
+    onnxruntime's values."""
+    rng = np.random.default_rng(width)
+    inputs = ["x", "g", "beta"] if bias else ["x", "g"]
+    inits = [const("g", rng.standard_normal(width).astype(np.float32)), const("beta", rng.standard_normal(width).astype(np.float32))]
+    onnx_model = model([node("LayerNormalization", inputs, ["y"], axis=-1, epsilon=1e-5)], [("x", [3, 4, width])], [("y", None)],
+                       inits[: len(inputs) - 1])
+    feeds = {"x": (rng.standard_normal((3, 4, width)) * 3 + 1).astype(np.float32)}
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == 1 and plan.stats()["ops"] == {"LayerNorm": 1}
+    np.testing.assert_array_equal(ours["y"], python["y"])
+    np.testing.assert_array_equal(ours["y"], compile_model(onnx_model, optimize=False).run(feeds)["y"])
+    expected = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(ours["y"], expected, rtol=1e-5, atol=1e-5)

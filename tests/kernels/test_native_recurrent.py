@@ -202,3 +202,21 @@ def test_a_constant_r_is_packed_once(monkeypatch):
     first = kernel.run(x, w, r)[0].copy()
     np.testing.assert_array_equal(kernel.run(x, w, r)[0], first)
     assert len(packs) == 1
+
+
+def test_a_constant_w_is_packed_once_and_a_writable_one_every_call(monkeypatch):
+    """The input projection's weight (X @ W^T for every step, one GEMM) is packed once where W cannot
+    change, kept with W itself (the transposed view is made anew each call), with the bits of the unpacked call."""
+    from rtd.kernels.native import gemm
+    case = dict(seq=3, batch=2, hidden=4, size=5, direction="bidirectional", dirs=2, bias=False, initial=False, seed=5)
+    x, w, r, _, _ = arrays(case, 3)
+    packs = []
+    original = gemm._pack
+    monkeypatch.setattr(gemm, "_pack", lambda *a: packs.append(1) or original(*a))
+    kernel = make_kernel(Node("GRU", "", [], ["y"], {"hidden_size": 4, "direction": "bidirectional"}), {"": 14}, np)
+    unpacked = kernel.run(x, w, r)[0].copy()
+    assert packs == []   # a writable W may change between calls: never kept
+    w.flags.writeable = False
+    for _ in range(3):
+        np.testing.assert_array_equal(kernel.run(x, w, r)[0], unpacked)
+    assert len(packs) == 1
