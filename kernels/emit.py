@@ -313,18 +313,17 @@ def _cast(step: Step) -> Emitted | None:
 def _chain_ops(step: Step, program: Program, inputs: list, out: str) -> list | None:
     """A CHAIN op computing `program` over `inputs` (names, None for absent) into `out`."""
     out_shape = step.shape(out)
-    lengths, inners, operands = [], [], []
+    layouts, operands = [], []
     for name in inputs:
         if not name or step.dtype(name) != FLOAT32:
             return None
         layout = _layout(step.shape(name), out_shape)
-        if layout is None or layout[0] != math.prod(step.shape(name)):
+        if layout is None or layout[0] * layout[2] != math.prod(step.shape(name)):
             return None
-        lengths.append(layout[0])
-        inners.append(layout[1])
+        layouts += layout
         operands.append(reads(Value(name)))
     return [Op(CHAIN, (reads(Constant(program.links)), reads(Constant(program.params)), writes(Value(out)), *operands),
-               (len(program.params) // 2, len(inputs), *lengths, *inners))]
+               (len(program.params) // 2, len(inputs), *layouts))]
 
 
 def _elementwise_chain(step: Step) -> Emitted | None:

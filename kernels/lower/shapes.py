@@ -20,9 +20,10 @@ GlobalAveragePool GlobalLpPool GlobalMaxPool GroupNormalization InstanceNormaliz
 LayerNormalization LpPool MatMul MatMulInteger MaxPool QLinearConv QLinearMatMul RNN ReverseSequence
 ScatterElements ScatterND Shape Size SpaceToDepth Transpose Trilu RMSNormalization""".split()
 SHAPE_ONLY = frozenset(_UNARY + _BINARY + _STRUCTURAL)
-# com.microsoft's 8-bit ops that onnxruntime's quantizer writes: shapes as their float twins'
+# com.microsoft's 8-bit ops that onnxruntime's quantizer writes: shapes as their float twins' (DynamicQuantizeLSTM's as
+# LSTM's: sequence_lens masks values, never the shape)
 MICROSOFT_SHAPE_ONLY = frozenset("""QLinearAdd QLinearMul QLinearSigmoid QLinearLeakyRelu QLinearConcat QLinearAveragePool
-QLinearGlobalAveragePool""".split())
+QLinearGlobalAveragePool DynamicQuantizeLSTM""".split())
 # ai.onnx.ml's lookups: each element mapped, the shape kept (a text model's embedding follows its LabelEncoder)
 ML_SHAPE_ONLY = frozenset({"LabelEncoder"})
 # op -> input positions whose values decide the output shape

@@ -33,16 +33,10 @@
 #define ABSENT (-2)
 #define PREVIOUS (-1)
 
-/* dst[0..count) = input k's values for output elements [start, start + count): full-size inputs
- * are read in place, scalars were filled once before the first block, the rest are written run
- * by run (a run: `inner` copies of one value, or with inner 1 a stretch of the input itself). */
-static const float *operand(const float *in, int64_t len, int64_t inner, int64_t start, int64_t count,
-                            float *dst, int64_t out_len)
+/* dst[0..count) = in[(i / inner) % len] for output elements i in [start, start + count), written run by run
+ * (a run: `inner` copies of one value, or with inner 1 a stretch of the input itself). */
+static void gather(const float *in, int64_t len, int64_t inner, int64_t start, int64_t count, float *dst)
 {
-    if (len == out_len && inner == 1)
-        return in + start;
-    if (len == 1)
-        return dst;
     int64_t run = start / inner, within = start - run * inner, index = run % len;
     for (int64_t i = 0; i < count;) {
         if (inner == 1) {   /* a stretch of the input, up to its end */
@@ -61,6 +55,31 @@ static const float *operand(const float *in, int64_t len, int64_t inner, int64_t
             within = 0;
             index = index + 1 == len ? 0 : index + 1;
         }
+    }
+}
+
+/* dst[0..count) = input k's values for output elements [start, start + count) (chain.h's layout), or a pointer
+ * into the input where they lie there in a row: full-size inputs and a block within one stretch of one plane
+ * are read in place, scalars were filled once before the first block, the rest are gathered plane by plane
+ * (the elements [s, s + stride) of the output all read one plane). */
+static const float *operand(const float *in, const int64_t *layout, int64_t start, int64_t count, float *dst,
+                            int64_t out_len)
+{
+    const int64_t len = layout[0], inner = layout[1], planes = layout[2], stride = layout[3];
+    if (planes == 1 && len == out_len && inner == 1)
+        return in + start;
+    if (planes == 1 && len == 1)
+        return dst;
+    if (inner == 1 && start % len + count <= len && (planes == 1 || start % stride + count <= stride))
+        return in + start / stride % planes * len + start % len;   /* one stretch of one plane: read in place too */
+    if (planes == 1) {
+        gather(in, len, inner, start, count, dst);
+        return dst;
+    }
+    for (int64_t i = 0; i < count;) {
+        const int64_t at = start + i, within = at % stride, take = count - i < stride - within ? count - i : stride - within;
+        gather(in + (at / stride) % planes * len, len, inner, at, take, dst + i);
+        i += take;
     }
     return dst;
 }
@@ -170,7 +189,7 @@ int rtd_chain_check(const int32_t *links, int64_t n_links, int64_t n_inputs)
 }
 
 struct chain {
-    const float **inputs; const int64_t *in_len, *in_inner; int64_t n_inputs;
+    const float **inputs; const int64_t *layouts; int64_t n_inputs;
     const int32_t *links; const float *params; int64_t n_links; float *out; int64_t out_len;
 };
 
@@ -181,26 +200,29 @@ static void run_blocks(void *context, int64_t worker, int64_t first, int64_t las
     (void)worker;
     float gathered[MAX_INPUTS][BLOCK];
     for (int64_t k = 0; k < a->n_inputs; k++)
-        if (a->in_len[k] == 1)
+        if (a->layouts[4 * k] == 1 && a->layouts[4 * k + 2] == 1)
             for (int64_t i = 0; i < BLOCK; i++) gathered[k][i] = a->inputs[k][0];
     for (int64_t block = first; block < last; block++) {
         const int64_t start = block * BLOCK, count = a->out_len - start < BLOCK ? a->out_len - start : BLOCK;
         const float *view[MAX_INPUTS];
         for (int64_t k = 0; k < a->n_inputs; k++)
-            view[k] = operand(a->inputs[k], a->in_len[k], a->in_inner[k], start, count, gathered[k], a->out_len);
+            view[k] = operand(a->inputs[k], a->layouts + 4 * k, start, count, gathered[k], a->out_len);
         rtd_chain_links(view, a->links, a->params, a->n_links, a->out + start, count);
     }
 }
 
-int rtd_chain_f32(const float **inputs, const int64_t *in_len, const int64_t *in_inner, int64_t n_inputs,
-                  const int32_t *links, const float *params, int64_t n_links, float *out, int64_t out_len)
+int rtd_chain_f32(const float **inputs, const int64_t *layouts, int64_t n_inputs, const int32_t *links, const float *params,
+                  int64_t n_links, float *out, int64_t out_len)
 {
     if (out_len < 0 || rtd_chain_check(links, n_links, n_inputs) != 0)
         return RTD_NATIVE_E_ARGUMENT;
-    for (int64_t k = 0; k < n_inputs; k++)
-        if (inputs[k] == NULL || in_len[k] < 1 || in_inner[k] < 1 || (in_len[k] > out_len && out_len > 0))
+    for (int64_t k = 0; k < n_inputs; k++) {
+        const int64_t *layout = layouts + 4 * k;
+        if (inputs[k] == NULL || layout[0] < 1 || layout[1] < 1 || layout[2] < 1 || layout[3] < 1
+            || (out_len > 0 && (layout[0] > out_len || layout[2] > out_len / layout[0])))   /* len * planes <= out_len */
             return RTD_NATIVE_E_LENGTH;
-    struct chain a = {inputs, in_len, in_inner, n_inputs, links, params, n_links, out, out_len};
+    }
+    struct chain a = {inputs, layouts, n_inputs, links, params, n_links, out, out_len};
     const int64_t blocks = (out_len + BLOCK - 1) / BLOCK;
     int64_t threads = rtd_threads();
     if (out_len / (threads > 0 ? threads : 1) < MIN_ELEMENTS_PER_THREAD) threads = 1;

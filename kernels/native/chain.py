@@ -4,10 +4,10 @@
 load; a chain with an op the interpreter has no loop for or a dtype other than float32 gets None
 and runs link by link in NumPy. Transcendental links (Sigmoid, Tanh, Exp, Erf, Gelu) run the same
 compiled code as those ops' kernels (native/activation.py), so both ways give the same bits.
-A call checks each input's dtype, layout and how it broadcasts to the output (full size, or
-repeating along one block of axes, a scalar included) and returns None for anything else.
+A call checks each input's dtype, layout and how it broadcasts to the output (full size, a scalar,
+repeating along one block of axes, or along two with a broadcast block between them) and returns None
+for anything else.
 """
-import math
 
 import numpy as np
 
@@ -34,18 +34,35 @@ GELU_TANH = 18
 
 
 def _layout(shape, out_shape) -> tuple | None:
-    """(len, inner) reading an input of `shape` broadcast to `out_shape` as in[(i // inner) % len], or None."""
+    """chain.h's (len, inner, planes, stride) reading an input of `shape` broadcast to `out_shape`, or None.
+
+    The output's axes (its size-1 ones left out) fall into blocks the input spans in full or broadcasts;
+    trailing broadcast axes make `inner`, leading ones repeat the input. One spanned block is one plane of
+    len = its size; two, apart by a broadcast block, are planes of the second's size, one per element of
+    the first (an additive attention's (1, 96, 1, 512) + (1, 1, 96, 512)); more are left to NumPy.
+    """
     shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    if len(shape) != len(out_shape):
+    if len(shape) != len(out_shape) or any(s not in (1, o) for s, o in zip(shape, out_shape)):
         return None
-    varying = [axis for axis, (s, o) in enumerate(zip(shape, out_shape)) if s != 1 or o == 1]
-    axes = [axis for axis in varying if shape[axis] != 1]
-    if not axes:
-        return 1, 1
-    first, last = axes[0], axes[-1]
-    if any(shape[axis] != out_shape[axis] for axis in range(first, last + 1)):
-        return None   # a broadcast axis inside the varying block: not one repeating run
-    return math.prod(out_shape[first:last + 1]), math.prod(out_shape[last + 1:])
+    blocks: list = []   # [spanned, size] of consecutive output axes
+    for s, o in zip(shape, out_shape):
+        if o == 1:
+            continue
+        if blocks and blocks[-1][0] == (s == o):
+            blocks[-1][1] *= o
+        else:
+            blocks.append([s == o, o])
+    inner = blocks.pop()[1] if blocks and not blocks[-1][0] else 1
+    if blocks and not blocks[0][0]:
+        blocks.pop(0)
+    if not blocks:
+        return 1, 1, 1, 1
+    if len(blocks) == 1:
+        return blocks[0][1], inner, 1, 1
+    if len(blocks) == 3:
+        (_, planes), (_, between), (_, size) = blocks
+        return size, inner, planes, between * size * inner
+    return None
 
 
 class Program:
@@ -55,7 +72,7 @@ class Program:
         self.links, self.params, self.arity = links, params, arity
         self.link_buffer = compiled.ffi.from_buffer("int32_t[]", links)
         self.param_buffer = compiled.ffi.from_buffer("float[]", params)
-        self.layouts: dict = {}   # input shapes -> (layouts, their lengths and inners as C arrays), or None
+        self.layouts: dict = {}   # input shapes -> (layouts, the same as one C array), or None
 
     @classmethod
     def build(cls, links, arity: int, dtype):
@@ -92,24 +109,24 @@ class Program:
         if layouts is None:
             found = [_layout(s, out.shape) if s is not None else None for s in key]
             layouts = self.layouts[key] = None if None in found else (
-                found, compiled.ffi.new("int64_t[]", [f[0] for f in found]), compiled.ffi.new("int64_t[]", [f[1] for f in found]))
+                found, compiled.ffi.new("int64_t[]", [n for f in found for n in f]))
         if layouts is None:
             return None
-        found, lengths, inners = layouts
+        found, flat = layouts
         ffi = compiled.ffi
         buffers = []
         for x, layout in zip(inputs, found):
-            if layout[0] != x.size or x.dtype != FLOAT32:
+            if layout[0] * layout[2] != x.size or x.dtype != FLOAT32:
                 return None
             if not (x.flags.c_contiguous and x.flags.aligned):
                 if x.size == out.size:
                     return None   # not worth a copy: NumPy's loops take strided operands
                 x = np.ascontiguousarray(x)   # a small broadcast operand (e.g. a weight view): copied
-            if layout[0] == out.size and x.size == out.size and np.may_share_memory(x, out) \
+            if x.size == out.size and np.may_share_memory(x, out) \
                     and x.ctypes.data != out.ctypes.data:
                 return None   # a partial overlap: NumPy's ufuncs buffer it, the block loop would not
             buffers.append(ffi.from_buffer("float[]", x))
-        status = compiled.lib.rtd_chain_f32(buffers, lengths, inners, len(buffers), self.link_buffer, self.param_buffer,
+        status = compiled.lib.rtd_chain_f32(buffers, flat, len(buffers), self.link_buffer, self.param_buffer,
                                             len(self.params) // 2, ffi.from_buffer("float[]", out, require_writable=True),
                                             out.size)
         if status != 0:   # build() and the checks above make this unreachable; the C checks again all the same

@@ -136,16 +136,18 @@ static int chain(const struct operand *o, int64_t n_operands, const int64_t *p, 
 {
     if (n_params < 2) return RTD_NATIVE_E_ARGUMENT;
     const int64_t n_links = p[0], n = p[1];
-    if (n < 0 || n > RTD_CHAIN_MAX_INPUTS || n_operands != 3 + n || n_params != 2 + 2 * n || n_links < 1
+    if (n < 0 || n > RTD_CHAIN_MAX_INPUTS || n_operands != 3 + n || n_params != 2 + 4 * n || n_links < 1
         || o[0].bytes != n_links * 16 || o[1].bytes != n_links * 8)
         return RTD_NATIVE_E_ARGUMENT;
     const float *inputs[RTD_CHAIN_MAX_INPUTS];
-    for (int64_t k = 0; k < n; k++) {
+    for (int64_t k = 0; k < n; k++) {   /* rtd_chain_f32 bounds len and planes; their product must be the operand's size */
+        const int64_t *layout = p + 2 + 4 * k;
         inputs[k] = f(&o[3 + k]);
-        if (floats(&o[3 + k]) != p[2 + k]) return RTD_NATIVE_E_LENGTH;
+        if (layout[0] < 1 || layout[2] < 1 || layout[2] > floats(&o[3 + k]) / layout[0]
+            || floats(&o[3 + k]) != layout[0] * layout[2])
+            return RTD_NATIVE_E_LENGTH;
     }
-    return rtd_chain_f32(inputs, p + 2, p + 2 + n, n, (const int32_t *)(const void *)o[0].p, f(&o[1]), n_links,
-                         fw(&o[2]), floats(&o[2]));
+    return rtd_chain_f32(inputs, p + 2, n, (const int32_t *)(const void *)o[0].p, f(&o[1]), n_links, fw(&o[2]), floats(&o[2]));
 }
 
 static int cast(const struct operand *o, const int64_t *p, int64_t n_params)

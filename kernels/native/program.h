@@ -14,7 +14,7 @@
     MATMUL     a b c; batch m k n a_step b_step b_layout: batch products a[i] (m, k) @ b[i] (k, n) into c[i],
                a[i] at a + i * a_step floats, b[i] at b + i * b_step (0: one b for all), b rows (0) or its
                transpose (1)
-    CHAIN      links link_params out inputs[n]; n_links n in_len[n] in_inner[n] (chain.h)
+    CHAIN      links link_params out inputs[n]; n_links n layouts[4n] (chain.h's (len, inner, planes, stride) per input)
     ACTIVATION x y; op (activation.h)
     SOFTMAX    x y; rows cols
     COPY       src dst; size ndim shape[ndim] src_strides[ndim] dst_strides[ndim] src_origin dst_origin: the

@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from ..constant import frozen
+from ..native import quant
 from ..native.packed import packed
 from ..native.recurrent import lstm_q8
 from ._contrib import MS_DOMAIN
@@ -30,7 +31,8 @@ class Quantized:
 
     centred: the weight less its zero point, (dirs, G, K) (a view of it stored (K, dirs, G)), float32 or, where 255·|w|·K could
     pass 2^24, float64, so that a float GEMM's sums are exact integers; scale: (dirs, G, 1) float32; rows: R^T
-    as int8 rows, contiguous, for the compiled recurrence (None for W, and for uint8 weights)."""
+    as int8 rows, contiguous, for the compiled recurrence (None for uint8 R), or W's centred columns as int16
+    rows (dirs, G, K), contiguous, for the compiled 8-bit input projection (None off the CPU)."""
     centred: object
     scale: object
     rows: np.ndarray | None = None
@@ -89,12 +91,16 @@ class DynamicQuantizeLSTM_1(LSTM_7):
         if name == "R" and self.xp is np and weight.dtype == np.int8:
             transpose = lambda: np.ascontiguousarray(weight.transpose(0, 2, 1))   # noqa: E731
             rows = packed(weight, ("dynamic-quantize-lstm-rows",), transpose) if constant else transpose()
+        if name == "W" and self.xp is np:
+            def centred_rows():   # each value within 255 of 0: an 8-bit weight less an 8-bit zero point
+                return np.ascontiguousarray(np.subtract(weight, zero, dtype=np.int16).transpose(0, 2, 1))
+            rows = packed(weight, ("dynamic-quantize-lstm-w-rows", zero.tobytes()), centred_rows) if constant else centred_rows()
         scale = np.ascontiguousarray(np.broadcast_to(scale.reshape(dirs, -1), (dirs, gates)))[..., None]
         return Quantized(self.xp.asarray(centred).transpose(1, 2, 0), self.xp.asarray(scale), rows)
 
-    def _quantize(self, a):
-        """a quantized to uint8 per tensor over its last two axes, as onnxruntime quantizes an operand, less its
-        zero point (integers in float32), and its scale (float32, shaped to broadcast against a)."""
+    def _quantized_bytes(self, a):
+        """a quantized to uint8 per tensor over its last two axes, as onnxruntime quantizes an operand: its bytes
+        (integers in float32), zero point (float32) and scale (float32), the last two shaped to broadcast against a."""
         xp = self.xp
         low = xp.minimum(a.min(axis=(-2, -1), keepdims=True), 0)
         high = xp.maximum(a.max(axis=(-2, -1), keepdims=True), 0)
@@ -103,14 +109,25 @@ class DynamicQuantizeLSTM_1(LSTM_7):
         q = xp.rint(a / scale)
         q += zero
         xp.clip(q, 0, 255, out=q)
+        return q, zero, scale
+
+    def _quantize(self, a):
+        """a quantized as `_quantized_bytes`, less its zero point (integers in float32), and its scale."""
+        q, zero, scale = self._quantized_bytes(a)
         q -= zero
         return q, scale
 
     def project_rows(self, rows, w):
-        """X's rows quantized once, by every direction's W: exact integer sums, then scaled per output column."""
-        q, scale = self._quantize(rows)
+        """X's rows quantized once, by every direction's W: exact integer sums (on the CPU summed in int32 from the
+        bytes by the compiled 8-bit product, half the weight bytes of a float GEMM), then scaled per output column."""
         dirs, gates, size = w.shape
-        total = self.xp.matmul(q.astype(w.centred.dtype, copy=False), w.centred.transpose(2, 0, 1).reshape(size, dirs * gates))
+        total = None
+        if w.rows is not None and rows.ndim == 2:
+            q, zero, scale = self._quantized_bytes(rows)
+            total = quant.matmul_8bit(q.astype(np.uint8), int(zero.reshape(())), w.rows.reshape(dirs * gates, size))
+        if total is None:
+            q, scale = self._quantize(rows)
+            total = self.xp.matmul(q.astype(w.centred.dtype, copy=False), w.centred.transpose(2, 0, 1).reshape(size, dirs * gates))
         total = total.astype(np.float32, copy=False)
         total *= scale * w.scale.reshape(1, dirs * gates)
         return total

@@ -1,8 +1,8 @@
 """The compiled element-wise chain interpreter (kernels/native/chain.c): random chains of the
 interpreter's ops (the transcendental ones through the activations' shared code) over full-size,
-scalar and broadcast inputs equal the same chain run link by link through rtd's own op kernels
-(NaN and infinities included), chains it has no loop for are left to NumPy, and the C checks the
-program and lengths itself."""
+scalar and broadcast inputs (a broadcast axis between two spanned ones included) equal the same chain
+run link by link through rtd's own op kernels (NaN and infinities included), chains it has no loop for
+are left to NumPy, and the C checks the program and lengths itself."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(native.compiled is None, reason="rtd was install
 UNARY = ["Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Erf", "Gelu", "Sqrt"]
 BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
 OUT_SHAPE = (2, 3, 20, 21)   # past chain.MIN_ELEMENTS, where the compiled path takes over
-BROADCASTS = [OUT_SHAPE, (), (1,), (3, 1, 1), (1, 3, 1, 1), (21,), (20, 21), (2, 3, 1, 1), (3, 20, 1)]
+BROADCASTS = [OUT_SHAPE, (), (1,), (3, 1, 1), (1, 3, 1, 1), (21,), (20, 21), (2, 3, 1, 1), (3, 20, 1),
+              (3, 20, 21), (3, 1, 21), (2, 1, 20, 21), (2, 1, 20, 1), (2, 3, 1, 21)]   # the last four: two planes
 
 
 @st.composite
@@ -85,6 +86,8 @@ def test_chains_without_a_compiled_loop_are_left_to_numpy():
     out = np.empty((64, 48), np.float32)
     assert program([np.ones((64, 48), np.float32), np.ones(48, np.float32)], out) is out
     assert program([np.ones((64, 48), np.float32), np.ones((64, 1, 48), np.float32)], out) is None   # not a broadcast of out
+    cube = np.empty((8, 6, 8, 10, 3), np.float32)   # three spanned blocks apart: more levels than chain.h's two
+    assert program([np.ones((8, 1, 8, 1, 3), np.float32), np.ones((1, 6, 1, 10, 1), np.float32)], cube) is None
     assert program([np.ones((64, 48), np.float64), np.ones(48, np.float32)], out) is None
     wide = np.ones((64, 96), np.float32)
     assert program([wide[:, ::2], np.ones(48, np.float32)], out) is None   # a strided full-size operand
@@ -97,8 +100,8 @@ def test_the_c_boundary_checks_the_program_and_lengths():
     ffi, lib = native.compiled.ffi, native.compiled.lib
     x, out = np.ones(8, np.float32), np.empty(8, np.float32)
 
-    def call(links, lengths=(8,), params=(0.0, 0.0)):
-        return lib.rtd_chain_f32([ffi.from_buffer("float[]", x)], list(lengths), [1], 1,
+    def call(links, layout=(8, 1, 1, 1), params=(0.0, 0.0)):
+        return lib.rtd_chain_f32([ffi.from_buffer("float[]", x)], list(layout), 1,
                                  ffi.from_buffer("int32_t[]", np.array(links, np.int32)),
                                  ffi.from_buffer("float[]", np.array(params, np.float32)), len(params) // 2,
                                  ffi.from_buffer("float[]", out, require_writable=True), out.size)
@@ -106,7 +109,12 @@ def test_the_c_boundary_checks_the_program_and_lengths():
     assert call([7, -1, -2, -2]) != 0                 # the first link reads a previous result
     assert call([7, 1, -2, -2]) != 0                  # an input that does not exist
     assert call([99, 0, -2, -2]) != 0                 # an unknown opcode
-    assert call([7, 0, -2, -2], lengths=(9,)) != 0    # an input longer than the output
+    assert call([7, 0, -2, -2], layout=(9, 1, 1, 1)) != 0    # an input longer than the output
+    assert call([7, 0, -2, -2], layout=(2, 1, 2, 4)) == 0    # two planes of two
+    assert call([7, 0, -2, -2], layout=(4, 1, 3, 4)) != 0    # planes past the output's length
+    assert call([7, 0, -2, -2], layout=(2, 1, 2**62, 1)) != 0   # len * planes would overflow
+    assert call([7, 0, -2, -2], layout=(2, 0, 1, 1)) != 0    # no inner
+    assert call([7, 0, -2, -2], layout=(2, 1, 2, 0)) != 0    # no stride
 
 
 def test_threads_share_the_blocks_and_change_no_bit(native_threads):
@@ -122,3 +130,18 @@ def test_threads_share_the_blocks_and_change_no_bit(native_threads):
         results[threads] = program(inputs, np.empty_like(x)).copy()
     np.testing.assert_array_equal(results[1], results[2])
     np.testing.assert_array_equal(results[1], x * np.clip(x + 3, 0, 6) / inputs[4])
+
+
+@pytest.mark.parametrize("shapes", [[(1, 96, 1, 512), (1, 1, 96, 512)], [(7, 1, 5, 6, 1), (1, 4, 5, 6, 3)],
+                                    [(6, 1, 700), (1, 5, 1)], [(6, 1, 700), (6, 5, 700)]])
+def test_an_inner_broadcast_runs_compiled_and_equals_numpy_broadcasting(shapes):
+    """An additive attention's Add + Tanh (tashkeel's (1, 96, 1, 512) + (1, 1, 96, 512)) and inputs whose
+    broadcast axes sit between spanned ones: the compiled call is taken and gives NumPy's broadcasting."""
+    links = [(Node("Add", "", [], [], {}), [0, 1]), (Node("Tanh", "", [], [], {}), [-1])]
+    program = Program.build(links, 2, np.float32)
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(s, dtype=np.float32) * 3 for s in shapes)
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), np.float32)
+    assert program([a, b], out) is out
+    want = native.activation.activation(native.activation.TANH, np.add(a, b))   # the Tanh op's own kernel
+    np.testing.assert_array_equal(out, want)

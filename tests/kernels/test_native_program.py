@@ -472,6 +472,27 @@ def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_stay_python()
     np.testing.assert_array_equal(planned["up_mixed"], feeds["x"].repeat(4, axis=2).repeat(3, axis=3))
 
 
+def test_an_additive_attentions_broadcast_add_runs_in_the_program_with_the_traced_bits():
+    """Additive attention's Unsqueeze, Unsqueeze, Add, Tanh (tashkeel's (1, 96, 1, 512) + (1, 1, 96, 512), smaller):
+    the first operand's broadcast axis sits between its spanned ones, read as planes by the program's CHAIN op;
+    the planned run gives the traced run's bits, and NumPy's broadcasting with the Tanh kernel's values."""
+    from rtd.kernels.native import activation
+    nodes = [node("Unsqueeze", ["w", "two"], ["wu"]), node("Unsqueeze", ["u", "one"], ["uu"]),
+             node("Add", ["wu", "uu"], ["s"]), node("Tanh", ["s"], ["scores"])]
+    inits = [const("one", np.array([1], np.int64)), const("two", np.array([2], np.int64))]
+    onnx_model = model(nodes, [("w", [1, 24, 40]), ("u", [1, 24, 40])], [("scores", None)], inits)
+    rng = np.random.default_rng(19)
+    feeds = {name: rng.standard_normal((1, 24, 40)).astype(np.float32) * 2 for name in ("w", "u")}
+    compiled_model = compile_model(onnx_model)
+    traced, planned = (compiled_model.run(feeds)["scores"].copy() for _ in range(2))
+    (plan,) = compiled_model._plans.values()
+    chains = [e for n, e in zip(plan.graph.nodes, plan.emitted) if n.op_type == "ElementwiseChain"]
+    assert len(chains) == 1 and chains[0] is not None, plan.graph.nodes   # the chain is a CHAIN op of the program
+    assert np.array_equal(traced, planned)
+    want = activation.activation(activation.TANH, feeds["w"][:, :, None, :] + feeds["u"][:, None, :, :])
+    np.testing.assert_array_equal(planned, want)
+
+
 def test_a_python_step_between_native_ones_runs_first_and_int32_indices_gather_natively():
     """An int32 counter step (a Python call: chains are float32) feeds a Gather by int32 index: the plan runs
     the counter first so the ReLU, the Gather and the Softmax are one program, and the Gather widens its

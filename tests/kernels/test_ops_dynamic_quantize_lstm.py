@@ -115,15 +115,17 @@ def _reference_steps(x, w, r, b, w_scale, r_scale, h0, c0, direction, lens, y):
                                                      (12, 3, 20, True)])
 def test_matches_a_numpy_statement_of_the_op(monkeypatch, direction, seq, batch, hidden, ragged):
     """Both directions, short and long sequences, hidden sizes off the 8-lane vectors, per-direction and per-column
-    scales: without sequence lengths the compiled recurrence (which the spy sees), with them the NumPy steps."""
+    scales: without sequence lengths the compiled recurrence (which the spy sees), with them the NumPy steps; the
+    input projection the compiled 8-bit product either way."""
     from rtd.kernels.native import compiled
     from rtd.kernels.ops import op_ms_dynamic_quantize_lstm as module
-    taken, native = [], module.lstm_q8
+    taken, native, projected, product = [], module.lstm_q8, [], module.quant.matmul_8bit
 
     def spy(*args):
         taken.append(native(*args))
         return taken[-1]
     monkeypatch.setattr(module, "lstm_q8", spy)
+    monkeypatch.setattr(module.quant, "matmul_8bit", lambda *args: projected.append(product(*args)) or projected[-1])
     rng = np.random.default_rng(seq * 100 + hidden)
     dirs, size = 2 if direction == "bidirectional" else 1, 10
     w = rng.integers(-127, 128, (dirs, size, 4 * hidden)).astype(np.int8)
@@ -151,6 +153,7 @@ def test_matches_a_numpy_statement_of_the_op(monkeypatch, direction, seq, batch,
         np.testing.assert_array_equal(yh[d], y[last, d, np.arange(batch)])
     assert np.abs(yc).max() > 0
     assert taken == ([] if ragged or compiled is None else [True])
+    assert len(projected) == 1 and (projected[0] is not None) == (compiled is not None)
 
 
 @pytest.mark.parametrize("ragged", [False, True])

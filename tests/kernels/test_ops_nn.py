@@ -174,6 +174,26 @@ def test_quantized_conv_and_matmul_match_onnxruntime():
     _against_ort("DynamicQuantizeLinear", [_f32(4, 9)], n_out=3, opset=13)
 
 
+@pytest.mark.parametrize("a_dtype, b_dtype, b_shape, compiled", [
+    (np.uint8, np.int8, (512, 1), True), (np.int8, np.uint8, (512, 33), True), (np.uint8, np.uint8, (512, 130), True),
+    (np.uint8, np.int8, (3, 512, 5), False)])   # a batched B: the float GEMMs
+def test_matmul_integer_is_summed_from_the_bytes_exactly(monkeypatch, a_dtype, b_dtype, b_shape, compiled):
+    """MatMulInteger with a 2-D B is the compiled kernel's (an additive attention's 96 x 96 x 512 scores by one
+    vector, smaller here; odd column counts for the kernel's pairs of columns), a batched B the float GEMMs':
+    either way NumPy's exact integer product and onnxruntime's."""
+    from rtd.kernels.native import quant
+    calls, matmul_8bit = [], quant.matmul_8bit
+    monkeypatch.setattr(quant, "matmul_8bit", lambda *args: calls.append(args) or matmul_8bit(*args))
+    info_a, info_b = np.iinfo(a_dtype), np.iinfo(b_dtype)
+    a = RNG.integers(info_a.min, info_a.max + 1, (3, 190, 512), dtype=a_dtype)
+    b = RNG.integers(info_b.min, info_b.max + 1, b_shape, dtype=b_dtype)
+    a_zero, b_zero = a_dtype(info_a.max - 30), b_dtype(info_b.min + 5)
+    got = _against_ort("MatMulInteger", [a], [b, a_zero, b_zero], opset=13)["out0"]
+    assert bool(calls) == compiled
+    want = (a.astype(np.int64) - int(a_zero)) @ (b.astype(np.int64) - int(b_zero))
+    np.testing.assert_array_equal(got, want)
+
+
 def test_dynamic_quantize_linear_is_the_specs_to_the_bit():
     """Scale, zero point and values equal onnx.reference's exactly (the test above allows the scale a relative
     1e-4 of onnxruntime's): the scale is taken in float32 steps, where the range over 255 in float64, rounded

@@ -1,0 +1,68 @@
+"""The guarded calls into quant.c's per-tensor quantization of float32 (rtd_quantize_f32) and its range
+(rtd_range_f32), used by DynamicQuantizeLinear for NumPy arrays: one pass for the range instead of np.min's
+and np.max's two, one for the values instead of NumPy's four (divide, rint, clip, add), each value in the
+same float32 steps (x / scale rounded once, half to even, plus the zero point, saturated), so both give
+the same bytes. And MatMulInteger's 8-bit product (rtd_matmul_8bit), summed in int32 from the bytes
+instead of a float copy of A through a float GEMM: the sums are exact integers either way, so both give
+the same int32. Anything else (other dtypes, strided or empty arrays, CuPy) returns None.
+"""
+import numpy as np
+
+from rtd.errors import Code, RtdError
+
+from . import compiled
+
+FLOAT32 = np.dtype(np.float32)
+TYPES = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2}   # conv.h's RTD_CONV_U8, RTD_CONV_S8
+
+
+def _fits(x) -> bool:
+    return compiled is not None and type(x) is np.ndarray and x.dtype == FLOAT32 and x.flags.c_contiguous
+
+
+def value_range(x) -> tuple | None:
+    """(least, greatest) of x as floats, both NaN where x has one (as np.min and np.max), or None when not taken."""
+    if not _fits(x) or x.size == 0:
+        return None
+    ffi = compiled.ffi
+    ends = np.empty(2, FLOAT32)
+    status = compiled.lib.rtd_range_f32(ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", ends, require_writable=True), 2)
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"range kernel refused its arguments (status {status})")
+    return float(ends[0]), float(ends[1])
+
+
+def quantize(x, scale, zero_point: int, dtype):
+    """saturate(round_half_even(x / scale) + zero_point) as a new `dtype` array, or None when not taken."""
+    dtype = np.dtype(dtype)
+    if not _fits(x) or dtype not in TYPES:
+        return None
+    y = np.empty(x.shape, dtype)
+    ffi = compiled.ffi
+    status = compiled.lib.rtd_quantize_f32(ffi.from_buffer("float[]", x), x.size, float(np.float32(scale)), int(zero_point),
+                                           ffi.from_buffer("uint8_t[]", y.view(np.uint8), require_writable=True), TYPES[dtype], y.size)
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"quantize kernel refused its arguments (status {status})")
+    return y
+
+
+MAX_K = 32768   # quant.h's bound on rtd_matmul_8bit's k (also keeps k * 255 * 255 within int32)
+
+
+def matmul_8bit(a, a_zero_point: int, w_rows):
+    """(a - a_zero_point) @ w_rows.T as int32 (..., n): a 8-bit (..., k), w_rows the weight's centred columns as
+    (n, k) int16, each within [-255, 255]; None when not taken."""
+    if compiled is None or type(a) is not np.ndarray or a.dtype not in TYPES or a.ndim < 2 or not a.flags.c_contiguous \
+            or w_rows.dtype != np.int16 or w_rows.ndim != 2 or not w_rows.flags.c_contiguous \
+            or not 0 < a.shape[-1] == w_rows.shape[1] <= MAX_K:
+        return None
+    k, n = w_rows.shape[1], w_rows.shape[0]
+    m = a.size // k
+    y = np.empty(a.shape[:-1] + (n,), np.int32)
+    ffi = compiled.ffi
+    status = compiled.lib.rtd_matmul_8bit(ffi.from_buffer("uint8_t[]", a.view(np.uint8)), TYPES[a.dtype], a.size, int(a_zero_point),
+                                          ffi.from_buffer("int16_t[]", w_rows), w_rows.size,
+                                          ffi.from_buffer("int32_t[]", y, require_writable=True), y.size, m, k, n)
+    if status != 0:   # the checks above and the caller's (a zero point of a's type) make this unreachable
+        raise RtdError(Code.E_INTERNAL, f"8-bit matmul kernel refused its arguments (status {status})")
+    return y
