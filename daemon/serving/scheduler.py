@@ -15,7 +15,6 @@ decode/run/encode times; anything else is E_WORKER_PROTOCOL and ends that instan
 """
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import math
 import time
@@ -28,7 +27,6 @@ from rtd.daemon.serving.channel import Lost
 from rtd.errors import Code, RtdError
 
 MAX_DETAIL = 500
-NO_DEADLINE = contextlib.nullcontext()   # reusable: a request without a deadline arms no timer
 
 
 @dataclasses.dataclass
@@ -163,7 +161,7 @@ class Scheduler:
         wait = None if request.deadline == math.inf else max(0.0, request.deadline - time.monotonic())
         try:
             if self.task is None:   # no batching: the caller's own task takes its request to the worker and back
-                async with NO_DEADLINE if wait is None else asyncio.timeout(wait):
+                async with asyncio.timeout(wait):
                     await self._execute([pending])
                 return pending.future.result()
             self.queue.append(pending)
