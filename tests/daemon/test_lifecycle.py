@@ -57,7 +57,7 @@ def test_a_storm_of_tiny_deadlines_kills_nothing_and_never_exceeds_max_concurren
     d.client("beta").load("mlp", d.package("beta", mlp(2), "mlp"))
     [before] = d.instances("acme", "slow")
     batch = {"X": np.ones((300, 384), np.float32)}
-    codes = []
+    codes, details = [], []
     with Calm(d), Sampler(d, "acme", "slow") as sampler, concurrent.futures.ThreadPoolExecutor(16) as pool:
         def tiny():
             try:
@@ -65,9 +65,11 @@ def test_a_storm_of_tiny_deadlines_kills_nothing_and_never_exceeds_max_concurren
                 codes.append("ok")
             except RtdError as e:
                 codes.append(e.code)
+                details.append(f"{e.code.name}: {e.detail}")
         for f in [pool.submit(tiny) for _ in range(60)]:
             f.result()
-    assert set(codes) <= {"ok", Code.E_DEADLINE} and Code.E_DEADLINE in codes
+    # the details name what else came back (a flake once gave one E_INTERNAL whose gRPC status was not kept)
+    assert set(codes) <= {"ok", Code.E_DEADLINE} and Code.E_DEADLINE in codes, sorted(set(details))
     assert max(sum(s) for s in sampler.seen) <= 2, "a slot stays taken until the worker has finished"
     [after] = d.instances("acme", "slow")
     assert after["pid"] == before["pid"], "no deadline killed the worker"
