@@ -13,6 +13,7 @@ across at the edges.
 """
 import copy
 import heapq
+import math
 import threading
 import time
 
@@ -98,6 +99,7 @@ class Plan:
             self.labels.append(self._label(node))
             step += 1
         self._local = threading.local()
+        self._cycles: dict = {}   # Loop bodies' Cycle by carried count
 
     @staticmethod
     def _label(node) -> str:
@@ -326,6 +328,14 @@ class Plan:
             return [frame[i].copy() if i in self.constant_slots else frame[i] for i in self.output_slots]
         return [frame[i] for i in self.output_slots]
 
+    def cycle(self, n_carried: int) -> "Cycle | None":
+        """How a Loop runs further iterations of this body plan in one compiled call each (`Cycle`), or None
+        where the plan is not one native program, has scan outputs or computes a carried value other than into
+        an array of its own. Worked out once."""
+        if n_carried not in self._cycles:
+            self._cycles[n_carried] = Cycle.of(self, n_carried)
+        return self._cycles[n_carried]
+
     def stats(self) -> dict:
         ops: dict = {}
         for node in self.graph.nodes:
@@ -335,6 +345,65 @@ class Plan:
         return {"steps": len(self.steps), "timed_steps": timed, "planned_buffers": len(self.requests), "peak_bytes": self.peak_bytes,
                 "naive_bytes": self.naive_bytes, "ops": ops, "host_steps": self.where.count(HOST),
                 "native_nodes": native, "native_segments": sum(s is not None for s in self.segments)}
+
+
+class Cycle:
+    """A Loop body's plan run for many iterations as one native program (`Segment.cycle`): the body's inputs are
+    (iteration number, condition, carried values, scope values), its outputs (condition, carried values). Each
+    carried value is passed through or computed into a fresh array of its own, which the next iteration reads;
+    the condition is passed through or exported."""
+
+    def __init__(self, plan: Plan, segment: Segment, feedback: list, counter, condition, outputs: list):
+        self.plan, self.segment, self.feedback, self.counter, self.condition = plan, segment, feedback, counter, condition
+        self.outputs = outputs   # per body output: ("export", index), ("input", index) or ("true", None)
+        self.arena = plan.slot["#arena"]
+        # per external the program reads: its index among the body's inputs, or None and its slot in the template
+        self.sources = [(plan.input_slots.index(slot) if slot in plan.input_slots else None, slot)
+                        for slot in plan.steps[0][1][1:]]
+
+    @classmethod
+    def of(cls, plan: Plan, n_carried: int) -> "Cycle | None":
+        if len(plan.steps) != 1 or plan.segments[0] is None or len(plan.output_slots) != 1 + n_carried:
+            return None
+        segment, (_, args, outs, _) = plan.segments[0], plan.steps[0]
+        externals, n_external = args[1:], len(args) - 1
+        outputs, feedback, fed = [], [], set()
+        for k, slot in enumerate(plan.output_slots):
+            source = plan.input_slots[1 + k]   # the condition's input, then each carried value's
+            if k == 0 and slot in plan.constant_slots and np.all(plan.graph.constants[plan.names[slot]]):
+                outputs.append(("true", None))   # a constant true condition (the TorchScript exporter's)
+                continue
+            if slot == source:
+                outputs.append(("input", 1 + k))
+                continue
+            if slot not in outs:
+                return None
+            export = outs.index(slot)
+            outputs.append(("export", export))
+            if k == 0:
+                continue
+            key, offset, shape, dtype, size = segment.export_info[export]
+            fresh = key - n_external
+            if fresh < 0 or offset or fresh in fed or math.prod(segment.fresh_info[fresh][2]) != size:
+                return None
+            fed.add(fresh)
+            if source in externals:
+                feedback.append((externals.index(source), fresh))
+        condition = outputs[0][1] if outputs[0][0] == "export" else None
+        if condition is not None and segment.export_info[condition][0] - n_external in fed:
+            return None
+        counter = externals.index(plan.input_slots[0]) if plan.input_slots[0] in externals else None
+        return cls(plan, segment, feedback, counter, condition, outputs)
+
+    def run(self, values: list, first: int, limit: int | None) -> tuple:
+        """The body's outputs after iterations `first` … (until `limit` or a false condition) from the inputs
+        `values` (in the plan's input order), and the iterations run."""
+        template = self.plan._local.__dict__.get("template") or self.plan._template()
+        externals = [values[k] if k is not None else template[slot] for k, slot in self.sources]
+        exports, ran = self.segment.cycle(template[self.arena], externals, self.feedback, self.counter, self.condition,
+                                          first, limit)
+        return [exports[k] if kind == "export" else values[k] if kind == "input" else np.array(True)
+                for kind, k in self.outputs], ran
 
 
 def grouped(nodes: list, native: list) -> list:

@@ -194,6 +194,42 @@ class Segment:
             self._call(state, 0, len(self.labels))
         return self._exports(arrays)
 
+    def cycle(self, arena, values: list, feedback: list, counter: int | None, condition: int | None,
+              first: int, limit: int | None) -> tuple:
+        """The program run as a Loop body's iterations `first`, `first + 1`, … until `limit` or a false condition,
+        one compiled call each and no arrays made per iteration. `values` are iteration `first`'s externals;
+        `feedback` pairs (external, fresh) by index: a carried value, each run's fresh array read by the next
+        run as that external. Each carried value has two arrays taken in turns (no caller sees an earlier
+        iteration's); `counter` is the external holding the iteration number, if the program reads it;
+        `condition` the export holding the condition (None: passed through, true). Returns the last run's
+        exports and the iterations run."""
+        count = np.array(first, np.int64)
+        if counter is not None:
+            values = [*values[:counter], count, *values[counter + 1:]]
+        state, held, arrays = self._bind(arena, values)
+        pointers, n_external = state["pointers"], len(self.external_info)
+        turns = []   # per carried value: its slots, its indices in `arrays`, and the array the next run writes
+        for external, fresh in feedback:
+            spare = np.empty_like(arrays[n_external + fresh])
+            held.append(spare_pointer := compiled.ffi.from_buffer("char[]", spare, require_writable=True))
+            turns.append([self.external_info[external][0], self.fresh_info[fresh][0], external, n_external + fresh,
+                          spare, spare_pointer])
+        n_ops, iteration = len(self.labels), first
+        while limit is None or iteration < limit:
+            if iteration > first:
+                for turn in turns:   # the last result is read by this run, which writes the spare; that input is the next spare
+                    external_slot, fresh_slot, external, fresh, spare, spare_pointer = turn
+                    result, result_pointer = arrays[fresh], pointers[fresh_slot]
+                    pointers[external_slot], pointers[fresh_slot] = result_pointer, spare_pointer
+                    arrays[external], arrays[fresh] = result, spare
+                    turn[4:] = result, result_pointer
+            count[()] = iteration
+            self._call(state, 0, n_ops)
+            iteration += 1
+            if condition is not None and not self._exports(arrays)[condition]:
+                break
+        return self._exports(arrays), iteration - first
+
     def run_profiled(self, profile, arena, *values) -> tuple:
         state, held, arrays = self._bind(arena, values)
         clock = time.perf_counter_ns

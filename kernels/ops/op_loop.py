@@ -2,7 +2,9 @@
 
 The body's scope values are bound once per Loop run. Once the body's plan for an iteration's signature
 gives the carried values back with their own (static) shapes and dtypes, every later iteration has that
-signature too: they run that plan directly, without looking their signature up again."""
+signature too: they run that plan directly, without looking their signature up again; where that plan is one
+compiled program and the body has no scan outputs, the remaining iterations run as one `Cycle` (kernels/plan.py):
+a compiled call each, the carried values' arrays taken in turns."""
 import numpy as np
 
 from .base import REQUIRED, Kernel
@@ -25,17 +27,22 @@ class Loop_1(Kernel):
         i = 0
         while keep_going and (limit is None or i < limit):
             values = [np.array(i, dtype=np.int64), going, *carried, *bound]
-            if steady is not None:
-                out = steady.run(values)
-            else:
+            if steady is None:
                 plan = body.plan(values)
-                if plan is None:
-                    out = body.run(values[: 2 + n_carried], bound, scope)
-                else:
-                    out = plan.run(values)
-                    kept = plan.output_specs[1 : 1 + n_carried]
-                    if None not in kept and kept == plan.input_specs[2 : 2 + n_carried]:
-                        steady = plan
+                kept = None if plan is None else plan.output_specs[1 : 1 + n_carried]
+                if kept is not None and None not in kept and kept == plan.input_specs[2 : 2 + n_carried]:
+                    steady = plan
+            if steady is not None:
+                cycle = None if scans else steady.cycle(n_carried)
+                if cycle is not None:   # this and the remaining iterations, one compiled call each
+                    out, ran = cycle.run(values, i, limit)
+                    keep_going, carried, i = bool(self.host(out[0]).reshape(-1)[0]), out[1 : 1 + n_carried], i + ran
+                    break
+                out = steady.run(values)
+            elif plan is not None:
+                out = plan.run(values)
+            else:
+                out = body.run(values[: 2 + n_carried], bound, scope)
             keep_going = bool(self.host(out[0]).reshape(-1)[0])
             carried = out[1 : 1 + n_carried]
             if steady is not None:

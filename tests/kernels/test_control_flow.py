@@ -178,3 +178,56 @@ def test_a_loop_whose_carried_value_changes_shape_each_iteration_is_not_taken_as
         want = np.maximum(x.T if n % 2 else x, 0) * 2.0 ** n
         for _ in range(2):   # the traced run, then the plan's
             np.testing.assert_array_equal(compiled.run(feeds)["out"], want)
+
+
+def _body_plans(compiled) -> list:
+    """The plans the compiled model's Loop bodies made."""
+    return [plan for _, kernel in compiled.runner.nodes if hasattr(kernel, "body") for plan in kernel.body._plans.values()]
+
+
+def test_a_loop_body_of_one_compiled_program_runs_its_iterations_as_a_cycle():
+    # three carried values: one computed from itself and the iteration number, one passed through, one computed
+    # without reading itself; the caller's arrays must come back unwritten whatever the trip count
+    body = helper.make_graph(
+        [node("Cast", ["i"], ["i_f"], to=F), node("Mul", ["h", "half"], ["scaled"]), node("Add", ["scaled", "i_f"], ["h_out"]),
+         node("Tanh", ["k"], ["t"]), node("Add", ["t", "z"], ["z_ignored"]), node("Mul", ["k", "two"], ["last_out"]),
+         node("Identity", ["cond"], ["cond_out"])],
+        "body", [vi("i", I64, []), vi("cond", B, []), vi("h", F, [3]), vi("k", F, [3]), vi("last", F, [3])],
+        [vi("cond_out", B, []), vi("h_out", F, [3]), vi("k", F, [3]), vi("last_out", F, [3])])
+    nodes = [node("Loop", ["n", "", "h0", "k0", "l0"], ["h", "k", "last"], body=body), node("Add", ["h", "last"], ["out"])]
+    m = model(nodes, [vi("n", I64, []), ("h0", [3]), ("k0", [3]), ("l0", [3]), ("z", [3])],
+              [("out", None), ("k", None)], [const("half", np.float32(0.5)), const("two", np.float32(2))], opset=13)
+    compiled = compile_model(m)
+    rng = np.random.default_rng(3)
+    feeds = {name: rng.standard_normal(3).astype(np.float32) for name in ("h0", "k0", "l0", "z")}
+    kept = {name: value.copy() for name, value in feeds.items()}
+    for n in (3, 0, 1, 2, 5, 3):
+        feeds["n"] = np.array(n, np.int64)
+        h, last = feeds["h0"], feeds["l0"]   # onnx.reference returns the zero-trip result for every n here
+        for i in range(n):
+            h, last = h * np.float32(0.5) + np.float32(i), feeds["k0"] * np.float32(2)
+        for _ in range(2):   # the first run of a signature traces; later ones run the plans
+            got = compiled.run(feeds)
+            np.testing.assert_allclose(got["out"], h + last, rtol=1e-6, atol=1e-6)
+            np.testing.assert_array_equal(got["k"], feeds["k0"])
+        for name, value in kept.items():
+            np.testing.assert_array_equal(feeds[name], value)
+    (body_plan,) = _body_plans(compiled)
+    cycle = body_plan.cycle(3)
+    assert cycle is not None and [kind for kind, _ in cycle.outputs] == ["export", "export", "input", "export"]
+    assert cycle.counter is not None and len(cycle.feedback) == 1   # h reads itself; last does not
+
+
+def test_a_loop_body_with_scan_outputs_or_python_steps_makes_no_cycle():
+    body = helper.make_graph(
+        [node("Add", ["acc", "step"], ["acc_out"]), node("Identity", ["cond"], ["cond_out"]), node("Mul", ["acc_out", "two"], ["scan"])],
+        "body", [vi("i", I64, []), vi("cond", B, []), vi("acc", F, [2])], [vi("cond_out", B, []), vi("acc_out", F, [2]), vi("scan", F, [2])])
+    m = model([node("Loop", ["n", "", "init"], ["final", "stacked"], body=body)], [vi("n", I64, []), ("init", [2])],
+              [("final", None), ("stacked", None)], [const("step", np.ones(2, np.float32)), const("two", np.float32(2))], opset=13)
+    compiled = compile_model(m)
+    feeds = {"n": np.array(4, np.int64), "init": np.zeros(2, np.float32)}
+    for _ in range(2):
+        got = compiled.run(feeds)
+    np.testing.assert_array_equal(got["stacked"], 2 * np.arange(1, 5, dtype=np.float32)[:, None].repeat(2, 1))
+    (body_plan,) = _body_plans(compiled)
+    assert body_plan.steps and body_plan.cycle(1) is None   # two outputs past the carried one: a scan
