@@ -14,6 +14,9 @@ the two products (`project_rows`, `product`) over its weights as `Quantized`, an
 compiled recurrence (native/recurrent.py's lstm_q8: int8 R, each direction on a thread of its own).
 """
 import dataclasses
+import functools
+import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -30,24 +33,27 @@ class Quantized:
     """W or R as the recurrent frame takes them: shaped like the float LSTM's (dirs, G, K), products with it float32.
 
     centred: the weight less its zero point, (dirs, G, K) (a view of it stored (K, dirs, G)), float32 or, where 255·|w|·K could
-    pass 2^24, float64, so that a float GEMM's sums are exact integers; scale: (dirs, G, 1) float32; rows: R^T
-    as int8 rows, contiguous, for the compiled recurrence (None for uint8 R), or W's centred columns as int16
-    rows (dirs, G, K), contiguous, for the compiled 8-bit input projection (None off the CPU)."""
-    centred: object
+    pass 2^24, float64, so that a float GEMM's sums are exact integers; made by `make` on first use, which the
+    compiled paths never make (it is 4 bytes a weight beside their 1 or 2: most of a large model's memory); scale:
+    (dirs, G, 1) float32; rows: R^T as int8 rows, contiguous, for the compiled recurrence (None for uint8 R), or W's
+    centred columns as int16 rows (dirs, G, K), contiguous, for the compiled 8-bit input projection (None off the CPU)."""
+    make: Callable[[], object]
+    shape: tuple
     scale: object
     rows: np.ndarray | None = None
     dtype = np.dtype(np.float32)
 
-    @property
-    def shape(self):
-        return self.centred.shape
+    @functools.cached_property
+    def centred(self):
+        return self.make()
 
     @property
     def nbytes(self):
-        return self.centred.nbytes
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def __getitem__(self, group):
-        return Quantized(self.centred[group], self.scale[group], None if self.rows is None else self.rows[group])
+        shape = np.broadcast_to(np.empty((), np.int8), self.shape)[group].shape   # the slice's shape, nothing made
+        return Quantized(lambda: self.centred[group], shape, self.scale[group], None if self.rows is None else self.rows[group])
 
 
 class DynamicQuantizeLSTM_1(LSTM_7):
@@ -86,7 +92,10 @@ class DynamicQuantizeLSTM_1(LSTM_7):
             exact = 255 * int(np.abs(centred).max(initial=0)) * weight.shape[1] < 1 << 24
             return centred.transpose(1, 0, 2).astype(np.float32 if exact else np.float64, order="C")
         # made once per weight array where it cannot change, not on every run
-        centred = packed(weight, ("dynamic-quantize-lstm", zero.tobytes()), centre) if constant else centre()
+
+        def make():
+            centred = packed(weight, ("dynamic-quantize-lstm", zero.tobytes()), centre) if constant else centre()
+            return self.xp.asarray(centred).transpose(1, 2, 0)
         rows = None
         if name == "R" and self.xp is np and weight.dtype == np.int8:
             transpose = lambda: np.ascontiguousarray(weight.transpose(0, 2, 1))   # noqa: E731
@@ -96,7 +105,7 @@ class DynamicQuantizeLSTM_1(LSTM_7):
                 return np.ascontiguousarray(np.subtract(weight, zero, dtype=np.int16).transpose(0, 2, 1))
             rows = packed(weight, ("dynamic-quantize-lstm-w-rows", zero.tobytes()), centred_rows) if constant else centred_rows()
         scale = np.ascontiguousarray(np.broadcast_to(scale.reshape(dirs, -1), (dirs, gates)))[..., None]
-        return Quantized(self.xp.asarray(centred).transpose(1, 2, 0), self.xp.asarray(scale), rows)
+        return Quantized(make, (dirs, gates, weight.shape[1]), self.xp.asarray(scale), rows)
 
     def _quantized_bytes(self, a):
         """a quantized to uint8 per tensor over its last two axes, as onnxruntime quantizes an operand: its bytes
