@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, numpy_helper
 
 from rtd.errors import Code, RtdError
+from rtd import onnx_weights
 from rtd.loader import formats, layout, metadata, onnx_wire
 
 INT64_MAX = 2 ** 63 - 1
@@ -96,7 +97,7 @@ def _external_slice(tensor, external: Mapping | None, nbytes: int):
     return blob[offset:offset + length]
 
 
-def _check_tensor(tensor, external: Mapping | None, views: dict | None = None) -> None:
+def _check_tensor(tensor, external: Mapping | None, views: dict | None = None, spans: dict | None = None) -> None:
     count = _dims_product(tensor)
     dtype = tensor.data_type
     if dtype == TensorProto.STRING:
@@ -119,10 +120,10 @@ def _check_tensor(tensor, external: Mapping | None, views: dict | None = None) -
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
         return
-    if tensor.HasField("raw_data"):
-        if bits is None or len(tensor.raw_data) != nbytes:
-            raise RtdError(Code.E_ONNX_INVALID,
-                           f"tensor {tensor.name!r}: raw_data is {len(tensor.raw_data)} bytes, dims x size is {nbytes}")
+    raw = len(tensor.raw_data) if tensor.HasField("raw_data") else spans.get(tensor.name, (0, None))[1] if spans else None
+    if raw is not None:   # in the proto, or left where it is in the caller's bytes
+        if bits is None or raw != nbytes:
+            raise RtdError(Code.E_ONNX_INVALID, f"tensor {tensor.name!r}: raw_data is {raw} bytes, dims x size is {nbytes}")
         return
     stored = [len(getattr(tensor, f)) for f in _TYPED_FIELDS if len(getattr(tensor, f))]
     expected = {count, 2 * count} if dtype in (TensorProto.COMPLEX64, TensorProto.COMPLEX128) else {count}
@@ -212,17 +213,19 @@ class _Walk:
                     raise RtdError(Code.E_ONNX_LIMIT, f"ConstantOfShape {node.name!r} makes {size} bytes")
         return subgraphs
 
-    def body(self, nodes, initializers=(), sparse_initializers=(), caller=None, views: dict | None = None) -> None:
+    def body(self, nodes, initializers=(), sparse_initializers=(), caller=None, views: dict | None = None,
+             spans: dict | None = None) -> None:
         """A graph or function body and, iteratively, every subgraph inside it; `views` takes
-        the external data of this body's own initializers (not its subgraphs')."""
-        stack = [(nodes, initializers, sparse_initializers, views)]
+        the external data of this body's own initializers (not its subgraphs'); `spans` has the
+        lengths of the raw_data left out of them (onnx_weights.stripped)."""
+        stack = [(nodes, initializers, sparse_initializers, views, spans)]
         while stack:
-            nodes, initializers, sparse_initializers, views = stack.pop()
+            nodes, initializers, sparse_initializers, views, spans = stack.pop()
             for tensor in initializers:
-                _check_tensor(tensor, self.external, views)
+                _check_tensor(tensor, self.external, views, spans)
             for sparse in sparse_initializers:
                 _check_sparse(sparse, self.external)
-            stack.extend((g.node, g.initializer, g.sparse_initializer, None)
+            stack.extend((g.node, g.initializer, g.sparse_initializer, None, None)
                          for g in self.nodes(nodes, initializers, caller))
 
     def no_recursion(self) -> None:
@@ -247,30 +250,27 @@ def check_model(data, *, allowed_ops: set[tuple[str, str]] | None = None, extern
     except, given a `views` dict, the main graph's initializers': their validated bytes go
     into views[name], no copy made -- slices of `external`'s buffers for external data (the
     model still names them), slices of `data` itself for raw_data (found by their wire
-    offsets; the parsed copy is cleared). The caller keeps `data` and `external` mapped for
+    offsets and never parsed: rtd/onnx_weights.py). The caller keeps `data` and `external` mapped for
     as long as it uses the views."""
     with memoryview(data) as view:   # released on any exit, so the caller can close its memfd
-        model = _check(view, allowed_ops, external, views, limits)
-        spans = onnx_wire.raw_data_spans(view) if views is not None else {}
+        model, spans = _check(view, allowed_ops, external, views, limits)
     for tensor in model.graph.initializer if spans else ():
-        span = spans.get(tensor.name)
-        if span is None or tensor.name in views or not tensor.HasField("raw_data") or tensor.data_type not in _BITS:
-            continue
-        if span[1] != (_dims_product(tensor) * _BITS[tensor.data_type] + 7) // 8:   # checked length, read again
-            raise RtdError(Code.E_ONNX_INVALID, f"tensor {tensor.name!r}: raw_data is not where the model says")
-        views[tensor.name] = memoryview(data)[span[0]:span[0] + span[1]]
-        tensor.ClearField("raw_data")
+        if tensor.name in spans and not tensor.HasField("raw_data") and tensor.name not in views:
+            offset, length = spans[tensor.name]   # its length checked by the walk
+            views[tensor.name] = memoryview(data)[offset:offset + length]
     return model
 
 
-def _check(view: memoryview, allowed_ops, external, views, limits: GuardLimits) -> onnx.ModelProto:
+def _check(view: memoryview, allowed_ops, external, views, limits: GuardLimits) -> tuple[onnx.ModelProto, dict]:
     formats.refuse_unsafe(view, "model")
     if len(view) > limits.max_model_bytes:
         raise RtdError(Code.E_ONNX_LIMIT, f"model is {len(view)} bytes, over {limits.max_model_bytes}")
     onnx_wire.scan(view, max_depth=limits.max_graph_depth, max_nodes=limits.max_nodes)
+    # with views, the main graph's raw weights are never parsed: the parser would copy them all
+    source, spans = onnx_weights.stripped(view) if views is not None else (view, {})
     model = onnx.ModelProto()
     try:
-        model.ParseFromString(view)
+        model.ParseFromString(source)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise RtdError(Code.E_ONNX_PARSE, str(e) or type(e).__name__) from None
     if model.ir_version <= 0 or not model.HasField("graph"):
@@ -279,8 +279,9 @@ def _check(view: memoryview, allowed_ops, external, views, limits: GuardLimits) 
     walk = _Walk(model, allowed, external, limits)
     _check_signature(model.graph)
     for graph in [model.graph] + [g for t in model.training_info for g in (t.initialization, t.algorithm)]:
-        walk.body(graph.node, graph.initializer, graph.sparse_initializer, views=views if graph is model.graph else None)
+        walk.body(graph.node, graph.initializer, graph.sparse_initializer, views=views if graph is model.graph else None,
+                  spans=spans if graph is model.graph else None)
     for key, function in walk.functions.items():
         walk.body(function.node, caller=key)
     walk.no_recursion()
-    return model
+    return model, spans

@@ -41,32 +41,3 @@ def scan(data: memoryview, *, max_depth: int, max_nodes: int) -> tuple[int, int]
                         raise RtdError(Code.E_ONNX_LIMIT, f"more than {max_nodes} nodes")
                 stack.append((child, *value, depth))
     return nodes, deepest
-
-
-def raw_data_spans(data: memoryview) -> dict[str, tuple[int, int]]:
-    """{initializer name: (offset, length) of its raw_data in `data`} for the main graph's
-    initializers (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.name = 8,
-    raw_data = 9; the last occurrence of a field wins, as protobuf parses it). A name given
-    to two initializers is left out: which bytes it means is not this scan's to decide."""
-    walker = Walker(data, Code.E_ONNX_PARSE)
-    spans: dict[str, tuple[int, int]] = {}
-    seen: set[str] = set()
-    repeated: set[str] = set()
-    for field, wire, graph in walker.fields(0, len(walker.buf)):
-        if field != 7 or wire != LENGTH:
-            continue
-        for field, wire, tensor in walker.fields(*graph):
-            if field != 5 or wire != LENGTH:
-                continue
-            name, raw = None, None
-            for field, wire, value in walker.fields(*tensor):
-                if wire == LENGTH and field == 8:
-                    name = bytes(data[value[0]:value[1]]).decode("utf-8", "replace")
-                elif wire == LENGTH and field == 9:
-                    raw = (value[0], value[1] - value[0])
-            if name is None:
-                continue
-            (repeated if name in seen else seen).add(name)
-            if raw is not None:
-                spans[name] = raw
-    return {name: span for name, span in spans.items() if name not in repeated}
