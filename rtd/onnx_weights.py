@@ -8,18 +8,9 @@ protobuf wire format is read here (rtd/protowire.py's bounded walker); a subgrap
 Constant's value stay in the proto.
 """
 from rtd.errors import Code
-from rtd.protowire import LENGTH, Walker
+from rtd.protowire import LENGTH, Walker, encode_varint
 
 COPY_WORTH_BYTES = 16 << 20   # a copy of the rest of the model this small costs nothing worth weighing
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def stripped(data) -> tuple[object, dict[str, tuple[int, int]]]:
@@ -54,7 +45,7 @@ def _size(piece) -> int:
 
 
 def _key_and_length(number: int, length: int) -> bytes:
-    return _varint(number << 3 | LENGTH) + _varint(length)
+    return encode_varint(number << 3 | LENGTH) + encode_varint(length)
 
 
 def _graph(walker: Walker, span: tuple[int, int], spans: dict) -> list:

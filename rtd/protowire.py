@@ -13,6 +13,16 @@ VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 _FIXED = {FIXED64: 8, FIXED32: 4}
 
 
+def encode_varint(n: int) -> bytes:
+    """A non-negative integer as a varint (for the few writers: a response's framing, a model without its weights)."""
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
 class Walker:
     """Reads `buf` (any bytes-like); `code` names what malformed data is (E_REQUEST_INVALID,
     E_ONNX_PARSE, ...); at most `max_fields` fields are visited in all (None: no bound)."""

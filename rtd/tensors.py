@@ -12,6 +12,7 @@ import numpy as np
 from rtd import dtypes
 from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
+from rtd.protowire import encode_varint
 
 RAW_OUTPUT_FIELD = 6   # ModelInferResponse.raw_output_contents
 JSON_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}   # NumPy kinds of JSON values each kind accepts
@@ -72,15 +73,6 @@ def raw_bytes(name: str, value) -> tuple[dtypes.DType, object]:
     return row, a.reshape(-1).view(np.uint8)
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def response_parts(model_name: str, version: str, request_id: str, outputs: dict) -> list:
     """A serialized ModelInferResponse as parts: the message without its raw contents, then
     for each output the raw_output_contents field header and the output's bytes. Protobuf
@@ -90,7 +82,7 @@ def response_parts(model_name: str, version: str, request_id: str, outputs: dict
     for name, value in outputs.items():
         row, raw = raw_bytes(name, value)
         response.outputs.add(name=name, datatype=row.kserve, shape=list(np.shape(value)))
-        parts += [bytes([RAW_OUTPUT_FIELD << 3 | 2]) + _varint(memoryview(raw).nbytes), raw]
+        parts += [bytes([RAW_OUTPUT_FIELD << 3 | 2]) + encode_varint(memoryview(raw).nbytes), raw]
     return [response.SerializeToString(), *parts]
 
 
