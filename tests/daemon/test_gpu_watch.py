@@ -69,6 +69,7 @@ def in_process(standin, monkeypatch):
     """nvidia-ml-py in this process on the stand-in: loaded by path first, so pynvml's
     CDLL("libnvidia-ml.so.1") finds it by its soname."""
     root, state = standin
+    write_state(state, {})   # no process an earlier test listed (a dead pid NVML still lists refuses the watch)
     ctypes.CDLL(str(root / "libnvidia-ml.so.1"))
     monkeypatch.setenv("RTD_NVML_STANDIN", str(state))
     return state
