@@ -3,7 +3,7 @@ AVERAGE, MIN, MAX), plus base values, then a post transform; float32 [N, n_targe
 Version 3 may carry the float lists as double tensors (`*_as_tensor`)."""
 import numpy as np
 
-from ._forest import AGGREGATES, LeafTable, Scorer, combined, from_node_lists, leaf_slots
+from ._forest import AGGREGATES, TARGETS, LeafTable, Reading, Scorer, combined, from_node_lists, leaf_slots
 from ._ml import POST_TRANSFORMS, MlKernel, finite, post_transform
 
 _ATTRIBUTES = {"aggregate_function": "SUM", "base_values": None, "n_targets": None, "nodes_falsenodeids": None,
@@ -37,14 +37,18 @@ class TreeEnsembleRegressor_1(MlKernel):
         self.base = np.zeros(self.n_targets) if base is None else base
         if self.base.size != self.n_targets:
             self.refuse(f"{self.base.size} base values for {self.n_targets} targets")
+        self.reading = None if self.scorer is None else Reading(self.aggregate_function, TARGETS, self.base)
 
     def compute(self, x):
         # a target no reached leaf scores is 0, base value or not (onnxruntime)
         x = self.features(x).astype(self.precision, copy=False)
-        scores = finite(combined(self.forest, self.table, self.scorer, x, self.aggregate_function) + self.base)
+        if self.reading is not None:   # walked and read in one C call
+            scores = self.scorer.predict(x, self.reading)[0].astype(np.float32, copy=False)
+        else:
+            scores = finite(combined(self.forest, self.table, self.scorer, x, self.aggregate_function) + self.base).astype(np.float32)
         if self.n_targets == 1 and self.post_transform != "PROBIT":
-            return (scores.astype(np.float32),)  # onnxruntime transforms a single score only by PROBIT
-        return (post_transform(scores.astype(np.float32), self.post_transform),)
+            return (scores,)  # onnxruntime transforms a single score only by PROBIT
+        return (post_transform(scores, self.post_transform),)
 
 
 class TreeEnsembleRegressor_3(TreeEnsembleRegressor_1):
