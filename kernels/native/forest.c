@@ -36,7 +36,7 @@
 enum { AVERAGE = 0, SUM = 1, MIN = 2, MAX = 3 };
 
 typedef struct {
-    int32_t key;
+    int32_t key;       /* a branch's (forest.h); a leaf's -1, or -2 - target where it has one weight (then `value32`) */
     int32_t next[2];   /* [false, true]; a leaf's [first weight, weight count] */
     float value32;
 } node_t;
@@ -111,6 +111,8 @@ rtd_forest *rtd_forest_new(int64_t n_nodes, const int32_t *key, const int32_t *f
     }
     for (int64_t i = 0; i < n_nodes; i++) {
         forest->nodes[i] = (node_t){key[i], {false_next[i], true_next[i]}, (float)value[i]};
+        if (key[i] < 0 && true_next[i] == 1 && weight_target[false_next[i]] < INT32_MAX - 1)
+            forest->nodes[i].key = -2 - weight_target[false_next[i]];   /* its one weight is `value`: the target in the key */
         forest->value64[i] = value[i];
     }
     memcpy(forest->roots, roots, (size_t)n_roots * sizeof(int32_t));
@@ -211,15 +213,19 @@ DEFINE_WALKS(f64, f->value64[at])
     static inline void add_##T(const rtd_forest *f, int64_t leaf, int aggregate, T *out, uint8_t *has) \
     {                                                                                                  \
         const node_t *node = f->nodes + leaf;                                                          \
-        if (node->next[1] == 0) return;   /* a leaf without weights scores nothing */                  \
-        if (f->n_targets == 1) {   /* the leaf's own value (its first weight), as onnxruntime keeps */ \
+        const int32_t key = node->key;                                                                 \
+        /* one weight, kept in the node (its target in the key): nothing more to load; a single target */ \
+        /* adds the leaf's own value (its first weight), as onnxruntime keeps */                       \
+        if (key < -1 || (f->n_targets == 1 && node->next[1] != 0)) {                                   \
+            const int64_t t = key < -1 ? -2 - (int64_t)key : 0;                                        \
             const T v = LEAF_VALUE;                                                                    \
-            if (aggregate == MIN) *out = !*has || v < *out ? v : *out;                                 \
-            else if (aggregate == MAX) *out = !*has || v > *out ? v : *out;                            \
-            else *out += v;                                                                            \
-            *has = 1;                                                                                  \
+            if (aggregate == MIN) out[t] = !has[t] || v < out[t] ? v : out[t];                         \
+            else if (aggregate == MAX) out[t] = !has[t] || v > out[t] ? v : out[t];                    \
+            else out[t] += v;                                                                          \
+            has[t] = 1;                                                                                \
             return;                                                                                    \
         }                                                                                              \
+        if (node->next[1] == 0) return;   /* a leaf without weights scores nothing */                  \
         for (int64_t w = node->next[0], end = w + node->next[1]; w < end; w++) {                       \
             const int32_t t = f->weight_target[w];                                                     \
             const T v = WEIGHT;                                                                        \
