@@ -402,12 +402,47 @@ static void finish(int64_t output, int64_t n, double *v, const double *base, int
     *best = (output == BINARY_PAIR ? v1 : v0) > threshold;
 }
 
+/* What the caller's NumPy post transform starts from (POST_TRANSFORMS numbering: SOFTMAX 1, LOGISTIC 2,
+ * SOFTMAX_ZERO 3; others 0), in place over a row's outputs rounded to float: a softmax row less its greatest
+ * value (SOFTMAX_ZERO's entries within 1e-7 of 0 at -inf, whose exp is the 0 it keeps), a logistic row
+ * negated. Returns 1 where the quick reading of what follows does not hold: a softmax row whose share may
+ * not be e / total (a NaN difference; SOFTMAX_ZERO's greatest entry kept at 0), a logistic one whose exp may
+ * overflow. */
+enum { SOFTMAX = 1, LOGISTIC = 2, SOFTMAX_ZERO = 3 };
+
+static int prepare(int64_t transform, int64_t width, double *o)
+{
+    int careful = 0;
+    if (transform == LOGISTIC) {
+        for (int64_t k = 0; k < width; k++) {
+            const float e = -(float)o[k];
+            careful |= e > 88.0f;
+            o[k] = e;
+        }
+        return careful;
+    }
+    if (transform != SOFTMAX && transform != SOFTMAX_ZERO) return 0;
+    float top = (float)o[0];
+    for (int64_t k = 1; k < width; k++) top = (float)o[k] > top ? (float)o[k] : top;
+    const int zero = transform == SOFTMAX_ZERO;
+    careful = zero && !(fabsf(top) > 1e-7f);
+    for (int64_t k = 0; k < width; k++) {
+        const float v = (float)o[k], e = v - top;
+        const int kept = !zero || fabsf(v) > 1e-7f;
+        careful |= kept && e != e;
+        o[k] = kept ? e : -INFINITY;
+    }
+    return careful;
+}
+
 #define DEFINE_PREDICT(T, SCORE)                                                                      \
     int64_t rtd_forest_predict_##T(const rtd_forest *forest, const T *x, int64_t x_len, int64_t n_rows, int64_t n_columns, \
                                    int64_t aggregate, int64_t output, const double *base, int64_t base_len,  \
-                                   double threshold, T *scores, int64_t scores_len, int64_t *best, int64_t best_len) \
+                                   double threshold, int64_t transform, T *scores, int64_t scores_len, int64_t *best, \
+                                   int64_t best_len)                                                   \
     {                                                                                                  \
         if (forest == NULL || output < TARGETS || output > BINARY_SIGNED || n_rows < 0 || base_len < 0 \
+            || transform < 0 || transform > SOFTMAX_ZERO                                               \
             || (base_len > 0 && base == NULL))                                                         \
             return -1;                                                                                 \
         const int64_t n = forest->n_targets, width = output <= BINARY_PAIR ? n : output == BINARY_PROBIT ? 1 : 2; \
@@ -421,6 +456,7 @@ static void finish(int64_t output, int64_t n, double *v, const double *base, int
         uint8_t *has = malloc((size_t)(n_rows * n));                                                   \
         double *row = malloc((size_t)(n + 2) * sizeof(double));                                        \
         int64_t status = sums && has && row ? SCORE(forest, x, x_len, n_rows, n_columns, aggregate, sums, has, n_rows * n) : -3; \
+        int careful = 0;                                                                               \
         for (int64_t r = 0; status == 0 && r < n_rows; r++) {                                          \
             double out[2];                                                                             \
             for (int64_t t = 0; t < n; t++) {                                                          \
@@ -429,12 +465,13 @@ static void finish(int64_t output, int64_t n, double *v, const double *base, int
             }                                                                                          \
             double *o = output < BINARY_PAIR ? row : out;   /* a binary row's two are copies */         \
             finish(output, n, row, base, base_len, threshold, o, output == TARGETS ? NULL : best + r); \
+            careful |= prepare(transform, width, o);                                                   \
             for (int64_t k = 0; k < width; k++) scores[r * width + k] = (T)o[k];                       \
         }                                                                                              \
         free(sums);                                                                                    \
         free(has);                                                                                     \
         free(row);                                                                                     \
-        return status;                                                                                 \
+        return status == 0 ? careful : status;                                                         \
     }
 
 int64_t rtd_forest_score_f32(const rtd_forest *forest, const float *x, int64_t x_len, int64_t n_rows, int64_t n_columns,

@@ -120,6 +120,33 @@ def softmax(x: np.ndarray, zero: bool = False) -> np.ndarray:
         return np.where(total > 0, e / total, np.float32(0.5)).astype(np.float32)
 
 
+# the transforms whose first steps forest.c takes (forest.h: rtd_forest_predict_*), in TreeEnsemble-5's numbering
+PREPARED = {"SOFTMAX": 1, "LOGISTIC": 2, "SOFTMAX_ZERO": 3}
+
+
+def post_transform_prepared(e: np.ndarray, name: str, careful: bool) -> np.ndarray:
+    """post_transform's result from what forest.c prepared for `name` (float32, written over): softmax rows less
+    their greatest value (SOFTMAX_ZERO's dropped entries at -inf, whose exp is the 0 softmax gives them), logistic
+    scores negated. `careful`: some row may need softmax's 0.5 or logistic's silenced overflow. The same steps
+    as softmax and logistic from there, so the same bits; three ufunc calls for a one-row softmax instead of six."""
+    if name == "LOGISTIC":
+        if careful:
+            with np.errstate(over="ignore"):
+                np.exp(e, out=e)
+        else:
+            np.exp(e, out=e)
+        np.add(e, 1.0, out=e)
+        return np.divide(1.0, e, out=e)
+    if name not in PREPARED:
+        return post_transform(e, name)
+    np.exp(e, out=e)
+    total = np.add.reduce(e, axis=-1, keepdims=True)
+    if not careful:
+        return np.divide(e, total, out=e)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, e / total, np.float32(0.5)).astype(np.float32)
+
+
 def post_transform(scores: np.ndarray, name: str) -> np.ndarray:
     if name == "LOGISTIC":
         return logistic(scores)

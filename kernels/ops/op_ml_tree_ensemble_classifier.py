@@ -11,7 +11,7 @@ from rtd.errors import Code
 
 from ._forest import (BINARY_COMPLEMENT, BINARY_PAIR, BINARY_PROBIT, BINARY_SIGNED, CLASSES, LeafTable, Reading, Scorer,
                       combined, from_node_lists, leaf_slots)
-from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, finite, labels_array, logistic, post_transform, probit
+from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, finite, labels_array, post_transform, post_transform_prepared
 
 _ATTRIBUTES = {"base_values": None, "class_ids": None, "class_nodeids": None, "class_treeids": None,
                "class_weights": None, "classlabels_int64s": None, "classlabels_strings": None,
@@ -54,30 +54,29 @@ class TreeEnsembleClassifier_1(MlKernel):
         self.mixed = bool((weights < 0).any())
         self.threshold = 0.5 if self.binary and not self.mixed else 0.0
         self.classes = self.labels if n_classes >= 2 else np.array([0, 1], np.int64)
-        self.reading = None if self.scorer is None else Reading("SUM", self._output(), self.base, self.threshold)
+        if self.scorer is not None:
+            output, self.applied = self._output()
+            self.reading = Reading("SUM", output, self.base, self.threshold, self.applied)
+        else:
+            self.reading = None
 
-    def _output(self) -> int:
-        """What the compiled reading writes: compute's NumPy reading below, case by case."""
+    def _output(self) -> tuple[int, str]:
+        """What the compiled reading writes, and the transform then applied: compute's NumPy reading below, case by case."""
         if len(self.labels) > 2:
-            return CLASSES
+            return CLASSES, self.post_transform
         if self.second or self.base.size == 2:
-            return BINARY_PAIR
+            return BINARY_PAIR, self.post_transform
         if self.post_transform == "PROBIT":
-            return BINARY_PROBIT
-        return BINARY_COMPLEMENT if self.binary and not self.mixed else BINARY_SIGNED
+            return BINARY_PROBIT, "PROBIT"
+        if self.binary and not self.mixed:
+            return BINARY_COMPLEMENT, "NONE"
+        return BINARY_SIGNED, "LOGISTIC" if self.post_transform == "LOGISTIC" else "NONE"
 
     def compute(self, x):
         x = self.features(x).astype(self.precision, copy=False)
-        if self.reading is not None:   # walked and read in one C call; only the post transform in NumPy
-            scores, best = self.scorer.predict(x, self.reading)
-            scores, output = scores.astype(np.float32, copy=False), self.reading.output
-            if output in (CLASSES, BINARY_PAIR):
-                scores = post_transform(scores, self.post_transform)
-            elif output == BINARY_PROBIT:
-                scores = probit(scores)
-            elif output == BINARY_SIGNED and self.post_transform == "LOGISTIC":
-                scores = logistic(scores)
-            return self.classes[best], scores
+        if self.reading is not None:   # walked and read in one C call; only the post transform's exp in NumPy
+            scores, best, careful = self.scorer.predict(x, self.reading)
+            return self.classes[best], post_transform_prepared(scores.astype(np.float32, copy=False), self.applied, careful)
         scores = combined(self.forest, self.table, self.scorer, x, "SUM")
         if len(self.labels) > 2:
             if self.base.size:

@@ -194,9 +194,9 @@ def test_the_c_reading_checks_its_arguments():
     two = kernel_of(binary("NONE", 1.0, [0.3], 1, True, [0, 1])).scorer   # two targets
     x, scores, best, base = np.zeros((2, 5), np.float32), np.zeros(8, np.float32), np.zeros(2, np.int64), np.zeros(3)
 
-    def predict(scorer, output, n_scores, n_best=2, n_base=0, x_len=10, rows=2):
+    def predict(scorer, output, n_scores, n_best=2, n_base=0, x_len=10, rows=2, transform=0):
         return lib.rtd_forest_predict_f32(scorer.handle, ffi.from_buffer("float[]", x), x_len, rows, 5, 1, output,
-                                          ffi.from_buffer("double[]", base) if n_base else ffi.NULL, n_base, 0.0,
+                                          ffi.from_buffer("double[]", base) if n_base else ffi.NULL, n_base, 0.0, transform,
                                           ffi.from_buffer("float[]", scores), n_scores, ffi.from_buffer("int64_t[]", best), n_best)
     assert predict(two, _forest.BINARY_PAIR, 4) == 0
     assert predict(two, _forest.BINARY_PAIR, 4, n_base=2) == 0
@@ -209,6 +209,9 @@ def test_the_c_reading_checks_its_arguments():
     assert predict(two, _forest.TARGETS, 4, n_best=0) == 0
     assert predict(two, _forest.CLASSES, 4, n_base=1) < 0      # a base value per class, or none
     assert predict(two, 6, 4) < 0 and predict(two, -1, 4) < 0  # no such reading
+    assert predict(two, _forest.BINARY_PAIR, 4, transform=1) == 0
+    assert predict(two, _forest.BINARY_PAIR, 4, transform=3) == 1   # zero scores: SOFTMAX_ZERO's 0.5 rows need care
+    assert predict(two, _forest.BINARY_PAIR, 4, transform=4) < 0 and predict(two, _forest.BINARY_PAIR, 4, transform=-1) < 0
     assert predict(two, _forest.CLASSES, 4, x_len=9) < 0       # input shorter than rows x columns
     assert predict(two, _forest.CLASSES, 0, n_best=0, rows=0) == 0
     three = kernel_of(regressor_of("NONE", 1.0, "SUM", 3, False, False)).scorer
