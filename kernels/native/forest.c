@@ -12,6 +12,7 @@
  * walk it) and the rows the inner one, as onnxruntime does; each step picks its successor without a
  * branch (next[go]).
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@
 enum { AVERAGE = 0, SUM = 1, MIN = 2, MAX = 3 };
 
 typedef struct {
-    int32_t key;
+    int32_t key;       /* a branch's (forest.h); a leaf's -1, or -2 - target where it has one weight (then `value32`) */
     int32_t next[2];   /* [false, true]; a leaf's [first weight, weight count] */
     float value32;
 } node_t;
@@ -110,6 +111,8 @@ rtd_forest *rtd_forest_new(int64_t n_nodes, const int32_t *key, const int32_t *f
     }
     for (int64_t i = 0; i < n_nodes; i++) {
         forest->nodes[i] = (node_t){key[i], {false_next[i], true_next[i]}, (float)value[i]};
+        if (key[i] < 0 && true_next[i] == 1 && weight_target[false_next[i]] < INT32_MAX - 1)
+            forest->nodes[i].key = -2 - weight_target[false_next[i]];   /* its one weight is `value`: the target in the key */
         forest->value64[i] = value[i];
     }
     memcpy(forest->roots, roots, (size_t)n_roots * sizeof(int32_t));
@@ -210,15 +213,19 @@ DEFINE_WALKS(f64, f->value64[at])
     static inline void add_##T(const rtd_forest *f, int64_t leaf, int aggregate, T *out, uint8_t *has) \
     {                                                                                                  \
         const node_t *node = f->nodes + leaf;                                                          \
-        if (node->next[1] == 0) return;   /* a leaf without weights scores nothing */                  \
-        if (f->n_targets == 1) {   /* the leaf's own value (its first weight), as onnxruntime keeps */ \
+        const int32_t key = node->key;                                                                 \
+        /* one weight, kept in the node (its target in the key): nothing more to load; a single target */ \
+        /* adds the leaf's own value (its first weight), as onnxruntime keeps */                       \
+        if (key < -1 || (f->n_targets == 1 && node->next[1] != 0)) {                                   \
+            const int64_t t = key < -1 ? -2 - (int64_t)key : 0;                                        \
             const T v = LEAF_VALUE;                                                                    \
-            if (aggregate == MIN) *out = !*has || v < *out ? v : *out;                                 \
-            else if (aggregate == MAX) *out = !*has || v > *out ? v : *out;                            \
-            else *out += v;                                                                            \
-            *has = 1;                                                                                  \
+            if (aggregate == MIN) out[t] = !has[t] || v < out[t] ? v : out[t];                         \
+            else if (aggregate == MAX) out[t] = !has[t] || v > out[t] ? v : out[t];                    \
+            else out[t] += v;                                                                          \
+            has[t] = 1;                                                                                \
             return;                                                                                    \
         }                                                                                              \
+        if (node->next[1] == 0) return;   /* a leaf without weights scores nothing */                  \
         for (int64_t w = node->next[0], end = w + node->next[1]; w < end; w++) {                       \
             const int32_t t = f->weight_target[w];                                                     \
             const T v = WEIGHT;                                                                        \
@@ -353,6 +360,120 @@ static int64_t score(const rtd_forest *f, const void *x, int64_t x_len, int64_t 
     return job.failed ? -2 : 0;
 }
 
+/* A tree op's outputs from a row's combined weights v (double, NaN where no reached leaf carries a target), as
+ * kernels/ops/op_ml_tree_ensemble*.py compute them in NumPy (the reference, whose float64 steps these repeat). */
+enum { TARGETS = 0, CLASSES = 1, BINARY_PAIR = 2, BINARY_PROBIT = 3, BINARY_COMPLEMENT = 4, BINARY_SIGNED = 5 };
+
+static inline double finite(double v, double nan) { return v != v ? nan : v > DBL_MAX ? DBL_MAX : v < -DBL_MAX ? -DBL_MAX : v; }
+
+/* A row's outputs into out (its width of them; out may be v) and *best. */
+static void finish(int64_t output, int64_t n, double *v, const double *base, int64_t base_len, double threshold,
+                   double *out, int64_t *best)
+{
+    if (output == TARGETS) {
+        for (int64_t t = 0; t < n; t++) out[t] = finite(base_len ? v[t] + base[t] : v[t], 0.0);
+        return;
+    }
+    if (output == CLASSES) {   /* the first greatest; without base values a target no leaf scored ranks lowest */
+        int64_t top = 0;
+        double top_rank = 0.0;
+        for (int64_t t = 0; t < n; t++) {
+            const double rank = base_len ? finite(v[t], 0.0) + base[t] : finite(v[t], -INFINITY);
+            if (t == 0 || rank > top_rank) top = t, top_rank = rank;
+        }
+        for (int64_t t = 0; t < n; t++) out[t] = base_len ? finite(v[t], 0.0) + base[t] : finite(v[t], 0.0);
+        *best = top;
+        return;
+    }
+    double v0 = finite(v[0], 0.0), v1 = finite(v[1], 0.0);
+    if (base_len == 2) {   /* onnxruntime's reading: class 1 is base[1] + the first column's score */
+        v1 = base[1] + v0;
+        v0 = -v1;
+    } else if (base_len == 1) {
+        v0 += base[0];
+    }
+    const float s = (float)v0;
+    switch (output) {
+    case BINARY_PAIR: out[0] = v0; out[1] = v1; break;
+    case BINARY_PROBIT: out[0] = v0; break;
+    case BINARY_COMPLEMENT: out[0] = 1.0f - s; out[1] = s; break;
+    default: out[0] = -s; out[1] = s; break;
+    }
+    *best = (output == BINARY_PAIR ? v1 : v0) > threshold;
+}
+
+/* What the caller's NumPy post transform starts from (POST_TRANSFORMS numbering: SOFTMAX 1, LOGISTIC 2,
+ * SOFTMAX_ZERO 3; others 0), in place over a row's outputs rounded to float: a softmax row less its greatest
+ * value (SOFTMAX_ZERO's entries within 1e-7 of 0 at -inf, whose exp is the 0 it keeps), a logistic row
+ * negated. Returns 1 where the quick reading of what follows does not hold: a softmax row whose share may
+ * not be e / total (a NaN difference; SOFTMAX_ZERO's greatest entry kept at 0), a logistic one whose exp may
+ * overflow. */
+enum { SOFTMAX = 1, LOGISTIC = 2, SOFTMAX_ZERO = 3 };
+
+static int prepare(int64_t transform, int64_t width, double *o)
+{
+    int careful = 0;
+    if (transform == LOGISTIC) {
+        for (int64_t k = 0; k < width; k++) {
+            const float e = -(float)o[k];
+            careful |= e > 88.0f;
+            o[k] = e;
+        }
+        return careful;
+    }
+    if (transform != SOFTMAX && transform != SOFTMAX_ZERO) return 0;
+    float top = (float)o[0];
+    for (int64_t k = 1; k < width; k++) top = (float)o[k] > top ? (float)o[k] : top;
+    const int zero = transform == SOFTMAX_ZERO;
+    careful = zero && !(fabsf(top) > 1e-7f);
+    for (int64_t k = 0; k < width; k++) {
+        const float v = (float)o[k], e = v - top;
+        const int kept = !zero || fabsf(v) > 1e-7f;
+        careful |= kept && e != e;
+        o[k] = kept ? e : -INFINITY;
+    }
+    return careful;
+}
+
+#define DEFINE_PREDICT(T, SCORE)                                                                      \
+    int64_t rtd_forest_predict_##T(const rtd_forest *forest, const T *x, int64_t x_len, int64_t n_rows, int64_t n_columns, \
+                                   int64_t aggregate, int64_t output, const double *base, int64_t base_len,  \
+                                   double threshold, int64_t transform, T *scores, int64_t scores_len, int64_t *best, \
+                                   int64_t best_len)                                                   \
+    {                                                                                                  \
+        if (forest == NULL || output < TARGETS || output > BINARY_SIGNED || n_rows < 0 || base_len < 0 \
+            || transform < 0 || transform > SOFTMAX_ZERO                                               \
+            || (base_len > 0 && base == NULL))                                                         \
+            return -1;                                                                                 \
+        const int64_t n = forest->n_targets, width = output <= BINARY_PAIR ? n : output == BINARY_PROBIT ? 1 : 2; \
+        if (output >= BINARY_PAIR ? n != 2 || base_len > 2 : base_len != 0 && base_len != n)          \
+            return -1;                                                                                 \
+        if (n_rows > INT64_MAX / n || scores_len != n_rows * width || best_len != (output == TARGETS ? 0 : n_rows)) \
+            return -1;                                                                                 \
+        if (n_rows == 0) return SCORE(forest, x, x_len, 0, n_columns, aggregate, NULL, NULL, 0);       \
+        if (scores == NULL || (output != TARGETS && best == NULL)) return -1;                          \
+        T *sums = malloc((size_t)(n_rows * n) * sizeof(T));                                            \
+        uint8_t *has = malloc((size_t)(n_rows * n));                                                   \
+        double *row = malloc((size_t)(n + 2) * sizeof(double));                                        \
+        int64_t status = sums && has && row ? SCORE(forest, x, x_len, n_rows, n_columns, aggregate, sums, has, n_rows * n) : -3; \
+        int careful = 0;                                                                               \
+        for (int64_t r = 0; status == 0 && r < n_rows; r++) {                                          \
+            double out[2];                                                                             \
+            for (int64_t t = 0; t < n; t++) {                                                          \
+                const double v = has[r * n + t] ? (double)sums[r * n + t] : NAN;                      \
+                row[t] = aggregate == AVERAGE ? v / (double)forest->n_roots : v;                       \
+            }                                                                                          \
+            double *o = output < BINARY_PAIR ? row : out;   /* a binary row's two are copies */         \
+            finish(output, n, row, base, base_len, threshold, o, output == TARGETS ? NULL : best + r); \
+            careful |= prepare(transform, width, o);                                                   \
+            for (int64_t k = 0; k < width; k++) scores[r * width + k] = (T)o[k];                       \
+        }                                                                                              \
+        free(sums);                                                                                    \
+        free(has);                                                                                     \
+        free(row);                                                                                     \
+        return status == 0 ? careful : status;                                                         \
+    }
+
 int64_t rtd_forest_score_f32(const rtd_forest *forest, const float *x, int64_t x_len, int64_t n_rows, int64_t n_columns,
                              int64_t aggregate, float *scores, uint8_t *has_score, int64_t out_len)
 {
@@ -366,3 +487,6 @@ int64_t rtd_forest_score_f64(const rtd_forest *forest, const double *x, int64_t 
     return score(forest, x, x_len, n_rows, n_columns, aggregate, scores, sizeof(double), has_score, out_len,
                  score_rows_f64, walk_trees_f64, add_leaves_f64);
 }
+
+DEFINE_PREDICT(f32, rtd_forest_score_f32)
+DEFINE_PREDICT(f64, rtd_forest_score_f64)

@@ -11,6 +11,7 @@ import numpy as np
 
 from rtd.errors import Code, RtdError
 from ..native import compiled
+from ._ml import PREPARED
 
 LEAF = -1
 MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5,
@@ -18,6 +19,9 @@ MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRAN
 MEMBER = 6
 AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")  # TreeEnsemble-5 numbers them in this order
 BLOCK = 1 << 20  # (sample, tree) pairs walked at once
+# how forest.c's rtd_forest_predict_* reads the combined weights (forest.h): a regressor's targets, a classifier's
+# classes, or two classes as onnxruntime writes them (both columns; one: v0 for PROBIT, [1 - s, s], [-s, s])
+TARGETS, CLASSES, BINARY_PAIR, BINARY_PROBIT, BINARY_COMPLEMENT, BINARY_SIGNED = range(6)
 _CTYPES = {np.dtype(np.int32): "int32_t[]", np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]"}
 
 
@@ -281,6 +285,29 @@ class Scorer:
             return None
         return cls(forest, slots, targets, weights, n_targets)
 
+    def predict(self, x: np.ndarray, reading: "Reading") -> tuple[np.ndarray, np.ndarray, bool]:
+        """The op's scores (in x's type) and per row the best class (empty for TARGETS), read from the trees'
+        combined weights as `reading` says, in one C call: what the op's NumPy reading of `scores` gives, its
+        post transform's first steps taken where `reading.transform` names one (and whether a row needs care:
+        _ml.post_transform_prepared)."""
+        if x.shape[1] < self.n_features:
+            raise RtdError(Code.E_INPUT_INVALID, f"{self.op}: the trees read {self.n_features} features, the input has {x.shape[1]}")
+        x = np.ascontiguousarray(x)
+        ffi, lib = compiled.ffi, compiled.lib
+        output, n = reading.output, x.shape[0]
+        scores = np.empty((n, self.n_targets if output <= BINARY_PAIR else 1 if output == BINARY_PROBIT else 2), x.dtype)
+        best = np.empty(0 if output == TARGETS else n, np.int64)
+        ctype = _CTYPES[x.dtype]
+        predict = lib.rtd_forest_predict_f32 if x.dtype == np.float32 else lib.rtd_forest_predict_f64
+        status = predict(self.handle, ffi.from_buffer(ctype, x), x.size, n, x.shape[1], reading.aggregate, output,
+                         reading.base, reading.base_len, reading.threshold, reading.transform, ffi.from_buffer(ctype, scores), scores.size,
+                         ffi.from_buffer("int64_t[]", best) if best.size else ffi.NULL, best.size)
+        if status == -2:
+            raise RtdError(Code.E_MODEL_INVALID, f"{self.op}: a tree walk ran past the trees' depth")
+        if status < 0:
+            raise RtdError(Code.E_INTERNAL, f"{self.op}: the compiled forest refused its arguments (status {status})")
+        return scores, best, status == 1
+
     def scores(self, x: np.ndarray, how: str) -> np.ndarray:
         """Per row and target the trees' weights combined (float64 [N, targets]); NaN where no reached leaf carries the target."""
         if x.shape[1] < self.n_features:
@@ -308,3 +335,17 @@ def combined(forest: Forest, table: LeafTable, scorer: Scorer | None, x: np.ndar
     if scorer is not None:
         return scorer.scores(x, how)
     return table.aggregate(forest.leaves(x), how)
+
+
+class Reading:
+    """How a tree op reads its trees' combined weights in Scorer.predict: the aggregate, the output form (TARGETS
+    ...), base values (float64; none: no add), the weight over which two classes' label is the second, and the
+    post transform the op applies to the scores (its first steps taken in C where _ml.PREPARED has it)."""
+
+    def __init__(self, how: str, output: int, base: np.ndarray | None = None, threshold: float = 0.0,
+                 transform: str = "NONE"):
+        self.aggregate, self.output, self.threshold = AGGREGATES.index(how), output, float(threshold)
+        self.transform = PREPARED.get(transform, 0)
+        self._base = np.ascontiguousarray(base if base is not None else np.zeros(0), np.float64)
+        self.base_len = self._base.size
+        self.base = compiled.ffi.from_buffer("double[]", self._base) if self.base_len else compiled.ffi.NULL

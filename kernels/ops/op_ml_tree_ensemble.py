@@ -5,8 +5,8 @@ membership (`membership_values`, one NaN-terminated set per such node, in node o
 Results are [N, n_targets] in the input's float type."""
 import numpy as np
 
-from ._forest import AGGREGATES, LEAF, MEMBER, Forest, LeafTable, Scorer, combined
-from ._ml import POST_TRANSFORMS, MlKernel, finite, post_transform
+from ._forest import AGGREGATES, LEAF, MEMBER, TARGETS, Forest, LeafTable, Reading, Scorer, combined
+from ._ml import POST_TRANSFORMS, MlKernel, finite, post_transform, post_transform_prepared
 from .base import REQUIRED
 
 
@@ -47,6 +47,9 @@ class TreeEnsemble_5(MlKernel):
         leaves = (np.arange(k, k + n_leaves), self.leaf_targetids, np.asarray(self.leaf_weights).reshape(-1), self.n_targets)
         self.table = LeafTable(self.op_type, k + n_leaves, *leaves)
         self.scorer = Scorer.of(self.forest, *leaves)
+        transform = POST_TRANSFORMS[self.post_transform]
+        self.applied = transform if self.n_targets > 1 or transform == "PROBIT" else None
+        self.reading = None if self.scorer is None else Reading(AGGREGATES[self.aggregate_function], TARGETS, transform=self.applied or "NONE")
 
     def _members(self, modes, n_slots):
         """The value sets of MEMBER nodes as NaN-padded rows over every slot, or None."""
@@ -67,8 +70,12 @@ class TreeEnsemble_5(MlKernel):
             self.refuse(f"input dtype {x.dtype} is not a float type")
         flat = x.reshape(1, -1) if x.ndim == 1 else x
         flat = flat.astype(np.float64 if x.dtype == np.float64 else np.float32, copy=False)   # compared in the input's precision
+        if self.reading is not None and flat.dtype == x.dtype:   # walked and read in one C call (float16: rounded once, below)
+            scores, _, careful = self.scorer.predict(flat, self.reading)
+            if self.applied:
+                scores = post_transform_prepared(scores.astype(np.float32, copy=False), self.applied, careful)
+            return (scores.astype(x.dtype, copy=False),)
         scores = finite(combined(self.forest, self.table, self.scorer, flat, AGGREGATES[self.aggregate_function]))
-        transform = POST_TRANSFORMS[self.post_transform]
-        if self.n_targets > 1 or transform == "PROBIT":
-            scores = post_transform(scores.astype(np.float32), transform)
+        if self.applied:
+            scores = post_transform(scores.astype(np.float32), self.applied)
         return (scores.astype(x.dtype),)

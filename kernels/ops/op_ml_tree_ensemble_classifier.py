@@ -9,8 +9,9 @@ import numpy as np
 
 from rtd.errors import Code
 
-from ._forest import LeafTable, Scorer, combined, from_node_lists, leaf_slots
-from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, finite, labels_array, post_transform
+from ._forest import (BINARY_COMPLEMENT, BINARY_PAIR, BINARY_PROBIT, BINARY_SIGNED, CLASSES, LeafTable, Reading, Scorer,
+                      combined, from_node_lists, leaf_slots)
+from ._ml import POST_TRANSFORMS, MlKernel, binary_scores, finite, labels_array, post_transform, post_transform_prepared
 
 _ATTRIBUTES = {"base_values": None, "class_ids": None, "class_nodeids": None, "class_treeids": None,
                "class_weights": None, "classlabels_int64s": None, "classlabels_strings": None,
@@ -51,9 +52,32 @@ class TreeEnsembleClassifier_1(MlKernel):
         if self.base.size == 2 and not self.second:
             self.refuse("two base values for a binary ensemble scoring one class column", Code.E_OP_UNSUPPORTED)
         self.mixed = bool((weights < 0).any())
+        self.threshold = 0.5 if self.binary and not self.mixed else 0.0
+        self.classes = self.labels if n_classes >= 2 else np.array([0, 1], np.int64)
+        if self.scorer is not None:
+            output, self.applied = self._output()
+            self.reading = Reading("SUM", output, self.base, self.threshold, self.applied)
+        else:
+            self.reading = None
+
+    def _output(self) -> tuple[int, str]:
+        """What the compiled reading writes, and the transform then applied: compute's NumPy reading below, case by case."""
+        if len(self.labels) > 2:
+            return CLASSES, self.post_transform
+        if self.second or self.base.size == 2:
+            return BINARY_PAIR, self.post_transform
+        if self.post_transform == "PROBIT":
+            return BINARY_PROBIT, "PROBIT"
+        if self.binary and not self.mixed:
+            return BINARY_COMPLEMENT, "NONE"
+        return BINARY_SIGNED, "LOGISTIC" if self.post_transform == "LOGISTIC" else "NONE"
 
     def compute(self, x):
-        scores = combined(self.forest, self.table, self.scorer, self.features(x).astype(self.precision, copy=False), "SUM")
+        x = self.features(x).astype(self.precision, copy=False)
+        if self.reading is not None:   # walked and read in one C call; only the post transform's exp in NumPy
+            scores, best, careful = self.scorer.predict(x, self.reading)
+            return self.classes[best], post_transform_prepared(scores.astype(np.float32, copy=False), self.applied, careful)
+        scores = combined(self.forest, self.table, self.scorer, x, "SUM")
         if len(self.labels) > 2:
             if self.base.size:
                 scores = finite(scores) + self.base
@@ -70,9 +94,7 @@ class TreeEnsembleClassifier_1(MlKernel):
             scores[:, 0] += self.base[0]
         one_column = not second and self.base.size != 2
         positive = scores[:, 1] if second else scores[:, 0]
-        threshold = 0.5 if self.binary and not self.mixed else 0.0
-        labels = self.labels if len(self.labels) == 2 else np.array([0, 1], np.int64)
-        label = np.where(positive > threshold, labels[1], labels[0])
+        label = self.classes[(positive > self.threshold).astype(np.intp)]   # string labels stay str objects
         if not one_column:
             return label, post_transform(scores.astype(np.float32), self.post_transform)
         return label, binary_scores(scores[:, 0], self.post_transform, mixed=not (self.binary and not self.mixed))

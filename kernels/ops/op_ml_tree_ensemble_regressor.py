@@ -3,8 +3,8 @@ AVERAGE, MIN, MAX), plus base values, then a post transform; float32 [N, n_targe
 Version 3 may carry the float lists as double tensors (`*_as_tensor`)."""
 import numpy as np
 
-from ._forest import AGGREGATES, LeafTable, Scorer, combined, from_node_lists, leaf_slots
-from ._ml import POST_TRANSFORMS, MlKernel, finite, post_transform
+from ._forest import AGGREGATES, TARGETS, LeafTable, Reading, Scorer, combined, from_node_lists, leaf_slots
+from ._ml import POST_TRANSFORMS, MlKernel, finite, post_transform, post_transform_prepared
 
 _ATTRIBUTES = {"aggregate_function": "SUM", "base_values": None, "n_targets": None, "nodes_falsenodeids": None,
                "nodes_featureids": None, "nodes_hitrates": None, "nodes_missing_value_tracks_true": None,
@@ -37,14 +37,18 @@ class TreeEnsembleRegressor_1(MlKernel):
         self.base = np.zeros(self.n_targets) if base is None else base
         if self.base.size != self.n_targets:
             self.refuse(f"{self.base.size} base values for {self.n_targets} targets")
+        # onnxruntime transforms a single score only by PROBIT
+        self.applied = self.post_transform if self.n_targets > 1 or self.post_transform == "PROBIT" else "NONE"
+        self.reading = None if self.scorer is None else Reading(self.aggregate_function, TARGETS, self.base, transform=self.applied)
 
     def compute(self, x):
         # a target no reached leaf scores is 0, base value or not (onnxruntime)
         x = self.features(x).astype(self.precision, copy=False)
-        scores = finite(combined(self.forest, self.table, self.scorer, x, self.aggregate_function) + self.base)
-        if self.n_targets == 1 and self.post_transform != "PROBIT":
-            return (scores.astype(np.float32),)  # onnxruntime transforms a single score only by PROBIT
-        return (post_transform(scores.astype(np.float32), self.post_transform),)
+        if self.reading is not None:   # walked and read in one C call
+            scores, _, careful = self.scorer.predict(x, self.reading)
+            return (post_transform_prepared(scores.astype(np.float32, copy=False), self.applied, careful),)
+        scores = finite(combined(self.forest, self.table, self.scorer, x, self.aggregate_function) + self.base).astype(np.float32)
+        return (post_transform(scores, self.applied),)
 
 
 class TreeEnsembleRegressor_3(TreeEnsembleRegressor_1):
