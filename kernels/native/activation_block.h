@@ -16,11 +16,16 @@ RTD_INLINE v8 select8(v8i mask, v8 a, v8 b) { return (v8)(((v8i)a & mask) | ((v8
 
 RTD_INLINE v8 exp8(v8 x)
 {
-    const v8 high = splat(88.7228394f), low = splat(-103.972084f);
+    /* x held to [-104, 88.8]: exp(-104) rounds to 0 and exp(88.8) overflows to inf through the two-step scale,
+       so the held ends need no selects of their own (the same bits as selecting 0 below -103.972084 and inf
+       above 88.7228394, for every float); a NaN passes the hold and comes out NaN. 2^n is read from the
+       rounding shifter's bits. */
+    const v8 high = splat(88.8f), low = splat(-104.0f);
     v8 xc = select8(x > high, high, x);
-    xc = select8(xc < low, low, xc);   /* a NaN passes both: it stays NaN through the arithmetic */
+    xc = select8(xc < low, low, xc);
     const v8 shifter = splat(12582912.0f);   /* 1.5 * 2^23: adding it rounds to the nearest integer */
-    const v8 n = (xc * splat(1.44269504088896341f) + shifter) - shifter;
+    const v8 k = xc * splat(1.44269504088896341f) + shifter;
+    const v8 n = k - shifter;
     const v8 r = (xc - n * splat(0.693359375f)) - n * splat(-2.12194440e-4f);
     v8 p = splat(1.9875691500e-4f);
     p = p * r + splat(1.3981999507e-3f);
@@ -29,14 +34,10 @@ RTD_INLINE v8 exp8(v8 x)
     p = p * r + splat(1.6666665459e-1f);
     p = p * r + splat(5.0000001201e-1f);
     p = p * (r * r) + r + splat(1.0f);
-    const v8i ni = __builtin_convertvector(select8(n == n, n, splat(0.0f)), v8i);
+    const v8i ni = (v8i)k - (v8i)shifter;
     const v8i half = ni >> 1, rest = ni - half;
     const v8 scale1 = (v8)((half + 127) << 23), scale2 = (v8)((rest + 127) << 23);
-    v8 y = p * scale1 * scale2;
-    const v8 inf = splat(__builtin_inff());
-    y = select8(x > high, inf, y);
-    y = select8(x < low, splat(0.0f), y);
-    return select8(x != x, x, y);
+    return p * scale1 * scale2;
 }
 
 RTD_INLINE v8 sigmoid8(v8 x) { return splat(1.0f) / (splat(1.0f) + exp8(-x)); }
@@ -53,7 +54,7 @@ RTD_INLINE v8 tanh8(v8 x)
     small = small * z + splat(-3.33332819422e-1f);
     small = small * z * x + x;
     /* 1 - 2 / (exp(2|x|) + 1), |x| held to 9.1 (from 9.02 on it rounds to 1 either way): exp's argument stays in
-       [0, 18.2], where exp8's steps need neither its range selects nor its two-step scale, and 2^n is read from
+       [0, 18.2], where exp8's steps need neither its range hold nor its two-step scale, and 2^n is read from
        the rounding shifter's bits. The same bits as exp8's form for every float (checked over a third of them);
        a NaN passes the hold and comes out NaN. */
     const v8 a = select8(ax > splat(9.1f), splat(18.2f), ax + ax);
