@@ -25,7 +25,7 @@ RTD_DOMAIN = "rtd"  # fused kernels made by the passes; never in a model
 LARGE_ATTRIBUTE = 1 << 12
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)   # a node is itself: the passes find and remove nodes in lists by identity
 class Node:
     op_type: str
     domain: str

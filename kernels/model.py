@@ -7,17 +7,19 @@ the lowered graph once, specialises it to that signature and caches the resultin
 import collections
 import dataclasses
 import json
+import mmap
 import os
 import threading
 
 import numpy as np
 import onnx
 
-from rtd import dtypes
+from rtd import dtypes, onnx_weights
 from rtd.errors import Code, RtdError
 from rtd.served_shapes import served_dims
 
 from . import backend_cupy
+from .constant import read_only
 from .cuda_plan import CudaPlan
 from .graph import GraphRunner
 from .ir import from_onnx
@@ -61,14 +63,44 @@ def _served(spec: TensorSpec, producers: dict, rows: dict, input_dims: dict) -> 
     return TensorSpec(spec.name, np.dtype(np.float32), (None, len(labels)))
 
 
-def _parse(model) -> onnx.ModelProto:
+def _parse(model) -> tuple[onnx.ModelProto, dict]:
+    """The model's proto, and the weights `from_onnx` takes in place of its initializers: from a path, the main
+    graph's raw weights read from the file each into an array of its own, never parsed (rtd/onnx_weights.py):
+    the model is in memory once, not as the file's bytes, the parser's copy and the arrays."""
     if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (str, os.PathLike)):
-        with open(model, "rb") as f:
-            model = f.read()
+        return model, {}
+    if not isinstance(model, (str, os.PathLike)):
+        return _proto(bytes(model)), {}
+    with open(model, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise RtdError(Code.E_ONNX_PARSE, "the model file is empty")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:   # only the fields' keys are read from it
+            skeleton, spans = onnx_weights.stripped(mapped)
+            proto = _proto(bytes(skeleton))
+        del skeleton
+        weights = {}
+        for tensor in proto.graph.initializer:
+            span = spans.get(tensor.name)
+            if span is None or tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.external_data:
+                continue   # external data: tensor_value refuses it
+            raw = np.empty(span[1], np.uint8)
+            if os.preadv(f.fileno(), [raw], span[0]) != span[1]:
+                raise RtdError(Code.E_ONNX_PARSE, f"tensor {tensor.name!r}: the model file changed while it was read")
+            if tensor.data_type not in onnx_weights.VIEWABLE:
+                tensor.raw_data = raw.tobytes()
+                continue
+            raw.flags.writeable = False   # read-only down to its own bytes: the kernels may keep packed forms of it
+            try:
+                weights[tensor.name] = read_only(raw.view(onnx_weights.VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims)))
+            except ValueError:
+                raise RtdError(Code.E_ONNX_INVALID, f"tensor {tensor.name!r}: raw_data is {span[1]} bytes, not dims x "
+                                                    "element size") from None
+    return proto, weights
+
+
+def _proto(data) -> onnx.ModelProto:
     try:
-        return onnx.ModelProto.FromString(bytes(model))
+        return onnx.ModelProto.FromString(data)
     except Exception as e:  # protobuf raises DecodeError and friends
         raise RtdError(Code.E_ONNX_PARSE, str(e)[:200]) from None
 
@@ -89,12 +121,13 @@ class CompiledModel:
                  arena_limit: int | None = None, weights: dict | None = None):
         self.device, self.xp = device, _xp(device, gpu_memory_limit)
         self.arena_limit = arena_limit  # bytes one thread's planned buffers may take, per signature
-        proto = _parse(model)
+        proto, read_weights = _parse(model)
         if not proto.graph.node and not proto.graph.output:
             raise RtdError(Code.E_MODEL_INVALID, "the graph is empty")
         initializers = {t.name for t in proto.graph.initializer}
         self.inputs = [_spec(v) for v in proto.graph.input if v.name not in initializers]
-        graph = from_onnx(proto, weights)   # weights: initializers' arrays held by the caller (read-only views)
+        # weights: initializers' arrays held by the caller (read-only views), or read from the model's file
+        graph = from_onnx(proto, weights if weights is not None else read_weights)
         producers = graph.producers()
         rows = {name: (node.domain, node.op_type, node.inputs) for name, node in producers.items()}
         dims = {spec.name: spec.shape for spec in self.inputs}

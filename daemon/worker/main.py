@@ -18,13 +18,13 @@ import os
 import socket
 
 import numpy as np
-import onnx
 import threadpoolctl
 from onnx import TensorProto
 
 import rtd.kernels
 import rtd.kernels.ops
 from rtd import dtypes, wire
+from rtd.onnx_weights import VIEWABLE
 from rtd.daemon.worker.infer import Serving
 from rtd.daemon.worker.kserve_codec import Caps
 from rtd.daemon.worker.staging import stage_part
@@ -74,12 +74,6 @@ def _warm_up(model) -> None:
         # otherwise shapes guessed for symbolic dims may not fit the graph; real requests will say
 
 
-# ONNX element types NumPy can view in place (little-endian, whole bytes per element)
-_VIEWABLE = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("<") for t in (
-    TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BOOL, TensorProto.INT8, TensorProto.UINT8,
-    TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64, TensorProto.UINT64)}
-
-
 def _weights(proto, views: dict) -> dict:
     """The main graph's initializers as read-only arrays over their sealed memfd, shared with
     every instance of the model and never copied. An array that does not start on its
@@ -90,8 +84,8 @@ def _weights(proto, views: dict) -> dict:
         view = views.get(tensor.name)
         if view is None:
             continue
-        if tensor.data_type in _VIEWABLE:
-            array = np.frombuffer(view, _VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
+        if tensor.data_type in VIEWABLE:
+            array = np.frombuffer(view, VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
             if array.flags.aligned:
                 if not array.flags.writeable:   # a sealed memfd's read-only map: the kernels may keep what they make from it
                     vouch(array)

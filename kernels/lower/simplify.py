@@ -31,13 +31,13 @@ def _training(index: Index, node) -> bool:
 
 def eliminate_dead(graph: Graph) -> Graph:
     """Drop nodes none of whose outputs is used, and constants nothing reads."""
-    live = set(graph.outputs)
+    live = set(graph.outputs) - {""}   # "" (an absent value) is never live: a node's unused optional output is ""
     keep = []
-    for node in reversed(graph.nodes):
-        if any(out in live for out in node.outputs if out):
+    for node in reversed(graph.nodes):   # set operations, not generators: this runs after every pass
+        if not live.isdisjoint(node.outputs):
             keep.append(node)
-            live.update(n for n in node.inputs if n)
-            live.update(node.implicit)
+            live.update(node.inputs, node.implicit)
+            live.discard("")
     graph.nodes = keep[::-1]
     graph.constants = {k: v for k, v in graph.constants.items() if k in live}
     return graph

@@ -187,6 +187,27 @@ def test_external_tensor_data_is_refused_without_touching_the_filesystem(tmp_pat
     assert refusal(lambda: compile_model(bad.SerializeToString())).code is Code.E_ONNX_INVALID
 
 
+def test_a_model_file_gives_the_same_answers_as_its_bytes_its_weights_each_read_into_a_read_only_array(tmp_path):
+    m = mlp()
+    m.graph.node.extend([node("Cast", ["half"], ["half_f"], to=TensorProto.FLOAT), node("Add", ["y", "half_f"], ["z"])])
+    half = helper.make_tensor("half", TensorProto.BFLOAT16, [4], np.array([0x3f80, 0x4000, 0x4060, 0xbf80], np.uint16).tobytes(), raw=True)
+    m.graph.initializer.append(half)   # a type NumPy cannot view: its bytes go back into the proto
+    m.graph.output[0].name = "z"
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    from_file, from_bytes = compile_model(str(path)), compile_model(m.SerializeToString())
+    np.testing.assert_array_equal(from_file.run({"x": x})["z"], from_bytes.run({"x": x})["z"])
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(from_file.run({"x": x})["z"], want, rtol=1e-5, atol=1e-6)
+    read = {name: value for name, value in from_file.graph.constants.items() if value.size == 16}   # b1
+    assert read and all(not value.flags.writeable for value in read.values())
+    m.graph.initializer[0].dims[:] = [8, 17]   # 8 x 16 floats stored, 8 x 17 declared
+    path.write_bytes(m.SerializeToString())
+    assert refusal(lambda: compile_model(str(path))).code is Code.E_ONNX_INVALID
+    path.write_bytes(b"")
+    assert refusal(lambda: compile_model(str(path))).code is Code.E_ONNX_PARSE
+
 def test_gemm_steps_sharing_a_weight_share_its_transposed_copy():
     """An unrolled recurrence: eight Gemm steps (transB) multiply by the same two weights. The lowering
     transposes each weight once for all of them (it made one copy per step: a CRNN compiled to 4× its
