@@ -28,6 +28,34 @@ RTD_CLONES static void quantize(const float *x, int64_t n, float scale, float ze
     }
 }
 
+/* A whole tensor's element-wise step on the tenant's threads, each a contiguous share of at least
+   MIN_ELEMENTS_PER_THREAD elements (below that a pool thread costs more than it saves), and a range's
+   shares' ends, combined in share order. */
+#define MIN_ELEMENTS_PER_THREAD (1 << 16)
+#define MAX_SHARES 64
+
+struct elementwise {
+    const float *x; const uint8_t *bytes; float *floats; uint8_t *y; int64_t n, shares;
+    float scale, zero_point, lo, hi; int32_t zero; int is_signed; float ranges[2 * MAX_SHARES];
+};
+
+static int64_t shares_of(int64_t n)
+{
+    const int64_t threads = rtd_threads(), most = n / MIN_ELEMENTS_PER_THREAD;
+    const int64_t shares = threads < most ? threads : most;
+    return shares < 1 ? 1 : shares > MAX_SHARES ? MAX_SHARES : shares;
+}
+
+static void quantize_shares(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct elementwise *a = context;
+    (void)worker;
+    for (int64_t s = first; s < last; s++) {
+        const int64_t begin = a->n * s / a->shares, end = a->n * (s + 1) / a->shares;
+        quantize(a->x + begin, end - begin, a->scale, a->zero_point, a->lo, a->hi, a->y + begin, a->is_signed);
+    }
+}
+
 int rtd_quantize_f32(const float *x, int64_t x_len, float scale, int32_t zero_point, void *y, int y_type, int64_t y_len)
 {
     if ((y_type != RTD_CONV_U8 && y_type != RTD_CONV_S8) || x_len < 0
@@ -36,7 +64,10 @@ int rtd_quantize_f32(const float *x, int64_t x_len, float scale, int32_t zero_po
     if (y_len != x_len)
         return RTD_NATIVE_E_LENGTH;
     const int is_signed = y_type == RTD_CONV_S8;
-    quantize(x, x_len, scale, (float)zero_point, is_signed ? -128.0f : 0.0f, is_signed ? 127.0f : 255.0f, y, is_signed);
+    struct elementwise a = {.x = x, .y = y, .n = x_len, .shares = shares_of(x_len), .scale = scale,
+                            .zero_point = (float)zero_point, .lo = is_signed ? -128.0f : 0.0f, .hi = is_signed ? 127.0f : 255.0f,
+                            .is_signed = is_signed};
+    rtd_parallel_for(a.shares, a.shares, quantize_shares, &a);
     return 0;
 }
 
@@ -152,11 +183,29 @@ RTD_CLONES static void value_range(const float *x, int64_t n, float *range)
     range[1] = any_nan ? __builtin_nanf("") : high;
 }
 
+static void range_shares(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    struct elementwise *a = context;
+    (void)worker;
+    for (int64_t s = first; s < last; s++) {
+        const int64_t begin = a->n * s / a->shares, end = a->n * (s + 1) / a->shares;
+        value_range(a->x + begin, end - begin, a->ranges + 2 * s);
+    }
+}
+
 int rtd_range_f32(const float *x, int64_t x_len, float *range, int64_t range_len)
 {
     if (x_len < 1 || range_len != 2)
         return RTD_NATIVE_E_LENGTH;
-    value_range(x, x_len, range);
+    struct elementwise a = {.x = x, .n = x_len, .shares = shares_of(x_len)};
+    rtd_parallel_for(a.shares, a.shares, range_shares, &a);
+    range[0] = a.ranges[0];
+    range[1] = a.ranges[1];
+    for (int64_t s = 1; s < a.shares; s++) {   /* a share's NaN ends are NaN: they make both NaN */
+        const float low = a.ranges[2 * s], high = a.ranges[2 * s + 1];
+        range[0] = low != low || range[0] != range[0] ? __builtin_nanf("") : low < range[0] ? low : range[0];
+        range[1] = high != high || range[1] != range[1] ? __builtin_nanf("") : high > range[1] ? high : range[1];
+    }
     return 0;
 }
 
@@ -168,13 +217,25 @@ RTD_CLONES static void dequantize(const uint8_t *x, int is_signed, int64_t n, fl
         for (int64_t i = 0; i < n; i++) y[i] = (float)((int32_t)x[i] - zero_point) * scale;
 }
 
+static void dequantize_shares(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct elementwise *a = context;
+    (void)worker;
+    for (int64_t s = first; s < last; s++) {
+        const int64_t begin = a->n * s / a->shares, end = a->n * (s + 1) / a->shares;
+        dequantize(a->bytes + begin, a->is_signed, end - begin, a->scale, a->zero, a->floats + begin);
+    }
+}
+
 int rtd_dequantize_f32(const void *x, int x_type, int64_t x_len, float scale, int32_t zero_point, float *y, int64_t y_len)
 {
     if ((x_type != RTD_CONV_U8 && x_type != RTD_CONV_S8) || x_len < 0)
         return RTD_NATIVE_E_ARGUMENT;
     if (y_len != x_len)
         return RTD_NATIVE_E_LENGTH;
-    dequantize(x, x_type == RTD_CONV_S8, x_len, scale, zero_point, y);
+    struct elementwise a = {.bytes = x, .floats = y, .n = x_len, .shares = shares_of(x_len), .scale = scale,
+                            .zero = zero_point, .is_signed = x_type == RTD_CONV_S8};
+    rtd_parallel_for(a.shares, a.shares, dequantize_shares, &a);
     return 0;
 }
 

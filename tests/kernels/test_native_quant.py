@@ -58,6 +58,30 @@ def test_the_range_is_np_min_and_np_max_nan_included(size):
     assert quant.value_range(np.empty(0, np.float32)) is None
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threads_share_a_large_tensor_and_give_one_threads_answer(threads, native_threads):
+    rng = np.random.default_rng(threads)
+    x = rng.standard_normal(400_003, dtype=np.float32) * 5   # past the per-thread minimum three times over
+    want_bytes = quant.quantize(x, np.float32(0.04), 128, np.uint8)
+    native_threads(threads)
+    np.testing.assert_array_equal(quant.quantize(x, np.float32(0.04), 128, np.uint8), want_bytes)
+    np.testing.assert_array_equal(quant.value_range(x), (x.min(), x.max()))
+    for at in (0, 200_001, 400_002):   # a NaN in the first, a middle and the last share makes both ends NaN
+        y = x.copy()
+        y[at] = np.nan
+        assert np.isnan(quant.value_range(y)).all()
+    extreme = x.copy()
+    extreme[399_999] = np.inf   # the last share's end, where share order matters if the combination were wrong
+    np.testing.assert_array_equal(quant.value_range(extreme), (x.min(), np.inf))
+    graph = helper.make_graph([helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], "g",
+                              [helper.make_tensor_value_info("q", TensorProto.UINT8, [x.size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [helper.make_tensor("s", TensorProto.FLOAT, [], [0.04]), helper.make_tensor("z", TensorProto.UINT8, [], [128])])
+    model = compile_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    for _ in range(2):   # the traced run, then the plan's compiled dequantization on the threads
+        got = model.run({"q": want_bytes})["y"]
+    np.testing.assert_array_equal(got, (want_bytes.astype(np.int32) - 128).astype(np.float32) * np.float32(0.04))
+
 def test_only_float32_arrays_into_eight_bits_are_taken():
     x = np.ones(16, np.float32)
     assert quant.quantize(x.astype(np.float64), 1.0, 0, np.uint8) is None
