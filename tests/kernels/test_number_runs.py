@@ -12,6 +12,16 @@ from rtd.kernels import ir, number_runs
 INT_EDGES = [0, 1, 127, 128, 16383, 16384, -1, -128, 2**31 - 1, -2**31, 2**62, 2**63 - 1, -2**63]
 
 
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def decoder(request, monkeypatch):
+    """Every test with the C pass (native/varint.c) and with the NumPy passes it stands in for."""
+    if request.param == "numpy":
+        monkeypatch.setattr(number_runs, "compiled", None)
+    elif number_runs.compiled is None:
+        pytest.skip("rtd was installed without its compiled kernels")
+    return request.param
+
+
 def _attribute(name: str, values) -> onnx.AttributeProto:
     return helper.make_attribute(name, values)
 
@@ -79,3 +89,15 @@ def _varint(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+def test_a_truncated_run_is_left_to_the_runtime_and_the_c_pass_checks_its_arguments(decoder):
+    encoded = _unpacked(list(range(200, 2000)))
+    assert number_runs.run(encoded[:-1], 8, 1800, np.int64) is None   # the last varint cut short
+    assert number_runs.run(encoded + b"\x40\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 8, 1801, np.int64) is None  # 11 bytes
+    if decoder == "compiled":
+        ffi, lib = number_runs.compiled.ffi, number_runs.compiled.lib
+        out = np.empty(4, np.int64)
+        data = ffi.from_buffer("uint8_t[]", encoded)
+        for key, count, out_len in ((0, 4, 4), (128, 4, 4), (0x40, 4, 3), (0x40, -1, -1)):
+            assert lib.rtd_varint_run(data, len(encoded), key, count, ffi.from_buffer("int64_t[]", out), out_len) == -1
