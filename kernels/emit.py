@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rtd.errors import RtdError
+
 from .ir import RTD_DOMAIN, Node
 from .native import compiled
 from .native import conv as native_conv
@@ -28,13 +30,15 @@ from .native.gemm import _pack as pack_gemm
 from .native.packed import packed
 from .native.program import Constant, Op, Scratch, Value, reads, writes
 from .native.recurrent import pack_lstm
+from .native.resample import tables as resample_tables
 from .ops._contrib import MS_DOMAIN, scalar_side
 from .ops._quant import FLOAT32_EXACT, frozen, lookup_table, span
+from .ops._resize import passes
 from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM) = range(1, 24)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM, RESAMPLE) = range(1, 25)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -294,8 +298,33 @@ def _gather(step: Step) -> Emitted | None:
 
 
 def _resize(step: Step) -> Emitted | None:
-    """Nearest-neighbour Resize only moves elements (a strided copy for whole factors); other modes compute."""
-    return _movement((0,))(step) if step.kernel.mode == "nearest" else None
+    """Nearest-neighbour Resize only moves elements (a strided copy for whole factors); linear and cubic ones
+    of float32 are a RESAMPLE op per resized axis, the passes and tables the kernel's own run uses."""
+    if step.kernel.mode == "nearest":
+        return _movement((0,))(step)
+    x, y = step.input(0), step.output()
+    parameters = step.node.inputs[1:]
+    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or any(n and step.constant(n) is None for n in parameters):
+        return None
+    try:
+        settings = step.kernel.geometry(len(step.shape(x)), *[step.constant(n) if n else None for n in parameters])
+        settings.pop("extrapolation_value", None)
+        plans = passes(step.shape(x), **settings)
+    except RtdError:
+        return None
+    shape, source, ops = list(step.shape(x)), Value(x), []
+    for k, (axis, index, weights, outside, _) in enumerate(plans):
+        if (outside is not None and outside.any()) or index.shape[1] < 2:
+            return None
+        index, weights = resample_tables(index, weights, shape[axis])
+        after = shape[:axis] + [index.shape[1]] + shape[axis + 1:]
+        target = Value(y) if k == len(plans) - 1 else Scratch(f"pass{k}", math.prod(after) * 4)
+        ops.append(Op(RESAMPLE, (reads(source), reads(Constant(index)), reads(Constant(weights)), writes(target)),
+                      (math.prod(shape[:axis]), shape[axis], index.shape[1], math.prod(shape[axis + 1:]), index.shape[0])))
+        source, shape = target, after
+    if tuple(shape) != step.shape(y):
+        return None
+    return Emitted(ops, {} if ops else {y: (x, 0)})
 
 
 def _cast(step: Step) -> Emitted | None:

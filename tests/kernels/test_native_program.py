@@ -447,9 +447,9 @@ def test_sums_along_contiguous_elements_run_in_the_program_pairwise_with_the_tra
     np.testing.assert_allclose(planned["mean"], feeds["x"].astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-6, atol=1e-7)
 
 
-def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_stay_python():
+def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_resample():
     """Nearest upsampling by whole factors (2 and 4, and 3 along one axis) becomes one strided copy with zero
-    strides for the repeats; a non-whole factor a gather; a linear Resize computes, so it is no copy at all."""
+    strides for the repeats; a non-whole factor a gather; a linear Resize computes: a RESAMPLE per resized axis."""
     nodes = [node("Resize", ["x", "", "two"], ["up2"], mode="nearest", coordinate_transformation_mode="asymmetric",
                   nearest_mode="floor"),
              node("Resize", ["x", "", "mixed"], ["up_mixed"], mode="nearest", coordinate_transformation_mode="asymmetric",
@@ -466,7 +466,7 @@ def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_stay_python()
     emitted = dict(zip((n.outputs[0] for n in plan.graph.nodes), plan.emitted))
     copies = [[op for op in emitted[name].ops] for name in ("up2", "up_mixed")]
     assert all(len(ops) == 1 and ops[0].opcode == emit.COPY for ops in copies), copies
-    assert emitted["up_odd"] is not None and emitted["linear"] is None
+    assert emitted["up_odd"] is not None and [op.opcode for op in emitted["linear"].ops] == [emit.RESAMPLE] * 2
     for name in outputs:
         np.testing.assert_array_equal(traced[name], planned[name], err_msg=name)
     np.testing.assert_array_equal(planned["up_mixed"], feeds["x"].repeat(4, axis=2).repeat(3, axis=3))
