@@ -5,7 +5,7 @@ interpreter refuses operands outside their slots and writes into read-only slots
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 import rtd.kernels.plan as plan_module
 from rtd.kernels import compile_model, emit
@@ -470,6 +470,39 @@ def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_resample():
     for name in outputs:
         np.testing.assert_array_equal(traced[name], planned[name], err_msg=name)
     np.testing.assert_array_equal(planned["up_mixed"], feeds["x"].repeat(4, axis=2).repeat(3, axis=3))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_copies_shared_among_threads_move_the_same_bytes(threads, monkeypatch, native_threads):
+    """Copies past a thread's share of bytes (an FPN's nearest upsampling and Concat, a transpose, a slice, a
+    one-axis run, int64 elements) split their runs among the threads: the NumPy kernels' values exactly."""
+    nodes = [node("Resize", ["x", "", "two"], ["up"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                  nearest_mode="floor"),
+             node("Resize", ["x", "", "three"], ["up3"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                  nearest_mode="floor"),
+             node("Concat", ["up", "big"], ["cat"], axis=1),
+             node("Transpose", ["cat"], ["t"], perm=[0, 2, 3, 1]),
+             node("Slice", ["cat", "starts", "ends", "axes"], ["sl"]),
+             node("Reshape", ["cat", "flat_shape"], ["flat"]), node("Concat", ["flat", "flat"], ["runs"], axis=0),
+             node("Concat", ["ids", "ids"], ["ids2"], axis=2)]
+    inits = [const("two", np.array([1, 1, 2, 2], np.float32)), const("three", np.array([1, 1, 3, 1], np.float32)),
+             const("starts", np.array([1, 3], np.int64)), const("ends", np.array([60, 61], np.int64)),
+             const("axes", np.array([1, 3], np.int64)), const("flat_shape", np.array([-1], np.int64))]
+    outputs = ["up3", "t", "sl", "runs", "ids2"]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 64, 64, 64])
+    ids2 = helper.make_tensor_value_info("ids2", TensorProto.INT64, None)
+    onnx_model = model(nodes, [("x", [1, 40, 32, 32]), ("big", [1, 24, 64, 64]), ids], [(n, None) for n in outputs[:-1]] + [ids2],
+                       inits, opset=13)
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.standard_normal((1, 40, 32, 32)).astype(np.float32),
+             "big": rng.standard_normal((1, 24, 64, 64)).astype(np.float32),
+             "ids": rng.integers(-1 << 40, 1 << 40, (1, 64, 64, 64))}
+    native_threads(threads)
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == len(nodes)
+    for name in outputs:
+        np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
 
 
 def test_an_additive_attentions_broadcast_add_runs_in_the_program_with_the_traced_bits():
