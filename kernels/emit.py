@@ -547,6 +547,44 @@ def _softmax(step: Step) -> Emitted | None:
     return Emitted([Op(SOFTMAX, (reads(Value(x)), writes(Value(y))), (math.prod(shape[:-1]), shape[-1]))], {})
 
 
+def _attention(step: Step) -> Emitted | None:
+    """The fused attention over float32 as its CPU run computes it (fused.Attention): q @ kt into scratch scores
+    (batched GEMMs), the scale and the mask by one chain in place, the row softmax in place, scores @ v."""
+    q, kt, v, mask = (step.node.inputs + ["", "", "", ""])[:4]
+    y = step.output()
+    names = [q, kt, v, y] + ([mask] if mask else [])
+    if any(step.dtype(n) != FLOAT32 for n in names):
+        return None
+    q_shape, kt_shape, v_shape = step.shape(q), step.shape(kt), step.shape(v)
+    if len(q_shape) < 2 or not q_shape[:-2] == kt_shape[:-2] == v_shape[:-2] or len(kt_shape) != len(q_shape) \
+            or len(v_shape) != len(q_shape):
+        return None
+    (m, k), (k2, t), (t2, e) = q_shape[-2:], kt_shape[-2:], v_shape[-2:]
+    scores_shape = q_shape[:-2] + (m, t)
+    if k != k2 or t != t2 or min(m, k, t, e) < 1 or step.shape(y) != q_shape[:-2] + (m, e):
+        return None
+    batch = math.prod(q_shape[:-2])
+    scores = Scratch("scores", batch * m * t * 4)
+    operands = [reads(scores), reads(Constant(np.array([step.kernel.scale], FLOAT32)))]
+    layouts = [_layout(scores_shape, scores_shape), _layout((), scores_shape)]
+    links = [(OPCODES["Div" if step.kernel.scale_op == "Div" else "Mul"][0], (0, 1))]
+    if mask:
+        if np.broadcast_shapes(step.shape(mask), scores_shape) != scores_shape:
+            return None
+        operands.append(reads(Value(mask)))
+        layouts.append(_layout(step.shape(mask), scores_shape))
+        links.append((CHAIN_LINK_ADD, (-1, 2)))
+    sizes = [math.prod(scores_shape), 1] + ([math.prod(step.shape(mask))] if mask else [])
+    if any(layout is None or layout[0] * layout[2] != size for layout, size in zip(layouts, sizes)):
+        return None
+    program = _links(*links)
+    return Emitted([Op(MATMUL, (reads(Value(q)), reads(Value(kt)), writes(scores)), (batch, m, k, t, m * k, k * t, ROWS)),
+                    Op(CHAIN, (reads(Constant(program.links)), reads(Constant(program.params)), writes(scores), *operands),
+                       (len(links), len(operands), *[v for layout in layouts for v in layout])),
+                    Op(SOFTMAX, (reads(scores), writes(scores)), (batch * m, t)),
+                    Op(MATMUL, (reads(scores), reads(Value(v)), writes(Value(y))), (batch, m, t, e, m * t, t * e, ROWS))], {})
+
+
 def _layernorm(step: Step) -> Emitted | None:
     """The fused LayerNorm as the compiled row kernel, where its run takes that too: float32, gamma and beta one
     per column (absent ones as ones and zeros, as the kernel passes them)."""
@@ -984,6 +1022,7 @@ EMITTERS = {
     (RTD_DOMAIN, "ConvActivation"): _conv_activation,
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,
+    (RTD_DOMAIN, "Attention"): _attention,
     (RTD_DOMAIN, "Softmax"): _softmax,
     (RTD_DOMAIN, "LayerNorm"): _layernorm,
     (RTD_DOMAIN, "Gelu"): _gelu,

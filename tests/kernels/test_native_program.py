@@ -564,3 +564,27 @@ def test_layernorm_runs_as_the_compiled_row_kernel(width, bias, monkeypatch):
     np.testing.assert_array_equal(ours["y"], compile_model(onnx_model, optimize=False).run(feeds)["y"])
     expected = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(ours["y"], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("masked,div", [(True, True), (False, False), (True, False)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_fused_attention_runs_in_the_program_with_the_traced_bits(masked, div, threads, monkeypatch, native_threads):
+    """q @ kt, the scale and mask, the row softmax and @ v: batched GEMMs (the heads shared among the threads), a
+    chain and the softmax in one program, the traced run's bits; within rounding of the NumPy steps it replaced."""
+    from tests.kernels.test_fusion_properties import attention_model
+    onnx_model, inputs = attention_model(2, 4, 96, 32, masked, div)   # big enough that the heads are shared
+    rng = np.random.default_rng(11)
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in inputs}
+    if masked:
+        feeds["mask"] = np.where(feeds["mask"] > 0.5, -1e4, 0).astype(np.float32)
+    native_threads(threads)
+    ours = compile_model(onnx_model)
+    traced, planned = (ours.run(feeds)["y"].copy() for _ in range(2))
+    (plan,) = ours._plans.values()
+    (attention,) = [e for node, e in zip(plan.graph.nodes, plan.emitted) if node.op_type == "Attention"]
+    assert attention is not None and [op.opcode for op in attention.ops] == [emit.MATMUL, emit.CHAIN, emit.SOFTMAX, emit.MATMUL]
+    np.testing.assert_array_equal(traced, planned)
+    native_threads(1)
+    np.testing.assert_array_equal(compile_model(onnx_model).run(feeds)["y"], planned)
+    want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(planned, want, rtol=1e-4, atol=1e-5)
