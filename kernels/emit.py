@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rtd.errors import RtdError
+
 from .ir import RTD_DOMAIN, Node
 from .native import compiled
 from .native import conv as native_conv
@@ -28,13 +30,15 @@ from .native.gemm import _pack as pack_gemm
 from .native.packed import packed
 from .native.program import Constant, Op, Scratch, Value, reads, writes
 from .native.recurrent import pack_lstm
+from .native.resample import tables as resample_tables
 from .ops._contrib import MS_DOMAIN, scalar_side
 from .ops._quant import FLOAT32_EXACT, frozen, lookup_table, span
+from .ops._resize import passes
 from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM) = range(1, 24)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM, RESAMPLE) = range(1, 25)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -294,8 +298,33 @@ def _gather(step: Step) -> Emitted | None:
 
 
 def _resize(step: Step) -> Emitted | None:
-    """Nearest-neighbour Resize only moves elements (a strided copy for whole factors); other modes compute."""
-    return _movement((0,))(step) if step.kernel.mode == "nearest" else None
+    """Nearest-neighbour Resize only moves elements (a strided copy for whole factors); linear and cubic ones
+    of float32 are a RESAMPLE op per resized axis, the passes and tables the kernel's own run uses."""
+    if step.kernel.mode == "nearest":
+        return _movement((0,))(step)
+    x, y = step.input(0), step.output()
+    parameters = step.node.inputs[1:]
+    if step.dtype(x) != FLOAT32 or step.dtype(y) != FLOAT32 or any(n and step.constant(n) is None for n in parameters):
+        return None
+    try:
+        settings = step.kernel.geometry(len(step.shape(x)), *[step.constant(n) if n else None for n in parameters])
+        settings.pop("extrapolation_value", None)
+        plans = passes(step.shape(x), **settings)
+    except RtdError:
+        return None
+    shape, source, ops = list(step.shape(x)), Value(x), []
+    for k, (axis, index, weights, outside, _) in enumerate(plans):
+        if (outside is not None and outside.any()) or index.shape[1] < 2:
+            return None
+        index, weights = resample_tables(index, weights, shape[axis])
+        after = shape[:axis] + [index.shape[1]] + shape[axis + 1:]
+        target = Value(y) if k == len(plans) - 1 else Scratch(f"pass{k}", math.prod(after) * 4)
+        ops.append(Op(RESAMPLE, (reads(source), reads(Constant(index)), reads(Constant(weights)), writes(target)),
+                      (math.prod(shape[:axis]), shape[axis], index.shape[1], math.prod(shape[axis + 1:]), index.shape[0])))
+        source, shape = target, after
+    if tuple(shape) != step.shape(y):
+        return None
+    return Emitted(ops, {} if ops else {y: (x, 0)})
 
 
 def _cast(step: Step) -> Emitted | None:
@@ -516,6 +545,44 @@ def _softmax(step: Step) -> Emitted | None:
     if step.dtype(x) != FLOAT32 or not shape or axis != len(shape) - 1 or shape[-1] < 1:
         return None
     return Emitted([Op(SOFTMAX, (reads(Value(x)), writes(Value(y))), (math.prod(shape[:-1]), shape[-1]))], {})
+
+
+def _attention(step: Step) -> Emitted | None:
+    """The fused attention over float32 as its CPU run computes it (fused.Attention): q @ kt into scratch scores
+    (batched GEMMs), the scale and the mask by one chain in place, the row softmax in place, scores @ v."""
+    q, kt, v, mask = (step.node.inputs + ["", "", "", ""])[:4]
+    y = step.output()
+    names = [q, kt, v, y] + ([mask] if mask else [])
+    if any(step.dtype(n) != FLOAT32 for n in names):
+        return None
+    q_shape, kt_shape, v_shape = step.shape(q), step.shape(kt), step.shape(v)
+    if len(q_shape) < 2 or not q_shape[:-2] == kt_shape[:-2] == v_shape[:-2] or len(kt_shape) != len(q_shape) \
+            or len(v_shape) != len(q_shape):
+        return None
+    (m, k), (k2, t), (t2, e) = q_shape[-2:], kt_shape[-2:], v_shape[-2:]
+    scores_shape = q_shape[:-2] + (m, t)
+    if k != k2 or t != t2 or min(m, k, t, e) < 1 or step.shape(y) != q_shape[:-2] + (m, e):
+        return None
+    batch = math.prod(q_shape[:-2])
+    scores = Scratch("scores", batch * m * t * 4)
+    operands = [reads(scores), reads(Constant(np.array([step.kernel.scale], FLOAT32)))]
+    layouts = [_layout(scores_shape, scores_shape), _layout((), scores_shape)]
+    links = [(OPCODES["Div" if step.kernel.scale_op == "Div" else "Mul"][0], (0, 1))]
+    if mask:
+        if np.broadcast_shapes(step.shape(mask), scores_shape) != scores_shape:
+            return None
+        operands.append(reads(Value(mask)))
+        layouts.append(_layout(step.shape(mask), scores_shape))
+        links.append((CHAIN_LINK_ADD, (-1, 2)))
+    sizes = [math.prod(scores_shape), 1] + ([math.prod(step.shape(mask))] if mask else [])
+    if any(layout is None or layout[0] * layout[2] != size for layout, size in zip(layouts, sizes)):
+        return None
+    program = _links(*links)
+    return Emitted([Op(MATMUL, (reads(Value(q)), reads(Value(kt)), writes(scores)), (batch, m, k, t, m * k, k * t, ROWS)),
+                    Op(CHAIN, (reads(Constant(program.links)), reads(Constant(program.params)), writes(scores), *operands),
+                       (len(links), len(operands), *[v for layout in layouts for v in layout])),
+                    Op(SOFTMAX, (reads(scores), writes(scores)), (batch * m, t)),
+                    Op(MATMUL, (reads(scores), reads(Value(v)), writes(Value(y))), (batch, m, t, e, m * t, t * e, ROWS))], {})
 
 
 def _layernorm(step: Step) -> Emitted | None:
@@ -955,6 +1022,7 @@ EMITTERS = {
     (RTD_DOMAIN, "ConvActivation"): _conv_activation,
     (RTD_DOMAIN, "ElementwiseChain"): _elementwise_chain,
     (RTD_DOMAIN, "MatMulBias"): _matmul_bias,
+    (RTD_DOMAIN, "Attention"): _attention,
     (RTD_DOMAIN, "Softmax"): _softmax,
     (RTD_DOMAIN, "LayerNorm"): _layernorm,
     (RTD_DOMAIN, "Gelu"): _gelu,

@@ -19,7 +19,7 @@ from rtd.errors import Code, RtdError
 from .backend_cupy import chain_kernel, layernorm_rows, rows_kernel_fits, softmax_rows
 from .ir import Node
 from .native.chain import Program
-from .native.gemm import gemm_rows
+from .native.gemm import gemm_batched, gemm_rows
 from .ops._norm import compiled_layernorm, standardize
 from .ops._softmax import softmax
 from .ops._window import scratch
@@ -199,14 +199,21 @@ class Attention(Fused):
         return np.broadcast_shapes(q[:-2], kt[:-2]) + (q[-2], kt[-1]), dtype
 
     def run(self, q, kt, v, mask=None, out=None, scores=None):
-        if not q.flags.c_contiguous:  # a head-split transpose: a contiguous copy is the faster GEMM operand
-            packed = scratch("attention-q", q.shape, q.dtype, self.xp)
-            self.xp.copyto(packed, q)
-            q = packed
-        s = self.xp.matmul(q, kt, out=scores)
-        if self.xp is not np and mask is None and rows_kernel_fits(s):  # scale and softmax in one row pass
-            softmax_rows(s, 1 / self.scale if self.scale_op == "Div" else self.scale, s)
-            return (self.xp.matmul(s, v, out=out),)
+        s = None
+        if self.xp is np and (mask is None or mask.dtype == np.float32) and v.dtype == np.float32 and v.shape[:-2] == q.shape[:-2]:
+            # float32 on the CPU: the compiled batched GEMMs (whole products shared among the threads), then the
+            # steps below: what a native program's ops compute (kernels/emit.py)
+            s = gemm_batched(q, kt, out=scores)
+        native = s is not None
+        if not native:
+            if not q.flags.c_contiguous:  # a head-split transpose: a contiguous copy is the faster GEMM operand
+                packed = scratch("attention-q", q.shape, q.dtype, self.xp)
+                self.xp.copyto(packed, q)
+                q = packed
+            s = self.xp.matmul(q, kt, out=scores)
+            if self.xp is not np and mask is None and rows_kernel_fits(s):  # scale and softmax in one row pass
+                softmax_rows(s, 1 / self.scale if self.scale_op == "Div" else self.scale, s)
+                return (self.xp.matmul(s, v, out=out),)
         # scaled after the product, like the unfused graph: bit-equal scores keep quantized
         # models that requantize downstream on the interpreter's values
         if self.scale_op == "Div":
@@ -216,7 +223,8 @@ class Attention(Fused):
         if mask is not None:
             s += mask
         softmax(self.xp, s, s.ndim - 1, out=s)
-        return (self.xp.matmul(s, v, out=out),)
+        y = gemm_batched(s, v, out=out) if native else None
+        return (self.xp.matmul(s, v, out=out) if y is None else y,)
 
 
 class ConvActivation(Fused):

@@ -56,3 +56,30 @@ def gemm_rows(a, w, bias=None, relu: bool = False, out=None, constant: bool = Fa
     if status != 0:   # the checks above make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"GEMM kernel refused its arguments (status {status})")
     return out
+
+
+def gemm_batched(a, b, out=None):
+    """a (..., M, K) @ b (..., K, N) with the same leading axes, float32, every product whole on one thread
+    (or one product's rows shared when there are fewer products than threads), or None when not taken:
+    what a native program's MATMUL op runs, so a traced run and a planned one agree bit for bit."""
+    if compiled is None or type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != FLOAT32 \
+            or b.dtype != FLOAT32 or a.ndim < 2 or a.shape[:-2] != b.shape[:-2] or b.ndim != a.ndim \
+            or a.shape[-1] != b.shape[-2] or min(a.shape[-2:] + b.shape[-1:]) < 1:
+        return None
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = a.size // (m * k)
+    shape = a.shape[:-2] + (m, n)
+    if out is None:
+        out = np.empty(shape, np.float32)
+    elif out.shape != shape or out.dtype != FLOAT32 or not out.flags.c_contiguous:
+        return None
+    if batch < 1:
+        return out
+    ffi = compiled.ffi
+    status = compiled.lib.rtd_gemm_batched(ffi.from_buffer("float[]", a), a.size, ffi.from_buffer("float[]", b), b.size, ROWS,
+                                           ffi.from_buffer("float[]", out, require_writable=True), out.size, batch, m, k, n,
+                                           m * k, k * n)
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"batched GEMM kernel refused its arguments (status {status})")
+    return out

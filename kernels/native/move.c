@@ -1,11 +1,17 @@
 /* Data movement for compiled plans (move.h): strided copies (Slice, Transpose, Concat, Split, Expand,
  * Pad's borders, nearest upsampling are all one or a few of them), fills and element conversions, so a
- * plan's shape plumbing runs between its kernels without a return to Python.
+ * plan's shape plumbing runs between its kernels without a return to Python. A large copy's runs are
+ * shared among the threads (each element written by one of them: the same bytes whatever the threads).
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "move.h"
+#include "parallel.h"
+#include "threads.h"
+
+/* Below this many bytes per thread, waking a pool thread costs more than it saves. */
+#define MIN_BYTES_PER_THREAD (1 << 18)
 
 int64_t rtd_move_type_size(int type)
 {
@@ -36,40 +42,84 @@ static void copy_run(char *dst, const char *src, int64_t size, int64_t n, int64_
 #undef STRIDED
 }
 
+/* The last two axes: `rows` runs of n elements. Each source element repeated along a contiguous run (nearest
+   upsampling's innermost axis: source stride 0) is read once and stored n times, without a call per run. */
+static void copy_rows(char *dst, const char *src, int64_t size, int64_t rows, int64_t n, int64_t rs, int64_t rd, int64_t s,
+                      int64_t d)
+{
+    if (s == 0 && d == 1 && rd == n && size == 4) {
+        const uint32_t *i = (const uint32_t *)(const void *)src;
+        uint32_t *o = (uint32_t *)(void *)dst;
+        if (n == 2)
+            for (int64_t r = 0; r < rows; r++) {
+                const uint32_t v = i[r * rs];
+                o[2 * r] = v;
+                o[2 * r + 1] = v;
+            }
+        else
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t k = 0; k < n; k++) o[r * n + k] = i[r * rs];
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        copy_run(dst + r * rd * size, src + r * rs * size, size, n, s, d);
+}
+
+struct copy {
+    char *dst; const char *src;
+    int64_t size, ndim;
+    const int64_t *shape, *src_strides, *dst_strides;
+};
+
+/* Indices [first, last) of the axes before the last two (ndim >= 2): each a copy_rows of the last two. */
+static void copy_outer(void *ctx, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    const struct copy *c = ctx;
+    const int64_t inner = c->ndim - 1, size = c->size;
+    for (int64_t at = first; at < last; at++) {
+        int64_t so = 0, doff = 0, rest = at;
+        for (int64_t k = inner - 2; k >= 0; k--) {
+            const int64_t index = rest % c->shape[k];
+            rest /= c->shape[k];
+            so += index * c->src_strides[k];
+            doff += index * c->dst_strides[k];
+        }
+        copy_rows(c->dst + doff * size, c->src + so * size, size, c->shape[inner - 1], c->shape[inner],
+                  c->src_strides[inner - 1], c->dst_strides[inner - 1], c->src_strides[inner], c->dst_strides[inner]);
+    }
+}
+
+/* Blocks [first, last) of COPY_BLOCK elements of a one-axis copy. */
+#define COPY_BLOCK 16384
+static void copy_blocks(void *ctx, int64_t worker, int64_t first, int64_t last)
+{
+    (void)worker;
+    const struct copy *c = ctx;
+    const int64_t start = first * COPY_BLOCK, end = last * COPY_BLOCK < c->shape[0] ? last * COPY_BLOCK : c->shape[0];
+    copy_run(c->dst + start * c->dst_strides[0] * c->size, c->src + start * c->src_strides[0] * c->size, c->size,
+             end - start, c->src_strides[0], c->dst_strides[0]);
+}
+
 void rtd_move_copy(char *dst, const char *src, int64_t size, int64_t ndim, const int64_t *shape,
                    const int64_t *src_strides, const int64_t *dst_strides)
 {
-    for (int64_t k = 0; k < ndim; k++)
+    int64_t count = 1;
+    for (int64_t k = 0; k < ndim; k++) {
         if (shape[k] == 0) return;
+        count *= shape[k];
+    }
     if (ndim == 0) {
         memcpy(dst, src, (size_t)size);
         return;
     }
-    if (ndim == 1) {
-        copy_run(dst, src, size, shape[0], src_strides[0], dst_strides[0]);
-        return;
-    }
-    /* the outer axes by an index counter, the last two in a plain double loop */
-    const int64_t last = ndim - 1, rows = shape[last - 1];
-    const int64_t row_src = src_strides[last - 1] * size, row_dst = dst_strides[last - 1] * size;
-    int64_t index[RTD_MOVE_MAX_DIMS] = {0};
-    for (;;) {
-        int64_t so = 0, doff = 0;
-        for (int64_t k = 0; k < last - 1; k++) {
-            so += index[k] * src_strides[k];
-            doff += index[k] * dst_strides[k];
-        }
-        const char *s = src + so * size;
-        char *d = dst + doff * size;
-        for (int64_t r = 0; r < rows; r++)
-            copy_run(d + r * row_dst, s + r * row_src, size, shape[last], src_strides[last], dst_strides[last]);
-        int64_t k = last - 2;
-        for (; k >= 0; k--) {
-            if (++index[k] < shape[k]) break;
-            index[k] = 0;
-        }
-        if (k < 0) return;
-    }
+    int64_t threads = rtd_threads();
+    if (count * size / (threads > 0 ? threads : 1) < MIN_BYTES_PER_THREAD) threads = 1;
+    struct copy c = {dst, src, size, ndim, shape, src_strides, dst_strides};
+    if (ndim == 1)
+        rtd_parallel_for(threads, (shape[0] + COPY_BLOCK - 1) / COPY_BLOCK, copy_blocks, &c);
+    else
+        rtd_parallel_for(threads, count / (shape[ndim - 2] * shape[ndim - 1]), copy_outer, &c);
 }
 
 void rtd_move_fill(char *dst, int64_t size, int64_t count, int64_t bits)

@@ -1,20 +1,29 @@
 /* The compiled kernels' threads: a small pool of their own, made on first use in each process, that
- * runs parallel-for jobs (parallel.h) with the calling thread taking the first share. Its threads
- * sleep on a condition variable between jobs (no spinning on the tenant's cores), and a worker
- * never holds more of them than its tenant's quota (rtd_set_threads, from the policy's cpu_cores
- * at LOAD). A forked child finds the pool belongs to another pid and makes its own (the parent's
+ * runs parallel-for jobs (parallel.h) with the calling thread taking the first share, then any share no
+ * helper has claimed yet (a helper that is slow to wake, its core busy elsewhere, costs the job nothing
+ * but the caller's doing that share too). Between jobs the helpers watch for the next one for SPIN_NS
+ * (a plan's jobs come microseconds apart: waking a sleeping thread took 15-20 us, longer than many a
+ * job's share), yielding the core after the first microseconds, then sleep on a condition variable, so
+ * an idle worker spins on its tenant's cores for at most that long after its last job; the caller waits
+ * for shares in progress the same way. Who runs a share never changes its bounds: results do not
+ * depend on which thread ran what. A worker never holds more of them than its tenant's quota
+ * (rtd_set_threads, from the policy's cpu_cores at LOAD). A forked child finds the pool belongs to another pid and makes its own (the parent's
  * threads do not exist there; the zygote, which forks the workers, never runs a kernel). A job
  * that finds the pool busy (another thread of the process is running one) runs on its caller
  * alone rather than wait.
  */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 #include "threads.h"
 #include "parallel.h"
 
 #define MAX_THREADS 64
+#define SPIN_NS 100000   /* how long a thread watches for work (or for the helpers' shares) before it sleeps */
 
 static int64_t threads_allowed = 1;
 
@@ -24,10 +33,14 @@ static struct {
     pthread_mutex_t busy;                /* held by the job's caller */
     pthread_mutex_t lock;
     pthread_cond_t wake, done;
-    uint64_t generation;                 /* one per job */
+    int64_t generation;                  /* one per job; written under lock, read atomically by spinners */
     void (*body)(void *, int64_t, int64_t, int64_t);
     void *ctx;
-    int64_t parts, shares, pending;
+    int64_t parts, shares;
+    int64_t pending;                     /* shares past the caller's first not yet done (atomic) */
+    int64_t claimed[MAX_THREADS];        /* per share: -generation while open, generation once someone runs it */
+    int64_t sleepers;                    /* helpers asleep on wake (under lock) */
+    int caller_waiting;                  /* the caller asleep on done (under lock) */
 } pool;
 
 void rtd_set_threads(int64_t threads)
@@ -39,27 +52,85 @@ int64_t rtd_threads(void) { return threads_allowed; }
 
 /* Each helper starts from the generation current when it was made (before the job that made it
  * was posted), so a helper that first runs after that job's broadcast still takes the job. */
-static uint64_t born_at[MAX_THREADS];
+static int64_t born_at[MAX_THREADS];
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spin up to SPIN_NS until *word differs from `value` (changed 1) or equals it (changed 0); whether it came.
+   Past the first microseconds each turn yields the core: on a host whose other cores are busy the thread
+   it waits for may be queued behind this one. */
+static int spin_until(const int64_t *word, int64_t value, int changed)
+{
+    const int64_t end = now_ns() + SPIN_NS;
+    for (int64_t i = 1;; i++) {
+        if ((__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) == changed)
+            return 1;
+        if (i < 256)
+            relax();
+        else
+            sched_yield();
+        if (i % 16 == 0 && now_ns() > end)
+            return 0;
+    }
+}
+
+/* Share `index` of job `generation`, if no one has taken it yet (a helper that wakes late finds the caller
+   ran its share, or a later job posted; the claim fails for both). */
+static void run_share(int64_t generation, int64_t index, void (*body)(void *, int64_t, int64_t, int64_t), void *ctx,
+                      int64_t parts, int64_t shares)
+{
+    int64_t open = -generation;
+    if (!__atomic_compare_exchange_n(&pool.claimed[index], &open, generation, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    body(ctx, index, parts * index / shares, parts * (index + 1) / shares);
+    if (__atomic_sub_fetch(&pool.pending, 1, __ATOMIC_ACQ_REL) == 0) {
+        pthread_mutex_lock(&pool.lock);
+        if (pool.caller_waiting)
+            pthread_cond_signal(&pool.done);
+        pthread_mutex_unlock(&pool.lock);
+    }
+}
 
 static void *helper(void *arg)
 {
     const int64_t index = (int64_t)(intptr_t)arg;
-    pthread_mutex_lock(&pool.lock);
-    uint64_t seen = born_at[index];
+    int64_t seen = born_at[index];
     for (;;) {
-        while (pool.generation == seen)
-            pthread_cond_wait(&pool.wake, &pool.lock);
+        pthread_mutex_lock(&pool.lock);
+        if (pool.generation == seen) {
+            pthread_mutex_unlock(&pool.lock);
+            if (!spin_until(&pool.generation, seen, 1)) {   /* no job within SPIN_NS: sleep */
+                pthread_mutex_lock(&pool.lock);
+                pool.sleepers++;
+                while (pool.generation == seen)
+                    pthread_cond_wait(&pool.wake, &pool.lock);
+                pool.sleepers--;
+                pthread_mutex_unlock(&pool.lock);
+            }
+            pthread_mutex_lock(&pool.lock);
+        }
         seen = pool.generation;
-        if (index >= pool.shares)
+        if (index >= pool.shares) {
+            pthread_mutex_unlock(&pool.lock);
             continue;   /* this job needs fewer threads */
+        }
         void (*body)(void *, int64_t, int64_t, int64_t) = pool.body;
         void *ctx = pool.ctx;
-        const int64_t first = pool.parts * index / pool.shares, last = pool.parts * (index + 1) / pool.shares;
+        const int64_t parts = pool.parts, shares = pool.shares;
         pthread_mutex_unlock(&pool.lock);
-        body(ctx, index, first, last);
-        pthread_mutex_lock(&pool.lock);
-        if (--pool.pending == 0)
-            pthread_cond_signal(&pool.done);
+        run_share(seen, index, body, ctx, parts, shares);
     }
     return NULL;
 }
@@ -78,6 +149,8 @@ static void claim(void)
         pthread_cond_init(&pool.done, NULL);
         pool.size = 0;
         pool.generation = 0;
+        pool.sleepers = 0;
+        pool.caller_waiting = 0;
         pool.pid = getpid();
     }
     pthread_mutex_unlock(&init_lock);
@@ -120,14 +193,24 @@ void rtd_parallel_for(int64_t threads, int64_t parts, void (*body)(void *, int64
     pool.ctx = ctx;
     pool.parts = parts;
     pool.shares = threads;
-    pool.pending = threads - 1;
-    pool.generation++;
-    pthread_cond_broadcast(&pool.wake);
+    const int64_t generation = pool.generation + 1;
+    for (int64_t i = 1; i < threads; i++)
+        __atomic_store_n(&pool.claimed[i], -generation, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool.pending, threads - 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool.generation, generation, __ATOMIC_RELEASE);
+    if (pool.sleepers > 0)
+        pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     body(ctx, 0, 0, parts / threads);
-    pthread_mutex_lock(&pool.lock);
-    while (pool.pending > 0)
-        pthread_cond_wait(&pool.done, &pool.lock);
-    pthread_mutex_unlock(&pool.lock);
+    for (int64_t i = 1; i < threads; i++)   /* shares no helper has started yet: this thread runs them */
+        run_share(generation, i, body, ctx, parts, threads);
+    if (!spin_until(&pool.pending, 0, 0)) {   /* the helpers' shares not done within SPIN_NS */
+        pthread_mutex_lock(&pool.lock);
+        pool.caller_waiting = 1;
+        while (__atomic_load_n(&pool.pending, __ATOMIC_ACQUIRE) > 0)
+            pthread_cond_wait(&pool.done, &pool.lock);
+        pool.caller_waiting = 0;
+        pthread_mutex_unlock(&pool.lock);
+    }
     pthread_mutex_unlock(&pool.busy);
 }

@@ -20,6 +20,7 @@
 #include "program.h"
 #include "quant.h"
 #include "recurrent.h"
+#include "resample.h"
 
 #define MAX_OPERANDS 24
 #define HEADER 3
@@ -195,6 +196,10 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
         NEED(4, 3);
         return rtd_layernorm_f32(f(&o[0]), floats(&o[0]), f(&o[1]), floats(&o[1]), f(&o[2]), floats(&o[2]), fw(&o[3]), floats(&o[3]),
                                  p[0], p[1], bits_float(p[2]));
+    case RTD_OP_RESAMPLE:
+        NEED(4, 5);
+        return rtd_resample_f32(f(&o[0]), floats(&o[0]), fw(&o[3]), floats(&o[3]), (const int64_t *)(const void *)o[1].p,
+                                o[1].bytes / 8, f(&o[2]), floats(&o[2]), p[0], p[1], p[2], p[3], p[4]);
     case RTD_OP_COPY:
         if (n_operands != 2) return RTD_NATIVE_E_ARGUMENT;
         return copy(o, p, n_params);

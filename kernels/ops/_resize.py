@@ -7,7 +7,10 @@ each output phase is a weighted sum of strided input slices written into a strid
 the result. Other geometries gather each tap of the window with `take`. Edge handling
 follows the onnx reference: windows are clamped to the edge (replicate), `exclude_outside`
 zeroes and renormalizes out-of-range taps, and tf_crop_and_resize writes
-`extrapolation_value` where the source lies outside the input.
+`extrapolation_value` where the source lies outside the input. On the CPU, float32 windows of two
+taps or more run as the compiled pass (native/resample.py), which a planned run's RESAMPLE op
+(kernels/emit.py) shares, every tap kept (a zero weight times an infinity is a NaN there, as in
+onnxruntime's sums).
 """
 import functools
 import math
@@ -16,6 +19,8 @@ import numpy as np
 from onnx import numpy_helper
 
 from rtd.errors import Code, RtdError
+
+from ..native.resample import resample
 
 MODES = ("nearest", "linear", "cubic")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
@@ -173,9 +178,12 @@ def axis_plan(mode, transform, in_size, out_size, scale, roi, nearest_mode, cubi
 
 
 def _along(xp, x, axis: int, index, weights, periodic, work_dtype):
-    """Resample one axis: periodic slices when the geometry allows, else the sum over window
-    taps of (gathered slab x tap weight). Both are memory-bound passes; a dense (out x in)
+    """Resample one axis: float32 on the CPU by the compiled pass (native/resample.py: what a planned
+    run's RESAMPLE op computes), else periodic slices when the geometry allows, else the sum over window
+    taps of (gathered slab x tap weight). All are memory-bound passes; a dense (out x in)
     matrix would multiply mostly zeros."""
+    if index.shape[1] > 1 and (y := resample(x, axis, index, weights)) is not None:
+        return y
     if periodic is not None:
         return _along_periodic(xp, x, axis, index.shape[0], *periodic, work_dtype)
     index = np.clip(index, 0, x.shape[axis] - 1)
@@ -211,29 +219,36 @@ def output_geometry(shape, axes, scales, sizes, policy: str):
     return scales, [int(np.float32(s) * np.float32(shape[a])) for s, a in zip(scales, axes)]
 
 
-def resize(xp, x, *, mode, scales=None, sizes=None, roi=None, axes=None, transform="half_pixel",
-           nearest_mode="round_prefer_floor", cubic_a=-0.75, exclude_outside=0, extrapolation_value=0.0,
-           policy="stretch", antialias=0):
-    axes = list(range(x.ndim)) if axes is None else list(axes)
+def passes(shape, *, mode, scales=None, sizes=None, roi=None, axes=None, transform="half_pixel",
+           nearest_mode="round_prefer_floor", cubic_a=-0.75, exclude_outside=0, policy="stretch", antialias=0) -> list:
+    """The one-axis passes resizing a tensor of `shape`, in the order they run: (axis, index, weights,
+    outside, periodic) each, as axis_plan gives them."""
+    axes = list(range(len(shape))) if axes is None else list(axes)
     count = len(sizes) if sizes is not None else len(scales)
     if count != len(axes):
         raise RtdError(Code.E_INPUT_INVALID, f"Resize: {count} scales/sizes for {len(axes)} axes")
-    ratios, out_sizes = output_geometry(x.shape, axes, scales, sizes, policy)
+    ratios, out_sizes = output_geometry(shape, axes, scales, sizes, policy)
     if roi is not None and roi.size == 0:
         roi = None
     if transform == "tf_crop_and_resize" and roi is None:
         raise RtdError(Code.E_INPUT_INVALID, "Resize: tf_crop_and_resize needs a roi")
-    work_dtype = np.float64 if x.dtype == np.float64 else np.float32
     plans = []
     for i, (axis, scale, out_size) in enumerate(zip(axes, ratios, out_sizes)):
         axis_roi = None if roi is None else (float(roi[i]), float(roi[i + len(axes)]))
-        if out_size == x.shape[axis] and math.isclose(scale, 1.0) and (axis_roi is None or axis_roi == (0.0, 1.0)):
+        if out_size == shape[axis] and math.isclose(scale, 1.0) and (axis_roi is None or axis_roi == (0.0, 1.0)):
             continue
-        plans.append((axis, *axis_plan(mode, transform, x.shape[axis], out_size, scale, axis_roi, nearest_mode,
+        plans.append((axis, *axis_plan(mode, transform, shape[axis], out_size, scale, axis_roi, nearest_mode,
                                        cubic_a, bool(exclude_outside), bool(antialias))))
     # Strided last-axis writes are the slow pass: do that axis while the array is smallest
     # (first when it grows, last when it shrinks); the other axes then write whole rows.
-    plans.sort(key=lambda plan: (plan[0] == x.ndim - 1) != (plan[1].shape[0] > x.shape[plan[0]]))
+    plans.sort(key=lambda plan: (plan[0] == len(shape) - 1) != (plan[1].shape[0] > shape[plan[0]]))
+    return plans
+
+
+def resize(xp, x, *, mode, extrapolation_value=0.0, **geometry):
+    """x resized (`geometry`: passes' keywords)."""
+    plans = passes(x.shape, mode=mode, **geometry)
+    work_dtype = np.float64 if x.dtype == np.float64 else np.float32
     y = x if mode == "nearest" else x.astype(work_dtype, copy=False)
     for axis, index, weights, outside, periodic in plans:
         y = _along(xp, y, axis, index, weights, periodic, work_dtype)

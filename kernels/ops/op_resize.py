@@ -19,9 +19,12 @@ class Resize_10(Kernel):
         if self.mode not in ("nearest", "linear"):
             raise RtdError(Code.E_OP_UNSUPPORTED, f"Resize-10: mode {self.mode!r}")
 
+    def geometry(self, ndim: int, scales) -> dict:
+        """resize's keywords for an x of `ndim` axes and these inputs (planning reads them from constants)."""
+        return dict(mode=self.mode, scales=self.host(scales).tolist(), transform="asymmetric", nearest_mode="floor_up_ceil_down")
+
     def run(self, x, scales):
-        return (resize(self.xp, x, mode=self.mode, scales=self.host(scales).tolist(), transform="asymmetric",
-                       nearest_mode="floor_up_ceil_down"),)
+        return (resize(self.xp, x, **self.geometry(x.ndim, scales)),)
 
 
 class Resize_11(Kernel):
@@ -36,18 +39,21 @@ class Resize_11(Kernel):
             if getattr(self, name) not in allowed:
                 raise RtdError(Code.E_OP_UNSUPPORTED, f"Resize-{self.since}: {name} {getattr(self, name)!r}")
 
-    def run(self, x, roi=None, scales=None, sizes=None):
+    def geometry(self, ndim: int, roi=None, scales=None, sizes=None) -> dict:
+        """resize's keywords for an x of `ndim` axes and these inputs (planning reads them from constants)."""
         scales = None if scales is None or scales.size == 0 else self.host(scales).tolist()
         sizes = None if sizes is None or sizes.size == 0 else self.host(sizes).tolist()
         if (scales is None) == (sizes is None):
             raise RtdError(Code.E_INPUT_INVALID, "Resize: exactly one of scales and sizes must be given")
-        axes = None if self.axes is None else normalize_axes(self.axes, x.ndim, "Resize")
-        return (resize(self.xp, x, mode=self.mode, scales=scales, sizes=sizes,
-                       roi=None if roi is None else self.host(roi).astype(float), axes=axes,
-                       transform=self.coordinate_transformation_mode, nearest_mode=self.nearest_mode,
-                       cubic_a=self.cubic_coeff_a, exclude_outside=self.exclude_outside,
-                       extrapolation_value=self.extrapolation_value, policy=self.keep_aspect_ratio_policy,
-                       antialias=self.antialias),)
+        axes = None if self.axes is None else normalize_axes(self.axes, ndim, "Resize")
+        return dict(mode=self.mode, scales=scales, sizes=sizes, roi=None if roi is None else self.host(roi).astype(float),
+                    axes=axes, transform=self.coordinate_transformation_mode, nearest_mode=self.nearest_mode,
+                    cubic_a=self.cubic_coeff_a, exclude_outside=self.exclude_outside,
+                    extrapolation_value=self.extrapolation_value, policy=self.keep_aspect_ratio_policy,
+                    antialias=self.antialias)
+
+    def run(self, x, roi=None, scales=None, sizes=None):
+        return (resize(self.xp, x, **self.geometry(x.ndim, roi, scales, sizes)),)
 
 
 class Resize_13(Resize_11):

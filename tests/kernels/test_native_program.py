@@ -5,7 +5,7 @@ interpreter refuses operands outside their slots and writes into read-only slots
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 import rtd.kernels.plan as plan_module
 from rtd.kernels import compile_model, emit
@@ -447,9 +447,9 @@ def test_sums_along_contiguous_elements_run_in_the_program_pairwise_with_the_tra
     np.testing.assert_allclose(planned["mean"], feeds["x"].astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-6, atol=1e-7)
 
 
-def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_stay_python():
+def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_resample():
     """Nearest upsampling by whole factors (2 and 4, and 3 along one axis) becomes one strided copy with zero
-    strides for the repeats; a non-whole factor a gather; a linear Resize computes, so it is no copy at all."""
+    strides for the repeats; a non-whole factor a gather; a linear Resize computes: a RESAMPLE per resized axis."""
     nodes = [node("Resize", ["x", "", "two"], ["up2"], mode="nearest", coordinate_transformation_mode="asymmetric",
                   nearest_mode="floor"),
              node("Resize", ["x", "", "mixed"], ["up_mixed"], mode="nearest", coordinate_transformation_mode="asymmetric",
@@ -466,10 +466,43 @@ def test_nearest_resizes_are_copies_in_the_program_and_linear_ones_stay_python()
     emitted = dict(zip((n.outputs[0] for n in plan.graph.nodes), plan.emitted))
     copies = [[op for op in emitted[name].ops] for name in ("up2", "up_mixed")]
     assert all(len(ops) == 1 and ops[0].opcode == emit.COPY for ops in copies), copies
-    assert emitted["up_odd"] is not None and emitted["linear"] is None
+    assert emitted["up_odd"] is not None and [op.opcode for op in emitted["linear"].ops] == [emit.RESAMPLE] * 2
     for name in outputs:
         np.testing.assert_array_equal(traced[name], planned[name], err_msg=name)
     np.testing.assert_array_equal(planned["up_mixed"], feeds["x"].repeat(4, axis=2).repeat(3, axis=3))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_copies_shared_among_threads_move_the_same_bytes(threads, monkeypatch, native_threads):
+    """Copies past a thread's share of bytes (an FPN's nearest upsampling and Concat, a transpose, a slice, a
+    one-axis run, int64 elements) split their runs among the threads: the NumPy kernels' values exactly."""
+    nodes = [node("Resize", ["x", "", "two"], ["up"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                  nearest_mode="floor"),
+             node("Resize", ["x", "", "three"], ["up3"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                  nearest_mode="floor"),
+             node("Concat", ["up", "big"], ["cat"], axis=1),
+             node("Transpose", ["cat"], ["t"], perm=[0, 2, 3, 1]),
+             node("Slice", ["cat", "starts", "ends", "axes"], ["sl"]),
+             node("Reshape", ["cat", "flat_shape"], ["flat"]), node("Concat", ["flat", "flat"], ["runs"], axis=0),
+             node("Concat", ["ids", "ids"], ["ids2"], axis=2)]
+    inits = [const("two", np.array([1, 1, 2, 2], np.float32)), const("three", np.array([1, 1, 3, 1], np.float32)),
+             const("starts", np.array([1, 3], np.int64)), const("ends", np.array([60, 61], np.int64)),
+             const("axes", np.array([1, 3], np.int64)), const("flat_shape", np.array([-1], np.int64))]
+    outputs = ["up3", "t", "sl", "runs", "ids2"]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 64, 64, 64])
+    ids2 = helper.make_tensor_value_info("ids2", TensorProto.INT64, None)
+    onnx_model = model(nodes, [("x", [1, 40, 32, 32]), ("big", [1, 24, 64, 64]), ids], [(n, None) for n in outputs[:-1]] + [ids2],
+                       inits, opset=13)
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.standard_normal((1, 40, 32, 32)).astype(np.float32),
+             "big": rng.standard_normal((1, 24, 64, 64)).astype(np.float32),
+             "ids": rng.integers(-1 << 40, 1 << 40, (1, 64, 64, 64))}
+    native_threads(threads)
+    compiled_model, ours, python = run_both(onnx_model, feeds, monkeypatch)
+    (plan,) = compiled_model._plans.values()
+    assert plan.stats()["native_nodes"] == len(nodes)
+    for name in outputs:
+        np.testing.assert_array_equal(ours[name], python[name], err_msg=name)
 
 
 def test_an_additive_attentions_broadcast_add_runs_in_the_program_with_the_traced_bits():
@@ -531,3 +564,27 @@ def test_layernorm_runs_as_the_compiled_row_kernel(width, bias, monkeypatch):
     np.testing.assert_array_equal(ours["y"], compile_model(onnx_model, optimize=False).run(feeds)["y"])
     expected = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(ours["y"], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("masked,div", [(True, True), (False, False), (True, False)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_fused_attention_runs_in_the_program_with_the_traced_bits(masked, div, threads, monkeypatch, native_threads):
+    """q @ kt, the scale and mask, the row softmax and @ v: batched GEMMs (the heads shared among the threads), a
+    chain and the softmax in one program, the traced run's bits; within rounding of the NumPy steps it replaced."""
+    from tests.kernels.test_fusion_properties import attention_model
+    onnx_model, inputs = attention_model(2, 4, 96, 32, masked, div)   # big enough that the heads are shared
+    rng = np.random.default_rng(11)
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in inputs}
+    if masked:
+        feeds["mask"] = np.where(feeds["mask"] > 0.5, -1e4, 0).astype(np.float32)
+    native_threads(threads)
+    ours = compile_model(onnx_model)
+    traced, planned = (ours.run(feeds)["y"].copy() for _ in range(2))
+    (plan,) = ours._plans.values()
+    (attention,) = [e for node, e in zip(plan.graph.nodes, plan.emitted) if node.op_type == "Attention"]
+    assert attention is not None and [op.opcode for op in attention.ops] == [emit.MATMUL, emit.CHAIN, emit.SOFTMAX, emit.MATMUL]
+    np.testing.assert_array_equal(traced, planned)
+    native_threads(1)
+    np.testing.assert_array_equal(compile_model(onnx_model).run(feeds)["y"], planned)
+    want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(planned, want, rtol=1e-4, atol=1e-5)
