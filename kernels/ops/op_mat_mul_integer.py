@@ -36,7 +36,9 @@ class MatMulInteger_10(Kernel):
             return None
         zero = np.zeros((), b.dtype) if b_zero_point is None else b_zero_point.reshape(-1)
 
-        def rows():   # B's centred columns, (N, K) int16
-            return np.ascontiguousarray(np.subtract(b, zero, dtype=np.int16).T)
+        def rows():   # B's centred columns, (N, K) int16, written in place (a centred B then its transpose: twice the bytes)
+            out = np.empty(b.shape[::-1], np.int16)
+            np.subtract(b.T, zero.reshape(-1, 1), out=out, dtype=np.int16)
+            return out
         w_rows = packed(b, ("matmul-integer", zero.tobytes()), rows) if frozen(b) else rows()
         return quant.matmul_8bit(np.ascontiguousarray(a), 0 if a_zero_point is None else int(a_zero_point.reshape(())), w_rows)

@@ -101,8 +101,10 @@ class DynamicQuantizeLSTM_1(LSTM_7):
             transpose = lambda: np.ascontiguousarray(weight.transpose(0, 2, 1))   # noqa: E731
             rows = packed(weight, ("dynamic-quantize-lstm-rows",), transpose) if constant else transpose()
         if name == "W" and self.xp is np:
-            def centred_rows():   # each value within 255 of 0: an 8-bit weight less an 8-bit zero point
-                return np.ascontiguousarray(np.subtract(weight, zero, dtype=np.int16).transpose(0, 2, 1))
+            def centred_rows():   # each value within 255 of 0: an 8-bit weight less an 8-bit zero point, in place
+                out = np.empty((weight.shape[0], weight.shape[2], weight.shape[1]), np.int16)
+                np.subtract(weight.transpose(0, 2, 1), zero, out=out, dtype=np.int16)
+                return out
             rows = packed(weight, ("dynamic-quantize-lstm-w-rows", zero.tobytes()), centred_rows) if constant else centred_rows()
         scale = np.ascontiguousarray(np.broadcast_to(scale.reshape(dirs, -1), (dirs, gates)))[..., None]
         return Quantized(make, (dirs, gates, weight.shape[1]), self.xp.asarray(scale), rows)
