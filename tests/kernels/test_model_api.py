@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import backend_cupy, compile_model
+from rtd.kernels.ir import _packed_floats, tensor_value
 
 from kernel_graphs import const, model, node
 
@@ -252,3 +253,17 @@ def test_fixed_width_numpy_strings_are_taken_as_string_tensors():
                               [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
     assert compile_model(data).run({"x": np.array(["a", "bc"])})["y"].tolist() == ["aa", "bcbc"]
+
+
+def test_a_constant_stored_as_float_data_is_read_from_its_packed_encoding_with_numpys_values():
+    values = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    values[0, :3] = [np.nan, -0.0, np.inf]
+    tensor = helper.make_tensor("k", TensorProto.FLOAT, [4, 8], values.reshape(-1).tolist())   # float_data, not raw
+    assert not tensor.HasField("raw_data")
+    read = _packed_floats(tensor)
+    assert read is not None and read.tobytes() == values.tobytes()   # the packed path taken, bit for bit
+    np.testing.assert_array_equal(tensor_value(tensor), values)
+    m = model([node("Constant", [], ["k"], value=tensor), node("Add", ["x", "k"], ["y"])], [("x", [4, 8])], [("y", None)], [])
+    np.testing.assert_array_equal(compile_model(m).run({"x": np.zeros((4, 8), np.float32)})["y"], values)
+    tensor.dims[:] = [4, 9]   # 32 values for 36 elements
+    assert refusal(lambda: tensor_value(tensor)).code is Code.E_ONNX_INVALID
