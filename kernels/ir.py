@@ -110,7 +110,8 @@ def _packed_floats(t: onnx.TensorProto) -> np.ndarray | None:
             found = value
     if found is None or found[1] - found[0] != 4 * len(t.float_data):
         return None
-    return np.frombuffer(data, "<f4", count=len(t.float_data), offset=found[0]).reshape(tuple(t.dims))
+    values = np.frombuffer(data, "<f4", count=len(t.float_data), offset=found[0]).reshape(tuple(t.dims))
+    return values if values.flags.aligned else values.copy()   # an unaligned weight takes the kernels' slower paths
 
 
 def attribute_value(attr: onnx.AttributeProto, opsets: dict, functions: dict):
