@@ -120,8 +120,11 @@ def _check_tensor(tensor, external: Mapping | None, views: dict | None = None, s
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
         return
-    raw = len(tensor.raw_data) if tensor.HasField("raw_data") else spans.get(tensor.name, (0, None))[1] if spans else None
-    if raw is not None:   # in the proto, or left where it is in the caller's bytes
+    if tensor.HasField("raw_data"):
+        raw = len(tensor.raw_data)
+    else:   # left where it is in the caller's bytes (onnx_weights.stripped: a name no other initializer has)
+        raw = spans[tensor.name][1] if spans and tensor.name in spans else None
+    if raw is not None:
         if bits is None or raw != nbytes:
             raise RtdError(Code.E_ONNX_INVALID, f"tensor {tensor.name!r}: raw_data is {raw} bytes, dims x size is {nbytes}")
         return

@@ -55,15 +55,17 @@ def test_a_graph_field_given_twice_merges_as_the_parser_merges_it():
     model, extra = _model(), onnx.ModelProto()
     extra.graph.initializer.append(_tensor(np.full(3, 7, np.float32), "late"))
     extra.graph.initializer.append(_tensor(np.full(2, 9, np.float32), "W"))   # W again, in the second field
+    extra.graph.initializer.append(helper.make_tensor("b", TensorProto.INT32, [1], [5]))   # b again, typed: no raw_data
     data = model.SerializeToString() + extra.SerializeToString()
     skeleton, spans = onnx_weights.stripped(data)
-    assert set(spans) == {"W", "b", "late"}
-    offset, length = spans["W"]
-    assert data[offset:offset + length] == model.graph.initializer[0].raw_data   # the first W left out, the second kept
+    assert set(spans) == {"late"}   # W and b, named in both fields, keep their bytes (b's second has none: typed)
+    offset, length = spans["late"]
+    assert data[offset:offset + length] == extra.graph.initializer[0].raw_data
     merged = onnx.ModelProto.FromString(data)
     parsed = onnx.ModelProto.FromString(bytes(skeleton))
     assert [t.name for t in parsed.graph.initializer] == [t.name for t in merged.graph.initializer]
-    assert [t.HasField("raw_data") for t in parsed.graph.initializer if t.name == "W"] == [False, True]
+    assert [t.HasField("raw_data") for t in parsed.graph.initializer if t.name == "W"] == [True, True]
+    assert [t.HasField("raw_data") for t in parsed.graph.initializer if t.name in ("b", "late")] == [True, False, False]
 
 
 def test_where_the_rest_outweighs_the_weights_the_bytes_are_parsed_as_they_are(monkeypatch):
