@@ -17,7 +17,7 @@ from rtd import protowire
 from rtd.errors import Code, RtdError
 
 from . import number_runs
-from .constant import read_only
+from .constant import read_only, vouch
 
 RTD_DOMAIN = "rtd"  # fused kernels made by the passes; never in a model
 # Longer INTS/FLOATS attributes are kept as array.array (a sequence of 8 or 4 bytes an element) rather
@@ -94,6 +94,40 @@ def tensor_value(t: onnx.TensorProto):
     except (ValueError, TypeError) as e:
         raise RtdError(Code.E_ONNX_INVALID, f"tensor {t.name!r}: {str(e)[:160]}") from None
 
+
+# ONNX element types NumPy can view in place (little-endian, whole bytes per element)
+_VIEWABLE = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("<") for t in (
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
+    onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16,
+    onnx.TensorProto.INT32, onnx.TensorProto.UINT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT64)}
+
+
+def weights_from_views(proto: onnx.ModelProto, views: dict) -> dict:
+    """`from_onnx`'s weights: the main graph's initializers that `views` holds bytes for ({name: memoryview}: a
+    sealed memfd's, a file's read once) as read-only arrays over those bytes, never copied; the caller promises
+    they do not change while the arrays live, so the kernels may keep what they make from them. An array that
+    does not start on its element size is copied once (NumPy would otherwise copy it on every BLAS call), and
+    the bytes of a type NumPy cannot view in place go back into the proto as its raw_data. ValueError where
+    bytes and dims disagree."""
+    arrays = {}
+    for tensor in proto.graph.initializer:
+        view = views.get(tensor.name)
+        if view is None:
+            continue
+        if tensor.data_type in _VIEWABLE:
+            array = np.frombuffer(view, _VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
+            if array.flags.aligned:
+                if not array.flags.writeable:
+                    vouch(array)
+            else:
+                array = array.copy()
+                array.flags.writeable = False
+            arrays[tensor.name] = array
+        else:
+            tensor.raw_data = bytes(view)
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+    return arrays
 
 def _packed_floats(t: onnx.TensorProto) -> np.ndarray | None:
     """A FLOAT tensor's float_data (TensorProto field 4, packed) read from the tensor's encoding in one copy, or

@@ -19,10 +19,9 @@ from rtd.errors import Code, RtdError
 from rtd.served_shapes import served_dims
 
 from . import backend_cupy
-from .constant import read_only
 from .cuda_plan import CudaPlan
 from .graph import GraphRunner
-from .ir import from_onnx
+from .ir import from_onnx, weights_from_views
 from .lower import PASSES, lower, lower_signature
 from .ops._ml import ML_DOMAIN
 from .partition import apply, partition
@@ -78,7 +77,7 @@ def _parse(model) -> tuple[onnx.ModelProto, dict]:
             skeleton, spans = onnx_weights.stripped(mapped)
             proto = _proto(bytes(skeleton))
         del skeleton
-        weights = {}
+        views = {}
         for tensor in proto.graph.initializer:
             span = spans.get(tensor.name)
             if span is None or tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.external_data:
@@ -86,15 +85,12 @@ def _parse(model) -> tuple[onnx.ModelProto, dict]:
             raw = np.empty(span[1], np.uint8)
             if os.preadv(f.fileno(), [raw], span[0]) != span[1]:
                 raise RtdError(Code.E_ONNX_PARSE, f"tensor {tensor.name!r}: the model file changed while it was read")
-            if tensor.data_type not in onnx_weights.VIEWABLE:
-                tensor.raw_data = raw.tobytes()
-                continue
-            raw.flags.writeable = False   # read-only down to its own bytes: the kernels may keep packed forms of it
-            try:
-                weights[tensor.name] = read_only(raw.view(onnx_weights.VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims)))
-            except ValueError:
-                raise RtdError(Code.E_ONNX_INVALID, f"tensor {tensor.name!r}: raw_data is {span[1]} bytes, not dims x "
-                                                    "element size") from None
+            raw.flags.writeable = False   # its own bytes, which nothing writes: the kernels may keep packed forms of it
+            views[tensor.name] = memoryview(raw)
+    try:
+        weights = weights_from_views(proto, views)
+    except ValueError as e:
+        raise RtdError(Code.E_ONNX_INVALID, f"an initializer's raw_data is not its dims x element size: {str(e)[:160]}") from None
     return proto, weights
 
 

@@ -10,17 +10,8 @@ Constant's value stay in the proto.
 import collections
 from typing import NamedTuple
 
-import numpy as np
-import onnx
-from onnx import TensorProto
-
 from rtd.errors import Code
 from rtd.protowire import LENGTH, Walker, encode_varint
-
-# ONNX element types NumPy can view in place (little-endian, whole bytes per element)
-VIEWABLE = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("<") for t in (
-    TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BOOL, TensorProto.INT8, TensorProto.UINT8,
-    TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64, TensorProto.UINT64)}
 
 COPY_WORTH_BYTES = 16 << 20   # a copy of the rest of the model this small costs nothing worth weighing
 

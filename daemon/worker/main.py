@@ -19,18 +19,16 @@ import socket
 
 import numpy as np
 import threadpoolctl
-from onnx import TensorProto
 
 import rtd.kernels
 import rtd.kernels.ops
 from rtd import dtypes, wire
-from rtd.onnx_weights import VIEWABLE
 from rtd.daemon.worker.infer import Serving
 from rtd.daemon.worker.kserve_codec import Caps
 from rtd.daemon.worker.staging import stage_part
 from rtd.errors import Code, RtdError
 from rtd.kernels import native
-from rtd.kernels.constant import vouch
+from rtd.kernels.ir import weights_from_views
 from rtd.loader import onnx_guard
 from rtd.sandbox import seccomp, sigsys
 from rtd.signature import Signature, TensorSpec
@@ -74,32 +72,6 @@ def _warm_up(model) -> None:
         # otherwise shapes guessed for symbolic dims may not fit the graph; real requests will say
 
 
-def _weights(proto, views: dict) -> dict:
-    """The main graph's initializers as read-only arrays over their sealed memfd, shared with
-    every instance of the model and never copied. An array that does not start on its
-    element size is copied once (NumPy would otherwise copy it on every BLAS call), and one
-    of a type NumPy cannot view in place is copied into the model."""
-    arrays = {}
-    for tensor in proto.graph.initializer:
-        view = views.get(tensor.name)
-        if view is None:
-            continue
-        if tensor.data_type in VIEWABLE:
-            array = np.frombuffer(view, VIEWABLE[tensor.data_type]).reshape(tuple(tensor.dims))
-            if array.flags.aligned:
-                if not array.flags.writeable:   # a sealed memfd's read-only map: the kernels may keep what they make from it
-                    vouch(array)
-            else:
-                array = array.copy()
-                array.flags.writeable = False
-            arrays[tensor.name] = array
-        else:
-            tensor.raw_data = bytes(view)
-            del tensor.external_data[:]
-            tensor.data_location = TensorProto.DEFAULT
-    return arrays
-
-
 class Worker:
     """Holds the one compiled model of this instance and what it serves it as."""
 
@@ -132,7 +104,7 @@ class Worker:
         views = {}   # the main graph's weights, left in the sealed memfds (shared by every instance)
         proto = onnx_guard.check_model(wire.map_fd(model_fd, os.fstat(model_fd).st_size), allowed_ops=self.allowed_ops,
                                        external=external or None, views=views)
-        weights, staged = _weights(proto, views), None
+        weights, staged = weights_from_views(proto, views), None
         if "stages" in frame.head:   # one stage of a model cut into stages: its part of the graph
             proto, staged = stage_part(proto, weights, frame.head["stages"], _signature)
         # on "cuda" the device was set up before confinement (backend_cupy.init_device); where

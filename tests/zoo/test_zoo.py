@@ -121,16 +121,16 @@ _ORT_TYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(in
 
 @pytest.mark.parametrize("name", [p for p in _params() if not ZOO[p.values[0]].big])
 def test_weights_as_read_only_views_give_the_same_outputs(name, compiled):
-    """The worker serves initializers as read-only views of the sealed model memfd (its
-    `_weights`): every zoo model gives bit-identical outputs that way, run twice, so no
+    """The worker serves initializers as read-only views of the sealed model memfd
+    (`weights_from_views`): every zoo model gives bit-identical outputs that way, run twice, so no
     kernel or lowering pass writes into a weight or depends on owning it."""
-    from rtd.daemon.worker.main import _weights
+    from rtd.kernels.ir import weights_from_views
     from rtd.kernels.ops import supported
     from rtd.loader import onnx_guard
     data = bytearray(open(ZOO[name].path(), "rb").read())
     views = {}
     proto = onnx_guard.check_model(data, allowed_ops=set(supported()), views=views)
-    viewed = compile_model(proto, weights=_weights(proto, views))
+    viewed = compile_model(proto, weights=weights_from_views(proto, views))
     feeds = ZOO[name].feeds(np.random.default_rng(_seed()), ZOO[name].dims[0])
     want = compiled(name).run(feeds)
     for _ in range(2):
