@@ -110,6 +110,9 @@ class Config:
     admin_token_sha256: tuple[str, ...] = ()
     tenants: tuple[TenantConfig, ...] = ()
     limits: Limits = Limits()
+    # The supervisor's scheduling priority (nice; its tenants' processes run at 0): the one event
+    # loop every tenant's calls pass through must not wait behind any tenant's own CPU work
+    supervisor_nice: int = -10
     notes: tuple[str, ...] = ()    # what the embedded default created, for the operator
 
 
@@ -207,6 +210,9 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
     repository = _take(doc, "config", "model_repository", str, "")
     repository = os.path.join(base, repository) if repository else ""
     limits = _limits(_take(doc, "config", "limits", dict, {}))
+    supervisor_nice = _take(doc, "config", "supervisor_nice", int, Config.supervisor_nice)
+    if not -20 <= supervisor_nice <= 0:
+        raise ConfigError("supervisor_nice: -20..0 (a nice value; tenants' processes run at 0)")
     metrics_unix = _take(metrics, "metrics", "unix", str, "")
     rest_unix = _take(listen, "listen", "rest_unix", str, os.path.join(state_dir, "rtd-rest.sock"))
     _no_extra(doc, "config")
@@ -233,6 +239,7 @@ def parse(text: str, base: str = ".", notes: tuple = ()) -> Config:
         metrics_unix_group=_take(metrics, "metrics", "unix_group", str, ""),
         admin_token_sha256=_hashes(_take(admin, "admin", "token_sha256", list, []), "admin.token_sha256"),
         tenants=tuple(_tenant(t, i, base, repository) for i, t in enumerate(tenants)),
+        supervisor_nice=supervisor_nice,
         limits=limits,
         notes=tuple(notes),
     )

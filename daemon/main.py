@@ -78,6 +78,18 @@ def raise_fd_limit() -> int:
     return soft - max(64, soft // FD_RESERVE_FRACTION)
 
 
+def raise_priority(nice: int) -> None:
+    """Run the supervisor's thread at `nice`: calls of every tenant pass through its one event
+    loop, which must not wait for CPU behind a tenant's flooding clients or busy workers. The
+    fork server started before this keeps the daemon's own priority, and the confinement sets
+    each tenant process to 0 whatever it inherits (sandbox/rlimits.py). Called before any thread
+    starts, so the supervisor's threads share it. Without the privilege, said once and left."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError as e:
+        EventLog().emit("priority_unchanged", level="warning", nice=nice, reason=e.strerror)
+
+
 async def _watchdog() -> None:
     usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
     while usec > 0:
@@ -224,6 +236,7 @@ def serve(config: configuration.Config, reread) -> int:
         for parent in {load_policy(t.policy or None).cgroup_parent for t in config.tenants}:
             cleanup_instance(layout, parent, instance)   # what a daemon killed before us left behind
         max_connections = raise_fd_limit()
+        raise_priority(config.supervisor_nice)
         try:
             import uvloop
             runner = uvloop.run

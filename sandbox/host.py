@@ -27,7 +27,7 @@ def plan_layers(policy, layout=None) -> dict[str, str]:
     v2_writable = bool(layout.v2_root) and root and layout.writable("v2", policy.cgroup_parent)
     layers["gpu"] = gpu_memory.plan(policy.limits.gpu_devices, policy.limits.gpu_memory_bytes, layout.v2_root,
                                     v2_writable).state
-    layers["rlimits"] = "enforced (core 0, nofile, fsize, nproc" + (", cpu)" if policy.limits.cpu_seconds else ")")
+    layers["rlimits"] = "enforced (core 0, nice 0, nofile, fsize, nproc" + (", cpu)" if policy.limits.cpu_seconds else ")")
     layers["privileges"] = ("enforced (own uid/gid, no capabilities, no_new_privs, new session, fds closed)"
                             if root else need_root)
     layers["seccomp"] = ("disabled by policy (unsafe_disable_seccomp)" if policy.unsafe_disable_seccomp

@@ -1,10 +1,14 @@
 """Resource limits: no core dumps, few fds, bounded file size, bounded processes (per uid;
-the kernel ignores NPROC for root, so it bites only after the uid switch)."""
+the kernel ignores NPROC for root, so it bites only after the uid switch); and the normal
+scheduling priority, whatever the daemon that forked it runs at (the supervisor runs above its
+tenants, config.supervisor_nice; RLIMIT_NICE 0 keeps a tenant from raising its own)."""
+import os
 import resource
 
 
 def apply(limits):
-    pairs = {resource.RLIMIT_CORE: 0, resource.RLIMIT_NOFILE: limits.nofile,
+    os.setpriority(os.PRIO_PROCESS, 0, 0)
+    pairs = {resource.RLIMIT_CORE: 0, resource.RLIMIT_NICE: 0, resource.RLIMIT_NOFILE: limits.nofile,
              resource.RLIMIT_FSIZE: limits.fsize_bytes, resource.RLIMIT_NPROC: limits.pids}
     pairs = {which: (value, value) for which, value in pairs.items()}
     if limits.cpu_seconds:   # SIGXCPU at the soft limit names the layer; SIGKILL a second later

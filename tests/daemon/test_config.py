@@ -39,6 +39,7 @@ def test_good_config_parses_with_paths_relative_to_the_file(tmp_path):
     c = config.parse(GOOD, base=str(tmp_path))
     assert c.state_dir == str(tmp_path / "state") and c.unix_socket == str(tmp_path / "run/rtd.sock")
     assert c.limits.max_queue == 8 and c.limits.request_timeout_s == 2.5 and c.limits.max_concurrency == 4
+    assert c.supervisor_nice == -10 and config.parse("supervisor_nice = -3\n" + GOOD).supervisor_nice == -3
     [t] = c.tenants
     assert (t.id, t.uid, t.gid, t.trusted_keys) == ("acme", 61000, 61000, str(tmp_path / "trust/acme"))
 
@@ -56,6 +57,8 @@ def test_good_config_parses_with_paths_relative_to_the_file(tmp_path):
     (("state_dir", "stat_dir"), "state_dir: required"),
     ((hashlib.sha256(TOKEN.encode()).hexdigest(), "nothex"), "token hashes"),
     (("[metrics]", "[metrics"), "not TOML"),
+    (("state_dir", "supervisor_nice = 5\nstate_dir"), "supervisor_nice: -20..0"),
+    (("state_dir", "supervisor_nice = -21\nstate_dir"), "supervisor_nice: -20..0"),
 ])
 def test_bad_configs_are_refused_naming_the_key(change, message):
     with pytest.raises(ConfigError, match=message):

@@ -2,7 +2,9 @@
 shipped defaults agree with each other (a tenant allowed max_models models runs that many
 small ones at once), an idle model is evicted to free whichever limit binds — memory or pids —
 before a load is refused, and a refusal names the limit, its value and how to raise it."""
+import contextlib
 import os
+import resource
 import subprocess
 import time
 
@@ -11,12 +13,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rtd.cli.client import Client
-from rtd.daemon.config import Limits
+from rtd.daemon.config import Config, Limits
 from rtd.daemon.serving.tenancy import SPARE_PIDS
 from rtd.errors import Code, RtdError
 from rtd.loader import keys, pack
 from rtd.sandbox import load_policy
-from tests.daemon.conftest import NEEDS_ROOT, RTD, mlp
+from tests.daemon.conftest import NEEDS_ROOT, RTD, Daemon, mlp
 from tests.daemon.test_rtctl import cli, refused
 from tests.daemon.test_serving import reference
 
@@ -130,3 +132,35 @@ def test_idle_models_are_evicted_to_free_pids_and_a_load_that_cannot_fit_names_t
     assert e.value.code is Code.E_RESOURCE_EXHAUSTED and "exceed limits.pids 8" in e.value.detail, e.value
     assert "raise it in the tenant's policy" in e.value.detail
     assert [m.name for m in client.index()] == [f"m{i}" for i in range(5)]   # the refusal changed nothing
+
+
+def _nice_and_nice_limit(pid: int) -> tuple[int, str]:
+    with open(f"/proc/{pid}/stat") as f:
+        nice = int(f.read().rsplit(")", 1)[1].split()[16])   # field 19 of stat(5)
+    with open(f"/proc/{pid}/limits") as f:
+        limit = next(line.split()[3:5] for line in f if line.startswith("Max nice priority"))
+    return nice, " ".join(limit)
+
+
+def test_the_supervisor_runs_above_its_tenants_and_no_tenant_process_can_raise_itself(tmp_path):
+    """The event loop every tenant's calls pass through is scheduled ahead of any tenant's own
+    work (supervisor_nice, default -10); each worker is set back to nice 0 by its confinement
+    and gets an RLIMIT_NICE of 0, whatever the daemon was started with (here nice -5 and, where
+    root may raise limits, a nice limit of 30, which its fork server and workers would
+    otherwise inherit): a tenant cannot take the supervisor's priority."""
+    def started_high():
+        os.nice(-5)
+        with contextlib.suppress(ValueError):   # a root without CAP_SYS_RESOURCE cannot raise it
+            resource.setrlimit(resource.RLIMIT_NICE, (30, 30))
+    d = Daemon(tmp_path / "d")
+    d.preexec = started_high
+    d.start()
+    try:
+        d.client("acme").load("mlp", d.package("acme", mlp(1), "mlp"))
+        supervisor_nice, _ = _nice_and_nice_limit(d.proc.pid)
+        [instance] = d.instances("acme", "mlp")
+        assert supervisor_nice == Config.supervisor_nice == -10
+        assert _nice_and_nice_limit(instance["pid"]) == (0, "0 0")
+        assert d.client("acme").infer("mlp", {"X": np.ones((1, 4), np.float32)})["Y"].shape == (1, 3)
+    finally:
+        d.stop()
