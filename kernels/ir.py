@@ -89,8 +89,19 @@ def tensor_value(t: onnx.TensorProto):
     if t.data_location == onnx.TensorProto.EXTERNAL or t.external_data:
         raise RtdError(Code.E_ONNX_EXTERNAL_DATA, f"tensor {t.name!r} keeps its data outside the model")
     try:
-        packed = _packed_floats(t) if t.data_type == onnx.TensorProto.FLOAT and len(t.float_data) >= 16 else None
-        return read_only(numpy_helper.to_array(t) if packed is None else packed)
+        kind = t.data_type
+        if kind in _VIEWABLE and t.HasField("raw_data"):
+            return read_only(np.frombuffer(t.raw_data, _VIEWABLE[kind]).reshape(tuple(t.dims)))
+        if kind == onnx.TensorProto.FLOAT and len(t.float_data) >= 16:
+            packed = _packed_floats(t)
+            if packed is not None:
+                return read_only(packed)
+        elif kind in _LISTED and not t.HasField("raw_data"):   # a few numbers, as Constants hold shapes and scalars
+            field, dtype = _LISTED[kind]
+            values = getattr(t, field)
+            if len(values) < 16:
+                return read_only(np.array(values, dtype).reshape(tuple(t.dims)))
+        return read_only(numpy_helper.to_array(t))
     except (ValueError, TypeError) as e:
         raise RtdError(Code.E_ONNX_INVALID, f"tensor {t.name!r}: {str(e)[:160]}") from None
 
@@ -100,6 +111,11 @@ _VIEWABLE = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("
     onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
     onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16,
     onnx.TensorProto.INT32, onnx.TensorProto.UINT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT64)}
+
+
+# element types whose values a TensorProto lists in a field of their own type, read by NumPy as they are
+_LISTED = {onnx.TensorProto.FLOAT: ("float_data", np.float32), onnx.TensorProto.DOUBLE: ("double_data", np.float64),
+           onnx.TensorProto.INT64: ("int64_data", np.int64), onnx.TensorProto.INT32: ("int32_data", np.int32)}
 
 
 def weights_from_views(proto: onnx.ModelProto, views: dict) -> dict:
@@ -136,8 +152,9 @@ def _packed_floats(t: onnx.TensorProto) -> np.ndarray | None:
     if t.HasField("raw_data"):
         return None
     data = t.SerializeToString()
-    found = None
-    for number, wire, value in protowire.Walker(data, Code.E_ONNX_INVALID).fields(0, len(data)):
+    walker, pos, end, found = protowire.Walker(data, Code.E_ONNX_INVALID), 0, len(data), None
+    while pos < end:   # field by field, not through the generator: a paddle export has hundreds of these
+        number, wire, value, pos = walker.field(pos, end)
         if number == 4:
             if wire != protowire.LENGTH or found is not None:
                 return None
@@ -150,27 +167,32 @@ def _packed_floats(t: onnx.TensorProto) -> np.ndarray | None:
 
 def attribute_value(attr: onnx.AttributeProto, opsets: dict, functions: dict):
     """An attribute as kernels see it: numbers, str, lists, ndarrays, nested Graphs."""
-    A = onnx.AttributeProto
-    if attr.type == A.GRAPH:
-        return from_graph(attr.g, opsets, functions)
-    if attr.type == A.GRAPHS:
-        return [from_graph(g, opsets, functions) for g in attr.graphs]
-    if attr.type == A.TENSOR:
+    kind = attr.type   # read once: each read of a field of the runtime's message is a lookup
+    if kind == _A.INT:
+        return attr.i
+    if kind == _A.INTS:
+        return _numbers(attr, attr.ints, 8, "q") if len(attr.ints) > LARGE_ATTRIBUTE else list(attr.ints)
+    if kind == _A.TENSOR:
         return tensor_value(attr.t)
-    if attr.type == A.TENSORS:
-        return [tensor_value(t) for t in attr.tensors]
-    if attr.type == A.STRING:
+    if kind == _A.FLOAT:
+        return attr.f
+    if kind == _A.STRING:
         return attr.s.decode("utf-8", "replace")
-    if attr.type == A.STRINGS:
+    if kind == _A.GRAPH:
+        return from_graph(attr.g, opsets, functions)
+    if kind == _A.GRAPHS:
+        return [from_graph(g, opsets, functions) for g in attr.graphs]
+    if kind == _A.TENSORS:
+        return [tensor_value(t) for t in attr.tensors]
+    if kind == _A.STRINGS:
         decoded = {}   # one str per distinct value: a tree ensemble repeats a handful of modes millions of times
         return [decoded.get(s) or decoded.setdefault(s, s.decode("utf-8", "replace")) for s in attr.strings]
-    if attr.type == A.INTS:
-        return _numbers(attr, attr.ints, 8, "q") if len(attr.ints) > LARGE_ATTRIBUTE else list(attr.ints)
-    if attr.type == A.FLOATS:
+    if kind == _A.FLOATS:
         return _numbers(attr, attr.floats, 7, "f") if len(attr.floats) > LARGE_ATTRIBUTE else list(attr.floats)
-    if attr.type in (A.SPARSE_TENSOR, A.SPARSE_TENSORS, A.TYPE_PROTO, A.TYPE_PROTOS):
-        return onnx.helper.get_attribute_value(attr)
     return onnx.helper.get_attribute_value(attr)
+
+
+_A = onnx.AttributeProto
 
 
 def _numbers(attr: onnx.AttributeProto, values, number: int, typecode: str) -> array.array:
@@ -233,6 +255,9 @@ def _expand(nodes, functions: dict, depth: int = 0) -> list:
     return out
 
 
+_GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
 def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict, weights: dict | None = None) -> Graph:
     """The IR of a graph; `weights` ({initializer name: ndarray}) stands in for initializers
     whose data the caller holds (external data mapped read-only), never copied."""
@@ -243,12 +268,14 @@ def from_graph(graph: onnx.GraphProto, opsets: dict, functions: dict, weights: d
         domain = _domain(proto.domain)
         if domain not in opsets:
             raise RtdError(Code.E_OP_UNSUPPORTED, f"{domain or 'ai.onnx'} {proto.op_type} (domain not imported by the model)")
-        attrs = {a.name: attribute_value(a, opsets, functions) for a in proto.attribute}
+        attributes = proto.attribute
+        attrs = {a.name: attribute_value(a, opsets, functions) for a in attributes} if attributes else {}
         inputs = list(proto.input)
         while inputs and not inputs[-1]:
             inputs.pop()  # trailing absent inputs are simply not passed
         node = Node(proto.op_type, domain, inputs, list(proto.output), attrs, name=proto.name)
-        node.implicit = sorted(set().union(*(g.free_names() for g in node.subgraphs())))
+        if any(a.type in _GRAPH_TYPES for a in attributes):
+            node.implicit = sorted(set().union(*(g.free_names() for g in node.subgraphs())))
         nodes.append(node)
     nodes = dataflow_order(nodes)
     inputs = [v.name for v in graph.input if v.name not in constants]
