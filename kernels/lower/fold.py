@@ -26,9 +26,22 @@ def _small_enough(values, inputs) -> bool:
     return all(isinstance(v, np.ndarray) for v in values) and sum(v.nbytes for v in values) <= budget
 
 
+def _given_value(node):
+    """A Constant's array where it is its one `value` attribute, already read-only (ir.tensor_value);
+    else None. Exporters such as paddle2onnx emit hundreds of these."""
+    if node.op_type != "Constant" or node.domain != "" or len(node.attrs) != 1 or len(node.outputs) != 1:
+        return None
+    value = node.attrs.get("value")
+    return value if isinstance(value, np.ndarray) and not value.flags.writeable and node.outputs[0] else None
+
+
 def fold_constants(graph: Graph) -> Graph:
     keep = []
     for node in graph.nodes:
+        value = _given_value(node)
+        if value is not None and _small_enough([value], []):
+            graph.constants[node.outputs[0]] = value   # what its kernel would answer, without making one
+            continue
         if _foldable(node) and all(n in graph.constants for n in node.inputs if n):
             args = [graph.constants[n] if n else None for n in node.inputs]
             kernel = make_kernel(node, graph.opsets)  # an unsupported op refuses here, at compile time
