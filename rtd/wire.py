@@ -217,13 +217,15 @@ class PeerArena:
 
 
 def map_fd(fd: int, size: int) -> memoryview:
-    """Read-only view of the first `size` bytes of `fd`; refuses an fd shorter than claimed."""
+    """Read-only view of the first `size` bytes of `fd`; refuses an fd shorter than claimed. Its
+    page tables are filled at once (MAP_POPULATE): every caller reads it whole — a request's body,
+    a model — and a fault a page made a 600 KB request 0.7–2 ms slower end to end (loaded host)."""
     actual = os.fstat(fd).st_size
     if actual < size:
         raise protocol_error(f"memfd holds {actual} bytes, head claims {size}")
     if size == 0:
         return memoryview(b"")
-    return memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ))
+    return memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE))
 
 
 def _payload(name: str, value) -> tuple[str, list, list]:
