@@ -8,16 +8,20 @@ limit; past it the caller gets E_REPOSITORY_UNAVAILABLE at once, a call not yet 
 starts (`abandon` releases what it was handed), and one still running finishes on its own, its
 result handed to `discard` (a package's memfds are closed). A call owns what it is handed: an
 fd given to it is closed by it, on its thread, never by a caller that stopped waiting. The threads are daemon threads: one stuck in the kernel never
-keeps the daemon from stopping on SIGTERM.
+keeps the daemon from stopping on SIGTERM. They run at the tenants' priority (nice 0), not the
+supervisor's: hashing a large package is the tenant's work, and must not preempt another tenant's
+workers the way the event loop's O(1) routing may.
 """
 import asyncio
 import concurrent.futures
+import os
 import queue
 import threading
 
 from rtd.errors import Code, RtdError
 
 THREADS = 2   # one slow call leaves the tenant another
+TENANT_NICE = 0   # what the confinement sets every tenant process to (sandbox/rlimits.py)
 
 
 class TenantIO:
@@ -33,6 +37,7 @@ class TenantIO:
             self.threads.append(thread)
 
     def _work(self) -> None:
+        os.setpriority(os.PRIO_PROCESS, 0, TENANT_NICE)   # this thread only (Linux keeps a nice value per thread)
         while True:
             future, fn = self.queue.get()
             if not future.set_running_or_notify_cancel():

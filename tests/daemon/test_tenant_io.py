@@ -2,6 +2,7 @@
 tenant whose calls never return makes only itself wait; what a late call makes is discarded,
 what a call never started is handed back; the threads never keep the process alive."""
 import asyncio
+import os
 import subprocess
 import sys
 import threading
@@ -54,3 +55,18 @@ def test_a_thread_stuck_for_good_does_not_keep_the_process_from_exiting():
             "asyncio.run(main())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "E_REPOSITORY_UNAVAILABLE" in done.stdout, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a thread's nice value needs root")
+def test_a_tenants_file_work_runs_at_the_tenants_priority_not_the_supervisors():
+    """The supervisor's thread runs at a higher priority (here -5 for the test's thread alone);
+    a TenantIO thread, started from it, sets itself back to the tenants' nice 0."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, -5)
+    try:
+        async def scenario():
+            return await TenantIO("acme").run(lambda: os.getpriority(os.PRIO_PROCESS, 0), timeout=5, what="reading")
+        assert asyncio.run(scenario()) == 0
+        assert os.getpriority(os.PRIO_PROCESS, 0) == -5   # the caller's own thread kept its priority
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
