@@ -83,7 +83,10 @@ def raise_priority(nice: int) -> None:
     loop, which must not wait for CPU behind a tenant's flooding clients or busy workers. The
     fork server started before this keeps the daemon's own priority, and the confinement sets
     each tenant process to 0 whatever it inherits (sandbox/rlimits.py). Called before any thread
-    starts, so the supervisor's threads share it. Without the privilege, said once and left."""
+    starts, so the supervisor's threads share it. Without the privilege (rtd.service gives none:
+    its Nice= sets it before the start), said once and left."""
+    if os.getpriority(os.PRIO_PROCESS, 0) == nice:
+        return
     try:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
     except OSError as e:
