@@ -161,8 +161,11 @@ class Scheduler:
         wait = None if request.deadline == math.inf else max(0.0, request.deadline - time.monotonic())
         try:
             if self.task is None:   # no batching: the caller's own task takes its request to the worker and back
-                async with asyncio.timeout(wait):
+                if wait is None:   # no deadline: no timeout context to make (request_timeout_s bounds the slot wait)
                     await self._execute([pending])
+                else:
+                    async with asyncio.timeout(wait):
+                        await self._execute([pending])
                 return pending.future.result()
             self.queue.append(pending)
             self.arrived.set()
