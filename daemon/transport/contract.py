@@ -102,6 +102,10 @@ class SpooledBody:
             code = Code.E_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
             raise RtdError(code, f"spooling the body: {e.strerror}") from None
 
+    def wrote(self, length: int) -> None:
+        """Bytes the transport appended to the file itself (h2session's sink)."""
+        self.size += length
+
     def __len__(self) -> int:
         return self.size
 
@@ -122,6 +126,8 @@ class SpooledBody:
 
 class BufferBody(bytearray):
     """A small body, in the transport's memory (charged as request bytes)."""
+
+    fd = -1   # no file: the transport appends what arrives
 
     def write(self, data) -> None:
         self += data

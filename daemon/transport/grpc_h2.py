@@ -29,7 +29,9 @@ bytes, and max_streams_per_connection streams.
 Unary calls only: one request message, one response message, identity encoding.
 """
 import asyncio
+import errno
 import logging
+import os
 import struct
 import time
 import urllib.parse
@@ -37,7 +39,7 @@ import urllib.parse
 from rtd.daemon.transport import h2session
 from rtd.daemon.transport.contract import BACKOFF_MAX_S, BACKOFF_S, Call, Method, Reply
 from rtd.daemon.transport.h2session import (CALL_CREDIT, CANCEL, CLOSED, DATA, END, ENHANCE_YOUR_CALM, GOAWAY, HEADER_LIST,
-                                            HEADERS, INTERNAL_ERROR, NO_ERROR, OPEN_WINDOW, PROTOCOL_ERROR, REFUSAL_COST)
+                                            HEADERS, INTERNAL_ERROR, NO_ERROR, OPEN_WINDOW, PROTOCOL_ERROR, REFUSAL_COST, SUNK)
 from rtd.errors import Code, RtdError
 
 log = logging.getLogger("rtd.http2")
@@ -194,6 +196,8 @@ class Connection(asyncio.Protocol):
         for kind, sid, a, b in events:
             if kind == DATA:
                 self._data(sid, stash, a, b)
+            elif kind == SUNK:
+                self._sunk(sid, a, b)
             elif kind == HEADERS:
                 self._headers(sid, stash[a:a + b])
             elif kind == END:
@@ -279,6 +283,7 @@ class Connection(asyncio.Protocol):
         try:
             if stream.spool is not None:
                 stream.spool.write(chunk)
+                self._sink(stream)   # from where the file ends now
             else:
                 stream.body += chunk
             if stream.expected is None and len(stream.body) >= PREFIX.size:
@@ -288,6 +293,24 @@ class Connection(asyncio.Protocol):
         except RtdError as e:
             self._fail(stream, e)
         self.session.consume(sid, length, not stream.refused and not stream.done)
+
+    def _sunk(self, sid: int, length: int, error: int) -> None:
+        """Body bytes the session wrote to the stream's file itself (and consumed); `error`: the
+        errno that stopped it."""
+        stream = self.streams.get(sid)
+        if stream is None or stream.spool is None or stream.done:
+            return
+        stream.last_progress = time.monotonic()
+        stream.spool.wrote(length)
+        if error:
+            code = Code.E_STORAGE_FULL if error in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
+            self._fail(stream, RtdError(code, f"spooling the body: {os.strerror(error)}"))
+
+    def _sink(self, stream: _Stream) -> None:
+        """The rest of a body spooled to a file goes from the session straight there (up to the
+        declared size: past it the bytes come as DATA, and the call is refused)."""
+        if stream.spool.fd >= 0:
+            self.session.sink(stream.id, stream.spool.fd, len(stream.spool), stream.expected)
 
     def _declared(self, stream: _Stream) -> None:
         """The message's prefix arrived: charge its declared size, then let the rest in."""
@@ -302,10 +325,13 @@ class Connection(asyncio.Protocol):
             stream.charges.append(charge)
             stream.spool.write(memoryview(stream.body)[PREFIX.size:])
             del stream.body[PREFIX.size:]
-        elif stream.call.who is not None:
-            stream.charges.append(self.table.ledger.take(stream.call.who, "request_bytes", length,
-                                                         control=stream.method.control))
-        stream.expected = length
+            stream.expected = length
+            self._sink(stream)
+        else:
+            if stream.call.who is not None:
+                stream.charges.append(self.table.ledger.take(stream.call.who, "request_bytes", length,
+                                                             control=stream.method.control))
+            stream.expected = length
         if PREFIX.size + length > OPEN_WINDOW:
             self.session.open_window(stream.id)
 
@@ -412,6 +438,8 @@ class Connection(asyncio.Protocol):
         stream.done = True
         if stream.timer is not None:
             stream.timer.cancel()
+        if stream.spool is not None and stream.spool.fd >= 0 and self.session is not None:
+            self.session.sink(stream.id, -1, 0, 0)   # before its file is closed: the session writes there no more
         stream.release()
         stream.views = []
         self.streams.pop(stream.id, None)

@@ -2,11 +2,13 @@
  * plain C function compiled at install time: nothing is generated at run time (the daemon runs
  * under MemoryDenyWriteExecute, which rules out libffi closures). */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nghttp2/nghttp2.h>
 
@@ -34,6 +36,12 @@ typedef struct rtd_response {
     size_t *lengths;
 } rtd_response;
 
+typedef struct {
+    int32_t sid;
+    int fd;
+    uint64_t at, end;         /* the next byte's offset in the file; the declared message's end */
+} rtd_sink;
+
 struct rtd_h2_state {
     nghttp2_session *session;
     rtd_h2_limits limits;
@@ -46,6 +54,8 @@ struct rtd_h2_state {
     size_t budget, pumped;
     struct timespec refilled;
     rtd_response responses;   /* the list of responses in progress (a sentinel) */
+    rtd_sink *sinks;          /* streams whose body goes straight to a file (few: the large ones in flight) */
+    size_t nsinks, sinks_cap;
 };
 
 static const uint8_t STATUS[] = ":status", OK200[] = "200", CONTENT_TYPE[] = "content-type",
@@ -171,6 +181,71 @@ static size_t walk(rtd_h2 *h, const uint8_t *data, size_t length) {
     return length;
 }
 
+/* -- bodies written straight to their files ---------------------------------------------------- */
+static rtd_sink *sink_of(rtd_h2_state *s, int32_t sid) {
+    for (size_t i = 0; i < s->nsinks; i++)
+        if (s->sinks[i].sid == sid)
+            return &s->sinks[i];
+    return NULL;
+}
+
+static void unsink(rtd_h2_state *s, int32_t sid) {
+    rtd_sink *k = sink_of(s, sid);
+    if (k != NULL)
+        *k = s->sinks[--s->nsinks];
+}
+
+/* A sunk stream's bytes of one feed, joined into one event as DATA's are. */
+static int sunk(rtd_h2 *h, int32_t sid, size_t length, int error) {
+    uint32_t *last = h->nevents ? h->events + (h->nevents - 1) * 4 : NULL;
+    if (last && last[0] == RTD_H2_SUNK && last[1] == (uint32_t)sid && last[3] == 0 && error == 0) {
+        last[2] += (uint32_t)length;
+        return 0;
+    }
+    return event(h, RTD_H2_SUNK, sid, (uint32_t)length, (uint32_t)error);
+}
+
+/* Write what the stream's file may still take; how much of `length` was taken (all of it when
+   the write failed: the call fails, its bytes are dropped), or -1 when out of memory. */
+static ssize_t sink_chunk(rtd_h2 *h, nghttp2_session *session, rtd_sink *k, const uint8_t *data, size_t length) {
+    size_t room = (size_t)(k->end - k->at), want = length < room ? length : room, done = 0;
+    int error = 0;
+    while (done < want) {
+        ssize_t n = pwrite(k->fd, data + done, want - done, (off_t)k->at);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            error = n < 0 ? errno : EIO;
+            break;
+        }
+        done += (size_t)n;
+        k->at += (uint64_t)n;
+    }
+    int32_t sid = k->sid;
+    size_t taken = error ? length : done;
+    if (error)
+        unsink(h->state, sid);   /* k is gone */
+    if (sunk(h, sid, done, error) || nghttp2_session_consume(session, sid, taken) != 0)
+        return -1;
+    return (ssize_t)taken;
+}
+
+int rtd_h2_sink(rtd_h2 *h, int32_t sid, int fd, uint64_t at, uint64_t end) {
+    rtd_h2_state *s = h->state;
+    rtd_sink *k = sink_of(s, sid);
+    if (fd < 0 || at > end) {
+        unsink(s, sid);
+        return 0;
+    }
+    if (k == NULL) {
+        if (grow((void **)&s->sinks, &s->sinks_cap, s->nsinks + 1, sizeof(rtd_sink)) != 0)
+            return RTD_H2_NOMEM;
+        k = &s->sinks[s->nsinks++];
+    }
+    *k = (rtd_sink){sid, fd, at, end};
+    return 0;
+}
+
 /* -- nghttp2's callbacks: reading --------------------------------------------------------------- */
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user) {
     rtd_h2 *h = user;
@@ -214,8 +289,11 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         /* fall through */
     case NGHTTP2_DATA:
-        if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && event(h, RTD_H2_END, sid, 0, 0))
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+            unsink(h->state, sid);   /* no byte of it comes after this */
+            if (event(h, RTD_H2_END, sid, 0, 0))
+                return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
         break;
     case NGHTTP2_GOAWAY:
         if (event(h, RTD_H2_GOAWAY, 0, frame->goaway.error_code, 0))
@@ -228,6 +306,16 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
 static int on_data_chunk_recv(nghttp2_session *session, uint8_t flags, int32_t sid, const uint8_t *data, size_t length,
                               void *user) {
     rtd_h2 *h = user;
+    rtd_sink *k = sink_of(h->state, sid);
+    if (k != NULL) {
+        ssize_t taken = sink_chunk(h, session, k, data, length);
+        if (taken < 0)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        data += taken;
+        length -= (size_t)taken;
+        if (length == 0)
+            return 0;   /* what is left runs past the declared message: DATA, which the caller refuses */
+    }
     uint32_t *last = h->nevents ? h->events + (h->nevents - 1) * 4 : NULL;
     if (last && last[0] == RTD_H2_DATA && last[1] == (uint32_t)sid && last[2] + last[3] == h->nstash) {
         last[3] += (uint32_t)length;   /* the same stream's bytes, joined */
@@ -247,6 +335,7 @@ static int on_stream_close(nghttp2_session *session, int32_t sid, uint32_t error
     rtd_response *r = nghttp2_session_get_stream_user_data(session, sid);
     if (r != NULL)
         forget(r);
+    unsink(((rtd_h2 *)user)->state, sid);
     return event(user, RTD_H2_CLOSED, sid, error_code, 0) ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
 }
 
@@ -374,6 +463,7 @@ void rtd_h2_free(rtd_h2 *h) {
     free(h->stash);
     free(h->out);
     free(h->refs);
+    free(s->sinks);
     free(s);
     free(h);
 }

@@ -9,6 +9,8 @@
  *   RTD_H2_END      the client ended its side of the stream
  *   RTD_H2_CLOSED   the stream closed (a: the error code, 0 when it ended normally)
  *   RTD_H2_GOAWAY   the client sent GOAWAY (a: its error code)
+ *   RTD_H2_SUNK     request body bytes written to the stream's file (rtd_h2_sink) and consumed: a of
+ *                   them, then b = the errno that stopped the writing (0: none; the sink is gone)
  * Output is out[0:nout] with, for each ref, the slice `length` bytes at `offset` of the part
  * `part` of stream `sid`'s response written in place before out[at] (large slices are never
  * copied here: Python hands the part itself to the transport).
@@ -23,6 +25,7 @@
 #define RTD_H2_END 3
 #define RTD_H2_CLOSED 4
 #define RTD_H2_GOAWAY 5
+#define RTD_H2_SUNK 6
 
 #define RTD_H2_ABUSE 1        /* feed: the client is past its frame budget (or nghttp2's flood limits) */
 #define RTD_H2_HEADER_LIST 2  /* feed: a header block past header_list bytes */
@@ -77,6 +80,11 @@ int rtd_h2_respond(rtd_h2 *h, int32_t sid, const char *const *parts, const size_
 /* A trailers-only answer (grpc-message never indexed). Any answer that ends a stream the client
    has not finished sending is followed by RST_STREAM(NO_ERROR). */
 int rtd_h2_refuse(rtd_h2 *h, int32_t sid, int grpc_status, const char *message, size_t message_length);
+/* From now on write stream `sid`'s body bytes to `fd` at offset `at` onward, up to `end` (the declared
+   message's end; bytes past it still come as DATA), consuming them: no copy, no Python a chunk. fd -1
+   stops it; it also stops at the stream's end or close and at a failed write. The caller keeps fd
+   open while the sink stands. 0, or RTD_H2_NOMEM. */
+int rtd_h2_sink(rtd_h2 *h, int32_t sid, int fd, uint64_t at, uint64_t end);
 /* RST_STREAM; the stream's response parts are not read again. */
 int rtd_h2_reset(rtd_h2 *h, int32_t sid, uint32_t code);
 /* Give back receive window for `length` bytes read: the stream's as well when `stream`. */

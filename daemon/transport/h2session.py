@@ -3,14 +3,16 @@ cffi): HPACK, framing, flow control and the frame budget happen there, rtd's pol
 grpc_h2.py. A read from the socket is one call in (`feed`), whatever number of frames it
 holds; what comes back is a list of events, and `write` moves what is due to the transport,
 large response slices as views of the reply's own parts (the transport's one copy to the
-socket is the only one).
+socket is the only one). A large request's body goes from the read straight into its file
+(`sink`), written by C as it arrives.
 """
 import struct
 
 from rtd.daemon.transport._h2session import ffi, lib
 from rtd.daemon.transport.contract import MAX_HEADER_LIST, WRITE_HIGH_WATER, TransportLimits
 
-HEADERS, DATA, END, CLOSED, GOAWAY = lib.RTD_H2_HEADERS, lib.RTD_H2_DATA, lib.RTD_H2_END, lib.RTD_H2_CLOSED, lib.RTD_H2_GOAWAY
+HEADERS, DATA, END, CLOSED, GOAWAY, SUNK = (lib.RTD_H2_HEADERS, lib.RTD_H2_DATA, lib.RTD_H2_END, lib.RTD_H2_CLOSED,
+                                            lib.RTD_H2_GOAWAY, lib.RTD_H2_SUNK)
 ABUSE, HEADER_LIST, NOMEM = lib.RTD_H2_ABUSE, lib.RTD_H2_HEADER_LIST, lib.RTD_H2_NOMEM
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, CANCEL, ENHANCE_YOUR_CALM = 0x0, 0x1, 0x2, 0x8, 0xb   # RFC 9113 error codes
 MORE, OVER = 1, 2                # rtd_h2_pump: more waits to be written; the session is over
@@ -89,6 +91,12 @@ class Session:
 
     def reset(self, sid: int, code: int) -> None:
         lib.rtd_h2_reset(self.h, sid, code)
+
+    def sink(self, sid: int, fd: int, at: int, end: int) -> None:
+        """Write the stream's body bytes to `fd` from offset `at` up to `end` in C as they arrive
+        (SUNK events say how many); fd -1 stops it. The caller keeps fd open meanwhile."""
+        if lib.rtd_h2_sink(self.h, sid, fd, at, end) != 0:
+            raise MemoryError("no room for a sink")
 
     def consume(self, sid: int, length: int, stream: bool) -> None:
         lib.rtd_h2_consume(self.h, sid, length, stream)

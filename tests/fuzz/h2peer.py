@@ -99,7 +99,8 @@ class Supervisor:
 
     async def infer(self, tenant, request):
         """Echo the inputs, decoded and encoded in this process by the worker's own codec."""
-        decoded = kserve_codec.decode_grpc(request.body, kserve_codec.Caps(self.config.limits.max_message_bytes))
+        body = request.body.view() if hasattr(request.body, "view") else request.body   # the transport's body, or bytes
+        decoded = kserve_codec.decode_grpc(body, kserve_codec.Caps(self.config.limits.max_message_bytes))
         parts, _ = kserve_codec.encode_grpc(request.model, "1", decoded, decoded.inputs)
         return SimpleNamespace(version="1", body=b"".join(bytes(memoryview(p)) for p in parts), json_length=None, charges=[])
 

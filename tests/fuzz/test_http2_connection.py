@@ -12,11 +12,13 @@ the connection is lost and its tasks are done, the server holds no connection an
 budget charge (streams, connections, request bytes) has been given back.
 """
 import asyncio
+import errno
 import logging
 
 import h2.events
 import h2.settings
 import pytest
+import numpy as np
 from hypothesis import strategies as st
 
 from rtd.daemon.fronts import grpc as grpc_front
@@ -282,3 +284,171 @@ def test_a_large_answer_reaches_the_transport_as_views_of_the_reply_itself():
     # slices under 4 KiB (here the 5 bytes a frame's prefix displaced) are copied with the frame headers
     assert len(part) - views < 4096, f"{views} of {len(part)} bytes went to the transport as views of the reply's part"
     assert released == [True]
+
+
+# -- large bodies straight to their files --------------------------------------------------------
+def _infer_request(name: str, values: np.ndarray) -> bytes:
+    from rtd.proto import grpc_service_pb2 as pb
+    tensor = pb.ModelInferRequest.InferInputTensor(name=name, datatype="FP32", shape=list(values.shape))
+    return pb.ModelInferRequest(model_name="m", inputs=[tensor], raw_input_contents=[values.tobytes()]).SerializeToString()
+
+
+async def _drive(conn, transport, c, pieces) -> dict:
+    """Feed the server each of `pieces` (the client's bytes, cut where the caller chose), let its
+    tasks run, acknowledge what it sends; {stream id: (grpc-status, grpc-message, body)}."""
+    bodies, out = {}, {}
+    for piece in pieces:
+        conn.data_received(piece)
+        await h2peer.settle(4)
+        for event in c.receive_data(bytes(transport.written)):
+            if isinstance(event, h2.events.DataReceived):
+                bodies.setdefault(event.stream_id, bytearray()).extend(event.data)
+                c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, (h2.events.TrailersReceived, h2.events.ResponseReceived)):
+                fields = {bytes(k): bytes(v) for k, v in event.headers}
+                if b"grpc-status" in fields:
+                    out[event.stream_id] = (fields[b"grpc-status"].decode(), fields.get(b"grpc-message", b"").decode(),
+                                            bytes(bodies.get(event.stream_id, b"")))
+        transport.written.clear()
+        more = c.data_to_send()
+        if more:
+            conn.data_received(more)
+            await h2peer.settle(4)
+    return out
+
+
+def _sunk_bytes(conn) -> list:
+    """Record the session's SUNK events, (bytes it wrote to a call's file itself, errno)."""
+    seen, sunk = [], conn._sunk
+
+    def record(sid, length, error):
+        seen.append((length, error))
+        sunk(sid, length, error)
+    conn._sunk = record
+    return seen
+
+
+def test_large_bodies_go_from_the_reads_straight_to_their_files():
+    """Two large inference calls (above the memfd threshold) interleaved frame by frame and cut
+    into reads of odd sizes: each arrives whole and in order (the echo answers its own
+    values), all but the bytes of the read that declared its size are written by the session
+    in C (SUNK), and every charge is given back."""
+    from rtd.daemon.fronts.kserve import MEMFD_BODY_BYTES
+    from rtd.proto import grpc_service_pb2 as pb
+    rng = np.random.default_rng(0)
+    values = {"a": rng.standard_normal(90_000).astype(np.float32), "b": rng.standard_normal(50_000).astype(np.float32)}
+    bodies = {name: h2peer.grpc_body(_infer_request(name, v)) for name, v in values.items()}
+    assert all(len(b) > MEMFD_BODY_BYTES for b in bodies.values())
+
+    async def session():
+        table, front = h2peer.server()
+        conn, transport = h2peer.connect(table, front)
+        sunk = _sunk_bytes(conn)
+        c = h2peer.client()
+        c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
+        c.increment_flow_control_window(1 << 24)
+        sids = {}
+        for name in bodies:
+            sids[name] = c.get_next_available_stream_id()
+            c.send_headers(sids[name], h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
+        answers = await _drive(conn, transport, c, [c.data_to_send()])
+        frame, offsets = 1 << 14, dict.fromkeys(bodies, 0)
+        while any(offsets[n] < len(bodies[n]) for n in bodies):
+            for name, body in bodies.items():   # frame by frame, the streams taking turns, as the windows allow
+                at, sid = offsets[name], sids[name]
+                size = min(frame, len(body) - at, c.local_flow_control_window(sid))
+                if size > 0:
+                    c.send_data(sid, body[at:at + size], end_stream=at + size == len(body))
+                    offsets[name] = at + size
+            data = c.data_to_send()
+            cut = len(data) // 3 + 7   # reads that end inside frames
+            answers.update(await _drive(conn, transport, c, [data[:cut], data[cut:]]))
+        usage = table.ledger.usage("acme")
+        transport.close()
+        await h2peer.settle()
+        return answers, sids, sunk, usage
+
+    answers, sids, sunk, usage = asyncio.run(session())
+    for name, sid in sids.items():
+        status, message, body = answers[sid]
+        assert status == "0", message
+        reply = pb.ModelInferResponse.FromString(body[5:])
+        np.testing.assert_array_equal(np.frombuffer(reply.raw_output_contents[0], np.float32), values[name])
+    total = sum(len(b) - 5 for b in bodies.values())
+    written = sum(length for length, _ in sunk)
+    assert written >= total - 2 * (1 << 16) and not any(e for _, e in sunk), f"{written} of {total} bytes written by the session"
+    assert usage["request_bytes"]["used"] == 0 and usage["streams"]["used"] == 0, usage
+
+
+def test_bytes_past_a_large_declared_message_are_refused_and_charge_nothing():
+    """A large call whose DATA runs past the message its prefix declared: the session writes
+    the declared bytes to the file and no more; the rest comes up as DATA and the call is
+    refused (INVALID_ARGUMENT, one message per call), its charges given back."""
+    message = _infer_request("x", np.ones(40_000, np.float32))
+
+    async def session():
+        table, front = h2peer.server()
+        conn, transport = h2peer.connect(table, front)
+        c = h2peer.client()
+        c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
+        c.increment_flow_control_window(1 << 24)
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
+        body, at = h2peer.grpc_body(message) + b"\0" * 3000, 0
+        answers = await _drive(conn, transport, c, [c.data_to_send()])
+        while at < len(body) and sid not in answers:
+            size = min(1 << 14, len(body) - at, c.local_flow_control_window(sid))
+            c.send_data(sid, body[at:at + size], end_stream=at + size == len(body))
+            at += size
+            answers.update(await _drive(conn, transport, c, [c.data_to_send()]))
+        usage = table.ledger.usage("acme")
+        transport.close()
+        await h2peer.settle()
+        return answers[sid], usage
+
+    (status, message_text, _), usage = asyncio.run(session())
+    assert (status, "one request message per call" in message_text) == ("3", True), (status, message_text)
+    assert usage["request_bytes"]["used"] == 0 and usage["streams"]["used"] == 0, usage
+
+
+def test_a_write_the_file_refuses_fails_that_call_alone():
+    """The session's write to a call's file fails (here: the memfd sealed against writes once its
+    sink stands, EPERM): that call is refused with the reason, the connection goes on, and the
+    next call on it is answered."""
+    import fcntl
+    message = _infer_request("x", np.ones(40_000, np.float32))
+
+    async def session():
+        table, front = h2peer.server()
+        conn, transport = h2peer.connect(table, front)
+        sunk = _sunk_bytes(conn)
+        c = h2peer.client()
+        c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
+        c.increment_flow_control_window(1 << 24)
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
+        body = h2peer.grpc_body(message)
+        c.send_data(sid, body[:1 << 14])
+        first = await _drive(conn, transport, c, [c.data_to_send()])
+        spool = conn.streams[sid].spool
+        fcntl.fcntl(spool.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
+        at, answers = 1 << 14, {}
+        while at < len(body) and sid not in answers:
+            size = min(1 << 14, len(body) - at, c.local_flow_control_window(sid))
+            c.send_data(sid, body[at:at + size], end_stream=at + size == len(body))
+            at += size
+            answers.update(await _drive(conn, transport, c, [c.data_to_send()]))
+        then = h2peer.unary(c, "ServerLive", b"")
+        later = await _drive(conn, transport, c, [c.data_to_send()])
+        usage = table.ledger.usage("acme")
+        closed = transport.closing
+        transport.close()
+        await h2peer.settle()
+        return first, answers[sid], later[then], usage, closed, sunk
+
+    first, (status, text, _), (live, _, _), usage, closed, sunk = asyncio.run(session())
+    assert not first
+    assert [e for _, e in sunk if e] == [errno.EPERM], f"the session's own write did not fail: {sunk}"
+    assert status == "13" and not closed, (status, text)
+    assert live == "0"
+    assert usage["request_bytes"]["used"] == 0 and usage["streams"]["used"] == 0, usage
