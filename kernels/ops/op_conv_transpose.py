@@ -1,8 +1,10 @@
 """ConvTranspose: the gradient of Conv, computed as one GEMM (W^T @ X) then a col2im scatter-add per tap;
 where the taps cannot overlap (kernel = stride, no dilation, padding or extra output: a detector head's 2x
-upsampling) the GEMM's columns are each output pixel's value already, placed by one strided copy per tap."""
+upsampling) each output row is written once: by native/tiles.c for a 2-d float32 one without groups, else from
+the GEMM's columns, placed by one strided copy per tap."""
 import numpy as np
 
+from ..native.tiles import conv_transpose_tiles
 from .base import Kernel
 
 
@@ -39,12 +41,16 @@ class ConvTranspose_1(Kernel):
         nd = len(kernel)
         spatial = x.shape[2:]
         strides, dilations, full, begin, out = self.geometry(spatial, kernel)
+        tiles = kernel == strides and all(d == 1 for d in dilations) and not any(begin) \
+            and out == full == [i * s for i, s in zip(spatial, strides)]
+        if tiles and xp is np and g == 1 and nd == 2 and kernel == list(w.shape[2:]) \
+                and (y := conv_transpose_tiles(x, w, b)) is not None:
+            return (y,)
         pixels = int(np.prod(spatial))
         kk = int(np.prod(kernel))
         cols = xp.matmul(w.reshape(g, c // g, mg * kk).transpose(0, 2, 1), x.reshape(n, g, c // g, pixels))
         cols = cols.reshape((n, g * mg) + tuple(kernel) + tuple(spatial))
-        if kernel == strides and all(d == 1 for d in dilations) and not any(begin) \
-                and out == full == [i * s for i, s in zip(spatial, strides)]:
+        if tiles:
             # output pixel i*k + t is tap t of input pixel i: each tap's plane goes to a strided view of y, bias
             # added on the way (one transposing copy of the 2k-dimensional view ran an inner loop of k floats:
             # 2-5x slower on a 2x2 upsampling)
