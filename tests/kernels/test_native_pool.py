@@ -20,6 +20,7 @@ GEOMETRIES = [dict(kernel_shape=[2, 2], strides=[1, 1], auto_pad="SAME_UPPER"),
               # 16 taps or more over a small map: row maxima first, then along the window's rows (pool.c)
               dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]),
               dict(kernel_shape=[13, 9], strides=[1, 1], pads=[6, 4, 6, 4]),
+              dict(kernel_shape=[2, 17], strides=[1, 1], pads=[1, 16, 0, 8]),   # windows wholly in the padding
               dict(kernel_shape=[4, 5], strides=[2, 1], pads=[1, 2, 3, 2], dilations=[1, 2], ceil_mode=1),
               dict(kernel_shape=[3, 5], strides=[2, 1], pads=[1, 2, 0, 1], dilations=[1, 2], ceil_mode=1)]
 
