@@ -101,7 +101,21 @@ RTD_INLINE void window_row(const int K, const int SW, const float *const top[5],
         }
         return;
     }
-    for (int64_t ox = 0;; ox += 8) {
+    int64_t ox = 0;
+    for (; ox + 16 <= ow; ox += 16) {   /* two vectors at a time: two chains of K*K dependent multiply-adds in flight */
+        v8 acc0 = bias, acc1 = bias;
+        for (int i = 0; i < K; i++)
+            for (int j = 0; j < K; j++) {
+                const float *q = SW == 2 ? p[i][j & 1] + ox + (j >> 1) : p[i][0] + ox + j;
+                acc0 += taps_v[i * K + j] * load8(q);
+                acc1 += taps_v[i * K + j] * load8(q + 8);
+            }
+        store8(row + ox, relu ? relu8(acc0) : acc0);
+        store8(row + ox + 8, relu ? relu8(acc1) : acc1);
+    }
+    if (ox == ow)
+        return;
+    for (;; ox += 8) {
         if (ox > ow - 8)
             ox = ow - 8;
         v8 acc = bias;
