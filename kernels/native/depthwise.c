@@ -133,6 +133,10 @@ RTD_INLINE void window_row(const int K, const int SW, const float *const top[5],
    copies the plane in and the rows out). */
 #define NARROW 32
 
+/* Maps whose padded input and output, 8 channels of each, fit these floats (on the stack: 64 KiB) and whose
+   rows are narrow run 8 channels at a time (channel_block). */
+#define BLOCK_FLOATS 16384
+
 /* One (image, channel) plane, for a K x K filter at stride SW without column dilation, into out.
  * Narrow rows at stride 1: the plane is copied into the interior of `scratch` (hp x wp, borders zero),
  * then run as one flat row of the padded width (output (oy, ox) is flat position oy*wp + ox; the wp - ow
@@ -204,10 +208,100 @@ RTD_INLINE void window_plane(const int K, const int SW, const struct geometry *g
 }
 
 struct depthwise {
-    const float *x, *w, *bias; float *y, *padded; int64_t n, c, h, wd, kh, kw, oh, ow, sw, wp, per_worker;
+    const float *x, *w, *bias; float *y, *padded; int64_t n, c, h, wd, kh, kw, oh, ow, sw, hp, wp, per_worker;
     struct geometry g;
     int windowed;   /* a square 3x3 or 5x5 filter at column stride 1 or 2 without column dilation, its rows fitting the scratch */
 };
+
+/* Plane p (image p / c, channel p % c) into y. */
+RTD_INLINE void one_plane(const struct depthwise *a, float *restrict scratch, int64_t p)
+{
+    const int64_t kh = a->kh, sw = a->sw, wp = a->wp, oh = a->oh, ow = a->ow, ch = p % a->c;
+    const float *plane = a->x + p * a->h * a->wd;
+    const float *taps = a->w + ch * kh * a->kw;
+    const float b = a->bias != NULL ? a->bias[ch] : 0.0f;
+    float *out = a->y + p * oh * ow;
+    if (a->windowed && kh == 3 && sw == 1)
+        window_plane(3, 1, &a->g, plane, scratch, wp, taps, b, out, oh);
+    else if (a->windowed && kh == 3)
+        window_plane(3, 2, &a->g, plane, scratch, wp, taps, b, out, oh);
+    else if (a->windowed && kh == 5 && sw == 1)
+        window_plane(5, 1, &a->g, plane, scratch, wp, taps, b, out, oh);
+    else if (a->windowed && kh == 5)
+        window_plane(5, 2, &a->g, plane, scratch, wp, taps, b, out, oh);
+    else
+        for (int64_t oy = 0; oy < oh; oy++)
+            generic_row(&a->g, plane, taps, b, oy, out + oy * ow);
+}
+
+/* Channels [c0, c0 + 8) of one image at once, each pixel's 8 channels a vector (small maps: a row of 7 or
+ * 14 pixels is one or two vectors with lanes to spare, and its plane's copy and setup cost more than its
+ * multiply-adds): the 8 planes transposed, 8 columns at a time, into `padded` (hp x wp pixels of 8
+ * channels, borders zero), every output pixel's K*K taps accumulated 4 pixels at a time with one vector
+ * of 8 channels' taps each (bias first, taps in order, ReLU last: window_row's sums, bit for bit), then
+ * the pixels transposed back into the 8 output planes. */
+RTD_INLINE void channel_block(const int K, const int SW, const struct depthwise *a, int64_t image, int64_t c0,
+                              float *restrict padded, float *restrict result)
+{
+    const struct geometry *g = &a->g;
+    const int64_t h = a->h, wd = a->wd, wp = a->wp, oh = a->oh, ow = a->ow, plane = h * wd, pixels = oh * ow;
+    const int64_t sh = g->sh, dh = g->dh, pad_top = g->pad_top, pad_left = g->pad_left;
+    const float *x = a->x + (image * a->c + c0) * plane;
+    for (int64_t iy = 0; iy < h; iy++) {
+        float *dst = padded + ((iy + pad_top) * wp + pad_left) * 8;
+        const float *src = x + iy * wd;
+        int64_t ix = 0;
+        for (; ix + 8 <= wd; ix += 8) {
+            v8 columns[8];
+            transpose8(src + ix, plane, columns);
+            for (int j = 0; j < 8; j++) store8(dst + (ix + j) * 8, columns[j]);
+        }
+        for (; ix < wd; ix++)
+            for (int ch = 0; ch < 8; ch++) dst[ix * 8 + ch] = src[ch * plane + ix];
+    }
+    v8 taps[25], bias = {0};
+    for (int k = 0; k < K * K; k++)
+        for (int ch = 0; ch < 8; ch++) taps[k][ch] = a->w[(c0 + ch) * K * K + k];
+    for (int ch = 0; ch < 8 && a->bias != NULL; ch++) bias[ch] = a->bias[c0 + ch];
+    const int relu = g->relu;
+    for (int64_t oy = 0; oy < oh; oy++) {
+        const float *top = padded + oy * sh * wp * 8;
+        float *out = result + oy * ow * 8;
+        int64_t ox = 0;
+        for (; ox + 4 <= ow; ox += 4) {
+            v8 acc0 = bias, acc1 = bias, acc2 = bias, acc3 = bias;
+            for (int i = 0; i < K; i++)
+                for (int j = 0; j < K; j++) {
+                    const float *q = top + (i * dh * wp + ox * SW + j) * 8;
+                    const v8 t = taps[i * K + j];
+                    acc0 += t * load8(q);
+                    acc1 += t * load8(q + SW * 8);
+                    acc2 += t * load8(q + 2 * SW * 8);
+                    acc3 += t * load8(q + 3 * SW * 8);
+                }
+            store8(out + ox * 8, relu ? relu8(acc0) : acc0);
+            store8(out + ox * 8 + 8, relu ? relu8(acc1) : acc1);
+            store8(out + ox * 8 + 16, relu ? relu8(acc2) : acc2);
+            store8(out + ox * 8 + 24, relu ? relu8(acc3) : acc3);
+        }
+        for (; ox < ow; ox++) {
+            v8 acc = bias;
+            for (int i = 0; i < K; i++)
+                for (int j = 0; j < K; j++)
+                    acc += taps[i * K + j] * load8(top + (i * dh * wp + ox * SW + j) * 8);
+            store8(out + ox * 8, relu ? relu8(acc) : acc);
+        }
+    }
+    float *y = a->y + (image * a->c + c0) * pixels;
+    int64_t p = 0;
+    for (; p + 8 <= pixels; p += 8) {
+        v8 channels[8];
+        transpose8(result + p * 8, 8, channels);
+        for (int ch = 0; ch < 8; ch++) store8(y + ch * pixels + p, channels[ch]);
+    }
+    for (; p < pixels; p++)
+        for (int ch = 0; ch < 8; ch++) y[ch * pixels + p] = result[p * 8 + ch];
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* one clone per instruction-set level, picked by the dynamic loader (ifunc) when the library loads:
@@ -217,25 +311,34 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void run_planes(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct depthwise *a = context;
-    float *padded = a->padded + worker * a->per_worker;   /* this thread's scratch plane */
-    const int64_t kh = a->kh, sw = a->sw, wp = a->wp, oh = a->oh, ow = a->ow;
-    for (int64_t p = first; p < last; p++) {
-        int64_t ch = p % a->c;
-        const float *plane = a->x + p * a->h * a->wd;
-        const float *taps = a->w + ch * kh * a->kw;
-        float b = a->bias != NULL ? a->bias[ch] : 0.0f;
-        float *out = a->y + p * oh * ow;
-        if (a->windowed && kh == 3 && sw == 1)
-            window_plane(3, 1, &a->g, plane, padded, wp, taps, b, out, oh);
-        else if (a->windowed && kh == 3)
-            window_plane(3, 2, &a->g, plane, padded, wp, taps, b, out, oh);
-        else if (a->windowed && kh == 5 && sw == 1)
-            window_plane(5, 1, &a->g, plane, padded, wp, taps, b, out, oh);
-        else if (a->windowed && kh == 5)
-            window_plane(5, 2, &a->g, plane, padded, wp, taps, b, out, oh);
+    float *scratch = a->padded + worker * a->per_worker;   /* this thread's scratch plane */
+    for (int64_t p = first; p < last; p++)
+        one_plane(a, scratch, p);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+/* Parts of a small map: per image, its channels 8 at a time (channel_block), then the c % 8 last one by one. */
+static void run_blocks(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct depthwise *a = context;
+    float *scratch = a->padded + worker * a->per_worker;
+    float padded[BLOCK_FLOATS], *result = padded + a->hp * a->wp * 8;
+    memset(padded, 0, (size_t)(a->hp * a->wp * 8) * sizeof(float));   /* the borders: the blocks write the rest */
+    const int64_t blocks = a->c / 8, units = blocks + a->c % 8, kh = a->kh, sw = a->sw;
+    for (int64_t u = first; u < last; u++) {
+        const int64_t image = u / units, q = u % units;
+        if (q >= blocks)
+            one_plane(a, scratch, image * a->c + blocks * 8 + q - blocks);
+        else if (kh == 3 && sw == 1)
+            channel_block(3, 1, a, image, q * 8, padded, result);
+        else if (kh == 3)
+            channel_block(3, 2, a, image, q * 8, padded, result);
+        else if (kh == 5 && sw == 1)
+            channel_block(5, 1, a, image, q * 8, padded, result);
         else
-            for (int64_t oy = 0; oy < oh; oy++)
-                generic_row(&a->g, plane, taps, b, oy, out + oy * ow);
+            channel_block(5, 2, a, image, q * 8, padded, result);
     }
 }
 
@@ -263,7 +366,7 @@ int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int6
        (kh - 1) * dh + 1 rows and a row of zeros, each row split into its two column phases at stride 2 */
     const int narrow = sw == 1 && sh == 1 && ow < NARROW;
     const int64_t ring_floats = ((kh - 1) * dh + 2) * (sw == 2 ? 2 * ((wp + 1) / 2) : wp) + 8;   /* + window_row's slack */
-    struct depthwise a = {x, w, bias, y, padded, n, c, h, wd, kh, kw, oh, ow, sw, wp, per_worker,
+    struct depthwise a = {x, w, bias, y, padded, n, c, h, wd, kh, kw, oh, ow, sw, hp, wp, per_worker,
                           {h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, relu, {0, 0}, {0, 0}},
                           kh == kw && (kh == 3 || kh == 5) && dw == 1 && (sw == 1 || sw == 2)
                               && (narrow || ring_floats <= per_worker)};
@@ -273,6 +376,9 @@ int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int6
     int64_t threads = rtd_threads();
     if (threads > padded_len / per_worker) threads = padded_len / per_worker;
     if (n * c * oh * ow * kh * kw / (threads > 0 ? threads : 1) < MIN_TAPS_PER_THREAD) threads = 1;
-    rtd_parallel_for(threads, n * c, run_planes, &a);
+    if (a.windowed && ow < NARROW && c >= 8 && (hp * wp + oh * ow) * 8 <= BLOCK_FLOATS)
+        rtd_parallel_for(threads, n * (c / 8 + c % 8), run_blocks, &a);
+    else
+        rtd_parallel_for(threads, n * c, run_planes, &a);
     return 0;
 }
