@@ -5,8 +5,9 @@
  * edge case: each input row is copied once into a ring of the few rows the current output row's window
  * spans (at stride 2 split into its even then its odd columns, so each tap reads consecutive floats
  * instead of every other one), and `window_row` accumulates the K*K taps of 8 pixels in one vector
- * (bias first, ReLU last). At stride 1, maps under NARROW pixels wide run as one flat row over the
- * padded plane, so small maps vectorise too. Every other geometry runs `generic_row`: the row starts as
+ * (bias first, ReLU last). Maps under NARROW pixels wide run 8 channels at a time with a pixel's channels
+ * in a vector (channel_block) where 8 channels fit BLOCK_FLOATS, else, at stride 1, as one flat row over
+ * the padded plane, so small maps vectorise too. Every other geometry runs `generic_row`: the row starts as
  * the bias, each tap adds a weighted input row into it while it sits in L1, then the ReLU; each tap's
  * column range is clamped to the unpadded input, so padding is never materialised there.
  *
