@@ -1,15 +1,17 @@
 /* Depthwise 2-D convolution (NCHW float32, one filter per channel) with bias and optional ReLU.
  *
  * Each output row is written once. Square 3x3 and 5x5 filters at stride 1 or 2 without column
- * dilation (MobileNet's layers) read every window from zero-bordered scratch rows, so no pixel is an
- * edge case: each input row is copied once into a ring of the few rows the current output row's window
- * spans (at stride 2 split into its even then its odd columns, so each tap reads consecutive floats
- * instead of every other one), and `window_row` accumulates the K*K taps of 8 pixels in one vector
- * (bias first, ReLU last). Maps under NARROW pixels wide run 8 channels at a time with a pixel's channels
- * in a vector (channel_block) where 8 channels fit BLOCK_FLOATS, else, at stride 1, as one flat row over
- * the padded plane, so small maps vectorise too. Every other geometry runs `generic_row`: the row starts as
- * the bias, each tap adds a weighted input row into it while it sits in L1, then the ReLU; each tap's
- * column range is clamped to the unpadded input, so padding is never materialised there.
+ * dilation (MobileNet's layers) over 8 channels or more run 8 channels at a time, a pixel's channels in
+ * a vector (channel_block): a band of output rows at a time, the input rows its windows span transposed
+ * into zero-bordered scratch, so no pixel is an edge case and a stride is only an address step. The last
+ * c % 8 planes, and fewer than 8 channels, run plane by plane: each input row copied once into a ring of
+ * the few rows the current output row's window spans (at stride 2 split into its even then its odd
+ * columns, so each tap reads consecutive floats instead of every other one), `window_row` accumulating
+ * the K*K taps of 8 pixels in one vector, or, at stride 1 under NARROW pixels wide, one flat row over the
+ * padded plane. Both sum the bias first, the taps in order, ReLU last: the same bits. Every other
+ * geometry runs `generic_row`: the row starts as the bias, each tap adds a weighted input row into it
+ * while it sits in L1, then the ReLU; each tap's column range is clamped to the unpadded input, so
+ * padding is never materialised there.
  *
  * The caller (depthwise.py) validates shapes and buffer lengths; the element counts are passed
  * again and checked here so a wrong call fails with a status instead of reading out of bounds.
@@ -134,8 +136,7 @@ RTD_INLINE void window_row(const int K, const int SW, const float *const top[5],
    copies the plane in and the rows out). */
 #define NARROW 32
 
-/* Maps whose padded input and output, 8 channels of each, fit these floats (on the stack: 64 KiB) and whose
-   rows are narrow run 8 channels at a time (channel_block). */
+/* channel_block's scratch, on the stack (64 KiB): a band's input rows and output rows, 8 channels of each. */
 #define BLOCK_FLOATS 16384
 
 /* One (image, channel) plane, for a K x K filter at stride SW without column dilation, into out.
@@ -151,7 +152,7 @@ RTD_INLINE void window_plane(const int K, const int SW, const struct geometry *g
                              float *restrict scratch, int64_t wp, const float *restrict taps, float b,
                              float *restrict out, int64_t oh)
 {
-    v8 taps_v[25];
+    v8 taps_v[25] = {{0}};   /* zeroed past K*K too: gcc's -Wmaybe-uninitialized lost track of the fill below */
     for (int k = 0; k < K * K; k++)
         taps_v[k] = (v8){taps[k], taps[k], taps[k], taps[k], taps[k], taps[k], taps[k], taps[k]};
     const float *top[5];
@@ -211,6 +212,7 @@ RTD_INLINE void window_plane(const int K, const int SW, const struct geometry *g
 struct depthwise {
     const float *x, *w, *bias; float *y, *padded; int64_t n, c, h, wd, kh, kw, oh, ow, sw, hp, wp, per_worker;
     struct geometry g;
+    int64_t band, band_rows;   /* channel_block's output rows a band, and the input rows their windows span */
     int windowed;   /* a square 3x3 or 5x5 filter at column stride 1 or 2 without column dilation, its rows fitting the scratch */
 };
 
@@ -235,73 +237,86 @@ RTD_INLINE void one_plane(const struct depthwise *a, float *restrict scratch, in
             generic_row(&a->g, plane, taps, b, oy, out + oy * ow);
 }
 
-/* Channels [c0, c0 + 8) of one image at once, each pixel's 8 channels a vector (small maps: a row of 7 or
- * 14 pixels is one or two vectors with lanes to spare, and its plane's copy and setup cost more than its
- * multiply-adds): the 8 planes transposed, 8 columns at a time, into `padded` (hp x wp pixels of 8
- * channels, borders zero), every output pixel's K*K taps accumulated 4 pixels at a time with one vector
- * of 8 channels' taps each (bias first, taps in order, ReLU last: window_row's sums, bit for bit), then
- * the pixels transposed back into the 8 output planes. */
+/* Output rows [oy0, oy0 + a->band) of channels [c0, c0 + 8) of one image, each pixel's 8 channels a vector
+ * (small maps: a row of 7 or 14 pixels is one or two vectors with lanes to spare, and its plane's copy and
+ * setup cost more than its multiply-adds; large ones: no column phases to split at stride 2): the input
+ * rows the band's windows span, of the 8 planes,
+ * transposed 8 columns at a time into `padded` (rows of wp pixels of 8 channels; the pad columns zero from
+ * the start, a pad row zeroed as the band reaches it), every output pixel's K*K taps accumulated 4 pixels at
+ * a time with one vector of 8 channels' taps each (bias first, taps in order, ReLU last: window_row's sums,
+ * bit for bit), then the band's pixels transposed back into the 8 output planes. */
 RTD_INLINE void channel_block(const int K, const int SW, const struct depthwise *a, int64_t image, int64_t c0,
-                              float *restrict padded, float *restrict result)
+                              int64_t oy0, float *restrict padded, float *restrict result)
 {
     const struct geometry *g = &a->g;
     const int64_t h = a->h, wd = a->wd, wp = a->wp, oh = a->oh, ow = a->ow, plane = h * wd, pixels = oh * ow;
     const int64_t sh = g->sh, dh = g->dh, pad_top = g->pad_top, pad_left = g->pad_left;
     const float *x = a->x + (image * a->c + c0) * plane;
-    for (int64_t iy = 0; iy < h; iy++) {
-        float *dst = padded + ((iy + pad_top) * wp + pad_left) * 8;
-        const float *src = x + iy * wd;
-        int64_t ix = 0;
-        for (; ix + 8 <= wd; ix += 8) {
-            v8 columns[8];
-            transpose8(src + ix, plane, columns);
-            for (int j = 0; j < 8; j++) store8(dst + (ix + j) * 8, columns[j]);
-        }
-        for (; ix < wd; ix++)
-            for (int ch = 0; ch < 8; ch++) dst[ix * 8 + ch] = src[ch * plane + ix];
-    }
+    float *y = a->y + (image * a->c + c0) * pixels;
     v8 taps[25], bias = {0};
     for (int k = 0; k < K * K; k++)
         for (int ch = 0; ch < 8; ch++) taps[k][ch] = a->w[(c0 + ch) * K * K + k];
     for (int ch = 0; ch < 8 && a->bias != NULL; ch++) bias[ch] = a->bias[c0 + ch];
     const int relu = g->relu;
-    for (int64_t oy = 0; oy < oh; oy++) {
-        const float *top = padded + oy * sh * wp * 8;
-        float *out = result + oy * ow * 8;
-        int64_t ox = 0;
-        for (; ox + 4 <= ow; ox += 4) {
-            v8 acc0 = bias, acc1 = bias, acc2 = bias, acc3 = bias;
-            for (int i = 0; i < K; i++)
-                for (int j = 0; j < K; j++) {
-                    const float *q = top + (i * dh * wp + ox * SW + j) * 8;
-                    const v8 t = taps[i * K + j];
-                    acc0 += t * load8(q);
-                    acc1 += t * load8(q + SW * 8);
-                    acc2 += t * load8(q + 2 * SW * 8);
-                    acc3 += t * load8(q + 3 * SW * 8);
-                }
-            store8(out + ox * 8, relu ? relu8(acc0) : acc0);
-            store8(out + ox * 8 + 8, relu ? relu8(acc1) : acc1);
-            store8(out + ox * 8 + 16, relu ? relu8(acc2) : acc2);
-            store8(out + ox * 8 + 24, relu ? relu8(acc3) : acc3);
+    {
+        const int64_t oy1 = oh - oy0 < a->band ? oh : oy0 + a->band, first = oy0 * sh - pad_top;
+        const int64_t rows = (oy1 - oy0 - 1) * sh + (K - 1) * dh + 1;   /* input rows first.. of this band's windows */
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t iy = first + r;
+            float *dst = padded + (r * wp + pad_left) * 8;
+            if (iy < 0 || iy >= h) {
+                memset(dst - pad_left * 8, 0, (size_t)(wp * 8) * sizeof(float));
+                continue;
+            }
+            const float *src = x + iy * wd;
+            int64_t ix = 0;
+            for (; ix + 8 <= wd; ix += 8) {
+                v8 columns[8];
+                transpose8(src + ix, plane, columns);
+                for (int j = 0; j < 8; j++) store8(dst + (ix + j) * 8, columns[j]);
+            }
+            for (; ix < wd; ix++)
+                for (int ch = 0; ch < 8; ch++) dst[ix * 8 + ch] = src[ch * plane + ix];
         }
-        for (; ox < ow; ox++) {
-            v8 acc = bias;
-            for (int i = 0; i < K; i++)
-                for (int j = 0; j < K; j++)
-                    acc += taps[i * K + j] * load8(top + (i * dh * wp + ox * SW + j) * 8);
-            store8(out + ox * 8, relu ? relu8(acc) : acc);
+        for (int64_t oy = oy0; oy < oy1; oy++) {
+            const float *top = padded + (oy - oy0) * sh * wp * 8;
+            float *out = result + (oy - oy0) * ow * 8;
+            int64_t ox = 0;
+            for (; ox + 4 <= ow; ox += 4) {
+                v8 acc0 = bias, acc1 = bias, acc2 = bias, acc3 = bias;
+                for (int i = 0; i < K; i++)
+                    for (int j = 0; j < K; j++) {
+                        const float *q = top + (i * dh * wp + ox * SW + j) * 8;
+                        const v8 t = taps[i * K + j];
+                        acc0 += t * load8(q);
+                        acc1 += t * load8(q + SW * 8);
+                        acc2 += t * load8(q + 2 * SW * 8);
+                        acc3 += t * load8(q + 3 * SW * 8);
+                    }
+                store8(out + ox * 8, relu ? relu8(acc0) : acc0);
+                store8(out + ox * 8 + 8, relu ? relu8(acc1) : acc1);
+                store8(out + ox * 8 + 16, relu ? relu8(acc2) : acc2);
+                store8(out + ox * 8 + 24, relu ? relu8(acc3) : acc3);
+            }
+            for (; ox < ow; ox++) {
+                v8 acc = bias;
+                for (int i = 0; i < K; i++)
+                    for (int j = 0; j < K; j++)
+                        acc += taps[i * K + j] * load8(top + (i * dh * wp + ox * SW + j) * 8);
+                store8(out + ox * 8, relu ? relu8(acc) : acc);
+            }
         }
+        const int64_t count = (oy1 - oy0) * ow;   /* the band's pixels: consecutive in each output plane */
+        float *at = y + oy0 * ow;
+        int64_t p = 0;
+        for (; p + 8 <= count; p += 8) {
+            v8 channels[8];
+            transpose8(result + p * 8, 8, channels);
+            for (int ch = 0; ch < 8; ch++) store8(at + ch * pixels + p, channels[ch]);
+        }
+        for (; p < count; p++)
+            for (int ch = 0; ch < 8; ch++) at[ch * pixels + p] = result[p * 8 + ch];
     }
-    float *y = a->y + (image * a->c + c0) * pixels;
-    int64_t p = 0;
-    for (; p + 8 <= pixels; p += 8) {
-        v8 channels[8];
-        transpose8(result + p * 8, 8, channels);
-        for (int ch = 0; ch < 8; ch++) store8(y + ch * pixels + p, channels[ch]);
-    }
-    for (; p < pixels; p++)
-        for (int ch = 0; ch < 8; ch++) y[ch * pixels + p] = result[p * 8 + ch];
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -317,29 +332,30 @@ static void run_planes(void *context, int64_t worker, int64_t first, int64_t las
         one_plane(a, scratch, p);
 }
 
+/* Parts: per image, bands of output rows of 8 channels (channel_block), then the c % 8 last planes one by one. */
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-/* Parts of a small map: per image, its channels 8 at a time (channel_block), then the c % 8 last one by one. */
 static void run_blocks(void *context, int64_t worker, int64_t first, int64_t last)
 {
     const struct depthwise *a = context;
     float *scratch = a->padded + worker * a->per_worker;
-    float padded[BLOCK_FLOATS], *result = padded + a->hp * a->wp * 8;
-    memset(padded, 0, (size_t)(a->hp * a->wp * 8) * sizeof(float));   /* the borders: the blocks write the rest */
-    const int64_t blocks = a->c / 8, units = blocks + a->c % 8, kh = a->kh, sw = a->sw;
+    float padded[BLOCK_FLOATS], *result = padded + a->band_rows * a->wp * 8;
+    memset(padded, 0, (size_t)(a->band_rows * a->wp * 8) * sizeof(float));   /* the pad columns: the bands write the rest */
+    const int64_t bands = (a->oh + a->band - 1) / a->band, blocks = a->c / 8 * bands, units = blocks + a->c % 8;
+    const int64_t kh = a->kh, sw = a->sw;
     for (int64_t u = first; u < last; u++) {
-        const int64_t image = u / units, q = u % units;
+        const int64_t image = u / units, q = u % units, c0 = q / bands * 8, oy0 = q % bands * a->band;
         if (q >= blocks)
-            one_plane(a, scratch, image * a->c + blocks * 8 + q - blocks);
+            one_plane(a, scratch, image * a->c + a->c / 8 * 8 + q - blocks);
         else if (kh == 3 && sw == 1)
-            channel_block(3, 1, a, image, q * 8, padded, result);
+            channel_block(3, 1, a, image, c0, oy0, padded, result);
         else if (kh == 3)
-            channel_block(3, 2, a, image, q * 8, padded, result);
+            channel_block(3, 2, a, image, c0, oy0, padded, result);
         else if (kh == 5 && sw == 1)
-            channel_block(5, 1, a, image, q * 8, padded, result);
+            channel_block(5, 1, a, image, c0, oy0, padded, result);
         else
-            channel_block(5, 2, a, image, q * 8, padded, result);
+            channel_block(5, 2, a, image, c0, oy0, padded, result);
     }
 }
 
@@ -368,7 +384,7 @@ int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int6
     const int narrow = sw == 1 && sh == 1 && ow < NARROW;
     const int64_t ring_floats = ((kh - 1) * dh + 2) * (sw == 2 ? 2 * ((wp + 1) / 2) : wp) + 8;   /* + window_row's slack */
     struct depthwise a = {x, w, bias, y, padded, n, c, h, wd, kh, kw, oh, ow, sw, hp, wp, per_worker,
-                          {h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, relu, {0, 0}, {0, 0}},
+                          {h, wd, kh, kw, ow, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, relu, {0, 0}, {0, 0}}, 0, 0,
                           kh == kw && (kh == 3 || kh == 5) && dw == 1 && (sw == 1 || sw == 2)
                               && (narrow || ring_floats <= per_worker)};
     for (int64_t phase = 0; phase < 2 && sw == 2; phase++)
@@ -377,8 +393,12 @@ int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int6
     int64_t threads = rtd_threads();
     if (threads > padded_len / per_worker) threads = padded_len / per_worker;
     if (n * c * oh * ow * kh * kw / (threads > 0 ? threads : 1) < MIN_TAPS_PER_THREAD) threads = 1;
-    if (a.windowed && ow < NARROW && c >= 8 && (hp * wp + oh * ow) * 8 <= BLOCK_FLOATS)
-        rtd_parallel_for(threads, n * (c / 8 + c % 8), run_blocks, &a);
+    /* channel_block's band: as many output rows as fit BLOCK_FLOATS with the input rows they span */
+    const int64_t over = ((kh - 1) * dh + 1 - sh) * wp, fit = (BLOCK_FLOATS / 8 - over) / (sh * wp + ow);
+    a.band = fit < oh ? fit : oh;
+    a.band_rows = (a.band - 1) * sh + (kh - 1) * dh + 1;
+    if (a.windowed && c >= 8 && a.band >= 1)
+        rtd_parallel_for(threads, n * (c / 8 * ((oh + a.band - 1) / a.band) + c % 8), run_blocks, &a);
     else
         rtd_parallel_for(threads, n * c, run_planes, &a);
     return 0;

@@ -38,7 +38,8 @@ def depthwise_cases(draw):
     n, c = draw(st.integers(1, 3)), draw(st.integers(1, 9))
     # at least one window fits the padded input
     h = draw(st.integers(max(1, (kh - 1) * dh + 1 - pads[0] - pads[2]), 23))
-    # widths past 32 output columns reach the row-by-row path, narrower ones the flat one
+    # under 8 channels, widths past 32 output columns reach the row-by-row path, narrower ones the flat one;
+    # 8 and 9 channels reach channel_block (and one plane by the row paths)
     w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 70))
     seed = draw(st.integers(0, 2**31 - 1))
     return dict(shape=(n, c, h, w), k=(kh, kw), strides=[sh, sw], dilations=[dh, dw], pads=pads,
@@ -316,10 +317,10 @@ def test_stride_two_reads_its_phases_and_gives_every_other_stride_one_output(k, 
 
 @pytest.mark.parametrize("k", [3, 5])
 @pytest.mark.parametrize("strides", [[1, 1], [2, 2], [2, 1]])
-def test_small_maps_eight_channels_at_a_time_give_the_row_paths_bits(k, strides, native_threads):
-    """Under 32 output columns, 8 or more channels run 8 at a time (channel_block), the last c % 8 one plane
-    at a time: every channel is bit for bit what it is when it runs alone (a one-channel call runs the row
-    path), at 1 and 2 threads (the stride-1 calls have the work to share between two)."""
+def test_eight_channels_at_a_time_give_the_row_paths_bits(k, strides, native_threads):
+    """8 or more channels run 8 at a time (channel_block), the last c % 8 one plane at a time: every channel
+    is bit for bit what it is when it runs alone (a one-channel call runs the row path), at 1 and 2 threads
+    (the stride-1 calls have the work to share between two)."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal((6, 21, 14, 11), dtype=np.float32)   # two blocks of 8 channels and 5 planes an image
     w = rng.standard_normal((21, 1, k, k), dtype=np.float32)
