@@ -183,28 +183,6 @@ RTD_INLINE void tile_sums(const int rows, int64_t k, const int64_t *offsets, con
     if (rows > 5) { store8(sums[5], c50); store8(sums[5] + 8, c51); }
 }
 
-/* Rows r0..r7 (pixels) of 8 channels each, transposed: out[j] holds channel j's 8 pixels. */
-RTD_INLINE void transpose8(const float *rows, v8 out[8])
-{
-    const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-    const v8i even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i low_halves = {0, 1, 2, 3, 8, 9, 10, 11}, high_halves = {4, 5, 6, 7, 12, 13, 14, 15};
-    v8 r[8], u[8];
-    for (int i = 0; i < 8; i++) r[i] = load8(rows + i * CHANNELS);
-    for (int i = 0; i < 8; i += 4) {   /* pixels i..i+3: u[i + c] holds channels c and c + 4 of the four */
-        const v8 t0 = __builtin_shuffle(r[i], r[i + 1], lo), t1 = __builtin_shuffle(r[i], r[i + 1], hi);
-        const v8 t2 = __builtin_shuffle(r[i + 2], r[i + 3], lo), t3 = __builtin_shuffle(r[i + 2], r[i + 3], hi);
-        u[i] = __builtin_shuffle(t0, t2, even);
-        u[i + 1] = __builtin_shuffle(t0, t2, odd);
-        u[i + 2] = __builtin_shuffle(t1, t3, even);
-        u[i + 3] = __builtin_shuffle(t1, t3, odd);
-    }
-    for (int c = 0; c < 4; c++) {
-        out[c] = __builtin_shuffle(u[c], u[c + 4], low_halves);
-        out[c + 4] = __builtin_shuffle(u[c], u[c + 4], high_halves);
-    }
-}
-
 /* A float tile's epilogue: + bias, ReLU, then the fused chain (if any), and each channel's pixels into y.
  * sums is pixel-major (one row of 16 channels per pixel, two rows past the tile's six), as the chain runs
  * over it; chain_view holds the chain's inputs for a tile (scalars filled once; per-channel ones filled here
@@ -248,8 +226,8 @@ RTD_INLINE void float_epilogue(const struct call *a, float sums[PIXELS + 2][CHAN
         values = chained;
     }
     v8 columns[CHANNELS];
-    transpose8(values, columns);
-    transpose8(values + 8, columns + 8);
+    transpose8(values, CHANNELS, columns);
+    transpose8(values + 8, CHANNELS, columns + 8);
     float *out = (float *)a->y + (a->image * a->m + first_channel) * a->pixels + p0;
     for (int64_t j = 0; j < channels; j++, out += a->pixels) {
         if (spill) {

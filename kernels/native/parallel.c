@@ -1,16 +1,18 @@
 /* The compiled kernels' threads: a small pool of their own, made on first use in each process, that
- * runs parallel-for jobs (parallel.h) with the calling thread taking the first share, then any share no
- * helper has claimed yet (a helper that is slow to wake, its core busy elsewhere, costs the job nothing
- * but the caller's doing that share too). Between jobs the helpers watch for the next one for SPIN_NS
- * (a plan's jobs come microseconds apart: waking a sleeping thread took 15-20 us, longer than many a
- * job's share), yielding the core after the first microseconds, then sleep on a condition variable, so
- * an idle worker spins on its tenant's cores for at most that long after its last job; the caller waits
- * for shares in progress the same way. Who runs a share never changes its bounds: results do not
- * depend on which thread ran what. A worker never holds more of them than its tenant's quota
- * (rtd_set_threads, from the policy's cpu_cores at LOAD). A forked child finds the pool belongs to another pid and makes its own (the parent's
- * threads do not exist there; the zygote, which forks the workers, never runs a kernel). A job
- * that finds the pool busy (another thread of the process is running one) runs on its caller
- * alone rather than wait.
+ * runs parallel-for jobs (parallel.h) cut into CHUNKS_PER_THREAD chunks a thread, which the calling thread
+ * and the helpers claim one at a time until none is left. A helper slow to wake, or sharing its core with
+ * the caller or another process, runs fewer chunks and holds the job up by at most the one it is in (with
+ * one share a thread, a helper preempted inside its half made two threads slower than one). Between jobs
+ * the helpers watch for the next one for SPIN_NS (a plan's jobs come microseconds apart: waking a sleeping
+ * thread took 15-20 us, longer than many a job's share), yielding the core after the first microseconds,
+ * then sleep on a condition variable, so an idle worker spins on its tenant's cores for at most that long
+ * after its last job; the caller waits for chunks in progress the same way. Who runs a chunk never changes
+ * its bounds: results do not depend on which thread ran what (a body's `worker` is the index of the thread
+ * running it, for its scratch). A worker never holds more threads than its tenant's quota (rtd_set_threads,
+ * from the policy's cpu_cores at LOAD). A forked child finds the pool belongs to another pid and makes its
+ * own (the parent's threads do not exist there; the zygote, which forks the workers, never runs a kernel).
+ * A job that finds the pool busy (another thread of the process is running one) runs on its caller alone
+ * rather than wait.
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
 #include <pthread.h>
@@ -23,22 +25,26 @@
 #include "parallel.h"
 
 #define MAX_THREADS 64
-#define SPIN_NS 100000   /* how long a thread watches for work (or for the helpers' shares) before it sleeps */
+/* Chunks per thread: enough that a helper late by a chunk or two still takes its part, few enough that
+   the per-chunk cost (one atomic claim, a body's setup) stays small beside a chunk's work. */
+#define CHUNKS_PER_THREAD 4
+#define MAX_CHUNKS (MAX_THREADS * CHUNKS_PER_THREAD)
+#define SPIN_NS 100000   /* how long a thread watches for work (or for the helpers' chunks) before it sleeps */
 
 static int64_t threads_allowed = 1;
 
 static struct {
     pid_t pid;                           /* the process these threads belong to */
-    int64_t size;                        /* helper threads started (the caller is share 0) */
+    int64_t size;                        /* helper threads started (the caller is worker 0) */
     pthread_mutex_t busy;                /* held by the job's caller */
     pthread_mutex_t lock;
     pthread_cond_t wake, done;
     int64_t generation;                  /* one per job; written under lock, read atomically by spinners */
     void (*body)(void *, int64_t, int64_t, int64_t);
     void *ctx;
-    int64_t parts, shares;
-    int64_t pending;                     /* shares past the caller's first not yet done (atomic) */
-    int64_t claimed[MAX_THREADS];        /* per share: -generation while open, generation once someone runs it */
+    int64_t parts, shares, chunks;
+    int64_t ticket;                      /* generation * MAX_CHUNKS + the next chunk to claim (atomic) */
+    int64_t unfinished;                  /* chunks not yet run to their end (atomic) */
     int64_t sleepers;                    /* helpers asleep on wake (under lock) */
     int caller_waiting;                  /* the caller asleep on done (under lock) */
 } pool;
@@ -86,20 +92,26 @@ static int spin_until(const int64_t *word, int64_t value, int changed)
     }
 }
 
-/* Share `index` of job `generation`, if no one has taken it yet (a helper that wakes late finds the caller
-   ran its share, or a later job posted; the claim fails for both). */
-static void run_share(int64_t generation, int64_t index, void (*body)(void *, int64_t, int64_t, int64_t), void *ctx,
-                      int64_t parts, int64_t shares)
+/* The chunks of job `generation` that no one has claimed, run one by one by thread `worker`; a claim fails
+   once they are all taken or a later job posted (a helper that woke late). */
+static void run_chunks(int64_t generation, int64_t worker, void (*body)(void *, int64_t, int64_t, int64_t), void *ctx,
+                       int64_t parts, int64_t chunks)
 {
-    int64_t open = -generation;
-    if (!__atomic_compare_exchange_n(&pool.claimed[index], &open, generation, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return;
-    body(ctx, index, parts * index / shares, parts * (index + 1) / shares);
-    if (__atomic_sub_fetch(&pool.pending, 1, __ATOMIC_ACQ_REL) == 0) {
-        pthread_mutex_lock(&pool.lock);
-        if (pool.caller_waiting)
-            pthread_cond_signal(&pool.done);
-        pthread_mutex_unlock(&pool.lock);
+    int64_t ticket = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+    for (;;) {
+        const int64_t chunk = ticket - generation * MAX_CHUNKS;
+        if (chunk < 0 || chunk >= chunks)
+            return;
+        if (!__atomic_compare_exchange_n(&pool.ticket, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue;   /* another thread took it: `ticket` now holds the next */
+        body(ctx, worker, parts * chunk / chunks, parts * (chunk + 1) / chunks);
+        if (__atomic_sub_fetch(&pool.unfinished, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&pool.lock);
+            if (pool.caller_waiting)
+                pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        ticket = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
     }
 }
 
@@ -128,9 +140,9 @@ static void *helper(void *arg)
         }
         void (*body)(void *, int64_t, int64_t, int64_t) = pool.body;
         void *ctx = pool.ctx;
-        const int64_t parts = pool.parts, shares = pool.shares;
+        const int64_t parts = pool.parts, chunks = pool.chunks;
         pthread_mutex_unlock(&pool.lock);
-        run_share(seen, index, body, ctx, parts, shares);
+        run_chunks(seen, index, body, ctx, parts, chunks);
     }
     return NULL;
 }
@@ -188,26 +200,25 @@ void rtd_parallel_for(int64_t threads, int64_t parts, void (*body)(void *, int64
         if (parts > 0) body(ctx, 0, 0, parts);
         return;
     }
+    const int64_t chunks = parts < threads * CHUNKS_PER_THREAD ? parts : threads * CHUNKS_PER_THREAD;
     pthread_mutex_lock(&pool.lock);
     pool.body = body;
     pool.ctx = ctx;
     pool.parts = parts;
     pool.shares = threads;
+    pool.chunks = chunks;
     const int64_t generation = pool.generation + 1;
-    for (int64_t i = 1; i < threads; i++)
-        __atomic_store_n(&pool.claimed[i], -generation, __ATOMIC_RELEASE);
-    __atomic_store_n(&pool.pending, threads - 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool.unfinished, chunks, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool.ticket, generation * MAX_CHUNKS, __ATOMIC_RELEASE);
     __atomic_store_n(&pool.generation, generation, __ATOMIC_RELEASE);
     if (pool.sleepers > 0)
         pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-    body(ctx, 0, 0, parts / threads);
-    for (int64_t i = 1; i < threads; i++)   /* shares no helper has started yet: this thread runs them */
-        run_share(generation, i, body, ctx, parts, threads);
-    if (!spin_until(&pool.pending, 0, 0)) {   /* the helpers' shares not done within SPIN_NS */
+    run_chunks(generation, 0, body, ctx, parts, chunks);
+    if (!spin_until(&pool.unfinished, 0, 0)) {   /* the helpers' chunks not done within SPIN_NS */
         pthread_mutex_lock(&pool.lock);
         pool.caller_waiting = 1;
-        while (__atomic_load_n(&pool.pending, __ATOMIC_ACQUIRE) > 0)
+        while (__atomic_load_n(&pool.unfinished, __ATOMIC_ACQUIRE) > 0)
             pthread_cond_wait(&pool.done, &pool.lock);
         pool.caller_waiting = 0;
         pthread_mutex_unlock(&pool.lock);

@@ -38,7 +38,8 @@ def depthwise_cases(draw):
     n, c = draw(st.integers(1, 3)), draw(st.integers(1, 9))
     # at least one window fits the padded input
     h = draw(st.integers(max(1, (kh - 1) * dh + 1 - pads[0] - pads[2]), 23))
-    # widths past 32 output columns reach the row-by-row path, narrower ones the flat one
+    # under 8 channels, widths past 32 output columns reach the row-by-row path, narrower ones the flat one;
+    # 8 and 9 channels reach channel_block (and one plane by the row paths)
     w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 70))
     seed = draw(st.integers(0, 2**31 - 1))
     return dict(shape=(n, c, h, w), k=(kh, kw), strides=[sh, sw], dilations=[dh, dw], pads=pads,
@@ -312,3 +313,22 @@ def test_stride_two_reads_its_phases_and_gives_every_other_stride_one_output(k, 
         dense = depthwise_conv2d(x, w, b, [1, 1], [1, 1], [pad, pad], [pad, pad], one, relu=True)
         strided = depthwise_conv2d(x, w, b, [2, 2], [1, 1], [pad, pad], [pad, pad], two, relu=True)
         np.testing.assert_array_equal(strided, dense[:, :, ::2, ::2])
+
+
+@pytest.mark.parametrize("k", [3, 5])
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2], [2, 1]])
+def test_eight_channels_at_a_time_give_the_row_paths_bits(k, strides, native_threads):
+    """8 or more channels run 8 at a time (channel_block), the last c % 8 one plane at a time: every channel
+    is bit for bit what it is when it runs alone (a one-channel call runs the row path), at 1 and 2 threads
+    (the stride-1 calls have the work to share between two)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, 21, 14, 11), dtype=np.float32)   # two blocks of 8 channels and 5 planes an image
+    w = rng.standard_normal((21, 1, k, k), dtype=np.float32)
+    bias = rng.standard_normal(21, dtype=np.float32)
+    pad = [k // 2, k // 2]
+    out = [(14 + 2 * pad[0] - k) // strides[0] + 1, (11 + 2 * pad[1] - k) // strides[1] + 1]
+    alone = np.concatenate([depthwise_conv2d(x[:, ch:ch + 1].copy(), w[ch:ch + 1].copy(), bias[ch:ch + 1].copy(), strides,
+                                             [1, 1], pad, pad, out, relu=True) for ch in range(21)], axis=1)
+    for threads in (1, 2):
+        native_threads(threads)
+        np.testing.assert_array_equal(depthwise_conv2d(x, w, bias, strides, [1, 1], pad, pad, out, relu=True), alone)
