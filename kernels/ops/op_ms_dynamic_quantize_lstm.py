@@ -23,7 +23,7 @@ import numpy as np
 from ..constant import frozen
 from ..native import quant
 from ..native.packed import packed
-from ..native.recurrent import lstm_q8
+from ..native.recurrent import lstm_q8, pack_lstm_q8
 from ._contrib import MS_DOMAIN
 from .op_lstm import LSTM_7
 
@@ -35,7 +35,7 @@ class Quantized:
     centred: the weight less its zero point, (dirs, G, K) (a view of it stored (K, dirs, G)), float32 or, where 255·|w|·K could
     pass 2^24, float64, so that a float GEMM's sums are exact integers; made by `make` on first use, which the
     compiled paths never make (it is 4 bytes a weight beside their 1 or 2: most of a large model's memory); scale:
-    (dirs, G, 1) float32; rows: R^T as int8 rows, contiguous, for the compiled recurrence (None for uint8 R), or W's
+    (dirs, G, 1) float32; rows: R in the compiled recurrence's int8 panels (None for uint8 R), or W's
     centred columns as int16 rows (dirs, G, K), contiguous, for the compiled 8-bit input projection (None off the CPU)."""
     make: Callable[[], object]
     shape: tuple
@@ -97,9 +97,8 @@ class DynamicQuantizeLSTM_1(LSTM_7):
             centred = packed(weight, ("dynamic-quantize-lstm", zero.tobytes()), centre) if constant else centre()
             return self.xp.asarray(centred).transpose(1, 2, 0)
         rows = None
-        if name == "R" and self.xp is np and weight.dtype == np.int8:
-            transpose = lambda: np.ascontiguousarray(weight.transpose(0, 2, 1))   # noqa: E731
-            rows = packed(weight, ("dynamic-quantize-lstm-rows",), transpose) if constant else transpose()
+        if name == "R" and self.xp is np:
+            rows = pack_lstm_q8(weight, constant)
         if name == "W" and self.xp is np:
             def centred_rows():   # each value within 255 of 0: an 8-bit weight less an 8-bit zero point, in place
                 out = np.empty((weight.shape[0], weight.shape[2], weight.shape[1]), np.int16)

@@ -112,7 +112,7 @@ def test_the_8bit_recurrence_checks_the_lengths():
     ffi, lib = native.compiled.ffi, native.compiled.lib
     seq, dirs, hidden, batch = 3, 2, 4, 2
     g, nb = 4 * hidden, hidden * batch
-    xw, r = np.ones(seq * dirs * g * batch, np.float32), np.ones(dirs * g * hidden, np.int8)
+    xw, r = np.ones(seq * dirs * g * batch, np.float32), np.ones(dirs * lib.rtd_lstm_q8_packed_len(hidden), np.int8)
     scale, h, c = np.ones(dirs * g, np.float32), np.zeros(dirs * nb, np.float32), np.zeros(dirs * nb, np.float32)
     y, gates, q = np.empty(seq * dirs * nb, np.float32), np.empty(dirs * g * batch, np.float32), np.empty(dirs * nb, np.int16)
     buf = lambda a, t="float[]": ffi.from_buffer(t, a, require_writable=True)   # noqa: E731
@@ -125,6 +125,13 @@ def test_the_8bit_recurrence_checks_the_lengths():
     for wrong in ({"xw_len": xw.size - 1}, {"r_len": r.size - 1}, {"scale_len": scale.size - 1}, {"y_len": y.size - 1},
                   {"gates_len": gates.size - 1}, {"q_len": q.size - 1}, {"seq": 4}, {"dirs": 3}, {"hidden": 65537}):
         assert call(**wrong) != 0, wrong
+    stored = np.ones(dirs * hidden * g, np.int8)   # R as the op stores it, (dirs, H, 4H)
+    pack = lambda r_len=stored.size, packed_len=r.size, hidden=hidden: lib.rtd_lstm_q8_pack(   # noqa: E731
+        buf(stored, "int8_t[]"), r_len, dirs, hidden, buf(r, "int8_t[]"), packed_len)
+    assert pack() == 0
+    for wrong in ({"r_len": stored.size - 1}, {"packed_len": r.size - 1}, {"hidden": 65537}):
+        assert pack(**wrong) != 0, wrong
+    assert lib.rtd_lstm_q8_packed_len(0) == -1
 
 
 def test_the_8bit_recurrence_gives_the_same_bits_on_one_thread_or_two(monkeypatch):
