@@ -2,7 +2,7 @@
 (rtd_range_f32), used by DynamicQuantizeLinear for NumPy arrays: one pass for the range instead of np.min's
 and np.max's two, one for the values instead of NumPy's four (divide, rint, clip, add), each value in the
 same float32 steps (x / scale rounded once, half to even, plus the zero point, saturated), so both give
-the same bytes. And MatMulInteger's 8-bit product (rtd_matmul_8bit), summed in int32 from the bytes
+the same bytes. And MatMulInteger's 8-bit product (matmul_8bit.c's rtd_matmul_8bit), summed in int32 from the bytes
 instead of a float copy of A through a float GEMM: the sums are exact integers either way, so both give
 the same int32. Anything else (other dtypes, strided or empty arrays, CuPy) returns None.
 """
