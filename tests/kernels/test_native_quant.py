@@ -93,16 +93,19 @@ def test_only_float32_arrays_into_eight_bits_are_taken():
 def test_the_8bit_product_is_numpys_exact_one_with_extreme_bytes(m, k, n, native_threads):
     """Every row count past the kernel's tiles of four rows, column counts past its strips of 16, odd k (a pair
     short), k past a strip's 512 (sums carried across passes), the widest k it takes, the bytes at their ends
-    (|a - zp| and |w - zp| 255: the largest sums), per-tensor and per-column zero points, one thread and two alike."""
+    (|a - zp| and |w - zp| 255: the largest sums), per-tensor and per-column zero points, one thread and two alike.
+    int8 weights with zero points 0 take the byte path: their extreme weights make most pairs of k ones it must cut."""
     rng = np.random.default_rng(m * k + n)
     cases = ((np.uint8, 0, np.int8, -128), (np.uint8, 255, np.uint8, 0), (np.int8, -128, np.uint8, 255),
-             (np.int8, 127, np.int8, 127), (np.uint8, 119, np.uint8, None))
+             (np.int8, 127, np.int8, 127), (np.uint8, 119, np.uint8, None),
+             (np.uint8, 255, np.int8, 0), (np.int8, -128, np.int8, 0), (np.uint8, 3, np.int8, None))   # int8 w, zero 0: bytes
     for a_dtype, zero, w_dtype, w_zero in cases:
         a_info, w_info = np.iinfo(a_dtype), np.iinfo(w_dtype)
         a = rng.choice(np.array([a_info.min, a_info.max, 0], a_dtype), (m, k)) if k == 32768 else \
             rng.integers(a_info.min, a_info.max + 1, (m, k), dtype=a_dtype)
         w = rng.choice(np.array([w_info.min, w_info.max, 1], w_dtype), (k, n))
-        w_zeros = rng.integers(w_info.min, w_info.max + 1, n, dtype=w_dtype) if w_zero is None else np.array([w_zero], w_dtype)
+        w_zeros = np.array([w_zero], w_dtype) if w_zero is not None else np.zeros(n, w_dtype) if w_dtype == np.int8 \
+            else rng.integers(w_info.min, w_info.max + 1, n, dtype=w_dtype)
         want = (a.astype(np.int64) - zero) @ (w.astype(np.int64) - w_zeros.astype(np.int64))
         for threads in (1, 2):
             native_threads(threads)
