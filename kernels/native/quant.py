@@ -49,9 +49,9 @@ def quantize(x, scale, zero_point: int, dtype):
 MAX_K = 32768   # quant.h's bound on rtd_matmul_8bit's k (also keeps k * 255 * 255 within int32)
 
 
-def matmul_8bit(a, a_zero_point: int, w, w_zero_point):
+def matmul_8bit(a, a_zero_point: int, w, w_zero_point, out=None):
     """(a - a_zero_point) @ (w - w_zero_point) as int32 (..., n): a 8-bit (..., k), w 8-bit (k, n) as stored, w_zero_point
-    of w's type, one or n of them; None when not taken."""
+    of w's type, one or n of them; into `out` (int32, C-contiguous, that shape) where given; None when not taken."""
     w_zero = np.ascontiguousarray(w_zero_point, np.int32).reshape(-1)
     if compiled is None or type(a) is not np.ndarray or a.dtype not in TYPES or a.ndim < 2 or not a.flags.c_contiguous \
             or type(w) is not np.ndarray or w.dtype not in TYPES or w.ndim != 2 or not w.flags.c_contiguous \
@@ -59,7 +59,9 @@ def matmul_8bit(a, a_zero_point: int, w, w_zero_point):
         return None
     k, n = w.shape
     m = a.size // k
-    y = np.empty(a.shape[:-1] + (n,), np.int32)
+    y = np.empty(a.shape[:-1] + (n,), np.int32) if out is None else out
+    if type(y) is not np.ndarray or y.dtype != np.int32 or y.shape != a.shape[:-1] + (n,) or not y.flags.c_contiguous:
+        return None
     ffi = compiled.ffi
     status = compiled.lib.rtd_matmul_8bit(ffi.from_buffer("uint8_t[]", a.view(np.uint8)), TYPES[a.dtype], a.size, int(a_zero_point),
                                           ffi.from_buffer("uint8_t[]", w.view(np.uint8)), TYPES[w.dtype], w.size,

@@ -113,6 +113,26 @@ def lstm_q8(xw, panels, r_scale, h, c, yt) -> bool:
     return True
 
 
+def lstm_q8_inputs(sums, scale, w_scale, bias, reversed_directions: int, xw) -> bool:
+    """DynamicQuantizeLSTM's projected inputs into xw (seq, dirs, 4H, B) float32: sums (dirs, seq * B, 4H) int32, the
+    exact products of X's bytes by W's, times scale (float32) * w_scale (dirs, 4H) float32, plus bias (dirs, 4H)
+    float32 or None; a direction d with bit d of `reversed_directions` set reversed in time."""
+    if compiled is None or xw.ndim != 4 or not _ready(w_scale, xw) or (bias is not None and not _ready(bias)) \
+            or sums.dtype != np.int32 or not sums.flags.c_contiguous:
+        return False
+    seq, dirs, g, batch = xw.shape
+    if sums.shape != (dirs, seq * batch, g) or w_scale.shape != (dirs, g) or (bias is not None and bias.shape != (dirs, g)):
+        return False
+    ffi = compiled.ffi
+    status = compiled.lib.rtd_lstm_q8_inputs(
+        ffi.from_buffer("int32_t[]", sums), sums.size, float(scale), ffi.from_buffer("float[]", w_scale), w_scale.size,
+        ffi.NULL if bias is None else ffi.from_buffer("float[]", bias), 0 if bias is None else bias.size, reversed_directions,
+        ffi.from_buffer("float[]", xw, require_writable=True), xw.size, seq, batch, dirs, g)
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"DynamicQuantizeLSTM's input kernel refused its arguments (status {status})")
+    return True
+
+
 def gru(xw, r, rbh, h, yt, linear_before_reset: bool, constant: bool) -> bool:
     """Run every step of every direction: xw (seq, dirs, 3H, B), r (dirs, 3H, H), rbh (dirs, H) or None (only
     with linear_before_reset), h (dirs, H, B) updated in place, yt (seq, dirs, H, B)."""

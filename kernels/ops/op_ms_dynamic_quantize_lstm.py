@@ -23,7 +23,7 @@ import numpy as np
 from ..constant import frozen
 from ..native import quant
 from ..native.packed import packed
-from ..native.recurrent import lstm_q8, pack_lstm_q8
+from ..native.recurrent import lstm_q8, lstm_q8_inputs, pack_lstm_q8
 from ._contrib import MS_DOMAIN
 from .op_lstm import LSTM_7
 
@@ -126,6 +126,28 @@ class DynamicQuantizeLSTM_1(LSTM_7):
         q, zero, scale = self._quantized_bytes(a)
         q -= zero
         return q, scale
+
+    def project(self, x, w, bias, lens):
+        """On the CPU, without sequence lengths: X's rows quantized once, by each direction's W summed in int32 by the
+        compiled 8-bit product from X's bytes and W's as stored, then scaled, biased and laid out as the recurrence
+        takes them by one compiled pass (native/recurrent.py's lstm_q8_inputs); else the frame's steps."""
+        seq, batch, size = x.shape
+        dirs, gates, _ = w.shape
+        if w.stored is None or lens is not None or self.xp is not np:
+            return super().project(x, w, bias, lens)
+        q, zero, scale = self._quantized_bytes(x.reshape(seq * batch, size))
+        q = q.astype(np.uint8)
+        sums = np.empty((dirs, seq * batch, gates), np.int32)
+        for d in range(dirs):
+            if quant.matmul_8bit(q, int(zero.reshape(())), w.stored[d], w.zero[d], out=sums[d]) is None:
+                return super().project(x, w, bias, lens)
+        xw = np.empty((seq, dirs, gates, batch), np.float32)
+        reversed_directions = sum(1 << d for d in range(dirs) if self.reverse(d))
+        w_scale = np.ascontiguousarray(w.scale[..., 0])
+        bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+        if not lstm_q8_inputs(sums, np.float32(scale.reshape(())), w_scale, bias, reversed_directions, xw):
+            return super().project(x, w, bias, lens)
+        return xw
 
     def project_rows(self, rows, w):
         """X's rows quantized once, by every direction's W: exact integer sums (on the CPU summed in int32 by the

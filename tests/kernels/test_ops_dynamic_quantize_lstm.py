@@ -125,7 +125,7 @@ def test_matches_a_numpy_statement_of_the_op(monkeypatch, direction, seq, batch,
         taken.append(native(*args))
         return taken[-1]
     monkeypatch.setattr(module, "lstm_q8", spy)
-    monkeypatch.setattr(module.quant, "matmul_8bit", lambda *args: projected.append(product(*args)) or projected[-1])
+    monkeypatch.setattr(module.quant, "matmul_8bit", lambda *args, **kw: projected.append(product(*args, **kw)) or projected[-1])
     rng = np.random.default_rng(seq * 100 + hidden)
     dirs, size = 2 if direction == "bidirectional" else 1, 10
     w = rng.integers(-127, 128, (dirs, size, 4 * hidden)).astype(np.int8)
