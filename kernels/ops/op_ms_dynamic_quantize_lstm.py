@@ -121,6 +121,21 @@ class DynamicQuantizeLSTM_1(LSTM_7):
         xp.clip(q, 0, 255, out=q)
         return q, zero, scale
 
+    def _x_bytes(self, rows):
+        """rows (steps, input) quantized as `_quantized_bytes` quantizes them: uint8 bytes, zero point (int), scale
+        (float32); by quant.c's range and quantization passes (the same float32 steps) where they take rows with a
+        finite range, else by NumPy's."""
+        ends = quant.value_range(rows)
+        if ends is not None and math.isfinite(ends[0]) and math.isfinite(ends[1]):
+            low, high = min(np.float32(ends[0]), np.float32(0)), max(np.float32(ends[1]), np.float32(0))
+            scale = np.float32(1) if low == high else (high - low) / np.float32(255)
+            zero = int(np.rint(np.clip(-(low / scale), np.float32(0), np.float32(255))))
+            q = quant.quantize(rows, scale, zero, np.uint8)
+            if q is not None:
+                return q, zero, scale
+        q, zero, scale = self._quantized_bytes(rows)
+        return q.astype(np.uint8), int(zero.reshape(())), np.float32(scale.reshape(()))
+
     def _quantize(self, a):
         """a quantized as `_quantized_bytes`, less its zero point (integers in float32), and its scale."""
         q, zero, scale = self._quantized_bytes(a)
@@ -135,17 +150,16 @@ class DynamicQuantizeLSTM_1(LSTM_7):
         dirs, gates, _ = w.shape
         if w.stored is None or lens is not None or self.xp is not np:
             return super().project(x, w, bias, lens)
-        q, zero, scale = self._quantized_bytes(x.reshape(seq * batch, size))
-        q = q.astype(np.uint8)
+        q, zero, scale = self._x_bytes(x.reshape(seq * batch, size))
         sums = np.empty((dirs, seq * batch, gates), np.int32)
         for d in range(dirs):
-            if quant.matmul_8bit(q, int(zero.reshape(())), w.stored[d], w.zero[d], out=sums[d]) is None:
+            if quant.matmul_8bit(q, zero, w.stored[d], w.zero[d], out=sums[d]) is None:
                 return super().project(x, w, bias, lens)
         xw = np.empty((seq, dirs, gates, batch), np.float32)
         reversed_directions = sum(1 << d for d in range(dirs) if self.reverse(d))
         w_scale = np.ascontiguousarray(w.scale[..., 0])
         bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
-        if not lstm_q8_inputs(sums, np.float32(scale.reshape(())), w_scale, bias, reversed_directions, xw):
+        if not lstm_q8_inputs(sums, scale, w_scale, bias, reversed_directions, xw):
             return super().project(x, w, bias, lens)
         return xw
 

@@ -9,6 +9,8 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
+from rtd.kernels.graph import make_kernel
+from rtd.kernels.ir import Node
 from tests.zoo.compare import DEEP_QUANTIZED_TOLERANCE
 
 INPUT, HIDDEN = 16, 32
@@ -174,3 +176,17 @@ def test_a_nan_in_h_makes_its_directions_outputs_nan(tmp_path, ragged):
     y, yh, yc = compile_model(model.SerializeToString()).run(feeds).values()
     assert np.isnan(y[:4, 0]).all() and np.isnan(yh[0]).all() and np.isnan(yc[0]).all()
     assert np.isfinite(y[:, 1]).all() and np.isfinite(yh[1]).all() and np.isfinite(yc[1]).all()
+
+
+@pytest.mark.parametrize("shift", [0.0, 3.0, -3.0])
+def test_x_is_quantized_by_the_compiled_passes_as_by_numpys(shift):
+    """The compiled projection's quantization of X (quant.c's range and quantization passes) gives the NumPy steps'
+    bytes, zero point and scale to the bit: ranges across 0, all above it, all below it, and all zeros."""
+    kernel = make_kernel(Node("DynamicQuantizeLSTM", "com.microsoft", [], ["y"], {"hidden_size": 4}),
+                         {"": 14, "com.microsoft": 1}, np)
+    rng = np.random.default_rng(int(shift) + 7)
+    for rows in (rng.standard_normal((96, 512)).astype(np.float32) + np.float32(shift), np.zeros((3, 5), np.float32)):
+        q, zero, scale = kernel._x_bytes(rows)
+        want_q, want_zero, want_scale = kernel._quantized_bytes(rows)
+        np.testing.assert_array_equal(q, want_q.astype(np.uint8))
+        assert zero == int(want_zero.reshape(())) and scale.tobytes() == want_scale.reshape(()).tobytes()
