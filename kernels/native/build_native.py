@@ -15,7 +15,7 @@ import cffi
 
 HERE = pathlib.Path(__file__).parent
 SOURCES = ["depthwise.c", "conv.c", "gemm.c", "chain.c", "activation.c", "recurrent.c", "forest.c", "pool.c", "move.c",
-           "program.c", "parallel.c", "quant.c", "resample.c", "scatter.c", "tiles.c", "varint.c"]  # scripts/setup.sh hashes kernels/native/*.[ch] to know when to rebuild
+           "program.c", "parallel.c", "quant.c", "matmul_8bit.c", "lstm_inputs.c", "resample.c", "scatter.c", "tiles.c", "varint.c"]  # scripts/setup.sh hashes kernels/native/*.[ch] to know when to rebuild
 MODULE = "rtd.kernels.native._compiled"
 
 
@@ -28,7 +28,7 @@ def _flags() -> list[str]:
 
 ffibuilder = cffi.FFI()
 HEADERS = ["depthwise.h", "conv.h", "gemm.h", "chain.h", "activation.h", "recurrent.h", "forest.h", "pool.h", "program.h",
-           "quant.h", "resample.h", "scatter.h", "threads.h", "tiles.h", "varint.h"]  # the cffi interface
+           "quant.h", "matmul_8bit.h", "lstm_inputs.h", "resample.h", "scatter.h", "threads.h", "tiles.h", "varint.h"]  # the cffi interface
 ffibuilder.cdef("\n".join((HERE / name).read_text() for name in HEADERS))   # cffi drops the comments
 # Paths are relative to the project root, where setuptools runs the build. `depends` rebuilds on
 # a changed header; `optional` lets an install without a compiler finish (the executor then

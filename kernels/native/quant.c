@@ -3,7 +3,7 @@
  * with one scale and zero point, the table lookups of com.microsoft's 8-bit unary and binary ops (the
  * kernels build the tables; a run only gathers), and QLinearGlobalAveragePool's exact sums. The op
  * kernels of dynamically quantized models call some directly: DynamicQuantizeLinear a tensor's range
- * in one pass and the quantization, MatMulInteger the exact 8-bit product.
+ * in one pass and the quantization (MatMulInteger's exact 8-bit product is matmul_8bit.c's).
  * Each value takes the NumPy kernel's own float32 steps (a division or product rounded once, rint, the
  * zero point added in float, a clamp), so a traced and a planned run agree bit for bit.
  */
@@ -68,90 +68,6 @@ int rtd_quantize_f32(const float *x, int64_t x_len, float scale, int32_t zero_po
                             .zero_point = (float)zero_point, .lo = is_signed ? -128.0f : 0.0f, .hi = is_signed ? 127.0f : 255.0f,
                             .is_signed = is_signed};
     rtd_parallel_for(a.shares, a.shares, quantize_shares, &a);
-    return 0;
-}
-
-/* MatMulInteger: A's block of rows centred into 16 bits on the stack (the bytes at most 255 from their zero
-   point), then W's rows (W's centred columns) two at a time multiplied with the block's rows four at a time,
-   the products summed in int32 (vpmaddwd's pairs where the clone has AVX2): exact while k * 255 * 255 fits.
-   W streams past once per block of rows (a block holds every row of a product of 32 rows by 1024). */
-#define MATMUL_8BIT_BLOCK 32768   /* int16 of A per block: 64 KiB, L2-resident while W's rows stream past */
-#define MATMUL_8BIT_COLUMNS 64   /* the product's columns per part: threads share a few rows' columns out */
-#define MATMUL_8BIT_MIN_PER_THREAD (1 << 21)   /* multiply-adds: below this a pool thread costs more than it saves */
-
-struct matmul_8bit { const uint8_t *a; int is_signed; int32_t zero_point; const int16_t *w; int32_t *y; int64_t m, k, n, rows; };
-
-/* Sums of up to 4 rows of A by 2 of W's rows (2 columns of the product) in one sweep over k: each load
-   serves 2 or 4 products. Unsigned sums wrap instead of overflowing, should a caller break the bound. */
-RTD_CLONES static void dot16_4x2(const int16_t *a, int64_t rows, const int16_t *w, int64_t k, int32_t *y, int64_t n)
-{
-    const int16_t *a0 = a, *a1 = a + (rows > 1) * k, *a2 = a + (rows > 2) * 2 * k, *a3 = a + (rows > 3) * 3 * k;
-    const int16_t *w0 = w, *w1 = w + k;
-    uint32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0, s20 = 0, s21 = 0, s30 = 0, s31 = 0;
-    for (int64_t i = 0; i < k; i++) {
-        const int32_t x0 = w0[i], x1 = w1[i];
-        s00 += (uint32_t)(a0[i] * x0); s01 += (uint32_t)(a0[i] * x1);
-        s10 += (uint32_t)(a1[i] * x0); s11 += (uint32_t)(a1[i] * x1);
-        s20 += (uint32_t)(a2[i] * x0); s21 += (uint32_t)(a2[i] * x1);
-        s30 += (uint32_t)(a3[i] * x0); s31 += (uint32_t)(a3[i] * x1);
-    }
-    const uint32_t sums[4][2] = {{s00, s01}, {s10, s11}, {s20, s21}, {s30, s31}};
-    for (int64_t r = 0; r < rows; r++) {   /* rows past the block's end read row 0 again and are not written */
-        y[r * n] = (int32_t)sums[r][0];
-        y[r * n + 1] = (int32_t)sums[r][1];
-    }
-}
-
-RTD_CLONES static int32_t dot16(const int16_t *a, const int16_t *b, int64_t k)
-{
-    uint32_t sum = 0;
-    for (int64_t i = 0; i < k; i++) sum += (uint32_t)((int32_t)a[i] * b[i]);
-    return (int32_t)sum;
-}
-
-/* Parts [first, last): part p is A's row block p / per_block (centred here, once for consecutive parts of
-   one block) by the product's columns [c, c + MATMUL_8BIT_COLUMNS), c = p % per_block * MATMUL_8BIT_COLUMNS. */
-RTD_CLONES static void matmul_8bit_parts(void *context, int64_t worker, int64_t first, int64_t last)
-{
-    const struct matmul_8bit *g = context;
-    (void)worker;
-    int16_t centred[MATMUL_8BIT_BLOCK];
-    const int64_t per_block = (g->n + MATMUL_8BIT_COLUMNS - 1) / MATMUL_8BIT_COLUMNS, k = g->k;
-    int64_t centred_block = -1;
-    for (int64_t part = first; part < last; part++) {
-        const int64_t block = part / per_block, row0 = block * g->rows, rows = g->m - row0 < g->rows ? g->m - row0 : g->rows;
-        if (block != centred_block) {
-            const uint8_t *a = g->a + row0 * k;
-            for (int64_t i = 0; i < rows * k; i++)
-                centred[i] = (int16_t)((g->is_signed ? (int32_t)(int8_t)a[i] : (int32_t)a[i]) - g->zero_point);
-            centred_block = block;
-        }
-        const int64_t j0 = part % per_block * MATMUL_8BIT_COLUMNS, j1 = g->n - j0 < MATMUL_8BIT_COLUMNS ? g->n : j0 + MATMUL_8BIT_COLUMNS;
-        int64_t j = j0;
-        for (; j + 2 <= j1; j += 2)
-            for (int64_t r = 0; r < rows; r += 4)
-                dot16_4x2(centred + r * k, rows - r < 4 ? rows - r : 4, g->w + j * k, k, g->y + (row0 + r) * g->n + j, g->n);
-        for (; j < j1; j++)
-            for (int64_t r = 0; r < rows; r++)
-                g->y[(row0 + r) * g->n + j] = dot16(centred + r * k, g->w + j * k, k);
-    }
-}
-
-int rtd_matmul_8bit(const void *a, int a_type, int64_t a_len, int32_t a_zero_point, const int16_t *w, int64_t w_len,
-                    int32_t *y, int64_t y_len, int64_t m, int64_t k, int64_t n)
-{
-    if ((a_type != RTD_CONV_U8 && a_type != RTD_CONV_S8) || m < 0 || n < 0 || k < 1 || k > MATMUL_8BIT_BLOCK
-        || k > INT32_MAX / (255 * 255) || a_zero_point < (a_type == RTD_CONV_U8 ? 0 : -128)
-        || a_zero_point > (a_type == RTD_CONV_U8 ? 255 : 127))
-        return RTD_NATIVE_E_ARGUMENT;
-    if (m > INT64_MAX / k || n > INT64_MAX / k || (n > 0 && m > INT64_MAX / n)   /* no product below overflows */
-        || a_len != m * k || w_len != n * k || y_len != m * n)
-        return RTD_NATIVE_E_LENGTH;
-    const int64_t rows = MATMUL_8BIT_BLOCK / k, blocks = (m + rows - 1) / rows;
-    struct matmul_8bit g = {a, a_type == RTD_CONV_S8, a_zero_point, w, y, m, k, n, rows};
-    int64_t threads = rtd_threads();
-    if ((double)m * (double)k * (double)n / (double)(threads > 0 ? threads : 1) < MATMUL_8BIT_MIN_PER_THREAD) threads = 1;
-    rtd_parallel_for(threads, blocks * ((n + MATMUL_8BIT_COLUMNS - 1) / MATMUL_8BIT_COLUMNS), matmul_8bit_parts, &g);
     return 0;
 }
 

@@ -4,11 +4,6 @@
    as QuantizeLinear's NumPy steps; a NaN gives 0, as NumPy's cast of one does on x86.
    rtd_dequantize_f32: y = float32(x - zero_point) * scale. */
 int rtd_quantize_f32(const float *x, int64_t x_len, float scale, int32_t zero_point, void *y, int y_type, int64_t y_len);
-/* rtd_matmul_8bit: MatMulInteger's exact int32 y (m, n) = (a (m, k) - a_zero_point) @ w, a 8-bit (a_type as above),
-   w given as its transpose (n, k) int16, already centred and each value within [-255, 255] (an 8-bit weight less
-   its zero point); k at most 32768. */
-int rtd_matmul_8bit(const void *a, int a_type, int64_t a_len, int32_t a_zero_point, const int16_t *w, int64_t w_len,
-                    int32_t *y, int64_t y_len, int64_t m, int64_t k, int64_t n);
 /* rtd_range_f32: range[0], range[1] = the least and the greatest of x (x_len >= 1), both NaN where x has a NaN. */
 int rtd_range_f32(const float *x, int64_t x_len, float *range, int64_t range_len);
 int rtd_dequantize_f32(const void *x, int x_type, int64_t x_len, float scale, int32_t zero_point, float *y, int64_t y_len);

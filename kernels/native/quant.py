@@ -2,7 +2,7 @@
 (rtd_range_f32), used by DynamicQuantizeLinear for NumPy arrays: one pass for the range instead of np.min's
 and np.max's two, one for the values instead of NumPy's four (divide, rint, clip, add), each value in the
 same float32 steps (x / scale rounded once, half to even, plus the zero point, saturated), so both give
-the same bytes. And MatMulInteger's 8-bit product (rtd_matmul_8bit), summed in int32 from the bytes
+the same bytes. And MatMulInteger's 8-bit product (matmul_8bit.c's rtd_matmul_8bit), summed in int32 from the bytes
 instead of a float copy of A through a float GEMM: the sums are exact integers either way, so both give
 the same int32. Anything else (other dtypes, strided or empty arrays, CuPy) returns None.
 """
@@ -49,20 +49,24 @@ def quantize(x, scale, zero_point: int, dtype):
 MAX_K = 32768   # quant.h's bound on rtd_matmul_8bit's k (also keeps k * 255 * 255 within int32)
 
 
-def matmul_8bit(a, a_zero_point: int, w_rows):
-    """(a - a_zero_point) @ w_rows.T as int32 (..., n): a 8-bit (..., k), w_rows the weight's centred columns as
-    (n, k) int16, each within [-255, 255]; None when not taken."""
+def matmul_8bit(a, a_zero_point: int, w, w_zero_point, out=None):
+    """(a - a_zero_point) @ (w - w_zero_point) as int32 (..., n): a 8-bit (..., k), w 8-bit (k, n) as stored, w_zero_point
+    of w's type, one or n of them; into `out` (int32, C-contiguous, that shape) where given; None when not taken."""
+    w_zero = np.ascontiguousarray(w_zero_point, np.int32).reshape(-1)
     if compiled is None or type(a) is not np.ndarray or a.dtype not in TYPES or a.ndim < 2 or not a.flags.c_contiguous \
-            or w_rows.dtype != np.int16 or w_rows.ndim != 2 or not w_rows.flags.c_contiguous \
-            or not 0 < a.shape[-1] == w_rows.shape[1] <= MAX_K:
+            or type(w) is not np.ndarray or w.dtype not in TYPES or w.ndim != 2 or not w.flags.c_contiguous \
+            or not 0 < a.shape[-1] == w.shape[0] <= MAX_K or w.shape[1] < 1 or w_zero.size not in (1, w.shape[1]):
         return None
-    k, n = w_rows.shape[1], w_rows.shape[0]
+    k, n = w.shape
     m = a.size // k
-    y = np.empty(a.shape[:-1] + (n,), np.int32)
+    y = np.empty(a.shape[:-1] + (n,), np.int32) if out is None else out
+    if type(y) is not np.ndarray or y.dtype != np.int32 or y.shape != a.shape[:-1] + (n,) or not y.flags.c_contiguous:
+        return None
     ffi = compiled.ffi
     status = compiled.lib.rtd_matmul_8bit(ffi.from_buffer("uint8_t[]", a.view(np.uint8)), TYPES[a.dtype], a.size, int(a_zero_point),
-                                          ffi.from_buffer("int16_t[]", w_rows), w_rows.size,
+                                          ffi.from_buffer("uint8_t[]", w.view(np.uint8)), TYPES[w.dtype], w.size,
+                                          ffi.from_buffer("int32_t[]", w_zero), w_zero.size,
                                           ffi.from_buffer("int32_t[]", y, require_writable=True), y.size, m, k, n)
-    if status != 0:   # the checks above and the caller's (a zero point of a's type) make this unreachable
+    if status != 0:   # the checks above and the caller's (zero points of a's and w's types) make this unreachable
         raise RtdError(Code.E_INTERNAL, f"8-bit matmul kernel refused its arguments (status {status})")
     return y

@@ -14,14 +14,18 @@
  * this kernel, so they agree with each other bit for bit.
  * A bidirectional layer's two directions are independent: with two threads each runs on its own.
  * DynamicQuantizeLSTM (rtd_lstm_q8_f32) runs the same loop and update with its own product: h quantized
- * to 8 bits, then exact integer sums against int8 R. Those sums are written as plain int8 x int16 dot
- * products, which GCC vectorises as sign extension plus VPMADDWD (16 products per instruction, pairs
- * summed in int32, so nothing saturates, unlike onnxruntime's VPMADDUBSW); R stays 1 byte a weight, a
- * quarter of float32's traffic, which is what a step of a large R costs once it no longer fits in cache.
+ * to 8 bits, then exact integer sums against int8 R. R stays 1 byte a weight, a quarter of float32's
+ * traffic, which is what a step costs: R does not stay in L1, so a step streams it from L2 (a BiLSTM
+ * tagger's 1024 x 256) or further. R is packed in panels of 8 gate rows, each pair of h's rows' weights
+ * side by side, so that one vpmaddwd takes 8 rows' two products by a broadcast pair of h (summed in int32,
+ * so nothing saturates, unlike onnxruntime's VPMADDUBSW) and the sums stay 8 rows to a vector. Row-major
+ * dot products instead (GCC's vectorised form) paid a lane-crossing sign extension per 16 bytes and a
+ * horizontal sum per row: 8 us a step of that tagger against 5.
  *
  * The caller (recurrent.py, emit.py) validates shapes; the lengths are checked again here so a wrong
  * call fails with a status instead of touching memory out of bounds.
  */
+#include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +41,9 @@
 #define INLINE RTD_INLINE
 #define PANEL 16   /* rows of R per packed panel: two 8-float vectors */
 #define COLS 4     /* batch columns per pass over a panel */
+#define Q8_PANEL 8   /* gate rows per int8 panel of R: one vector of 8 int32 sums */
+#define Q8_GROUP 4   /* panels per pass over q: each load of q's pair serves 4 */
+#define Q8_ROWS (Q8_GROUP * Q8_PANEL)   /* an int8 R's rows are packed to a multiple of this: whole groups */
 
 int64_t rtd_recurrent_packed_len(int64_t rows, int64_t hidden)
 {
@@ -53,6 +60,26 @@ int rtd_recurrent_pack(const float *r, int64_t r_len, int64_t rows, int64_t hidd
         for (int64_t k = 0; k < hidden; k++)
             for (int64_t i = 0; i < PANEL; i++)
                 packed[p * hidden + k * PANEL + i] = p + i < rows ? r[(p + i) * hidden + k] : 0.0f;
+    return 0;
+}
+
+int64_t rtd_lstm_q8_packed_len(int64_t hidden)
+{
+    return hidden < 1 || hidden > 65536 ? -1 : (4 * hidden + Q8_ROWS - 1) / Q8_ROWS * Q8_ROWS * ((hidden + 1) / 2 * 2);
+}
+
+int rtd_lstm_q8_pack(const int8_t *r, int64_t r_len, int64_t dirs, int64_t hidden, int8_t *packed, int64_t packed_len)
+{
+    if (dirs < 1 || dirs > 2 || hidden < 1 || hidden > 65536)
+        return RTD_NATIVE_E_ARGUMENT;
+    const int64_t g = 4 * hidden, pairs = (hidden + 1) / 2, per_direction = rtd_lstm_q8_packed_len(hidden);
+    if (r_len != dirs * hidden * g || packed_len != dirs * per_direction)
+        return RTD_NATIVE_E_LENGTH;
+    for (int64_t d = 0; d < dirs; d++)   /* panel p: for each pair of h's rows, gate rows 8p.. 8p + 7's two weights */
+        for (int64_t j = 0; j < per_direction / (2 * pairs); j++)
+            for (int64_t k = 0; k < 2 * pairs; k++)
+                packed[d * per_direction + j / Q8_PANEL * Q8_PANEL * 2 * pairs + k / 2 * 2 * Q8_PANEL + j % Q8_PANEL * 2 + k % 2] =
+                    j < g && k < hidden ? r[(d * hidden + k) * g + j] : 0;
     return 0;
 }
 
@@ -157,11 +184,12 @@ CLONES static void update(const float *restrict gates, const float *restrict x_t
     }
 }
 
-/* h (hidden, batch) quantized per tensor as recurrent.h says, into q (batch, hidden), each column's values
-   contiguous for the dot products; returns the scale. The arithmetic is the NumPy kernel's, in float32,
-   so both quantize h to the same integers. A NaN in h makes the range and the scale NaN, and so every gate,
-   as np.min's NaN does in the NumPy kernel (its q, clamped as 0 - zero, cannot reach past the int16). */
-CLONES static float quantize_state(const float *restrict h, int64_t hidden, int64_t batch, int16_t *restrict q)
+/* h (hidden, batch) quantized per tensor as recurrent.h says, into q (batch, pairs * 2), each column's values
+   contiguous for the dot products and padded with a 0 to whole pairs; returns the scale. The arithmetic is the
+   NumPy kernel's, in float32, so both quantize h to the same integers. A NaN in h makes the range and the
+   scale NaN, and so every gate, as np.min's NaN does in the NumPy kernel (its q, clamped as 0 - zero, cannot
+   reach past the int16). */
+CLONES static float quantize_state(const float *restrict h, int64_t hidden, int64_t batch, int64_t pairs, int16_t *restrict q)
 {
     float low = 0.0f, high = 0.0f;
     for (int64_t j = 0; j < hidden * batch; j++) {
@@ -171,44 +199,82 @@ CLONES static float quantize_state(const float *restrict h, int64_t hidden, int6
     const float scale = low == high ? 1.0f : (high - low) / 255.0f;
     float zero = -(low / scale);
     zero = rintf(zero > 0.0f ? (zero < 255.0f ? zero : 255.0f) : 0.0f);
-    for (int64_t b = 0; b < batch; b++)
+    for (int64_t b = 0; b < batch; b++) {
         for (int64_t k = 0; k < hidden; k++) {
             float v = rintf(h[k * batch + b] / scale) + zero;
             v = v > 0.0f ? (v < 255.0f ? v : 255.0f) : 0.0f;   /* in float first: no out-of-range conversion */
-            q[b * hidden + k] = (int16_t)(v - zero);
+            q[b * 2 * pairs + k] = (int16_t)(v - zero);
         }
+        if (hidden % 2)
+            q[b * 2 * pairs + hidden] = 0;
+    }
     return scale;
 }
 
-/* out[j * batch] = float32(sum_k r[j, k] * q[k]) * (scale * r_scale[j]) for the rows j of r (rows, hidden), rows
-   a multiple of 4 (an LSTM's 4H), the sums exact in int32. Four rows per pass share each load of q. */
-CLONES static void quantized_rows(const int8_t *restrict r, int64_t rows, int64_t hidden, const int16_t *restrict q,
-                                  float scale, const float *restrict r_scale, float *restrict out, int64_t batch)
+/* The exact int32 sums of Q8_GROUP panels (Q8_PANEL rows each, rtd_lstm_q8_pack's layout) by one column of q
+   (`pairs` pairs of int16), into sums (Q8_ROWS, row order). AVX2: each pair of q broadcast, each
+   panel's 16 bytes for it sign-extended and multiplied by vpmaddwd (both products of a row summed in int32,
+   nothing saturates), 8 rows per vector, so no horizontal sums. GCC vectorises none of this from plain C
+   (it widens to int32 and multiplies with vpmulld), hence the intrinsics in a function of its own target. */
+__attribute__((target("avx2"))) static void q8_group_avx2(const int8_t *panels, int64_t pairs, const int16_t *q, int32_t *sums)
 {
-    for (int64_t j = 0; j < rows; j += 4) {
-        const int8_t *r0 = r + j * hidden, *r1 = r0 + hidden, *r2 = r1 + hidden, *r3 = r2 + hidden;
-        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (int64_t k = 0; k < hidden; k++) {
-            const int16_t v = q[k];
-            s0 += r0[k] * v;
-            s1 += r1[k] * v;
-            s2 += r2[k] * v;
-            s3 += r3[k] * v;
-        }
-        out[j * batch] = (float)s0 * (scale * r_scale[j]);
-        out[(j + 1) * batch] = (float)s1 * (scale * r_scale[j + 1]);
-        out[(j + 2) * batch] = (float)s2 * (scale * r_scale[j + 2]);
-        out[(j + 3) * batch] = (float)s3 * (scale * r_scale[j + 3]);
+    const int64_t stride = pairs * 2 * Q8_PANEL;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t kp = 0; kp < pairs; kp++) {
+        int32_t pair;
+        memcpy(&pair, q + 2 * kp, sizeof pair);
+        const __m256i h = _mm256_set1_epi32(pair);
+        const int8_t *p = panels + kp * 2 * Q8_PANEL;
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)), h));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + stride))), h));
+        s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2 * stride))), h));
+        s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 3 * stride))), h));
     }
+    _mm256_storeu_si256((__m256i *)sums, s0);
+    _mm256_storeu_si256((__m256i *)(sums + 8), s1);
+    _mm256_storeu_si256((__m256i *)(sums + 16), s2);
+    _mm256_storeu_si256((__m256i *)(sums + 24), s3);
 }
 
-/* gates (rows, batch) = R^T (rows, hidden) int8 @ h quantized, scaled back per row. */
+/* The same sums in plain C, for CPUs without AVX2 (unsigned sums wrap where int32's would overflow, should
+   a caller break the bound). */
+static void q8_group_portable(const int8_t *panels, int64_t pairs, const int16_t *q, int32_t *sums)
+{
+    const int64_t stride = pairs * 2 * Q8_PANEL;
+    for (int g = 0; g < Q8_GROUP; g++)
+        for (int i = 0; i < Q8_PANEL; i++) {
+            uint32_t sum = 0;
+            for (int64_t kp = 0; kp < pairs; kp++) {
+                const int8_t *p = panels + g * stride + kp * 2 * Q8_PANEL + 2 * i;
+                sum += (uint32_t)(p[0] * q[2 * kp] + p[1] * q[2 * kp + 1]);
+            }
+            sums[g * Q8_PANEL + i] = (int32_t)sum;
+        }
+}
+
+/* gates[j * batch] = float32(sums[j]) * (scale * r_scale[j]) for n rows. */
+CLONES static void scale_rows(const int32_t *restrict sums, int64_t n, float scale, const float *restrict r_scale,
+                              float *restrict gates, int64_t batch)
+{
+    for (int64_t j = 0; j < n; j++)
+        gates[j * batch] = (float)sums[j] * (scale * r_scale[j]);
+}
+
+/* gates (rows, batch) = R^T (rows, hidden) int8 @ h quantized, scaled back per row: R's panels Q8_GROUP at a time
+   (the last group's panels past the end read as zeros from the packing's padding), each group's sums scaled. */
 static void quantized_product(const int8_t *r, const float *r_scale, int64_t rows, int64_t hidden, const float *h,
                               int64_t batch, int16_t *q, float *gates)
 {
-    const float scale = quantize_state(h, hidden, batch, q);
+    const int64_t pairs = (hidden + 1) / 2, group_rows = Q8_ROWS;
+    const float scale = quantize_state(h, hidden, batch, pairs, q);
+    void (*group)(const int8_t *, int64_t, const int16_t *, int32_t *) =
+        __builtin_cpu_supports("avx2") ? q8_group_avx2 : q8_group_portable;
+    int32_t sums[Q8_ROWS];
     for (int64_t b = 0; b < batch; b++)
-        quantized_rows(r, rows, hidden, q + b * hidden, scale, r_scale, gates + b, batch);
+        for (int64_t j = 0; j < rows; j += group_rows) {
+            group(r + j * 2 * pairs, pairs, q + b * 2 * pairs, sums);
+            scale_rows(sums, rows - j < group_rows ? rows - j : group_rows, scale, r_scale + j, gates + j * batch + b, batch);
+        }
 }
 
 /* One GRU step's gates (zrh) into the new state: hr holds R @ h (3H rows) or, without
@@ -258,9 +324,10 @@ struct recurrence {
     float *h, *c, *y, *scratch;
     int64_t seq, dirs, hidden, batch, r_len, scratch_len;
     int linear_before_reset;
-    const int8_t *r8;   /* DynamicQuantizeLSTM: R^T's int8 rows (r_len per direction) instead of r, */
-    const float *r_scale;   /* their scales (4H per direction) */
-    int16_t *quantized;   /* and h quantized (H * batch per direction) */
+    const int8_t *r8;   /* DynamicQuantizeLSTM: R's int8 panels (r_len per direction) instead of r, */
+    const float *r_scale;   /* their rows' scales (4H per direction) */
+    int16_t *quantized;   /* and h quantized (quantized_len per direction) */
+    int64_t quantized_len;
 };
 
 static void lstm_direction(const struct recurrence *a, int64_t d)
@@ -272,7 +339,7 @@ static void lstm_direction(const struct recurrence *a, int64_t d)
         float *y_t = a->y + (t * a->dirs + d) * nb;
         if (a->r8 != NULL)
             quantized_product(a->r8 + d * a->r_len, a->r_scale + d * g, g, a->hidden, h_prev, a->batch,
-                              a->quantized + d * nb, gates);
+                              a->quantized + d * a->quantized_len, gates);
         else
             recurrent_product(a->r + d * a->r_len, g, a->hidden, h_prev, a->batch, gates);
         update(gates, a->xw + (t * a->dirs + d) * gb, c, y_t, nb);
@@ -340,13 +407,13 @@ int rtd_lstm_q8_f32(const float *xw, int64_t xw_len, const int8_t *r, int64_t r_
     /* |q| <= 255 and |r| <= 128: hidden products of at most 32,640 stay within int32 up to 65,536 of them */
     if (seq < 1 || dirs < 1 || dirs > 2 || hidden < 1 || hidden > 65536 || batch < 1)
         return RTD_NATIVE_E_ARGUMENT;
-    const int64_t nb = hidden * batch, g = 4 * hidden;
-    if (r_len != dirs * g * hidden || r_scale_len != dirs * g || state_len != dirs * nb || gates_len != dirs * g * batch
-        || quantized_len != dirs * nb || xw_len != seq * dirs * g * batch || y_len != seq * dirs * nb)
+    const int64_t nb = hidden * batch, g = 4 * hidden, packed = rtd_lstm_q8_packed_len(hidden), q_len = (hidden + 1) / 2 * 2 * batch;
+    if (r_len != dirs * packed || r_scale_len != dirs * g || state_len != dirs * nb || gates_len != dirs * g * batch
+        || quantized_len != dirs * q_len || xw_len != seq * dirs * g * batch || y_len != seq * dirs * nb)
         return RTD_NATIVE_E_LENGTH;
     const struct recurrence a = {.xw = xw, .h = h, .c = c, .y = y, .scratch = gates, .seq = seq, .dirs = dirs, .hidden = hidden,
-                                 .batch = batch, .r_len = g * hidden, .scratch_len = g * batch, .r8 = r, .r_scale = r_scale,
-                                 .quantized = quantized};
+                                 .batch = batch, .r_len = packed, .scratch_len = g * batch, .r8 = r, .r_scale = r_scale,
+                                 .quantized = quantized, .quantized_len = q_len};
     rtd_parallel_for(rtd_threads(), dirs, run_lstm, (void *)&a);
     return 0;
 }

@@ -12,13 +12,17 @@ int rtd_recurrent_pack(const float *r, int64_t r_len, int64_t rows, int64_t hidd
    per direction. gates: dirs * 4H * batch floats of scratch. */
 int rtd_lstm_f32(const float *xw, int64_t xw_len, const float *r, int64_t r_len, float *h, float *c, int64_t state_len,
                  float *y, int64_t y_len, float *gates, int64_t gates_len, int64_t seq, int64_t dirs, int64_t hidden, int64_t batch);
-/* com.microsoft DynamicQuantizeLSTM's recurrence: as rtd_lstm_f32, but R is int8, each direction's (4H, H) rows
-   (R^T, row j: gate j's weights over h) one after the other, and each step quantizes the direction's h (all of
-   H x batch) per tensor to uint8 as onnxruntime does: low = min(h, 0), high = max(h, 0), scale = 1 if low ==
-   high else (high - low) / 255, zero = round_half_even(clamp(-low / scale, 0, 255)), q = clamp(round_half_even(
-   h / scale) + zero, 0, 255) - zero (all in float32). gates = float32(exact int32 sum of R^T's row by q) *
-   (scale * r_scale[row]), then plus xw[t] and the LSTM update as rtd_lstm_f32's. r_scale: dirs * 4H floats.
-   quantized: dirs * batch * H int16 of scratch. hidden at most 65536 (the sums stay within int32). */
+/* com.microsoft DynamicQuantizeLSTM's recurrence: as rtd_lstm_f32, but R is int8, packed by rtd_lstm_q8_pack, and each
+   step quantizes the direction's h (all of H x batch) per tensor to uint8 as onnxruntime does: low = min(h, 0),
+   high = max(h, 0), scale = 1 if low == high else (high - low) / 255, zero = round_half_even(clamp(-low / scale, 0,
+   255)), q = clamp(round_half_even(h / scale) + zero, 0, 255) - zero (all in float32). gates[j] = float32(exact
+   int32 sum over k of R[k, j] * q[k]) * (scale * r_scale[j]), then plus xw[t] and the LSTM update as rtd_lstm_f32's.
+   r_scale: dirs * 4H floats. quantized: dirs * batch * (H rounded up to even) int16 of scratch. hidden at most
+   65536 (the sums stay within int32).
+   rtd_lstm_q8_packed_len: bytes of one direction's packed R (-1: not a hidden size).
+   rtd_lstm_q8_pack: R as the op stores it, (dirs, H, 4H) int8, into dirs * rtd_lstm_q8_packed_len(H) bytes. */
+int64_t rtd_lstm_q8_packed_len(int64_t hidden);
+int rtd_lstm_q8_pack(const int8_t *r, int64_t r_len, int64_t dirs, int64_t hidden, int8_t *packed, int64_t packed_len);
 int rtd_lstm_q8_f32(const float *xw, int64_t xw_len, const int8_t *r, int64_t r_len, const float *r_scale, int64_t r_scale_len,
                     float *h, float *c, int64_t state_len, float *y, int64_t y_len, float *gates, int64_t gates_len,
                     int16_t *quantized, int64_t quantized_len, int64_t seq, int64_t dirs, int64_t hidden, int64_t batch);

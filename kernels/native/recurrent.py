@@ -70,28 +70,66 @@ def lstm(xw, r, h, c, yt, constant: bool) -> bool:
     return True
 
 
-def lstm_q8(xw, rows, r_scale, h, c, yt) -> bool:
-    """DynamicQuantizeLSTM's steps, every direction: xw (seq, dirs, 4H, B) projected inputs, rows (dirs, 4H, H) int8
-    (R^T: each gate row's weights over h), r_scale (dirs, 4H) float32, h and c (dirs, H, B) updated in place, yt
-    (seq, dirs, H, B) the outputs."""
-    if compiled is None or xw.ndim != 4 or rows.ndim != 3 or not _ready(xw, r_scale, h, c, yt) \
-            or rows.dtype != np.int8 or not rows.flags.c_contiguous:
+def pack_lstm_q8(r, constant: bool) -> np.ndarray | None:
+    """DynamicQuantizeLSTM's R (dirs, H, 4H) int8, as the op stores it, in rtd_lstm_q8_f32's panels: (dirs, bytes per
+    direction) int8 (kept while r lives when `constant`); None where the compiled recurrence cannot take it."""
+    if compiled is None or type(r) is not np.ndarray or r.dtype != np.int8 or r.ndim != 3 or r.shape[0] not in (1, 2) \
+            or not 0 < r.shape[1] <= MAX_Q8_HIDDEN or r.shape[2] != 4 * r.shape[1]:
+        return None
+    lib, ffi = compiled.lib, compiled.ffi
+
+    def make():
+        source = np.ascontiguousarray(r)
+        out = np.empty((r.shape[0], lib.rtd_lstm_q8_packed_len(r.shape[1])), np.int8)
+        status = lib.rtd_lstm_q8_pack(ffi.from_buffer("int8_t[]", source), source.size, r.shape[0], r.shape[1],
+                                      ffi.from_buffer("int8_t[]", out, require_writable=True), out.size)
+        if status != 0:   # the checks above make this unreachable; the C checks again all the same
+            raise RtdError(Code.E_INTERNAL, f"8-bit recurrent packing refused its arguments (status {status})")
+        return out
+    return packed(r, ("lstm-q8",), make) if constant else make()
+
+
+def lstm_q8(xw, panels, r_scale, h, c, yt) -> bool:
+    """DynamicQuantizeLSTM's steps, every direction: xw (seq, dirs, 4H, B) projected inputs, panels R packed by
+    `pack_lstm_q8`, r_scale (dirs, 4H) float32, h and c (dirs, H, B) updated in place, yt (seq, dirs, H, B) the outputs."""
+    if compiled is None or xw.ndim != 4 or not _ready(xw, r_scale, h, c, yt) or panels.dtype != np.int8 \
+            or not panels.flags.c_contiguous:
         return False
     seq, dirs, g, batch = xw.shape
-    hidden = rows.shape[2]
-    if g != 4 * hidden or rows.shape != (dirs, g, hidden) or r_scale.shape != (dirs, g) or h.shape != (dirs, hidden, batch) \
-            or c.shape != h.shape or yt.shape != (seq, dirs, hidden, batch) or dirs not in (1, 2) or seq < 1 \
-            or min(hidden, batch) < 1 or hidden > MAX_Q8_HIDDEN:
+    hidden = g // 4
+    if g != 4 * hidden or panels.shape != (dirs, compiled.lib.rtd_lstm_q8_packed_len(hidden)) or r_scale.shape != (dirs, g) \
+            or h.shape != (dirs, hidden, batch) or c.shape != h.shape or yt.shape != (seq, dirs, hidden, batch) \
+            or dirs not in (1, 2) or seq < 1 or min(hidden, batch) < 1 or hidden > MAX_Q8_HIDDEN:
         return False
     ffi = compiled.ffi
-    gates, quantized = np.empty(dirs * g * batch, np.float32), np.empty(dirs * hidden * batch, np.int16)
+    gates, quantized = np.empty(dirs * g * batch, np.float32), np.empty(dirs * batch * (hidden + hidden % 2), np.int16)
     buf = lambda a: ffi.from_buffer("float[]", a, require_writable=True)   # noqa: E731
     status = compiled.lib.rtd_lstm_q8_f32(
-        buf(xw), xw.size, ffi.from_buffer("int8_t[]", rows), rows.size, ffi.from_buffer("float[]", r_scale), r_scale.size,
+        buf(xw), xw.size, ffi.from_buffer("int8_t[]", panels), panels.size, ffi.from_buffer("float[]", r_scale), r_scale.size,
         buf(h), buf(c), h.size, buf(yt), yt.size, buf(gates), gates.size,
         ffi.from_buffer("int16_t[]", quantized, require_writable=True), quantized.size, seq, dirs, hidden, batch)
     if status != 0:   # the checks above make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"DynamicQuantizeLSTM kernel refused its arguments (status {status})")
+    return True
+
+
+def lstm_q8_inputs(sums, scale, w_scale, bias, reversed_directions: int, xw) -> bool:
+    """DynamicQuantizeLSTM's projected inputs into xw (seq, dirs, 4H, B) float32: sums (dirs, seq * B, 4H) int32, the
+    exact products of X's bytes by W's, times scale (float32) * w_scale (dirs, 4H) float32, plus bias (dirs, 4H)
+    float32 or None; a direction d with bit d of `reversed_directions` set reversed in time."""
+    if compiled is None or xw.ndim != 4 or not _ready(w_scale, xw) or (bias is not None and not _ready(bias)) \
+            or sums.dtype != np.int32 or not sums.flags.c_contiguous:
+        return False
+    seq, dirs, g, batch = xw.shape
+    if sums.shape != (dirs, seq * batch, g) or w_scale.shape != (dirs, g) or (bias is not None and bias.shape != (dirs, g)):
+        return False
+    ffi = compiled.ffi
+    status = compiled.lib.rtd_lstm_q8_inputs(
+        ffi.from_buffer("int32_t[]", sums), sums.size, float(scale), ffi.from_buffer("float[]", w_scale), w_scale.size,
+        ffi.NULL if bias is None else ffi.from_buffer("float[]", bias), 0 if bias is None else bias.size, reversed_directions,
+        ffi.from_buffer("float[]", xw, require_writable=True), xw.size, seq, batch, dirs, g)
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"DynamicQuantizeLSTM's input kernel refused its arguments (status {status})")
     return True
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..constant import frozen
 from ..native import quant
 from ..native.packed import packed
-from ..native.recurrent import lstm_q8
+from ..native.recurrent import lstm_q8, lstm_q8_inputs, pack_lstm_q8
 from ._contrib import MS_DOMAIN
 from .op_lstm import LSTM_7
 
@@ -34,13 +34,16 @@ class Quantized:
 
     centred: the weight less its zero point, (dirs, G, K) (a view of it stored (K, dirs, G)), float32 or, where 255·|w|·K could
     pass 2^24, float64, so that a float GEMM's sums are exact integers; made by `make` on first use, which the
-    compiled paths never make (it is 4 bytes a weight beside their 1 or 2: most of a large model's memory); scale:
-    (dirs, G, 1) float32; rows: R^T as int8 rows, contiguous, for the compiled recurrence (None for uint8 R), or W's
-    centred columns as int16 rows (dirs, G, K), contiguous, for the compiled 8-bit input projection (None off the CPU)."""
+    compiled paths never make (it is 4 bytes a weight beside their 1: most of a large model's memory); scale:
+    (dirs, G, 1) float32; panels: R in the compiled recurrence's int8 panels (None for uint8 R or off the CPU);
+    stored: W's bytes as the op takes them, (dirs, K, G) contiguous, and zero its zero point per direction, for the
+    compiled 8-bit input projection (None off the CPU)."""
     make: Callable[[], object]
     shape: tuple
     scale: object
-    rows: np.ndarray | None = None
+    panels: np.ndarray | None = None
+    stored: np.ndarray | None = None
+    zero: tuple = ()
     dtype = np.dtype(np.float32)
 
     @functools.cached_property
@@ -53,7 +56,9 @@ class Quantized:
 
     def __getitem__(self, group):
         shape = np.broadcast_to(np.empty((), np.int8), self.shape)[group].shape   # the slice's shape, nothing made
-        return Quantized(lambda: self.centred[group], shape, self.scale[group], None if self.rows is None else self.rows[group])
+        pick = lambda a: None if a is None else a[group]   # noqa: E731
+        return Quantized(lambda: self.centred[group], shape, self.scale[group], pick(self.panels), pick(self.stored),
+                         tuple(np.asarray(self.zero)[group].reshape(-1).tolist()) if self.zero else ())
 
 
 class DynamicQuantizeLSTM_1(LSTM_7):
@@ -96,18 +101,12 @@ class DynamicQuantizeLSTM_1(LSTM_7):
         def make():
             centred = packed(weight, ("dynamic-quantize-lstm", zero.tobytes()), centre) if constant else centre()
             return self.xp.asarray(centred).transpose(1, 2, 0)
-        rows = None
-        if name == "R" and self.xp is np and weight.dtype == np.int8:
-            transpose = lambda: np.ascontiguousarray(weight.transpose(0, 2, 1))   # noqa: E731
-            rows = packed(weight, ("dynamic-quantize-lstm-rows",), transpose) if constant else transpose()
-        if name == "W" and self.xp is np:
-            def centred_rows():   # each value within 255 of 0: an 8-bit weight less an 8-bit zero point, in place
-                out = np.empty((weight.shape[0], weight.shape[2], weight.shape[1]), np.int16)
-                np.subtract(weight.transpose(0, 2, 1), zero, out=out, dtype=np.int16)
-                return out
-            rows = packed(weight, ("dynamic-quantize-lstm-w-rows", zero.tobytes()), centred_rows) if constant else centred_rows()
+        on_cpu = self.xp is np and type(weight) is np.ndarray
+        panels = pack_lstm_q8(weight, constant) if name == "R" and on_cpu else None
+        stored = np.ascontiguousarray(weight) if name == "W" and on_cpu else None
         scale = np.ascontiguousarray(np.broadcast_to(scale.reshape(dirs, -1), (dirs, gates)))[..., None]
-        return Quantized(make, (dirs, gates, weight.shape[1]), self.xp.asarray(scale), rows)
+        return Quantized(make, (dirs, gates, weight.shape[1]), self.xp.asarray(scale), panels, stored,
+                         tuple(zero.reshape(-1).tolist()))
 
     def _quantized_bytes(self, a):
         """a quantized to uint8 per tensor over its last two axes, as onnxruntime quantizes an operand: its bytes
@@ -122,20 +121,63 @@ class DynamicQuantizeLSTM_1(LSTM_7):
         xp.clip(q, 0, 255, out=q)
         return q, zero, scale
 
+    def _x_bytes(self, rows):
+        """rows (steps, input) quantized as `_quantized_bytes` quantizes them: uint8 bytes, zero point (int), scale
+        (float32); by quant.c's range and quantization passes (the same float32 steps) where they take rows with a
+        finite range, else by NumPy's."""
+        ends = quant.value_range(rows)
+        if ends is not None and math.isfinite(ends[0]) and math.isfinite(ends[1]):
+            low, high = min(np.float32(ends[0]), np.float32(0)), max(np.float32(ends[1]), np.float32(0))
+            scale = np.float32(1) if low == high else (high - low) / np.float32(255)
+            zero = int(np.rint(np.clip(-(low / scale), np.float32(0), np.float32(255))))
+            q = quant.quantize(rows, scale, zero, np.uint8)
+            if q is not None:
+                return q, zero, scale
+        q, zero, scale = self._quantized_bytes(rows)
+        return q.astype(np.uint8), int(zero.reshape(())), np.float32(scale.reshape(()))
+
     def _quantize(self, a):
         """a quantized as `_quantized_bytes`, less its zero point (integers in float32), and its scale."""
         q, zero, scale = self._quantized_bytes(a)
         q -= zero
         return q, scale
 
+    def project(self, x, w, bias, lens):
+        """On the CPU, without sequence lengths: X's rows quantized once, by each direction's W summed in int32 by the
+        compiled 8-bit product from X's bytes and W's as stored, then scaled, biased and laid out as the recurrence
+        takes them by one compiled pass (native/recurrent.py's lstm_q8_inputs); else the frame's steps."""
+        seq, batch, size = x.shape
+        dirs, gates, _ = w.shape
+        if w.stored is None or lens is not None or self.xp is not np:
+            return super().project(x, w, bias, lens)
+        q, zero, scale = self._x_bytes(x.reshape(seq * batch, size))
+        sums = np.empty((dirs, seq * batch, gates), np.int32)
+        for d in range(dirs):
+            if quant.matmul_8bit(q, zero, w.stored[d], w.zero[d], out=sums[d]) is None:
+                return super().project(x, w, bias, lens)
+        xw = np.empty((seq, dirs, gates, batch), np.float32)
+        reversed_directions = sum(1 << d for d in range(dirs) if self.reverse(d))
+        w_scale = np.ascontiguousarray(w.scale[..., 0])
+        bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+        if not lstm_q8_inputs(sums, scale, w_scale, bias, reversed_directions, xw):
+            return super().project(x, w, bias, lens)
+        return xw
+
     def project_rows(self, rows, w):
-        """X's rows quantized once, by every direction's W: exact integer sums (on the CPU summed in int32 from the
-        bytes by the compiled 8-bit product, half the weight bytes of a float GEMM), then scaled per output column."""
+        """X's rows quantized once, by every direction's W: exact integer sums (on the CPU summed in int32 by the
+        compiled 8-bit product from X's bytes and W's as stored, a direction at a time), then scaled per output column."""
         dirs, gates, size = w.shape
         total = None
-        if w.rows is not None and rows.ndim == 2:
+        if w.stored is not None and rows.ndim == 2:
             q, zero, scale = self._quantized_bytes(rows)
-            total = quant.matmul_8bit(q.astype(np.uint8), int(zero.reshape(())), w.rows.reshape(dirs * gates, size))
+            q = q.astype(np.uint8)
+            first = quant.matmul_8bit(q, int(zero.reshape(())), w.stored[0], w.zero[0])
+            if first is not None:
+                total = np.empty((rows.shape[0], dirs, gates), np.float32)
+                total[:, 0] = first
+                for d in range(1, dirs):
+                    total[:, d] = quant.matmul_8bit(q, int(zero.reshape(())), w.stored[d], w.zero[d])
+                total = total.reshape(rows.shape[0], dirs * gates)
         if total is None:
             q, scale = self._quantize(rows)
             total = self.xp.matmul(q.astype(w.centred.dtype, copy=False), w.centred.transpose(2, 0, 1).reshape(size, dirs * gates))
@@ -151,7 +193,7 @@ class DynamicQuantizeLSTM_1(LSTM_7):
 
     def compiled_loop(self, xw, r, step_bias, states, yt) -> bool:
         """The default LSTM with int8 R on the CPU: recurrent.c's lstm_q8, one call for all directions."""
-        if self.xp is not np or r.rows is None or not self.default_acts or self.clip is not None or self.input_forget \
+        if self.xp is not np or r.panels is None or not self.default_acts or self.clip is not None or self.input_forget \
                 or step_bias is not None:
             return False
-        return lstm_q8(xw, r.rows, r.scale[..., 0], states[0], states[1], yt)
+        return lstm_q8(xw, r.panels, r.scale[..., 0], states[0], states[1], yt)

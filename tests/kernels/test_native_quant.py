@@ -89,35 +89,47 @@ def test_only_float32_arrays_into_eight_bits_are_taken():
     np.testing.assert_array_equal(quant.quantize(x * -3, np.float32(0.5), 3, np.int8), np.full(16, -3, np.int8))
 
 
-@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (5, 7, 3), (22, 1024, 130), (70, 512, 2), (9, 32768, 2)])
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (5, 7, 3), (22, 1024, 130), (70, 513, 17), (9, 32768, 2), (3, 600, 40)])
 def test_the_8bit_product_is_numpys_exact_one_with_extreme_bytes(m, k, n, native_threads):
-    """Every row count past the kernel's blocks of four rows and 2-column pairs, the widest k it takes, the
-    bytes at their ends (|a - zp| and |w| 255: the largest sums), one thread and two alike."""
+    """Every row count past the kernel's tiles of four rows, column counts past its strips of 16, odd k (a pair
+    short), k past a strip's 512 (sums carried across passes), the widest k it takes, the bytes at their ends
+    (|a - zp| and |w - zp| 255: the largest sums), per-tensor and per-column zero points, one thread and two alike.
+    int8 weights with zero points 0 take the byte path: their extreme weights make most pairs of k ones it must cut."""
     rng = np.random.default_rng(m * k + n)
-    for a_dtype, zero in ((np.uint8, 0), (np.uint8, 255), (np.int8, -128), (np.int8, 127)):
-        info = np.iinfo(a_dtype)
-        a = rng.choice(np.array([info.min, info.max, 0], a_dtype), (m, k)) if k == 32768 else \
-            rng.integers(info.min, info.max + 1, (m, k), dtype=a_dtype)
-        w = rng.choice(np.int16([-255, 255, 1]), (n, k))
-        want = (a.astype(np.int64) - zero) @ w.T.astype(np.int64)
+    cases = ((np.uint8, 0, np.int8, -128), (np.uint8, 255, np.uint8, 0), (np.int8, -128, np.uint8, 255),
+             (np.int8, 127, np.int8, 127), (np.uint8, 119, np.uint8, None),
+             (np.uint8, 255, np.int8, 0), (np.int8, -128, np.int8, 0), (np.uint8, 3, np.int8, None))   # int8 w, zero 0: bytes
+    for a_dtype, zero, w_dtype, w_zero in cases:
+        a_info, w_info = np.iinfo(a_dtype), np.iinfo(w_dtype)
+        a = rng.choice(np.array([a_info.min, a_info.max, 0], a_dtype), (m, k)) if k == 32768 else \
+            rng.integers(a_info.min, a_info.max + 1, (m, k), dtype=a_dtype)
+        w = rng.choice(np.array([w_info.min, w_info.max, 1], w_dtype), (k, n))
+        w_zeros = np.array([w_zero], w_dtype) if w_zero is not None else np.zeros(n, w_dtype) if w_dtype == np.int8 \
+            else rng.integers(w_info.min, w_info.max + 1, n, dtype=w_dtype)
+        want = (a.astype(np.int64) - zero) @ (w.astype(np.int64) - w_zeros.astype(np.int64))
         for threads in (1, 2):
             native_threads(threads)
-            np.testing.assert_array_equal(quant.matmul_8bit(a, zero, w), want)
+            np.testing.assert_array_equal(quant.matmul_8bit(a, zero, w, w_zeros), want)
 
 
 def test_the_8bit_product_checks_its_arguments():
     ffi, lib = native.compiled.ffi, native.compiled.lib
-    a, w, y = np.zeros(6, np.uint8), np.zeros(6, np.int16), np.zeros(4, np.int32)
+    a, w, y, zeros = np.zeros(6, np.uint8), np.zeros(6, np.uint8), np.zeros(4, np.int32), np.zeros(2, np.int32)
 
-    def call(a_type=1, zero=0, m=2, k=3, n=2, y_len=4):
-        return lib.rtd_matmul_8bit(ffi.from_buffer("uint8_t[]", a), a_type, a.size, zero, ffi.from_buffer("int16_t[]", w), w.size,
+    def call(a_type=1, zero=0, w_type=2, w_zeros=zeros, w_zeros_len=2, m=2, k=3, n=2, y_len=4):
+        return lib.rtd_matmul_8bit(ffi.from_buffer("uint8_t[]", a), a_type, a.size, zero, ffi.from_buffer("uint8_t[]", w), w_type,
+                                   w.size, ffi.from_buffer("int32_t[]", w_zeros), w_zeros_len,
                                    ffi.from_buffer("int32_t[]", y, require_writable=True), y_len, m, k, n)
     assert call() == 0
+    assert call(w_zeros_len=1) == 0   # one zero point for the whole of w
     assert call(a_type=0) != 0        # not an 8-bit type
+    assert call(w_type=3) != 0
     assert call(zero=256) != 0        # a zero point outside uint8
     assert call(a_type=2, zero=128) != 0
+    assert call(w_zeros=np.array([0, 128], np.int32)) != 0   # a weight's zero point outside int8
+    assert call(w_zeros_len=3) != 0   # neither 1 nor n zero points
     assert call(m=3) != 0             # a longer than given
     assert call(n=3) != 0             # w longer than given
     assert call(y_len=5) != 0
     assert call(k=0, m=0, n=0, y_len=0) != 0   # no k
-    assert quant.matmul_8bit(np.zeros((2, 40000), np.uint8), 0, np.zeros((1, 40000), np.int16)) is None   # past quant.MAX_K
+    assert quant.matmul_8bit(np.zeros((2, 40000), np.uint8), 0, np.zeros((40000, 1), np.int8), 0) is None   # past quant.MAX_K

@@ -112,7 +112,7 @@ def test_the_8bit_recurrence_checks_the_lengths():
     ffi, lib = native.compiled.ffi, native.compiled.lib
     seq, dirs, hidden, batch = 3, 2, 4, 2
     g, nb = 4 * hidden, hidden * batch
-    xw, r = np.ones(seq * dirs * g * batch, np.float32), np.ones(dirs * g * hidden, np.int8)
+    xw, r = np.ones(seq * dirs * g * batch, np.float32), np.ones(dirs * lib.rtd_lstm_q8_packed_len(hidden), np.int8)
     scale, h, c = np.ones(dirs * g, np.float32), np.zeros(dirs * nb, np.float32), np.zeros(dirs * nb, np.float32)
     y, gates, q = np.empty(seq * dirs * nb, np.float32), np.empty(dirs * g * batch, np.float32), np.empty(dirs * nb, np.int16)
     buf = lambda a, t="float[]": ffi.from_buffer(t, a, require_writable=True)   # noqa: E731
@@ -125,6 +125,13 @@ def test_the_8bit_recurrence_checks_the_lengths():
     for wrong in ({"xw_len": xw.size - 1}, {"r_len": r.size - 1}, {"scale_len": scale.size - 1}, {"y_len": y.size - 1},
                   {"gates_len": gates.size - 1}, {"q_len": q.size - 1}, {"seq": 4}, {"dirs": 3}, {"hidden": 65537}):
         assert call(**wrong) != 0, wrong
+    stored = np.ones(dirs * hidden * g, np.int8)   # R as the op stores it, (dirs, H, 4H)
+    pack = lambda r_len=stored.size, packed_len=r.size, hidden=hidden: lib.rtd_lstm_q8_pack(   # noqa: E731
+        buf(stored, "int8_t[]"), r_len, dirs, hidden, buf(r, "int8_t[]"), packed_len)
+    assert pack() == 0
+    for wrong in ({"r_len": stored.size - 1}, {"packed_len": r.size - 1}, {"hidden": 65537}):
+        assert pack(**wrong) != 0, wrong
+    assert lib.rtd_lstm_q8_packed_len(0) == -1
 
 
 def test_the_8bit_recurrence_gives_the_same_bits_on_one_thread_or_two(monkeypatch):
@@ -220,3 +227,24 @@ def test_a_constant_w_is_packed_once_and_a_writable_one_every_call(monkeypatch):
     for _ in range(3):
         np.testing.assert_array_equal(kernel.run(x, w, r)[0], unpacked)
     assert len(packs) == 1
+
+
+def test_the_8bit_projected_inputs_check_the_lengths_and_reverse_in_time():
+    ffi, lib = native.compiled.ffi, native.compiled.lib
+    seq, batch, dirs, g = 3, 2, 2, 8
+    sums = np.arange(dirs * seq * batch * g, dtype=np.int32).reshape(dirs, seq * batch, g)
+    w_scale, bias = np.full((dirs, g), 0.5, np.float32), np.ones((dirs, g), np.float32)
+    xw = np.empty((seq, dirs, g, batch), np.float32)
+    assert recurrent.lstm_q8_inputs(sums, np.float32(2), w_scale, bias, 0b10, xw)
+    steps = sums.reshape(dirs, seq, batch, g).astype(np.float32) + 1   # times 2 * 0.5, plus 1
+    np.testing.assert_array_equal(xw[:, 0], steps[0].transpose(0, 2, 1))
+    np.testing.assert_array_equal(xw[:, 1], steps[1, ::-1].transpose(0, 2, 1))   # bit 1: the second direction reversed
+
+    def call(sums_len=sums.size, w_scale_len=w_scale.size, bias_len=bias.size, xw_len=xw.size, reversed=0, dirs=dirs):
+        return lib.rtd_lstm_q8_inputs(ffi.from_buffer("int32_t[]", sums), sums_len, 1.0, ffi.from_buffer("float[]", w_scale),
+                                      w_scale_len, ffi.from_buffer("float[]", bias), bias_len, reversed,
+                                      ffi.from_buffer("float[]", xw, require_writable=True), xw_len, seq, batch, dirs, g)
+    assert call() == 0
+    for wrong in ({"sums_len": sums.size - 1}, {"w_scale_len": w_scale.size - 1}, {"bias_len": bias.size - 1},
+                  {"xw_len": xw.size - 1}, {"reversed": 4}, {"dirs": 3}):
+        assert call(**wrong) != 0, wrong

@@ -9,6 +9,8 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from rtd.errors import Code, RtdError
 from rtd.kernels import compile_model
+from rtd.kernels.graph import make_kernel
+from rtd.kernels.ir import Node
 from tests.zoo.compare import DEEP_QUANTIZED_TOLERANCE
 
 INPUT, HIDDEN = 16, 32
@@ -125,7 +127,7 @@ def test_matches_a_numpy_statement_of_the_op(monkeypatch, direction, seq, batch,
         taken.append(native(*args))
         return taken[-1]
     monkeypatch.setattr(module, "lstm_q8", spy)
-    monkeypatch.setattr(module.quant, "matmul_8bit", lambda *args: projected.append(product(*args)) or projected[-1])
+    monkeypatch.setattr(module.quant, "matmul_8bit", lambda *args, **kw: projected.append(product(*args, **kw)) or projected[-1])
     rng = np.random.default_rng(seq * 100 + hidden)
     dirs, size = 2 if direction == "bidirectional" else 1, 10
     w = rng.integers(-127, 128, (dirs, size, 4 * hidden)).astype(np.int8)
@@ -153,7 +155,8 @@ def test_matches_a_numpy_statement_of_the_op(monkeypatch, direction, seq, batch,
         np.testing.assert_array_equal(yh[d], y[last, d, np.arange(batch)])
     assert np.abs(yc).max() > 0
     assert taken == ([] if ragged or compiled is None else [True])
-    assert len(projected) == 1 and (projected[0] is not None) == (compiled is not None)
+    assert len(projected) == (dirs if compiled is not None else 1)   # a product per direction, W's bytes as stored
+    assert (projected[0] is not None) == (compiled is not None)
 
 
 @pytest.mark.parametrize("ragged", [False, True])
@@ -173,3 +176,17 @@ def test_a_nan_in_h_makes_its_directions_outputs_nan(tmp_path, ragged):
     y, yh, yc = compile_model(model.SerializeToString()).run(feeds).values()
     assert np.isnan(y[:4, 0]).all() and np.isnan(yh[0]).all() and np.isnan(yc[0]).all()
     assert np.isfinite(y[:, 1]).all() and np.isfinite(yh[1]).all() and np.isfinite(yc[1]).all()
+
+
+@pytest.mark.parametrize("shift", [0.0, 3.0, -3.0])
+def test_x_is_quantized_by_the_compiled_passes_as_by_numpys(shift):
+    """The compiled projection's quantization of X (quant.c's range and quantization passes) gives the NumPy steps'
+    bytes, zero point and scale to the bit: ranges across 0, all above it, all below it, and all zeros."""
+    kernel = make_kernel(Node("DynamicQuantizeLSTM", "com.microsoft", [], ["y"], {"hidden_size": 4}),
+                         {"": 14, "com.microsoft": 1}, np)
+    rng = np.random.default_rng(int(shift) + 7)
+    for rows in (rng.standard_normal((96, 512)).astype(np.float32) + np.float32(shift), np.zeros((3, 5), np.float32)):
+        q, zero, scale = kernel._x_bytes(rows)
+        want_q, want_zero, want_scale = kernel._quantized_bytes(rows)
+        np.testing.assert_array_equal(q, want_q.astype(np.uint8))
+        assert zero == int(want_zero.reshape(())) and scale.tobytes() == want_scale.reshape(()).tobytes()
