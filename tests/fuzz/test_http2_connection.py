@@ -328,6 +328,36 @@ def _sunk_bytes(conn) -> list:
     return seen
 
 
+def _wide_open():
+    """A connection to the test server and a client whose windows never hold a large call back; the
+    SUNK events recorded ((bytes, errno) a list)."""
+    table, front = h2peer.server()
+    conn, transport = h2peer.connect(table, front)
+    sunk = _sunk_bytes(conn)
+    c = h2peer.client()
+    c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
+    c.increment_flow_control_window(1 << 24)
+    return table, conn, transport, c, sunk
+
+
+def _infer_call(c) -> int:
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
+    return sid
+
+
+async def _send_rest(conn, transport, c, sid: int, body: bytes, at: int) -> dict:
+    """body[at:] as DATA frames of 16 KiB, as the stream's window allows, each fed to the server, until
+    the body is sent or the call answered; the answers (_drive's)."""
+    answers = {}
+    while at < len(body) and sid not in answers:
+        size = min(1 << 14, len(body) - at, c.local_flow_control_window(sid))
+        c.send_data(sid, body[at:at + size], end_stream=at + size == len(body))
+        at += size
+        answers.update(await _drive(conn, transport, c, [c.data_to_send()]))
+    return answers
+
+
 def test_large_bodies_go_from_the_reads_straight_to_their_files():
     """Two large inference calls (above the memfd threshold) interleaved frame by frame and cut
     into reads of odd sizes: each arrives whole and in order (the echo answers its own
@@ -341,16 +371,8 @@ def test_large_bodies_go_from_the_reads_straight_to_their_files():
     assert all(len(b) > MEMFD_BODY_BYTES for b in bodies.values())
 
     async def session():
-        table, front = h2peer.server()
-        conn, transport = h2peer.connect(table, front)
-        sunk = _sunk_bytes(conn)
-        c = h2peer.client()
-        c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
-        c.increment_flow_control_window(1 << 24)
-        sids = {}
-        for name in bodies:
-            sids[name] = c.get_next_available_stream_id()
-            c.send_headers(sids[name], h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
+        table, conn, transport, c, sunk = _wide_open()
+        sids = {name: _infer_call(c) for name in bodies}
         answers = await _drive(conn, transport, c, [c.data_to_send()])
         frame, offsets = 1 << 14, dict.fromkeys(bodies, 0)
         while any(offsets[n] < len(bodies[n]) for n in bodies):
@@ -387,20 +409,10 @@ def test_bytes_past_a_large_declared_message_are_refused_and_charge_nothing():
     message = _infer_request("x", np.ones(40_000, np.float32))
 
     async def session():
-        table, front = h2peer.server()
-        conn, transport = h2peer.connect(table, front)
-        c = h2peer.client()
-        c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
-        c.increment_flow_control_window(1 << 24)
-        sid = c.get_next_available_stream_id()
-        c.send_headers(sid, h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
-        body, at = h2peer.grpc_body(message) + b"\0" * 3000, 0
+        table, conn, transport, c, _ = _wide_open()
+        sid = _infer_call(c)
         answers = await _drive(conn, transport, c, [c.data_to_send()])
-        while at < len(body) and sid not in answers:
-            size = min(1 << 14, len(body) - at, c.local_flow_control_window(sid))
-            c.send_data(sid, body[at:at + size], end_stream=at + size == len(body))
-            at += size
-            answers.update(await _drive(conn, transport, c, [c.data_to_send()]))
+        answers.update(await _send_rest(conn, transport, c, sid, h2peer.grpc_body(message) + b"\0" * 3000, 0))
         usage = table.ledger.usage("acme")
         transport.close()
         await h2peer.settle()
@@ -419,25 +431,14 @@ def test_a_write_the_file_refuses_fails_that_call_alone():
     message = _infer_request("x", np.ones(40_000, np.float32))
 
     async def session():
-        table, front = h2peer.server()
-        conn, transport = h2peer.connect(table, front)
-        sunk = _sunk_bytes(conn)
-        c = h2peer.client()
-        c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
-        c.increment_flow_control_window(1 << 24)
-        sid = c.get_next_available_stream_id()
-        c.send_headers(sid, h2peer.call_headers(f"/{grpc_front.SERVICE}/ModelInfer".encode()))
+        table, conn, transport, c, sunk = _wide_open()
+        sid = _infer_call(c)
         body = h2peer.grpc_body(message)
         c.send_data(sid, body[:1 << 14])
         first = await _drive(conn, transport, c, [c.data_to_send()])
         spool = conn.streams[sid].spool
         fcntl.fcntl(spool.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
-        at, answers = 1 << 14, {}
-        while at < len(body) and sid not in answers:
-            size = min(1 << 14, len(body) - at, c.local_flow_control_window(sid))
-            c.send_data(sid, body[at:at + size], end_stream=at + size == len(body))
-            at += size
-            answers.update(await _drive(conn, transport, c, [c.data_to_send()]))
+        answers = await _send_rest(conn, transport, c, sid, body, 1 << 14)
         then = h2peer.unary(c, "ServerLive", b"")
         later = await _drive(conn, transport, c, [c.data_to_send()])
         usage = table.ledger.usage("acme")
