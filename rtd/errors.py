@@ -5,6 +5,8 @@ maps to, so transports and metrics translate a refusal without tables of their o
 This module imports nothing from rtd and nothing heavy: every layer may import it.
 """
 import enum
+import errno
+import os
 
 MAX_DETAIL = 200   # details may echo client input: bounded so a status always fits gRPC's metadata
 
@@ -103,3 +105,10 @@ class RtdError(Exception):
 
     def to_json(self) -> dict:
         return {"code": self.code.name, "reason": self.code.reason, "detail": self.detail}
+
+
+def storage_error(number: int, what: str) -> RtdError:
+    """A write the system refused (`number` its errno): E_STORAGE_FULL where the disk or a quota is full, else
+    E_INTERNAL, saying what was being written."""
+    code = Code.E_STORAGE_FULL if number in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
+    return RtdError(code, f"{what}: {os.strerror(number)}")

@@ -7,7 +7,7 @@ import os
 import time
 
 from rtd.daemon.transport.contract import BufferBody, SpooledBody
-from rtd.errors import Code, RtdError
+from rtd.errors import Code, RtdError, storage_error
 
 SERVER_NAME = "rtd"
 MEMFD_BODY_BYTES = 1 << 16   # inference bodies at least this big go to a memfd (passed to the worker as it is)
@@ -89,8 +89,7 @@ def upload_spool(supervisor, who: str, length: int):
         charge.release()
         if fd >= 0:
             os.close(fd)
-        code = Code.E_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
-        raise RtdError(code, f"spooling an upload: {e.strerror}") from None
+        raise storage_error(e.errno, "spooling an upload") from None
     return UploadSpool(fd, length, charge), charge
 
 

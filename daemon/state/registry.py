@@ -19,7 +19,6 @@ it is dropped, and reported in `damaged`. A tenant whose index and copy are both
 operator repairs it (`repair`), and no blob is collected meanwhile (they may be its). A state
 directory of the earlier layout (one registry.json for every tenant) is split once.
 """
-import errno
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ import re
 import threading
 
 from rtd.beneath import Dir
-from rtd.errors import Code, RtdError
+from rtd.errors import Code, RtdError, storage_error
 from rtd.files import LAST_GOOD, read_copies, remove_temporaries, set_aside, write_atomic, write_durable
 from rtd.loader.sealed import FileExtent
 
@@ -36,12 +35,6 @@ INDEX = "registry.json"
 MAX_INDEX_BYTES = 64 << 20
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 log = logging.getLogger("rtd.registry")
-
-
-def _storage_error(e: OSError, what: str) -> RtdError:
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return RtdError(Code.E_STORAGE_FULL, f"{what}: {e.strerror}")
-    return RtdError(Code.E_INTERNAL, f"{what}: {e.strerror}")
 
 
 def _valid_entry(entry) -> bool:
@@ -190,7 +183,7 @@ class Registry:
             except OSError as e:
                 for path in added:
                     os.unlink(path)
-                raise _storage_error(e, "recording the package") from None
+                raise storage_error(e.errno, "recording the package") from None
             self.entries[tenant] = models
             self._collect()
 
@@ -203,7 +196,7 @@ class Registry:
             try:
                 self._flush(tenant, models)
             except OSError as e:
-                raise _storage_error(e, "forgetting the package") from None
+                raise storage_error(e.errno, "forgetting the package") from None
             self.entries[tenant] = models
             self._collect()
 

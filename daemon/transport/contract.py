@@ -8,7 +8,6 @@ is let in, hands the handler the body as bytes, and writes the reply's parts as 
 It never looks inside a body.
 """
 import dataclasses
-import errno
 import fcntl
 import mmap
 import os
@@ -17,7 +16,7 @@ import typing
 import numpy as np
 
 from rtd import wire
-from rtd.errors import Code, RtdError
+from rtd.errors import storage_error
 
 WRITE_HIGH_WATER = 1 << 20        # a connection's write buffer past which its responses wait for the socket
 MAX_HEADER_LIST = 1 << 14         # one call's headers (HTTP/2 header list, HTTP/1.1 head)
@@ -99,8 +98,7 @@ class SpooledBody:
                 self.size += written
                 view = view[written:]
         except OSError as e:
-            code = Code.E_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
-            raise RtdError(code, f"spooling the body: {e.strerror}") from None
+            raise storage_error(e.errno, "spooling the body") from None
 
     def wrote(self, length: int) -> None:
         """Bytes the transport appended to the file itself (h2session's sink)."""

@@ -29,9 +29,7 @@ bytes, and max_streams_per_connection streams.
 Unary calls only: one request message, one response message, identity encoding.
 """
 import asyncio
-import errno
 import logging
-import os
 import struct
 import time
 import urllib.parse
@@ -40,7 +38,7 @@ from rtd.daemon.transport import h2session
 from rtd.daemon.transport.contract import BACKOFF_MAX_S, BACKOFF_S, Call, Method, Reply
 from rtd.daemon.transport.h2session import (CALL_CREDIT, CANCEL, CLOSED, DATA, END, ENHANCE_YOUR_CALM, GOAWAY, HEADER_LIST,
                                             HEADERS, INTERNAL_ERROR, NO_ERROR, OPEN_WINDOW, PROTOCOL_ERROR, REFUSAL_COST, SUNK)
-from rtd.errors import Code, RtdError
+from rtd.errors import Code, RtdError, storage_error
 
 log = logging.getLogger("rtd.http2")
 PREFIX = struct.Struct(">BI")       # gRPC message: compressed flag, length
@@ -303,8 +301,7 @@ class Connection(asyncio.Protocol):
         stream.last_progress = time.monotonic()
         stream.spool.wrote(length)
         if error:
-            code = Code.E_STORAGE_FULL if error in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
-            self._fail(stream, RtdError(code, f"spooling the body: {os.strerror(error)}"))
+            self._fail(stream, storage_error(error, "spooling the body"))
 
     def _sink(self, stream: _Stream) -> None:
         """The rest of a body spooled to a file goes from the session straight there (up to the
