@@ -5,9 +5,11 @@ tenants, config.supervisor_nice; RLIMIT_NICE 0 keeps a tenant from raising its o
 import os
 import resource
 
+TENANT_NICE = 0   # every tenant process's scheduling priority (the supervisor's is config.supervisor_nice)
+
 
 def apply(limits):
-    os.setpriority(os.PRIO_PROCESS, 0, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, TENANT_NICE)
     pairs = {resource.RLIMIT_CORE: 0, resource.RLIMIT_NICE: 0, resource.RLIMIT_NOFILE: limits.nofile,
              resource.RLIMIT_FSIZE: limits.fsize_bytes, resource.RLIMIT_NPROC: limits.pids}
     pairs = {which: (value, value) for which, value in pairs.items()}

@@ -19,9 +19,9 @@ import queue
 import threading
 
 from rtd.errors import Code, RtdError
+from rtd.sandbox.rlimits import TENANT_NICE
 
 THREADS = 2   # one slow call leaves the tenant another
-TENANT_NICE = 0   # what the confinement sets every tenant process to (sandbox/rlimits.py)
 
 
 class TenantIO:

@@ -322,13 +322,12 @@ class Connection(asyncio.Protocol):
             stream.charges.append(charge)
             stream.spool.write(memoryview(stream.body)[PREFIX.size:])
             del stream.body[PREFIX.size:]
-            stream.expected = length
+        elif stream.call.who is not None:
+            stream.charges.append(self.table.ledger.take(stream.call.who, "request_bytes", length,
+                                                         control=stream.method.control))
+        stream.expected = length
+        if stream.spool is not None:
             self._sink(stream)
-        else:
-            if stream.call.who is not None:
-                stream.charges.append(self.table.ledger.take(stream.call.who, "request_bytes", length,
-                                                             control=stream.method.control))
-            stream.expected = length
         if PREFIX.size + length > OPEN_WINDOW:
             self.session.open_window(stream.id)
 
