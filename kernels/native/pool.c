@@ -110,13 +110,14 @@ RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *res
  * vectors over rows between -inf margins (a scalar window a border column made 13x13 windows 7x slower). */
 RTD_CLONES static void separable_plane(const struct pool *p, const float *x, float *restrict y, float *restrict rows)
 {
+    /* rows: h x ow8, each input row's window maxima, ow rounded up to 8 (the columns past ow hold -inf or maxima
+       of the margins, never read into y) */
     const int64_t left = p->pad_left, ow8 = (p->ow + 7) / 8 * 8;
     const int64_t width = left + p->wd > ow8 + p->kw - 1 ? left + p->wd : ow8 + p->kw - 1;
     if (p->sw == 1 && p->dw == 1 && left >= 0 && width <= PADDED_ROW) {
         /* stride 1: each input row copied once between -inf margins, then every column's window 8 columns at a
-           time, rows of ow rounded up to 8 (a window of a border column reads margin taps, which never win: the
-           same maximum); then along each output window's rows, whole vectors, the row's ow columns kept */
-        float padded[PADDED_ROW], out[PADDED_ROW];
+           time (a window of a border column reads margin taps, which never win: the same maximum) */
+        float padded[PADDED_ROW];
         for (int64_t k = 0; k < width; k++) padded[k] = -INFINITY;
         for (int64_t iy = 0; iy < p->h; iy++) {
             memcpy(padded + left, x + iy * p->wd, (size_t)p->wd * sizeof(float));
@@ -126,38 +127,35 @@ RTD_CLONES static void separable_plane(const struct pool *p, const float *x, flo
                 store8(rows + iy * ow8 + ox, best);
             }
         }
-        for (int64_t oy = 0; oy < p->oh; oy++) {
-            const int64_t row0 = oy * p->sh - p->pad_top;
-            int64_t i0, i1;
-            taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-            for (int64_t ox = 0; ox < ow8; ox++) out[ox] = -INFINITY;
-            for (int64_t i = i0; i < i1; i++)
-                for (int64_t ox = 0; ox < ow8; ox += 8)
-                    store8(out + ox, max_nan8(load8(out + ox), load8(rows + (row0 + i * p->dh) * ow8 + ox)));
-            memcpy(y + oy * p->ow, out, (size_t)p->ow * sizeof(float));
+    } else {
+        for (int64_t iy = 0; iy < p->h; iy++) {
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                const int64_t col0 = ox * p->sw - p->pad_left;
+                int64_t j0, j1;
+                taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
+                float best = -INFINITY;
+                for (int64_t j = j0; j < j1; j++) best = max_nan(best, x[iy * p->wd + col0 + j * p->dw]);
+                rows[iy * ow8 + ox] = best;
+            }
+            for (int64_t ox = p->ow; ox < ow8; ox++) rows[iy * ow8 + ox] = -INFINITY;
         }
-        return;
     }
-    for (int64_t iy = 0; iy < p->h; iy++)
-        for (int64_t ox = 0; ox < p->ow; ox++) {
-            const int64_t col0 = ox * p->sw - p->pad_left;
-            int64_t j0, j1;
-            taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
-            float best = -INFINITY;
-            for (int64_t j = j0; j < j1; j++) best = max_nan(best, x[iy * p->wd + col0 + j * p->dw]);
-            rows[iy * p->ow + ox] = best;
-        }
-    for (int64_t oy = 0; oy < p->oh; oy++) {
+    const v8 none = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    for (int64_t oy = 0; oy < p->oh; oy++) {   /* each output window's rows, 8 columns at a time, in row order */
         const int64_t row0 = oy * p->sh - p->pad_top;
         int64_t i0, i1;
         taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
         float *out = y + oy * p->ow;
-        for (int64_t ox = 0; ox < p->ow; ox++) out[ox] = -INFINITY;
-        for (int64_t i = i0; i < i1; i++) {
-            const float *row = rows + (row0 + i * p->dh) * p->ow;
-            int64_t ox = 0;
-            for (; ox + 8 <= p->ow; ox += 8) store8(out + ox, max_nan8(load8(out + ox), load8(row + ox)));
-            for (; ox < p->ow; ox++) out[ox] = max_nan(out[ox], row[ox]);
+        for (int64_t ox = 0; ox < p->ow; ox += 8) {
+            v8 best = none;
+            for (int64_t i = i0; i < i1; i++) best = max_nan8(best, load8(rows + (row0 + i * p->dh) * ow8 + ox));
+            if (ox + 8 <= p->ow) {
+                store8(out + ox, best);
+            } else {
+                float tail[8];
+                store8(tail, best);
+                memcpy(out + ox, tail, (size_t)(p->ow - ox) * sizeof(float));
+            }
         }
     }
 }
