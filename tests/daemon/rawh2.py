@@ -28,15 +28,25 @@ class RawClient:
         if data:
             self.sock.sendall(data)
 
-    def call(self, rpc: str, message: bytes, end: bool = True) -> int:
-        """Start a unary call on a new stream; returns its id. Nothing is read."""
+    def call(self, rpc: str, message: bytes, end: bool = True, declared: int | None = None) -> int:
+        """Start a unary call on a new stream; returns its id. Nothing is read. `declared`: the
+        message length its prefix claims, where that is not len(message) (the rest never sent)."""
         sid = self.h2.get_next_available_stream_id()
         self.h2.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":path", f"/{SERVICE}/{rpc}"),
                                    (":authority", "rtd"), ("content-type", "application/grpc"), ("te", "trailers"),
                                    ("authorization", f"Bearer {self.token}")])
-        self.h2.send_data(sid, struct.pack(">BI", 0, len(message)) + message, end_stream=end)
+        length = len(message) if declared is None else declared
+        self.h2.send_data(sid, struct.pack(">BI", 0, length) + message, end_stream=end)
         self.flush()
         return sid
+
+    def send(self, sid: int, data: bytes) -> int:
+        """More of a call's body, as much as its window allows (read_events first lets it grow); how much went."""
+        size = min(len(data), self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
+        if size > 0:
+            self.h2.send_data(sid, data[:size])
+            self.flush()
+        return max(size, 0)
 
     def reset(self, sid: int) -> None:
         self.h2.reset_stream(sid)

@@ -88,3 +88,45 @@ def test_a_payload_attack_costs_the_other_tenant_nothing(served, kind):
     assert max(peak) - before <= RSS_SLACK, f"{kind}: supervisor RSS {before >> 20} → peak {max(peak) >> 20} MiB"
     assert after - before <= RSS_SLACK, f"{kind}: supervisor RSS {before >> 20} → {after >> 20} MiB after"
     assert "Traceback" not in d.read_log()
+
+
+def _body_files(pid: int) -> int:
+    """How many request-body memfds the supervisor holds open."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += "memfd:rtd-body" in os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass   # closed meanwhile
+    return count
+
+
+def test_large_bodies_abandoned_half_way_leave_no_file_and_cost_the_other_tenant_nothing(served):
+    """acme starts calls declaring 1 MB bodies (each spooled to a memfd the transport writes in C as
+    the bytes arrive), sends part of each, then resets half of them and drops the connection on the
+    rest, three times over, while beta calls its model: beta's every answer is right, the supervisor
+    is left holding no body file, and acme's next call is served."""
+    from tests.daemon.rawh2 import RawClient
+    d = served
+    want = reference(mlp(2), {"X": X})["Y"]
+    beta = d.client("beta")
+    first, rest = b"\0" * 16_000, b"\1" * 300_000
+    for _ in range(3):
+        attacker = RawClient(d.socket, d.tokens["acme"])
+        attacker.read_events(2.0)   # the server's settings and connection window
+        sids = [attacker.call("ModelInfer", first, end=False, declared=1 << 20) for _ in range(8)]
+        attacker.read_events(2.0)   # the windows the charged bodies open
+        sent = sum(attacker.send(sid, rest) for sid in sids)
+        assert sent > 8 * (1 << 14), f"only {sent} bytes past the first frames went"
+        np.testing.assert_allclose(beta.infer("mlp", {"X": X}, timeout=30)["Y"], want, rtol=1e-5, atol=1e-6)
+        assert _body_files(d.proc.pid) > 0, "the bodies were not spooled to memfds"
+        for sid in sids[:4]:
+            attacker.reset(sid)
+        attacker.close()
+        np.testing.assert_allclose(beta.infer("mlp", {"X": X}, timeout=30)["Y"], want, rtol=1e-5, atol=1e-6)
+    deadline = time.monotonic() + 10
+    while _body_files(d.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _body_files(d.proc.pid) == 0, "a body file stayed open after its call was abandoned"
+    assert d.client("acme").infer("mlp", {"X": X}, timeout=30)["Y"].shape == (2, 3)
+    assert "Traceback" not in d.read_log()
