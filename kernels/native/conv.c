@@ -22,8 +22,10 @@
  * SiLU or HardSwish costs no pass of its own over memory), and writes each channel's 6 pixels into
  * y (NCHW), transposed in registers and stored a vector per channel.
  *
- * Threads share out the tiles (of every group) in contiguous ranges. A 1x1 convolution over a one-pixel map
- * is a dot product per output channel (dot_channels).
+ * Threads share out the tiles (of every group) in contiguous ranges: one job over the whole batch's tiles
+ * when the input is read where it lies, one per image after its padded copy otherwise. A batch of small maps
+ * shares its 1x1 convolutions out as whole per-image GEMMs (one image's alone would run on one thread). A
+ * 1x1 convolution over a one-pixel map is a dot product per output channel (dot_channels).
  *
  * The caller (conv.py) validates shapes and lengths once per geometry; the lengths are checked again
  * here so a wrong call fails with a status instead of touching memory out of bounds, and every read of
@@ -40,8 +42,10 @@
 #include "simd.h"
 #include "threads.h"
 
-/* Below this much work per thread, waking a pool thread (microseconds) costs more than it saves. */
-#define MIN_FLOPS_PER_THREAD (1 << 21)
+/* Below this much work per thread (~15 us), a pool thread costs more than it saves: the helpers spin between a
+   plan's jobs, so a job finds them awake (measured on a mobile classifier's 1x1 layers of 0.5-2 MFLOP: 1.3-1.5x
+   at two threads, where 2 MFLOP a thread kept them on one). */
+#define MIN_FLOPS_PER_THREAD (1 << 19)
 #define MAX_OFFSETS 16384   /* the input offsets (one per channel and tap) live on the caller's stack (128 KiB at most) */
 
 #define PIXELS 6      /* output pixels per tile */
@@ -59,6 +63,7 @@ struct call {
     float *padded, *packed;   /* packed: per group, panels of CHANNELS output channels x k */
     const int64_t *offsets;
     int64_t image, tiles, panels;
+    int batched;   /* run_tiles' units span the batch's images (a direct convolution), not a->image's alone */
     /* a fused element-wise chain on the float output (chain.h's program); its inputs: the output itself
        (length 0), scalars (1) or one value per output channel (m) */
     const int32_t *links; const float *params; int64_t n_links;
@@ -295,23 +300,37 @@ RTD_CLONES static void run_tiles_clone(const struct call *a, int64_t first, int6
     }
 }
 
+/* Units [first, last) of the images' tiles: unit u is tile u % per_image of image u / per_image when the
+   job spans the batch (a direct convolution reads every image where it lies), of a->image otherwise. */
 static void run_tiles(void *context, int64_t worker, int64_t first, int64_t last)
 {
+    const struct call *a = context;
     (void)worker;
-    run_tiles_clone(context, first, last);
+    if (!a->batched) {
+        run_tiles_clone(a, first, last);
+        return;
+    }
+    const int64_t per_image = a->group * a->tiles;
+    while (first < last) {   /* one image's units at a time, each run on a copy that names its image */
+        struct call one = *a;
+        one.image = first / per_image;
+        const int64_t end = (one.image + 1) * per_image < last ? (one.image + 1) * per_image : last;
+        run_tiles_clone(&one, first - one.image * per_image, end - one.image * per_image);
+        first = end;
+    }
 }
 
 /* A 1x1 float convolution at stride 1 without padding is the GEMM weights (mg, cg) @ x's planes (cg,
  * pixels) per image and group, written into y's planes, bias, ReLU and the chain in its epilogue: its
  * output rows are contiguous, so the epilogue stores whole vectors (the direct kernel's per-pixel-tile
  * epilogue costs as much as its few multiply-adds when K is small). */
-static struct rtd_gemm pointwise_gemm(const struct call *a, int64_t gi)
+static struct rtd_gemm pointwise_gemm(const struct call *a, int64_t image, int64_t gi)
 {
     const int with_bias = a->bias_len != 0;
     const struct rtd_gemm g = {
         .a = a->w + gi * a->mg * a->k, .lda = a->k,
-        .b = (const float *)a->x + (a->image * a->c + gi * a->cg) * a->pixels, .ldb = a->pixels, .b_layout = RTD_GEMM_B_ROWS,
-        .c = (float *)a->y + (a->image * a->m + gi * a->mg) * a->pixels, .ldc = a->pixels,
+        .b = (const float *)a->x + (image * a->c + gi * a->cg) * a->pixels, .ldb = a->pixels, .b_layout = RTD_GEMM_B_ROWS,
+        .c = (float *)a->y + (image * a->m + gi * a->mg) * a->pixels, .ldc = a->pixels,
         .bias = with_bias ? a->bias_f + gi * a->mg : NULL, .bias_kind = with_bias ? RTD_GEMM_BIAS_ROW : RTD_GEMM_BIAS_NONE,
         .relu = a->relu, .m = a->mg, .n = a->pixels, .k = a->k,
         .links = a->links, .params = a->params, .n_links = a->n_links, .chain_inputs = a->chain_inputs,
@@ -319,11 +338,13 @@ static struct rtd_gemm pointwise_gemm(const struct call *a, int64_t gi)
     return g;
 }
 
-static void run_pointwise_groups(void *context, int64_t worker, int64_t first, int64_t last)
+/* Whole GEMMs [first, last) of the batch's images and groups (unit u: image u / group, group u % group). */
+static void run_pointwise_units(void *context, int64_t worker, int64_t first, int64_t last)
 {
+    const struct call *a = context;
     (void)worker;
-    for (int64_t gi = first; gi < last; gi++) {
-        const struct rtd_gemm g = pointwise_gemm(context, gi);
+    for (int64_t unit = first; unit < last; unit++) {
+        const struct rtd_gemm g = pointwise_gemm(a, unit / a->group, unit % a->group);
         rtd_gemm_block(&g, 0, g.m, 0, g.n);
     }
 }
@@ -461,25 +482,31 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
                      (float)y_zero_point, y, y_type, relu, c, h, wd, m, group, cg, mg, k, kh, kw, oh, ow, sh, sw, dh, dw,
                      pad_top, pad_left, pixels, hp, wp, wq, hp * sw * wq, direct ? wd : sh * sw * wq, direct,
                      scratch, packed, offsets, 0,
-                     (pixels + PIXELS - 1) / PIXELS, (mg + CHANNELS - 1) / CHANNELS,
+                     (pixels + PIXELS - 1) / PIXELS, (mg + CHANNELS - 1) / CHANNELS, 0,
                      links, params, n_links, chain_inputs, chain_len, n_links > 0 ? n_chain_inputs : 0};
     /* as many threads as the tenant's quota and the work allow */
     int64_t threads = rtd_threads();
     if (2 * m * k * pixels * n / (threads > 0 ? threads : 1) < MIN_FLOPS_PER_THREAD) threads = 1;
     const int pointwise = direct && kh == 1 && kw == 1;
     if (pointwise) {
+        /* Whole GEMMs per thread when the batch's images and groups give every thread some, and one GEMM
+           alone is too small to share (a batch of small maps: each image's product would run on one
+           thread); otherwise each product shared in turn. */
+        const int64_t units = n * group;
+        const int whole = threads > 1 && pixels * h * wd > 1 && units >= threads
+                          && (units >= 2 * threads || 2 * mg * k * pixels / threads < MIN_FLOPS_PER_THREAD);
+        if (whole) {
+            rtd_parallel_for(threads, units, run_pointwise_units, &a);
+            return 0;
+        }
         for (int64_t image = 0; image < n; image++) {
             a.image = image;
             if (pixels == 1 && h * wd == 1) {
                 rtd_parallel_for(threads, m, dot_channels, &a);
                 continue;
             }
-            if (threads > 1 && group >= 2 * threads) {
-                rtd_parallel_for(threads, group, run_pointwise_groups, &a);
-                continue;
-            }
             for (int64_t gi = 0; gi < group; gi++) {
-                const struct rtd_gemm g = pointwise_gemm(&a, gi);
+                const struct rtd_gemm g = pointwise_gemm(&a, image, gi);
                 rtd_gemm_parallel(&g, threads);
             }
         }
@@ -487,10 +514,14 @@ int rtd_conv2d(const void *x, int x_type, int64_t x_len, int32_t x_zero_point,
     }
     if (pack)
         pack_weights(&a);
+    if (direct) {   /* one job over the whole batch: no padded copy to share between images */
+        a.batched = 1;
+        rtd_parallel_for(threads, n * group * a.tiles, run_tiles, &a);
+        return 0;
+    }
     for (int64_t image = 0; image < n; image++) {
         a.image = image;
-        if (!direct)
-            rtd_parallel_for(threads > 1 && c * hp * wp >= (1 << 15) ? threads : 1, c, pad_channels, &a);
+        rtd_parallel_for(threads > 1 && c * hp * wp >= (1 << 15) ? threads : 1, c, pad_channels, &a);
         rtd_parallel_for(threads, group * a.tiles, run_tiles, &a);
     }
     return 0;

@@ -32,7 +32,7 @@
 #define NC RTD_GEMM_NC
 #define MC 120                            /* rows per pass over a b block: 120 x KC floats of a stay in L2 */
 #define FEW_ROWS 4                        /* up to this many rows, a row-major b is read in place, not packed */
-#define MIN_FLOPS_PER_THREAD (1 << 21)    /* below this, waking a pool thread costs more than it saves */
+#define MIN_FLOPS_PER_THREAD (1 << 19)    /* below this (~15 us) a pool thread costs more than it saves (conv.c) */
 
 
 /* The epilogue of one row of the tile: + c (not the first pass), and on the last pass + bias, ReLU. */

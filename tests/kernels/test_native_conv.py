@@ -185,6 +185,29 @@ def test_threads_split_the_work_and_change_no_result(native_threads):
         np.testing.assert_array_equal(results[2][1], results[1][1])
 
 
+@pytest.mark.parametrize("k, group", [(1, 1), (1, 2), (3, 1), (3, 2)])
+def test_a_batch_of_small_maps_is_shared_out_by_image(native_threads, k, group):
+    """A batch of small maps (a classifier's 6 text lines): 1x1 convolutions run whole per-image GEMMs on each
+    thread, unpadded 3x3 ones one job over every image's tiles. The outputs are numpy's, with a fused chain,
+    and those of one thread, bit for bit."""
+    rng = np.random.default_rng(11)
+    n, c, m, h, w_ = 6, 32, 40, 5, 41
+    x = rng.standard_normal((n, c, h, w_), dtype=np.float32)
+    w = rng.standard_normal((m, c // group, k, k), dtype=np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    shift = rng.standard_normal((m, 1, 1), dtype=np.float32)
+    program = Program.build([(Node("Add", "", [], [], {}), [0, 1])], 2, np.float32)   # y + shift[channel]
+    out = [h - k + 1, w_ - k + 1]
+    results = {}
+    for threads in (1, 2):
+        native_threads(threads)
+        conv = native_conv.Conv2d(x.shape, w.shape, group, [k, k], [1, 1], [1, 1], [0, 0], [0, 0], out)
+        results[threads] = conv(x, w, bias, relu=True, chain=(program, [None, shift]))
+    want = np.maximum(numpy_conv(x, w, group, [1, 1], [1, 1], [0, 0], [0, 0], out) + bias.reshape(m, 1, 1), 0) + shift
+    np.testing.assert_allclose(results[1], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(results[2], results[1])
+
+
 @pytest.mark.parametrize("k, pads", [(1, 0), (3, 1)])   # 1x1 unpadded: the GEMM's epilogue; 3x3: the direct tiles'
 def test_a_fused_chain_gives_the_bits_of_the_chain_run_after(k, pads):
     """Conv + Relu, then x * sigmoid(x) * scale[channel] + shift: run on the tiles, the same bits as the same
