@@ -15,7 +15,7 @@ from .bodies import constants_into_bodies, inline_static_ifs
 from .chains import fuse_chains, fuse_conv_chains
 from .fold import fold_constants, fold_signature
 from .qdq import fuse_qdq
-from .patterns import (fold_conv_batchnorm, fuse_attention, fuse_conv_activation, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax,
+from .patterns import (batchnorm_as_affine, fold_conv_batchnorm, fuse_attention, fuse_conv_activation, fuse_gelu, fuse_layernorm, fuse_matmul_bias, fuse_softmax,
                        square_pows)
 from .shapes import static_shapes
 from .siblings import batch_sibling_products
@@ -82,6 +82,8 @@ def lower_signature(graph: Graph, trace: dict, disable=(), xp=np) -> tuple:
     if "batch_sibling_products" not in disable:
         graph = batch_sibling_products(graph, shapes)
         check(graph, outer=set())
+    if "batchnorm_as_affine" not in disable:
+        graph = batchnorm_as_affine(graph, shapes)
     static = static_shapes(graph, set(graph.constants))
     steady: set = set()
     for node in graph.nodes:   # in order: a Loop after one whose carried values keep their shapes sees them fixed

@@ -318,3 +318,29 @@ def square_pows(graph: Graph, shapes: dict) -> Graph:
             continue
         replace_node(graph, node, Node("Mul", "", [node.inputs[0], node.inputs[0]], list(node.outputs), {}))
     return graph
+
+
+def batchnorm_as_affine(graph: Graph, shapes: dict) -> Graph:
+    """BatchNormalization (inference, constant per-channel statistics) that no Conv took in: Mul by one factor per
+    channel, then Add one shift per channel, the two constants computed as the op computes them (so the two
+    roundings are the op's own). An element-wise pair then joins the chain fusion, and a chain fed by a
+    convolution runs in its epilogue: a Keras net's Conv, ReLU, BatchNormalization costs one pass over memory."""
+    c = graph.constants
+    for bn in list(graph.nodes):
+        if bn.op_type != "BatchNormalization" or bn.domain != "" or bn.attrs.get("training_mode", 0) \
+                or any(o for o in bn.outputs[1:]) or not all(n in c for n in bn.inputs[1:5]) or bn.inputs[0] not in shapes:
+            continue
+        shape, dtype = shapes[bn.inputs[0]]
+        scale, bias, mean, var = (c[n] for n in bn.inputs[1:5])
+        if len(shape) < 2 or np.dtype(dtype).kind != "f" or any(p.shape != (shape[1],) or p.dtype != dtype for p in (scale, bias, mean, var)):
+            continue   # per-position statistics (spatial=0), or mixed dtypes: the op's kernel
+        factor = (scale / np.sqrt(var.astype(np.float64) + bn.attrs.get("epsilon", 1e-5))).astype(dtype)
+        per_channel = (shape[1],) + (1,) * (len(shape) - 2)
+        name = bn.outputs[0]
+        c[name + "__factor"] = read_only(factor.reshape(per_channel))
+        c[name + "__shift"] = read_only((bias - mean * factor).astype(dtype).reshape(per_channel))
+        shapes[name + "__scaled"] = (tuple(shape), dtype)
+        at = graph.nodes.index(bn)
+        graph.nodes[at:at + 1] = [Node("Mul", "", [bn.inputs[0], name + "__factor"], [name + "__scaled"], {}),
+                                  Node("Add", "", [name + "__scaled", name + "__shift"], [name], {})]
+    return graph

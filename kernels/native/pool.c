@@ -68,22 +68,91 @@ RTD_INLINE v8 max_nan8(v8 best, v8 v)
     return (v8)(((v8i)v & take) | ((v8i)best & ~take));
 }
 
-/* Output row oy of one plane: the columns whose windows lie inside the width tap by tap along the row, 8
-   columns at a time at stride 1 (a NaN, once in, stays); the border columns window by window. */
+/* A tap's 8 values at column stride sw (1 or 2): at stride 2 the even floats of 16, gathered in one in-lane
+   shuffle whose lane order `in_order` undoes (once, on the window's maximum); `late`, the odd floats of the
+   16 from one float earlier (the same values, read without the float past the last one: a row's end). */
+RTD_INLINE v8 tap8(const float *tap, int64_t sw, int late)
+{
+    const v8i evens = {0, 2, 8, 10, 4, 6, 12, 14}, odds = {1, 3, 9, 11, 5, 7, 13, 15};
+    if (sw == 1)
+        return load8(tap);
+    return late ? __builtin_shuffle(load8(tap - 1), load8(tap + 7), odds) : __builtin_shuffle(load8(tap), load8(tap + 8), evens);
+}
+
+/* Output columns [lo, end) of row oy, `blocks` (1 or 4) vectors of 8 at a time (every tap's read inside the
+   row), the window's taps in row-major order: a tap larger than the best so far replaces it, so the first
+   maximal tap wins (signed zeros as max_nan); with `exact`, through max_nan8 (a NaN, once in, stays). Four
+   blocks side by side keep four independent compare-and-select chains in flight (one chain waited on each
+   select's latency). Whether any tap was a NaN (then the caller runs the columns again exactly: rare, and
+   the fast pass does not keep the first NaN). */
+RTD_INLINE int blocks_max8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
+                           int64_t lo, int64_t end, int64_t sw, int late, int64_t blocks, int exact)
+{
+    const v8i in_order = {0, 1, 4, 5, 2, 3, 6, 7};
+    const v8 lowest = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    v8i nan = {0};
+    for (int64_t start = lo; start + 8 * blocks <= end; start += 8 * blocks) {
+        v8 best[4] = {lowest, lowest, lowest, lowest};
+        for (int64_t i = i0; i < i1; i++) {
+            const float *row = x + (row0 + i * p->dh) * p->wd + start * sw - p->pad_left;
+            for (int64_t j = 0; j < p->kw; j++)
+                for (int64_t b = 0; b < blocks; b++) {
+                    const v8 v = tap8(row + j * p->dw + b * 8 * sw, sw, late);
+                    if (exact) {
+                        best[b] = max_nan8(best[b], v);
+                        continue;
+                    }
+                    const v8i larger = (v8i)(v > best[b]);
+                    nan |= (v8i)(v != v);
+                    best[b] = (v8)(((v8i)v & larger) | ((v8i)best[b] & ~larger));
+                }
+        }
+        for (int64_t b = 0; b < blocks; b++)
+            store8(y + start + 8 * b, sw == 1 ? best[b] : __builtin_shuffle(best[b], in_order));
+    }
+    nan |= __builtin_shuffle(nan, (v8i){4, 5, 6, 7, 0, 1, 2, 3});
+    nan |= __builtin_shuffle(nan, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
+    return (nan[0] | nan[1]) != 0;
+}
+
+/* Columns [lo, end) of row oy 8 at a time, four vectors at once while they last; again exactly if a NaN came. */
+RTD_INLINE void columns_max8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
+                             int64_t lo, int64_t end, int64_t sw, int late)
+{
+    const int64_t wide = lo + (end - lo) / 32 * 32;
+    if (blocks_max8(p, x, y, row0, i0, i1, lo, wide, sw, late, 4, 0) | blocks_max8(p, x, y, row0, i0, i1, wide, end, sw, late, 1, 0)) {
+        blocks_max8(p, x, y, row0, i0, i1, lo, wide, sw, late, 4, 1);
+        blocks_max8(p, x, y, row0, i0, i1, wide, end, sw, late, 1, 1);
+    }
+}
+
+/* Output row oy of one plane: the columns whose windows lie inside the width 8 at a time at strides 1 and 2,
+   the rest of them tap by tap along the row (a NaN, once in, stays); the border columns window by window. */
 RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *restrict y, int64_t oy)
 {
     const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw, lo = p->inner_lo, hi = p->inner_hi;
     int64_t i0, i1;
     taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-    for (int64_t ox = lo; ox < hi; ox++) y[ox] = -INFINITY;
+    int64_t start = lo;
+    if (sw == 1 || sw == 2) {
+        /* at stride 2 a tap reads 16 floats: the last block's last tap must stay inside the row */
+        const int64_t last_shift = (p->kw - 1) * p->dw - p->pad_left;
+        while (start + 8 <= hi && (sw == 1 || 2 * (start + 8) + last_shift <= p->wd))
+            start += 8;
+        columns_max8(p, x, y, row0, i0, i1, lo, start, sw, 0);
+        /* the columns left, as one block ending at hi (its first columns computed again, to the same values) */
+        const int64_t at = hi - 8;
+        if (start < hi && at >= lo && (sw == 1 || (2 * at - p->pad_left >= 1 && 2 * hi - 2 + last_shift <= p->wd - 1))) {
+            columns_max8(p, x, y, row0, i0, i1, at, hi, sw, 1);
+            start = hi;
+        }
+    }
+    for (int64_t ox = start; ox < hi; ox++) y[ox] = -INFINITY;
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = 0; j < p->kw; j++) {
             const float *row = x + (row0 + i * p->dh) * p->wd;
             const int64_t shift = j * p->dw - p->pad_left;   /* ox * sw + shift: inside the row for interior ox */
-            int64_t ox = lo;
-            if (sw == 1)
-                for (; ox + 8 <= hi; ox += 8) store8(y + ox, max_nan8(load8(y + ox), load8(row + ox + shift)));
-            for (; ox < hi; ox++) y[ox] = max_nan(y[ox], row[ox * sw + shift]);
+            for (int64_t ox = start; ox < hi; ox++) y[ox] = max_nan(y[ox], row[ox * sw + shift]);
         }
     for (int64_t ox = 0; ox < p->ow; ox++) {
         if (ox == p->inner_lo) ox = p->inner_hi;

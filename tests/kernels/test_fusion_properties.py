@@ -168,6 +168,23 @@ def test_conv_batchnorm_folding(n, c, m, hw, seed, bias):
     assert ops == {"Conv": 1}
 
 
+@SETTINGS
+@given(n=st.integers(1, 2), c=st.integers(1, 4), m=st.integers(1, 5), hw=st.integers(3, 7), seed=st.integers(0, 2**16),
+       pooled=st.booleans())
+def test_batchnorm_after_an_activation_runs_as_a_per_channel_affine(n, c, m, hw, seed, pooled):
+    """Conv, Relu, BatchNormalization (a Keras net's order: no fold into the weights): the normalization becomes
+    a Mul and an Add per channel, run in the convolution's epilogue; after a MaxPool, an element-wise chain."""
+    nodes = [node("Conv", ["x", "w"], ["cv"], pads=[1, 1, 1, 1]), node("Relu", ["cv"], ["r"])]
+    if pooled:
+        nodes.append(node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[1, 1]))
+    nodes.append(node("BatchNormalization", ["p" if pooled else "r", "s", "b", "mu", "var"], ["y"], epsilon=1e-3))
+    rng = np.random.default_rng(seed)
+    inits = [const("w", rand(seed + 1, m, c, 3, 3)), const("s", rand(seed + 3, m)), const("b", rand(seed + 4, m)),
+             const("mu", rand(seed + 5, m)), const("var", rng.uniform(0.5, 2, m).astype(np.float32))]
+    ops = check(model(nodes, [("x", [n, c, hw, hw])], [("y", None)], inits), {"x": rand(seed, n, c, hw, hw)}, rtol=1e-4, atol=1e-4)
+    assert ops == ({"ConvActivation": 1, "MaxPool": 1, "ElementwiseChain": 1} if pooled else {"ConvActivation": 1})
+
+
 OPS = {"Add": 2, "Mul": 2, "Sub": 2, "Max": 2, "Relu": 1, "Sigmoid": 1, "Tanh": 1, "Neg": 1, "Abs": 1}
 
 

@@ -8,6 +8,7 @@ import pytest
 import rtd.kernels.plan as plan_module
 from rtd.kernels import compile_model
 from rtd.kernels.native import compiled
+from rtd.kernels.ops._window import geometry
 from tests.kernels.kernel_graphs import model, node
 
 pytestmark = pytest.mark.skipif(compiled is None, reason="the compiled kernels are not built: no native programs to run")
@@ -47,3 +48,37 @@ def test_native_max_pool_gives_the_numpy_kernels_values(attrs, threads, monkeypa
         m.setattr(plan_module, "emit", lambda *args: None)
         want = compile_model(onnx_model).run({"x": x})["y"]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 2], strides=[1, 1]), dict(kernel_shape=[3, 2], strides=[2, 2], dilations=[1, 2]),
+                                   dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0])])
+@pytest.mark.parametrize("width", [75, 76, 160])
+def test_wide_rows_pool_eight_columns_at_a_time_with_the_kernels_values(attrs, width, monkeypatch):
+    """Rows wide enough for the vector blocks (four at once, one, and the last one overlapping the columns
+    before it), strides 1 and 2: the NumPy kernel's values, a NaN in a window staying, and a window holding
+    both zeros giving the sign of its first (pool.c keeps the first maximal tap in row-major order, where
+    the NumPy kernel's np.maximum keeps the last)."""
+    shape = (2, 3, 9, width)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, 0, 2, [5, 40, width - 1]] = np.nan
+    x[1, 1] = rng.choice(np.float32([0.0, -0.0, -1.0]), size=shape[2:])   # ties of signed zeros everywhere
+    onnx_model = _pool_model(shape, attrs)
+    ours = compile_model(onnx_model)
+    got = [ours.run({"x": x})["y"] for _ in range(2)][-1]   # the first run traces, the second runs the plan
+    (plan,) = ours._plans.values()
+    assert plan.stats()["native_nodes"] == 1
+    with monkeypatch.context() as m:
+        m.setattr(plan_module, "emit", lambda *args: None)
+        want = [compile_model(onnx_model).run({"x": x})["y"] for _ in range(2)][-1]
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got[0, 0]).any()
+    # np.maximum keeps the later of two equal values: over the taps in reverse, the first maximal one
+    k, strides, dilations = attrs["kernel_shape"], attrs["strides"], attrs.get("dilations", [1, 1])
+    out, begin, end = geometry(shape[2:], k, strides, dilations, attrs.get("pads", [0, 0, 0, 0]))
+    padded = np.pad(x[1, 1], ((begin[0], end[0]), (begin[1], end[1])), constant_values=-np.inf)
+    taps = [padded[i * dilations[0]:i * dilations[0] + (out[0] - 1) * strides[0] + 1:strides[0],
+                   j * dilations[1]:j * dilations[1] + (out[1] - 1) * strides[1] + 1:strides[1]]
+            for i in range(k[0]) for j in range(k[1])]
+    np.testing.assert_array_equal(np.signbit(got[1, 1]), np.signbit(np.maximum.reduce(taps[::-1])))
