@@ -61,8 +61,10 @@ class Walker:
             self.budget -= 1
             if self.budget < 0:
                 raise self.error("more fields than allowed")
-        key, pos = self.varint(pos, end)
-        number, wire = key >> 3, key & 7
+        key, after = self.varint(pos, end)
+        if after - pos > 5 or key > 0xFFFFFFFF:   # a key is a 32-bit varint: protobuf refuses a longer one
+            raise self.error(f"a field key at byte {pos} is longer than 32 bits")
+        number, wire, pos = key >> 3, key & 7, after
         if number == 0:
             raise self.error(f"field number 0 at byte {pos}")
         if wire == VARINT:

@@ -15,13 +15,14 @@ import json
 import tracemalloc
 
 import numpy as np
+import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import strategies as st
 
 from rtd import dtypes
 from rtd.daemon.worker.kserve_codec import Caps, decode_grpc, decode_rest
 from rtd.infer_request import declared_inputs, scan
-from rtd.errors import Code
+from rtd.errors import Code, RtdError
 from rtd.proto import grpc_service_pb2 as pb
 
 from . import h2peer
@@ -163,6 +164,18 @@ def _request(datatype: str, shape: list, raw: bytes | None) -> pb.ModelInferRequ
     if raw is not None:
         request.raw_input_contents.append(raw)
     return request
+
+
+def test_a_field_key_longer_than_32_bits_is_refused_as_protobuf_refuses_it():
+    """A key padded to six bytes (a5 80 80 80 81 00: its last byte a needless zero) and a five-byte key past 32
+    bits: protobuf refuses both, so the header reading refuses them too; a five-byte key within 32 bits is read."""
+    for data in (b"\xa9\x80\x80\x80\x81\x00" + bytes(8) + b"\n\x01m", b"\xf8\xff\xff\xff\x1f\x00"):
+        with pytest.raises(DecodeError):
+            pb.ModelInferRequest.FromString(data)
+        check_message((data, 64))   # a refusal, E_REQUEST_INVALID
+        with pytest.raises(RtdError):
+            scan(data)
+    check_message((b"\xf8\xff\xff\xff\x0f\x00", 64))   # field 536870911, the largest: read, as protobuf does
 
 
 def test_an_empty_input_with_overflowing_dims_is_e_request_invalid():
