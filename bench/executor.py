@@ -120,6 +120,29 @@ class Probe:
         self.proc.stdin.flush()
         return self._reply()
 
+    def cpu_ns(self) -> int:
+        """The CPU time this probe's threads have had (/proc's schedstat, in nanoseconds)."""
+        total = 0
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                pass   # a thread that ended
+        return total
+
+    def wait_idle(self, quiet_s: float = 0.005, most_s: float = 2.0) -> None:
+        """Until this probe's threads have stayed off the CPU for `quiet_s` (at most `most_s`): a side's pool
+        threads spin on after its turn (onnxruntime's for ~50 ms after a run), and timing the other side
+        meanwhile shares its cores with them (a turn of a few tens of ms then ran at one thread's speed)."""
+        end, last = time.perf_counter() + most_s, self.cpu_ns()
+        while time.perf_counter() < end:
+            time.sleep(quiet_s)
+            now = self.cpu_ns()
+            if now - last < quiet_s * 1e9 / 20:
+                return
+            last = now
+
     def close(self) -> dict:
         """The cold-start numbers and the peak RSS; the process ends."""
         self.proc.stdin.write("end\n")
@@ -156,6 +179,9 @@ def time_sides(name: str, label: str, path: str, feeds: dict, thread_counts: lis
                 samples = {side: [] for side in probes}
                 for turn in range(ROUNDS):
                     for side in (("rtd", "ort") if turn % 2 == 0 else ("ort", "rtd")):
+                        for other in probes.values():
+                            if other is not probes[side]:
+                                other.wait_idle()
                         samples[side] += probes[side].time(math.ceil(runs / ROUNDS), min_seconds / ROUNDS)
                 cold = {side: probe.close() for side, probe in probes.items()}
             except ProbeFailed as e:  # e.g. a plan that breaks on a later run: report, go on with the next model
