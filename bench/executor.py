@@ -123,7 +123,11 @@ class Probe:
     def cpu_ns(self) -> int:
         """The CPU time this probe's threads have had (/proc's schedstat, in nanoseconds)."""
         total = 0
-        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+        try:
+            tasks = os.listdir(f"/proc/{self.proc.pid}/task")
+        except FileNotFoundError:   # the probe has ended: its failure surfaces at its next reply
+            return 0
+        for task in tasks:
             try:
                 with open(f"/proc/{self.proc.pid}/task/{task}/schedstat") as f:
                     total += int(f.read().split()[0])
