@@ -244,8 +244,38 @@ static void pool_planes(void *context, int64_t worker, int64_t first, int64_t la
             pool_row(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);
 }
 
-/* The same windows over 8-bit values, a row at a time as pool_row does; a window with no tap inside the image
-   gives the type's minimum, as the NumPy kernel's padding with it does. */
+typedef uint8_t u8x16 __attribute__((vector_size(16)));
+typedef int8_t s8x16 __attribute__((vector_size(16)));
+
+static inline u8x16 load16(const uint8_t *p) { u8x16 v; memcpy(&v, p, sizeof v); return v; }
+
+/* 16 output columns from `start` of an 8-bit row (every tap's read inside the row): at stride 2 each tap's 16
+   values the even bytes of 32, or, `late`, the odd bytes of the 32 from one byte earlier (the same values, read
+   without the byte past the last one: a row's end). */
+RTD_INLINE void columns_max16(const struct pool *p, const uint8_t *x, uint8_t *y, int64_t row0, int64_t i0, int64_t i1,
+                              int64_t start, int late)
+{
+    const u8x16 evens = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const u8x16 odds = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    const int64_t sw = p->sw;
+    u8x16 best = (u8x16){0} + (uint8_t)(p->is_signed ? 128 : 0);   /* the type's minimum */
+    for (int64_t i = i0; i < i1; i++) {
+        const uint8_t *row = x + (row0 + i * p->dh) * p->wd + start * sw - p->pad_left;
+        for (int64_t j = 0; j < p->kw; j++) {
+            const uint8_t *tap = row + j * p->dw;
+            const u8x16 v = sw == 1 ? load16(tap)
+                            : late ? __builtin_shuffle(load16(tap - 1), load16(tap + 15), odds)
+                                   : __builtin_shuffle(load16(tap), load16(tap + 16), evens);
+            const u8x16 larger = p->is_signed ? (u8x16)((s8x16)v > (s8x16)best) : (u8x16)(v > best);
+            best = (v & larger) | (best & ~larger);
+        }
+    }
+    memcpy(y + start, &best, sizeof best);
+}
+
+/* The same windows over 8-bit values, a row at a time as pool_row does (the interior 16 columns at a time at
+   strides 1 and 2: an 8-bit maximum has no NaN or signed zero, so any order of taps gives it); a window with no
+   tap inside the image gives the type's minimum, as the NumPy kernel's padding with it does. */
 RTD_CLONES static void pool_row_8bit(const struct pool *p, const uint8_t *x, uint8_t *y, int64_t oy)
 {
     const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw;
@@ -253,18 +283,31 @@ RTD_CLONES static void pool_row_8bit(const struct pool *p, const uint8_t *x, uin
     const int32_t lowest = is_signed ? -128 : 0;
     int64_t i0, i1;
     taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-    for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) y[ox] = (uint8_t)lowest;
+    int64_t start = p->inner_lo;
+    if (sw == 1 || sw == 2) {   /* 16 columns at a time; the row's last ones as one block ending at inner_hi */
+        const int64_t last_shift = (p->kw - 1) * p->dw - p->pad_left, at = p->inner_hi - 16;
+        while (start + 16 <= p->inner_hi && (sw == 1 || 2 * (start + 16) + last_shift <= p->wd)) {
+            columns_max16(p, x, y, row0, i0, i1, start, 0);
+            start += 16;
+        }
+        if (start < p->inner_hi && at >= p->inner_lo
+            && (sw == 1 || (2 * at - p->pad_left >= 1 && 2 * p->inner_hi - 2 + last_shift <= p->wd - 1))) {
+            columns_max16(p, x, y, row0, i0, i1, at, 1);
+            start = p->inner_hi;
+        }
+    }
+    for (int64_t ox = start; ox < p->inner_hi; ox++) y[ox] = (uint8_t)lowest;
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = 0; j < p->kw; j++) {
             const uint8_t *row = x + (row0 + i * p->dh) * p->wd;
             const int64_t shift = j * p->dw - p->pad_left;
             if (is_signed)
-                for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) {
+                for (int64_t ox = start; ox < p->inner_hi; ox++) {
                     const int8_t v = (int8_t)row[ox * sw + shift], best = (int8_t)y[ox];
                     y[ox] = (uint8_t)(v > best ? v : best);
                 }
             else
-                for (int64_t ox = p->inner_lo; ox < p->inner_hi; ox++) {
+                for (int64_t ox = start; ox < p->inner_hi; ox++) {
                     const uint8_t v = row[ox * sw + shift], best = y[ox];
                     y[ox] = v > best ? v : best;
                 }

@@ -367,6 +367,26 @@ def test_max_pooling_rows_give_the_numpy_kernels_values(geometry, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("geometry", [((2, 2), (2, 2), (1, 1), (0, 0, 0, 0)), ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+                                      ((2, 2), (1, 1), (1, 1), (0, 0, 0, 0)), ((3, 2), (2, 2), (1, 2), (0, 1, 0, 1))])
+@pytest.mark.parametrize("width", [47, 64, 70])
+def test_wide_8bit_rows_pool_sixteen_columns_at_a_time_with_the_numpy_kernels_values(geometry, dtype, width):
+    """Rows wide enough for pool.c's 16-column blocks of 8-bit values at strides 1 and 2 (and the columns after
+    them one by one): the MaxPool kernel's NumPy values, both signs of int8 and uint8's top half included."""
+    from rtd.kernels.ops._pool import max_pool
+    kernel, strides, dilations, pads = geometry
+    x = np.random.default_rng(13).integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (2, 3, 9, width)).astype(dtype)
+    want, _ = max_pool(np, x, list(kernel), list(strides), list(dilations), list(pads), "NOTSET", 0, 0, False)
+    got = np.empty_like(want)
+    ffi, lib = compiled.ffi, compiled.lib
+    numbers = (*x.shape, *kernel, *want.shape[2:], *strides, *dilations, pads[0], pads[1])
+    status = lib.rtd_max_pool2d_8bit(ffi.from_buffer(x), 1 if dtype == np.uint8 else 2, x.size,
+                                     ffi.from_buffer(got, require_writable=True), got.size, *numbers)
+    assert status == 0
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
                                    dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
                                    dict(kernel_shape=[2, 3], strides=[2, 2], ceil_mode=1),
