@@ -9,6 +9,7 @@ import numpy as np
 
 from ..constant import read_only
 from ..ir import RTD_DOMAIN, Graph, Node
+from ..ops.op_batch_normalization import inference_affine
 from .rewrite import Index, near, reduce_axes, replace_node
 
 
@@ -334,11 +335,11 @@ def batchnorm_as_affine(graph: Graph, shapes: dict) -> Graph:
         scale, bias, mean, var = (c[n] for n in bn.inputs[1:5])
         if len(shape) < 2 or np.dtype(dtype).kind != "f" or any(p.shape != (shape[1],) or p.dtype != dtype for p in (scale, bias, mean, var)):
             continue   # per-position statistics (spatial=0), or mixed dtypes: the op's kernel
-        factor = (scale / np.sqrt(var.astype(np.float64) + bn.attrs.get("epsilon", 1e-5))).astype(dtype)
+        factor, shift = inference_affine(np, scale, bias, mean, var, bn.attrs.get("epsilon", 1e-5), dtype)
         per_channel = (shape[1],) + (1,) * (len(shape) - 2)
         name = bn.outputs[0]
         c[name + "__factor"] = read_only(factor.reshape(per_channel))
-        c[name + "__shift"] = read_only((bias - mean * factor).astype(dtype).reshape(per_channel))
+        c[name + "__shift"] = read_only(shift.reshape(per_channel))
         shapes[name + "__scaled"] = (tuple(shape), dtype)
         at = graph.nodes.index(bn)
         graph.nodes[at:at + 1] = [Node("Mul", "", [bn.inputs[0], name + "__factor"], [name + "__scaled"], {}),

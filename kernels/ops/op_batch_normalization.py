@@ -4,6 +4,13 @@ import numpy as np
 from .base import Kernel
 
 
+def inference_affine(xp, scale, bias, mean, var, epsilon: float, dtype):
+    """Inference's y = x * a + b per channel: (a, b) in x's dtype, a's square root taken in float64 (the compile-time
+    rewrite into Mul and Add, kernels/lower/patterns.py, uses the same two constants)."""
+    a = (scale / xp.sqrt(var.astype(np.float64) + epsilon)).astype(dtype)
+    return a, (bias - mean * a).astype(dtype)
+
+
 class BatchNormalization_1(Kernel):
     """Opsets 1-13: `is_test`/`spatial` are legacy flags; only inference is computed when is_test is set."""
 
@@ -26,8 +33,7 @@ class BatchNormalization_1(Kernel):
 
     def affine(self, x, scale, bias, mean, var, shape):
         xp = self.xp
-        a = (scale / xp.sqrt(var.astype(np.float64) + self.epsilon)).astype(x.dtype)
-        b = (bias - mean * a).astype(x.dtype)
+        a, b = inference_affine(xp, scale, bias, mean, var, self.epsilon, x.dtype)
         y = xp.multiply(x, a.reshape(shape))
         y += b.reshape(shape)
         return y
