@@ -28,17 +28,19 @@ from .native.chain import FLOAT32, OPCODES, Program, _layout
 from .native.gemm import COLUMNS, PACKED, ROWS
 from .native.gemm import _pack as pack_gemm
 from .native.packed import packed
+from .native.pool import average_numbers
 from .native.program import Constant, Op, Scratch, Value, reads, writes
 from .native.recurrent import pack_lstm
 from .native.resample import tables as resample_tables
 from .ops._contrib import MS_DOMAIN, scalar_side
+from .ops._pool import counted_pads
 from .ops._quant import FLOAT32_EXACT, frozen, lookup_table, span
 from .ops._resize import passes
 from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM, RESAMPLE) = range(1, 25)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM, RESAMPLE, AVERAGE_POOL) = range(1, 26)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -648,8 +650,7 @@ def _reduce(step: Step) -> Emitted | None:
 
 
 def _pool(step: Step) -> Emitted | None:
-    """MaxPool of float32 or 8-bit tensors (AveragePool stays NumPy's: pool.c sums a window in another order
-    than its kernel does)."""
+    """MaxPool of float32 or 8-bit tensors, AveragePool of float32 (the C its kernel's traced run calls)."""
     x, y = step.input(0), step.output()
     kernel, shape = step.kernel, step.shape(x)
     a = kernel.__dict__
@@ -660,6 +661,12 @@ def _pool(step: Step) -> Emitted | None:
     if tuple(shape[:2]) + tuple(out_shape) != step.shape(y) or len(k) != 2:
         return None
     numbers = (*shape, *k, *out_shape, *strides, *dilations, begin[0], begin[1])
+    if step.node.op_type == "AveragePool":
+        counted = counted_pads(begin, end, kernel.pads, kernel.auto_pad, a.get("count_include_pad", 0))
+        numbers = average_numbers(shape, k, strides, dilations, begin, out_shape, *counted)
+        if step.dtype(x) != FLOAT32 or min(shape) < 1 or min(numbers[4:]) < 0:
+            return None
+        return Emitted([Op(AVERAGE_POOL, (reads(Value(x)), writes(Value(y))), numbers)], {})
     if step.dtype(x) != FLOAT32:
         return Emitted([Op(POOL8, (reads(Value(x)), writes(Value(y))), (EIGHT_BIT[step.dtype(x)], *numbers))], {})
     return Emitted([Op(POOL, (reads(Value(x)), writes(Value(y))), numbers)], {})
@@ -1004,6 +1011,7 @@ EMITTERS = {
     ("", "MatMul"): _matmul,
     ("", "Softmax"): _softmax,
     ("", "MaxPool"): _pool,
+    ("", "AveragePool"): _pool,
     ("", "GlobalAveragePool"): _reduce,
     ("", "GlobalMaxPool"): _reduce,
     **{("", op): _reduce for op in REDUCE_KINDS},

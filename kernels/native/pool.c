@@ -1,4 +1,5 @@
-/* Max pooling over 2-D windows (float32, and the 8-bit tensors of quantized models), and reductions over
+/* Max pooling over 2-D windows (float32, and the 8-bit tensors of quantized models), average pooling over
+ * them (float32), and reductions over
  * the middle axis of (outer, r, inner), for float32 (pool.h): what CNN heads and the streaming models'
  * tails spend their few microseconds on.
  *
@@ -6,6 +7,8 @@
  * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case;
  * the columns whose windows lie inside the width are taken tap by tap along the row, which vectorises.
  * Large windows over small maps (most windows crossing a border) take each input row's maxima first.
+ * An average adds a window's taps in row-major order, and the AveragePool kernel's traced run calls this same
+ * C (native/pool.py), so traced and planned runs agree.
  * A reduction adds row after row of r into the `inner` results (8 lanes at a time), so each output
  * element's sum has one order whatever the threads: NumPy's along a strided axis. A sum along contiguous
  * elements (inner 1: GlobalAveragePool, a mean over the last axes) is pairwise in blocks of up to 256
@@ -35,7 +38,9 @@ struct pool {
     const float *x; float *y;
     const uint8_t *x8; uint8_t *y8; int is_signed;   /* the 8-bit pool's tensors */
     int64_t c, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left;
+    int64_t count_top, count_bottom, count_left, count_right;   /* an average's pads that count (count_include_pad) */
     int64_t inner_lo, inner_hi;   /* output columns [inner_lo, inner_hi) whose windows lie inside the image's width */
+    int64_t blocks_end, late_at;   /* where those columns run in vector blocks (plan_blocks) */
 };
 
 static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -54,6 +59,22 @@ static inline void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, 
     *last = clamp(b, *first, k);
 }
 
+/* The interior columns [inner_lo, inner_hi) taken `lanes` at a time at strides 1 and 2: whole blocks up to
+   blocks_end (every tap's read inside the row: at stride 2 a tap reads 2 * lanes values), then, if columns are
+   left, one block from late_at ending at inner_hi (its first columns computed again, to the same values), read
+   from one value earlier at stride 2 so that it stops at the row's end; late_at -1: the rest one by one. */
+static void plan_blocks(struct pool *p, int64_t lanes)
+{
+    const int64_t sw = p->sw, hi = p->inner_hi, last_shift = (p->kw - 1) * p->dw - p->pad_left, at = hi - lanes;
+    int64_t end = p->inner_lo;
+    if (sw == 1 || sw == 2)
+        while (end + lanes <= hi && (sw == 1 || 2 * (end + lanes) + last_shift <= p->wd))
+            end += lanes;
+    p->blocks_end = end;
+    p->late_at = (sw == 1 || sw == 2) && end < hi && at >= p->inner_lo
+                 && (sw == 1 || (2 * at - p->pad_left >= 1 && 2 * hi - 2 + last_shift <= p->wd - 1)) ? at : -1;
+}
+
 /* The larger of best and v, a NaN winning (once in, it stays):
    a select, not a branch, since which is larger is a coin toss on real data (a branch mispredicted on half
    the values cost 5x the whole pool). */
@@ -69,7 +90,7 @@ RTD_INLINE v8 max_nan8(v8 best, v8 v)
 }
 
 /* A tap's 8 values at column stride sw (1 or 2): at stride 2 the even floats of 16, gathered in one in-lane
-   shuffle whose lane order `in_order` undoes (once, on the window's maximum); `late`, the odd floats of the
+   shuffle whose lane order `in_order` undoes (once, on the window's result); `late`, the odd floats of the
    16 from one float earlier (the same values, read without the float past the last one: a row's end). */
 RTD_INLINE v8 tap8(const float *tap, int64_t sw, int late)
 {
@@ -79,74 +100,82 @@ RTD_INLINE v8 tap8(const float *tap, int64_t sw, int late)
     return late ? __builtin_shuffle(load8(tap - 1), load8(tap + 7), odds) : __builtin_shuffle(load8(tap), load8(tap + 8), evens);
 }
 
+/* What a window of floats makes of its taps: the maximum (fast: a tap larger than the best so far replaces it;
+   exact: through max_nan8), or the sum divided by a count. */
+enum window { WINDOW_MAX, WINDOW_MAX_EXACT, WINDOW_AVERAGE };
+
 /* Output columns [lo, end) of row oy, `blocks` (1 or 4) vectors of 8 at a time (every tap's read inside the
-   row), the window's taps in row-major order: a tap larger than the best so far replaces it, so the first
-   maximal tap wins (signed zeros as max_nan); with `exact`, through max_nan8 (a NaN, once in, stays). Four
-   blocks side by side keep four independent compare-and-select chains in flight (one chain waited on each
-   select's latency). Whether any tap was a NaN (then the caller runs the columns again exactly: rare, and
-   the fast pass does not keep the first NaN). */
-RTD_INLINE int blocks_max8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
-                           int64_t lo, int64_t end, int64_t sw, int late, int64_t blocks, int exact)
+   row), the window's taps in row-major order. A maximum keeps the first maximal tap (signed zeros as max_nan);
+   an average adds the taps to 0 and divides by `count`. Four blocks side by side keep four independent chains
+   in flight (one chain waited on each select's or add's latency). Returns whether a fast maximum met a NaN
+   (then the caller runs the columns again exactly: rare, and the fast pass does not keep the first NaN). */
+RTD_INLINE int blocks8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
+                       int64_t lo, int64_t end, int late, int64_t blocks, enum window kind, float count)
 {
+    const int64_t sw = p->sw;
     const v8i in_order = {0, 1, 4, 5, 2, 3, 6, 7};
-    const v8 lowest = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    const float none = kind == WINDOW_AVERAGE ? 0.0f : -INFINITY;
+    const v8 first = {none, none, none, none, none, none, none, none};
     v8i nan = {0};
     for (int64_t start = lo; start + 8 * blocks <= end; start += 8 * blocks) {
-        v8 best[4] = {lowest, lowest, lowest, lowest};
+        v8 best[4] = {first, first, first, first};
         for (int64_t i = i0; i < i1; i++) {
             const float *row = x + (row0 + i * p->dh) * p->wd + start * sw - p->pad_left;
             for (int64_t j = 0; j < p->kw; j++)
                 for (int64_t b = 0; b < blocks; b++) {
                     const v8 v = tap8(row + j * p->dw + b * 8 * sw, sw, late);
-                    if (exact) {
+                    if (kind == WINDOW_AVERAGE) {
+                        best[b] += v;
+                    } else if (kind == WINDOW_MAX_EXACT) {
                         best[b] = max_nan8(best[b], v);
-                        continue;
+                    } else {
+                        const v8i larger = (v8i)(v > best[b]);
+                        nan |= (v8i)(v != v);
+                        best[b] = (v8)(((v8i)v & larger) | ((v8i)best[b] & ~larger));
                     }
-                    const v8i larger = (v8i)(v > best[b]);
-                    nan |= (v8i)(v != v);
-                    best[b] = (v8)(((v8i)v & larger) | ((v8i)best[b] & ~larger));
                 }
         }
-        for (int64_t b = 0; b < blocks; b++)
-            store8(y + start + 8 * b, sw == 1 ? best[b] : __builtin_shuffle(best[b], in_order));
+        for (int64_t b = 0; b < blocks; b++) {
+            const v8 r = sw == 1 ? best[b] : __builtin_shuffle(best[b], in_order);
+            store8(y + start + 8 * b, kind == WINDOW_AVERAGE ? r / count : r);
+        }
     }
     nan |= __builtin_shuffle(nan, (v8i){4, 5, 6, 7, 0, 1, 2, 3});
     nan |= __builtin_shuffle(nan, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
     return (nan[0] | nan[1]) != 0;
 }
 
-/* Columns [lo, end) of row oy 8 at a time, four vectors at once while they last; again exactly if a NaN came. */
-RTD_INLINE void columns_max8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
-                             int64_t lo, int64_t end, int64_t sw, int late)
+/* Columns [lo, end) of row oy 8 at a time, four vectors at once while they last; a maximum again exactly if a
+   NaN came. */
+RTD_INLINE void columns8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
+                         int64_t lo, int64_t end, int late, enum window kind, float count)
 {
     const int64_t wide = lo + (end - lo) / 32 * 32;
-    if (blocks_max8(p, x, y, row0, i0, i1, lo, wide, sw, late, 4, 0) | blocks_max8(p, x, y, row0, i0, i1, wide, end, sw, late, 1, 0)) {
-        blocks_max8(p, x, y, row0, i0, i1, lo, wide, sw, late, 4, 1);
-        blocks_max8(p, x, y, row0, i0, i1, wide, end, sw, late, 1, 1);
+    if (blocks8(p, x, y, row0, i0, i1, lo, wide, late, 4, kind, count) | blocks8(p, x, y, row0, i0, i1, wide, end, late, 1, kind, count)) {
+        blocks8(p, x, y, row0, i0, i1, lo, wide, late, 4, WINDOW_MAX_EXACT, count);
+        blocks8(p, x, y, row0, i0, i1, wide, end, late, 1, WINDOW_MAX_EXACT, count);
     }
+}
+
+/* The interior columns of row oy 8 at a time where plan_blocks found blocks; the first column left to the caller. */
+RTD_INLINE int64_t interior8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
+                             enum window kind, float count)
+{
+    columns8(p, x, y, row0, i0, i1, p->inner_lo, p->blocks_end, 0, kind, count);
+    if (p->late_at < 0)
+        return p->blocks_end;
+    columns8(p, x, y, row0, i0, i1, p->late_at, p->inner_hi, 1, kind, count);
+    return p->inner_hi;
 }
 
 /* Output row oy of one plane: the columns whose windows lie inside the width 8 at a time at strides 1 and 2,
    the rest of them tap by tap along the row (a NaN, once in, stays); the border columns window by window. */
 RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *restrict y, int64_t oy)
 {
-    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw, lo = p->inner_lo, hi = p->inner_hi;
+    const int64_t row0 = oy * p->sh - p->pad_top, sw = p->sw, hi = p->inner_hi;
     int64_t i0, i1;
     taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
-    int64_t start = lo;
-    if (sw == 1 || sw == 2) {
-        /* at stride 2 a tap reads 16 floats: the last block's last tap must stay inside the row */
-        const int64_t last_shift = (p->kw - 1) * p->dw - p->pad_left;
-        while (start + 8 <= hi && (sw == 1 || 2 * (start + 8) + last_shift <= p->wd))
-            start += 8;
-        columns_max8(p, x, y, row0, i0, i1, lo, start, sw, 0);
-        /* the columns left, as one block ending at hi (its first columns computed again, to the same values) */
-        const int64_t at = hi - 8;
-        if (start < hi && at >= lo && (sw == 1 || (2 * at - p->pad_left >= 1 && 2 * hi - 2 + last_shift <= p->wd - 1))) {
-            columns_max8(p, x, y, row0, i0, i1, at, hi, sw, 1);
-            start = hi;
-        }
-    }
+    const int64_t start = interior8(p, x, y, row0, i0, i1, WINDOW_MAX, 0.0f);
     for (int64_t ox = start; ox < hi; ox++) y[ox] = -INFINITY;
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = 0; j < p->kw; j++) {
@@ -168,6 +197,35 @@ RTD_CLONES static void pool_row(const struct pool *p, const float *x, float *res
             }
         }
         y[ox] = best;
+    }
+}
+
+/* Output row oy of one plane's averages: each window's taps inside the image added to 0 in row-major order (a
+   pad adds nothing), divided by the number of its taps inside the counted region (the image, with
+   count_include_pad its explicit pads too; 1 if none). The interior columns, whose windows count kw columns,
+   8 at a time; the others window by window. */
+RTD_CLONES static void average_row(const struct pool *p, const float *x, float *restrict y, int64_t oy)
+{
+    const int64_t row0 = oy * p->sh - p->pad_top;
+    int64_t i0, i1, c0, c1;
+    taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
+    taps_inside(row0, p->kh, p->dh, -p->count_top, p->h + p->count_bottom, &c0, &c1);
+    const int64_t rows = c1 - c0 > 0 ? c1 - c0 : 1;   /* a window of kw interior columns with no counted row: sum 0, divided by 1 */
+    const int64_t start = interior8(p, x, y, row0, i0, i1, WINDOW_AVERAGE, (float)(rows * p->kw));
+    for (int64_t ox = 0; ox < p->ow; ox++) {
+        if (ox == p->inner_lo) ox = start;
+        if (ox >= p->ow) break;
+        const int64_t col0 = ox * p->sw - p->pad_left;
+        int64_t j0, j1, k0, k1;
+        taps_inside(col0, p->kw, p->dw, 0, p->wd, &j0, &j1);
+        taps_inside(col0, p->kw, p->dw, -p->count_left, p->wd + p->count_right, &k0, &k1);
+        float sum = 0.0f;
+        for (int64_t i = i0; i < i1; i++) {
+            const float *row = x + (row0 + i * p->dh) * p->wd + col0;
+            for (int64_t j = j0; j < j1; j++) sum += row[j * p->dw];
+        }
+        const int64_t count = (c1 - c0) * (k1 - k0);
+        y[ox] = sum / (float)(count > 0 ? count : 1);
     }
 }
 
@@ -284,17 +342,11 @@ RTD_CLONES static void pool_row_8bit(const struct pool *p, const uint8_t *x, uin
     int64_t i0, i1;
     taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
     int64_t start = p->inner_lo;
-    if (sw == 1 || sw == 2) {   /* 16 columns at a time; the row's last ones as one block ending at inner_hi */
-        const int64_t last_shift = (p->kw - 1) * p->dw - p->pad_left, at = p->inner_hi - 16;
-        while (start + 16 <= p->inner_hi && (sw == 1 || 2 * (start + 16) + last_shift <= p->wd)) {
-            columns_max16(p, x, y, row0, i0, i1, start, 0);
-            start += 16;
-        }
-        if (start < p->inner_hi && at >= p->inner_lo
-            && (sw == 1 || (2 * at - p->pad_left >= 1 && 2 * p->inner_hi - 2 + last_shift <= p->wd - 1))) {
-            columns_max16(p, x, y, row0, i0, i1, at, 1);
-            start = p->inner_hi;
-        }
+    for (; start < p->blocks_end; start += 16)
+        columns_max16(p, x, y, row0, i0, i1, start, 0);
+    if (p->late_at >= 0) {
+        columns_max16(p, x, y, row0, i0, i1, p->late_at, 1);
+        start = p->inner_hi;
     }
     for (int64_t ox = start; ox < p->inner_hi; ox++) y[ox] = (uint8_t)lowest;
     for (int64_t i = i0; i < i1; i++)
@@ -339,10 +391,23 @@ static void pool_planes_8bit(void *context, int64_t worker, int64_t first, int64
             pool_row_8bit(p, p->x8 + plane * p->h * p->wd, p->y8 + plane * p->oh * p->ow + oy * p->ow, oy);
 }
 
-static int max_pool(struct pool *p, int64_t x_len, int64_t y_len, int64_t n, void (*planes)(void *, int64_t, int64_t, int64_t))
+static void average_planes(void *context, int64_t worker, int64_t first, int64_t last)
+{
+    const struct pool *p = context;
+    (void)worker;
+    for (int64_t plane = first; plane < last; plane++)
+        for (int64_t oy = 0; oy < p->oh; oy++)
+            average_row(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);
+}
+
+/* Checks the geometry, finds the interior columns and their blocks of `lanes`, and runs `planes` over every
+   image's channels. */
+static int pool(struct pool *p, int64_t x_len, int64_t y_len, int64_t n, int64_t lanes,
+                void (*planes)(void *, int64_t, int64_t, int64_t))
 {
     if (n < 0 || p->c < 0 || p->h < 1 || p->wd < 1 || p->kh < 1 || p->kw < 1 || p->oh < 0 || p->ow < 0 || p->sh < 1 || p->sw < 1
-        || p->dh < 1 || p->dw < 1 || p->pad_top < 0 || p->pad_left < 0)
+        || p->dh < 1 || p->dw < 1 || p->pad_top < 0 || p->pad_left < 0 || p->count_top < 0 || p->count_bottom < 0
+        || p->count_left < 0 || p->count_right < 0)
         return RTD_NATIVE_E_ARGUMENT;
     if (x_len != n * p->c * p->h * p->wd || y_len != n * p->c * p->oh * p->ow)
         return RTD_NATIVE_E_LENGTH;
@@ -350,6 +415,7 @@ static int max_pool(struct pool *p, int64_t x_len, int64_t y_len, int64_t n, voi
     const int64_t reach = p->wd - 1 - (p->kw - 1) * p->dw + p->pad_left;
     p->inner_lo = clamp((p->pad_left + p->sw - 1) / p->sw, 0, p->ow);
     p->inner_hi = reach < 0 ? p->inner_lo : clamp(reach / p->sw + 1, p->inner_lo, p->ow);
+    plan_blocks(p, lanes);
     int64_t threads = rtd_threads();
     if (y_len * p->kh * p->kw / (threads > 0 ? threads : 1) < MIN_READS_PER_THREAD) threads = 1;
     rtd_parallel_for(threads, n * p->c, planes, p);
@@ -362,7 +428,7 @@ int rtd_max_pool2d_f32(const float *x, int64_t x_len, float *y, int64_t y_len,
 {
     struct pool p = {.x = x, .y = y, .c = c, .h = h, .wd = wd, .kh = kh, .kw = kw, .oh = oh, .ow = ow, .sh = sh, .sw = sw,
                      .dh = dh, .dw = dw, .pad_top = pad_top, .pad_left = pad_left};
-    return max_pool(&p, x_len, y_len, n, pool_planes);
+    return pool(&p, x_len, y_len, n, 8, pool_planes);
 }
 
 int rtd_max_pool2d_8bit(const void *x, int x_type, int64_t x_len, void *y, int64_t y_len,
@@ -373,7 +439,18 @@ int rtd_max_pool2d_8bit(const void *x, int x_type, int64_t x_len, void *y, int64
         return RTD_NATIVE_E_ARGUMENT;
     struct pool p = {.x8 = x, .y8 = y, .is_signed = x_type == 2, .c = c, .h = h, .wd = wd, .kh = kh, .kw = kw, .oh = oh,
                      .ow = ow, .sh = sh, .sw = sw, .dh = dh, .dw = dw, .pad_top = pad_top, .pad_left = pad_left};
-    return max_pool(&p, x_len, y_len, n, pool_planes_8bit);
+    return pool(&p, x_len, y_len, n, 16, pool_planes_8bit);
+}
+
+int rtd_average_pool2d_f32(const float *x, int64_t x_len, float *y, int64_t y_len,
+                           int64_t n, int64_t c, int64_t h, int64_t wd, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                           int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t pad_top, int64_t pad_left,
+                           int64_t count_top, int64_t count_bottom, int64_t count_left, int64_t count_right)
+{
+    struct pool p = {.x = x, .y = y, .c = c, .h = h, .wd = wd, .kh = kh, .kw = kw, .oh = oh, .ow = ow, .sh = sh, .sw = sw,
+                     .dh = dh, .dw = dw, .pad_top = pad_top, .pad_left = pad_left, .count_top = count_top,
+                     .count_bottom = count_bottom, .count_left = count_left, .count_right = count_right};
+    return pool(&p, x_len, y_len, n, 8, average_planes);
 }
 
 struct reduce { int kind; const float *x; float *y; int64_t r, inner; };

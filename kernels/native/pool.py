@@ -1,7 +1,7 @@
-"""The guarded call into pool.c's pairwise sum along contiguous elements, used by the reductions' kernels
-(sum_over: ReduceSum, ReduceMean, GlobalAveragePool) for float32 NumPy arrays, so a traced run and a native
-program (whose REDUCE op runs the same C) agree bit for bit. Anything else returns None and the kernel
-runs NumPy.
+"""The guarded calls into pool.c's pairwise sum along contiguous elements, used by the reductions' kernels
+(sum_over: ReduceSum, ReduceMean, GlobalAveragePool), and its average pool over 2-D windows, used by
+AveragePool's, for float32 NumPy arrays, so a traced run and a native program (whose REDUCE and AVERAGE_POOL
+ops run the same C) agree bit for bit. Anything else returns None and the kernel runs NumPy.
 """
 import numpy as np
 
@@ -25,3 +25,26 @@ def row_sums(x):
     if status != 0:   # the checks above make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"reduction kernel refused its arguments (status {status})")
     return y
+
+
+def average_pool2d(x, kernel, strides, dilations, begin, out_shape, counted_begin, counted_end):
+    """The window means of x (N, C, H, W) as pool.c makes them (pool.h's rtd_average_pool2d_f32), or None when not taken."""
+    if compiled is None or type(x) is not np.ndarray or x.dtype != FLOAT32 or x.ndim != 4 or len(kernel) != 2 or min(x.shape) < 1:
+        return None
+    numbers = average_numbers(x.shape, kernel, strides, dilations, begin, out_shape, counted_begin, counted_end)
+    if min(numbers[4:]) < 0 or min(numbers[8:12]) < 1:
+        return None
+    x = np.ascontiguousarray(x)
+    y = np.empty(x.shape[:2] + tuple(out_shape), FLOAT32)
+    ffi = compiled.ffi
+    status = compiled.lib.rtd_average_pool2d_f32(
+        ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", y, require_writable=True), y.size, *numbers)
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"average pool kernel refused its arguments (status {status})")
+    return y
+
+
+def average_numbers(shape, kernel, strides, dilations, begin, out_shape, counted_begin, counted_end):
+    """pool.h's rtd_average_pool2d_f32 geometry after its lengths: program.h's AVERAGE_POOL parameters."""
+    return (*shape, *kernel, *out_shape, *(strides or (1, 1)), *(dilations or (1, 1)), begin[0], begin[1],
+            counted_begin[0], counted_end[0], counted_begin[1], counted_end[1])

@@ -219,6 +219,10 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
         NEED(2, 14);
         return rtd_max_pool2d_f32(f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[0], p[1], p[2], p[3], p[4], p[5],
                                   p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13]);
+    case RTD_OP_AVERAGE_POOL:
+        NEED(2, 18);
+        return rtd_average_pool2d_f32(f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[0], p[1], p[2], p[3], p[4], p[5],
+                                      p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17]);
     case RTD_OP_LSTM:
         NEED(6, 4);
         if (floats(&o[2]) != floats(&o[3])) return RTD_NATIVE_E_LENGTH;

@@ -36,7 +36,8 @@
     AVERAGE_POOL8 x scratch y; x_type n c h w kh kw oh ow sh sw pad_top pad_left count_include_pad x_scale x_zero_point
                y_scale y_zero_point (quant.h's rtd_average_pool_8bit; scales as float32 bits)
     LAYERNORM  x gamma beta y; rows cols epsilon (float32 bits; activation.h's rtd_layernorm_f32)
-    RESAMPLE   x index weights y; outer in_size out_size inner taps (resample.h: one axis of a Resize) */
+    RESAMPLE   x index weights y; outer in_size out_size inner taps (resample.h: one axis of a Resize)
+    AVERAGE_POOL x y; POOL's numbers, then count_top count_bottom count_left count_right: the window means (pool.h) */
 #define RTD_OP_CONV 1
 #define RTD_OP_DEPTHWISE 2
 #define RTD_OP_GEMM 3
@@ -61,6 +62,7 @@
 #define RTD_OP_AVERAGE_POOL8 22
 #define RTD_OP_LAYERNORM 23
 #define RTD_OP_RESAMPLE 24
+#define RTD_OP_AVERAGE_POOL 25
 #define RTD_PROGRAM_E_INDEX 3
 int rtd_program_run(const int64_t *code, int64_t code_len, void **slots, const int64_t *slot_bytes,
                     const uint8_t *slot_writable, int64_t n_slots, int64_t *failed);

@@ -7,6 +7,7 @@ are counted exactly as ONNX specifies.
 """
 import numpy as np
 
+from ..native.pool import average_pool2d
 from ._window import geometry, pad_into, separable, taps
 
 POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "kernel_shape": None, "pads": None, "strides": None}
@@ -44,27 +45,36 @@ def max_pool(xp, x, kernel, strides, dilations, pads, auto_pad, ceil_mode, stora
     return y, flat + channel
 
 
+def counted_pads(begin, end, pads, auto_pad, count_include_pad):
+    """(begin, end): the pads an average counts in its divisor, per spatial axis: none, or with count_include_pad
+    the explicit (or auto_pad's) pads, never the ceil-mode overhang geometry() added to end."""
+    nd = len(begin)
+    if not count_include_pad:
+        return [0] * nd, [0] * nd
+    return list(begin), list(pads or [0] * 2 * nd)[nd:] if auto_pad in ("NOTSET", "") else list(end)
+
+
 def sum_pool(xp, x, kernel, strides, dilations, pads, auto_pad, ceil_mode, count_include_pad, p=None):
-    """Average (p None) or Lp pooling; averages count only real cells (plus explicit pads if asked)."""
+    """Average (p None) or Lp pooling; averages count only real cells (plus explicit pads if asked). A float32
+    NumPy average over 2-D windows runs pool.c's kernel, as a compiled plan's does."""
     out_shape, begin, end = geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
+    counted_begin, counted_end = counted_pads(begin, end, pads, auto_pad, count_include_pad)
+    if p is None and xp is np:
+        y = average_pool2d(x, kernel, strides, dilations, begin, out_shape, counted_begin, counted_end)
+        if y is not None:
+            return y
     padded = pad_into(x, begin, end, 0, "sumpool", xp)
     if p is not None:
         padded = xp.abs(padded) if p == 1 else xp.abs(padded) ** p
     y = separable(xp, padded, kernel, strides, dilations, out_shape, xp.add)
     if p is not None:
         return y if p == 1 else y ** (1.0 / p)
-    nd = len(kernel)
-    # the pads that count with count_include_pad: never the ceil-mode overhang geometry() added
-    counted_end = list(pads or [0] * 2 * nd)[nd:] if auto_pad in ("NOTSET", "") else end
-    if count_include_pad and list(end) == list(counted_end):
+    if count_include_pad and list(end) == counted_end:
         y /= y.dtype.type(np.prod(kernel))
         return y
     spatial = x.shape[2:]
     mask = np.zeros((1, 1) + tuple(b + s + e for b, s, e in zip(begin, spatial, end)), x.dtype)
-    if count_include_pad:
-        inner = tuple(slice(0, b + s + ce) for b, s, ce in zip(begin, spatial, counted_end))
-    else:
-        inner = tuple(slice(b, b + s) for b, s in zip(begin, spatial))
+    inner = tuple(slice(b - cb, b + s + ce) for b, s, cb, ce in zip(begin, spatial, counted_begin, counted_end))
     mask[(slice(None), slice(None)) + inner] = 1
     count = separable(np, mask, kernel, strides, dilations, out_shape, np.add)
     y /= xp.asarray(np.maximum(count, 1))
