@@ -24,6 +24,7 @@ from rtd.errors import RtdError
 from .ir import RTD_DOMAIN, Node
 from .native import compiled
 from .native import conv as native_conv
+from .native import quant
 from .native.chain import FLOAT32, OPCODES, Program, _layout
 from .native.gemm import COLUMNS, PACKED, ROWS
 from .native.gemm import _pack as pack_gemm
@@ -40,7 +41,7 @@ from .ops._window import geometry
 
 # program.h's opcodes
 (CONV, DEPTHWISE, GEMM, MATMUL, CHAIN, ACTIVATION, SOFTMAX, COPY, FILL, CAST, REDUCE, POOL, LSTM, GATHER, QUANTIZE, DEQUANTIZE,
- POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM, RESAMPLE, AVERAGE_POOL) = range(1, 26)
+ POOL8, LOOKUP, PAIRS, GLOBAL_AVERAGE8, REQUANTIZE, AVERAGE_POOL8, LAYERNORM, RESAMPLE, AVERAGE_POOL, DYNAMIC_QUANTIZE, MATMUL8) = range(1, 28)
 # move.h's element types, pool.h's reduction kinds
 TYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
          np.dtype(np.int8): 4, np.dtype(np.uint8): 5, np.dtype(np.bool_): 6}
@@ -840,6 +841,82 @@ def _qlinear_conv(step: Step) -> Emitted | None:
                        (x_type, x_params[1], y_type, y_params[1], 0, *chain_len, 0, *layout.geometry, 0))], {})
 
 
+def _dynamic_quantize(step: Step) -> Emitted | None:
+    """DynamicQuantizeLinear of float32: range, scale, zero point and values in one op, the C its kernel calls."""
+    x, outputs = step.input(0), step.node.outputs
+    if step.dtype(x) != FLOAT32 or len(outputs) != 3 or not all(outputs):
+        return None
+    return Emitted([Op(DYNAMIC_QUANTIZE, (reads(Value(x)), *(writes(Value(o)) for o in outputs)), ())], {})
+
+
+def _conv_integer(step: Step) -> Emitted | None:
+    """ConvInteger of an 8-bit x by constant 8-bit weights where the kernel's sums are exact in float32 whatever x's
+    zero point (then any order of them gives its bits): the compiled convolution of x - x_zp (a constant, or the
+    zero point the run computed, which the op reads: DynamicQuantizeLinear's) by the kernel's own centred weights,
+    packed once, then the sums cast to int32. Depthwise ones stay the kernel's."""
+    kernel = step.kernel
+    x, w, x_zp, w_zp = (step.node.inputs + [""] * 4)[:4]
+    y, dtype = step.output(), step.dtype(x)
+    weights, wz = step.constant(w), (step.constant(w_zp) if w_zp else None)
+    if dtype not in EIGHT_BIT or weights is None or not frozen(weights) or weights.dtype not in EIGHT_BIT or step.dtype(y) != np.int32 \
+            or (w_zp and (wz is None or wz.size not in (1, weights.shape[0]))) \
+            or (x_zp and (step.dtype(x_zp) != dtype or math.prod(step.shape(x_zp)) != 1)):
+        return None
+    zero = step.constant(x_zp) if x_zp else np.zeros((), dtype)
+    x_shape, m, nd = step.shape(x), weights.shape[0], len(step.shape(x)) - 2
+    k = list(kernel.kernel_shape or weights.shape[2:])
+    if nd not in (1, 2) or len(k) != nd or tuple(weights.shape[2:]) != tuple(k):
+        return None
+    info = np.iinfo(dtype)
+    x_max = span(dtype, np.asarray(zero)) if zero is not None else int(info.max) - int(info.min)   # any zero point
+    if math.prod(weights.shape[1:]) * x_max * span(weights.dtype, wz) >= FLOAT32_EXACT:
+        return None   # the kernel may sum in float64 then: not this compiled pass
+    out_shape, begin, end = geometry(x_shape[2:], k, kernel.strides, kernel.dilations, kernel.pads, kernel.auto_pad)
+    pointwise = all(v == 1 for v in k) and all(v == 1 for v in kernel.strides or [1]) and not any(begin) and not any(end)
+    if tuple(x_shape[:1]) + (m,) + tuple(out_shape) != step.shape(y) or (kernel.group == x_shape[1] == m > 1 and not pointwise):
+        return None
+    row = (lambda dims, one: list(dims)) if nd == 2 else (lambda dims, one: [one] + list(dims))
+    layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(weights.shape[:2]) + tuple(row(k, 1)),
+                                kernel.group, row(k, 1), row(kernel.strides or [1] * nd, 1), row(kernel.dilations or [1] * nd, 1),
+                                row(begin, 0), row(end, 0), row(out_shape, 1))
+    channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
+    centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
+    if not layout.usable or not frozen(centred):
+        return None
+    w4 = centred.reshape(layout.w_shape)
+    panels = packed(centred, ("conv", m, kernel.group, centred.size), lambda: native_conv._pack(w4, m, kernel.group))
+    x_type, count = EIGHT_BIT[dtype], math.prod(step.shape(y))
+    sums = Scratch("sums", count * 4)
+    conv = Op(CONV, (reads(Value(x)), reads(Constant(np.ascontiguousarray(w4))), reads(None), writes(sums),
+                     writes(Scratch("conv", compiled.lib.rtd_conv2d_scratch(*layout.geometry, x_type, 0) * 4)),
+                     reads(Constant(panels)), reads(None), reads(None), reads(None), *[reads(None)] * native_conv.CHAIN_INPUTS,
+                     *([] if zero is not None else [reads(Value(x_zp))])),
+              (x_type, 0 if zero is None else int(np.asarray(zero).reshape(())), 0, 0, 0, *[0] * native_conv.CHAIN_INPUTS, 0,
+               *layout.geometry, 0))
+    return Emitted([conv, Op(CAST, (reads(sums), writes(Value(y))), (TYPES[FLOAT32], TYPES[np.dtype(np.int32)], count))], {})
+
+
+def _matmul_integer(step: Step) -> Emitted | None:
+    """MatMulInteger by a constant 2-D B, as its kernel's compiled product takes it (matmul_8bit.c: exact int32 sums from
+    the bytes): A's zero point a constant or the one the run computed (DynamicQuantizeLinear's), which the op reads."""
+    a, b, a_zp, b_zp = (step.node.inputs + [""] * 4)[:4]
+    y, dtype = step.output(), step.dtype(a)
+    weights, bz = step.constant(b), (step.constant(b_zp) if b_zp else None)
+    shape = step.shape(a)
+    if dtype not in EIGHT_BIT or weights is None or weights.dtype not in EIGHT_BIT or weights.ndim != 2 or len(shape) < 2 \
+            or not 0 < shape[-1] == weights.shape[0] <= quant.MAX_K or weights.shape[1] < 1 or step.dtype(y) != np.int32 \
+            or (b_zp and (bz is None or bz.dtype != weights.dtype or bz.size not in (1, weights.shape[1]))) \
+            or (a_zp and (step.dtype(a_zp) != dtype or math.prod(step.shape(a_zp)) != 1)):
+        return None
+    zero = step.constant(a_zp) if a_zp else np.zeros((), dtype)
+    k, n = weights.shape
+    w_zero = np.ascontiguousarray((np.zeros(1, weights.dtype) if bz is None else bz).reshape(-1), np.int32)
+    return Emitted([Op(MATMUL8, (reads(Value(a)), reads(Constant(np.ascontiguousarray(weights))), reads(Constant(w_zero)),
+                                 writes(Value(y)), *([] if zero is not None else [reads(Value(a_zp))])),
+                       (EIGHT_BIT[dtype], EIGHT_BIT[weights.dtype], 0 if zero is None else int(np.asarray(zero).reshape(())),
+                        math.prod(shape[:-1]), k, n))], {})
+
+
 def _qlinear_params(step: Step, dtype, names: tuple, schema=("X", "Y")):
     """The kernel's own (x_scale, x_zp, y_scale, y_zp) from constant inputs `names`, or None."""
     if any(n and step.constant(n) is None for n in names) or not names[0] or not names[2]:
@@ -1017,6 +1094,9 @@ EMITTERS = {
     **{("", op): _reduce for op in REDUCE_KINDS},
     ("", "LSTM"): _lstm,
     ("", "QuantizeLinear"): _quantize,
+    ("", "DynamicQuantizeLinear"): _dynamic_quantize,
+    ("", "ConvInteger"): _conv_integer,
+    ("", "MatMulInteger"): _matmul_integer,
     ("", "DequantizeLinear"): _dequantize,
     ("", "QLinearConv"): _qlinear_conv,
     ("", "QLinearMatMul"): _qlinear_matmul,

@@ -4,6 +4,7 @@
    so the caller needs no rule); the call uses as many threads as it holds planes for, at most. */
 #define RTD_NATIVE_E_ARGUMENT 1
 #define RTD_NATIVE_E_LENGTH 2
+#define RTD_NATIVE_E_VALUE 4   /* a value in the data the op has no result for (program.h's 3: an index out of range) */
 int rtd_depthwise_conv2d_f32(const float *x, int64_t x_len, const float *w, int64_t w_len,
                              const float *bias, int64_t bias_len, float *y, int64_t y_len,
                              float *padded, int64_t padded_len,

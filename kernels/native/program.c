@@ -15,6 +15,7 @@
 #include "conv.h"
 #include "depthwise.h"
 #include "gemm.h"
+#include "matmul_8bit.h"
 #include "move.h"
 #include "pool.h"
 #include "program.h"
@@ -106,9 +107,21 @@ static int gather(const struct operand *o, const int64_t *p, int64_t n_params)
     return 0;
 }
 
-static int conv(const struct operand *o, const int64_t *p, int64_t n_params)
+/* The zero point an op reads from its optional last operand (one byte of an 8-bit type), or `given` where it has none. */
+static int run_zero_point(const struct operand *o, int64_t n_operands, int64_t with, int64_t type, int64_t given, int32_t *zero_point)
 {
-    /* x w bias y scratch packed multiplier links link_params chain_inputs[8] */
+    *zero_point = (int32_t)given;
+    if (n_operands == with) {
+        const struct operand *zero = &o[with - 1];
+        if ((type != RTD_CONV_U8 && type != RTD_CONV_S8) || zero->bytes != 1) return RTD_NATIVE_E_LENGTH;
+        *zero_point = type == RTD_CONV_S8 ? (int32_t)(int8_t)zero->p[0] : (int32_t)(uint8_t)zero->p[0];
+    }
+    return 0;
+}
+
+static int conv(const struct operand *o, int64_t n_operands, const int64_t *p, int64_t n_params)
+{
+    /* x w bias y scratch packed multiplier links link_params chain_inputs[8] [x_zero_point] */
     if (n_params != 5 + RTD_CONV_CHAIN_INPUTS + 1 + 16 + 1) return RTD_NATIVE_E_ARGUMENT;
     const int64_t x_type = p[0], y_type = p[2], n_links = p[4], n_chain = p[5 + RTD_CONV_CHAIN_INPUTS];
     const int64_t *g = p + 6 + RTD_CONV_CHAIN_INPUTS;
@@ -124,7 +137,10 @@ static int conv(const struct operand *o, const int64_t *p, int64_t n_params)
     }
     const int64_t x_size = x_type == RTD_CONV_F32 ? 4 : 1, y_size = y_type == RTD_CONV_F32 ? 4 : 1;
     const int quantized = y_type != RTD_CONV_F32;
-    return rtd_conv2d(o[0].p, (int)x_type, o[0].bytes / x_size, (int32_t)p[1], f(&o[1]), floats(&o[1]),
+    int32_t x_zero_point;   /* a run's own (DynamicQuantizeLinear's) from the optional operand */
+    const int status = run_zero_point(o, n_operands, 10 + RTD_CONV_CHAIN_INPUTS, x_type, p[1], &x_zero_point);
+    if (status != 0) return status;
+    return rtd_conv2d(o[0].p, (int)x_type, o[0].bytes / x_size, x_zero_point, f(&o[1]), floats(&o[1]),
                       quantized ? NULL : f(&o[2]), quantized ? (const int32_t *)(const void *)o[2].p : NULL, o[2].bytes / 4,
                       f(&o[6]), floats(&o[6]), (int32_t)p[3], o[3].p, (int)y_type, o[3].bytes / y_size,
                       fw(&o[4]), floats(&o[4]), fw(&o[5]), floats(&o[5]), 0,
@@ -169,8 +185,8 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
 #define NEED(OPERANDS, PARAMS) if (n_operands != (OPERANDS) || n_params != (PARAMS)) return RTD_NATIVE_E_ARGUMENT
     switch (opcode) {
     case RTD_OP_CONV:
-        NEED(9 + RTD_CONV_CHAIN_INPUTS, n_params);
-        return conv(o, p, n_params);
+        if (n_operands != 9 + RTD_CONV_CHAIN_INPUTS && n_operands != 10 + RTD_CONV_CHAIN_INPUTS) return RTD_NATIVE_E_ARGUMENT;
+        return conv(o, n_operands, p, n_params);
     case RTD_OP_DEPTHWISE:
         NEED(5, 17);
         return rtd_depthwise_conv2d_f32(f(&o[0]), floats(&o[0]), f(&o[1]), floats(&o[1]), f(&o[2]), floats(&o[2]),
@@ -223,6 +239,19 @@ static int run_op(int64_t opcode, const struct operand *o, int64_t n_operands, c
         NEED(2, 18);
         return rtd_average_pool2d_f32(f(&o[0]), floats(&o[0]), fw(&o[1]), floats(&o[1]), p[0], p[1], p[2], p[3], p[4], p[5],
                                       p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17]);
+    case RTD_OP_MATMUL8: {
+        if ((n_operands != 4 && n_operands != 5) || n_params != 6) return RTD_NATIVE_E_ARGUMENT;
+        int32_t a_zero_point;
+        const int status = run_zero_point(o, n_operands, 5, p[0], p[2], &a_zero_point);
+        if (status != 0) return status;
+        return rtd_matmul_8bit(o[0].p, (int)p[0], o[0].bytes, a_zero_point, o[1].p, (int)p[1], o[1].bytes,
+                               (const int32_t *)(const void *)o[2].p, o[2].bytes / 4, (int32_t *)(void *)o[3].p, o[3].bytes / 4,
+                               p[3], p[4], p[5]);
+    }
+    case RTD_OP_DYNAMIC_QUANTIZE:
+        NEED(4, 0);
+        return rtd_dynamic_quantize_f32(f(&o[0]), floats(&o[0]), o[1].p, o[1].bytes, fw(&o[2]), floats(&o[2]), (uint8_t *)o[3].p,
+                                        o[3].bytes);
     case RTD_OP_LSTM:
         NEED(6, 4);
         if (floats(&o[2]) != floats(&o[3])) return RTD_NATIVE_E_LENGTH;

@@ -6,9 +6,10 @@
    checks the lengths again against its geometry, so a wrong program stops with a status (the failing
    op's index in *failed) instead of touching memory out of bounds. The operands and parameters of
    each op (program.py builds them):
-    CONV       x w bias y scratch packed multiplier links link_params chain_inputs[8];
+    CONV       x w bias y scratch packed multiplier links link_params chain_inputs[8] [x_zero_point];
                x_type x_zero_point y_type y_zero_point n_links chain_len[8] n_chain_inputs, the 16 numbers of
-               conv.h's geometry (n c h w m group kh kw oh ow sh sw dh dw pad_top pad_left), relu
+               conv.h's geometry (n c h w m group kh kw oh ow sh sw dh dw pad_top pad_left), relu; the optional
+               last operand, one byte of x's 8-bit type, is the zero point a run computed (then the parameter is unused)
     DEPTHWISE  x w bias y padded; n c h w kh kw oh ow sh sw dh dw pad_top pad_left pad_bottom pad_right relu
     GEMM       a b bias c; b_layout m k n relu (gemm.h's rtd_gemm_rows)
     MATMUL     a b c; batch m k n a_step b_step b_layout: batch products a[i] (m, k) @ b[i] (k, n) into c[i],
@@ -37,7 +38,10 @@
                y_scale y_zero_point (quant.h's rtd_average_pool_8bit; scales as float32 bits)
     LAYERNORM  x gamma beta y; rows cols epsilon (float32 bits; activation.h's rtd_layernorm_f32)
     RESAMPLE   x index weights y; outer in_size out_size inner taps (resample.h: one axis of a Resize)
-    AVERAGE_POOL x y; POOL's numbers, then count_top count_bottom count_left count_right: the window means (pool.h) */
+    AVERAGE_POOL x y; POOL's numbers, then count_top count_bottom count_left count_right: the window means (pool.h)
+    DYNAMIC_QUANTIZE x y scale zero_point; (none): DynamicQuantizeLinear (quant.h's rtd_dynamic_quantize_f32)
+    MATMUL8    a w w_zero_points y [a_zero_point]; a_type w_type a_zero_point m k n (matmul_8bit.h; w_zero_points int32;
+               the optional operand as CONV's) */
 #define RTD_OP_CONV 1
 #define RTD_OP_DEPTHWISE 2
 #define RTD_OP_GEMM 3
@@ -63,6 +67,8 @@
 #define RTD_OP_LAYERNORM 23
 #define RTD_OP_RESAMPLE 24
 #define RTD_OP_AVERAGE_POOL 25
+#define RTD_OP_DYNAMIC_QUANTIZE 26
+#define RTD_OP_MATMUL8 27
 #define RTD_PROGRAM_E_INDEX 3
 int rtd_program_run(const int64_t *code, int64_t code_len, void **slots, const int64_t *slot_bytes,
                     const uint8_t *slot_writable, int64_t n_slots, int64_t *failed);

@@ -20,6 +20,8 @@ from rtd.errors import Code, RtdError
 from . import compiled
 
 ABSENT_SLOT = -1
+# statuses an op returns for its data's values (program.h's RTD_PROGRAM_E_INDEX, depthwise.h's RTD_NATIVE_E_VALUE)
+DATA_STATUSES = {3: "an index out of range", 4: "a value the op has no result for (a NaN or an infinite range)"}
 
 
 class Value(NamedTuple):
@@ -243,9 +245,12 @@ class Segment:
         start, end = self.op_starts[first], self.op_starts[last]
         code = self.code_pointer + start if start else self.code_pointer
         status = compiled.lib.rtd_program_run(code, end - start, *state["tables"])
-        if status != 0:   # the plan's checks make this unreachable; the C checks each op all the same
-            raise RtdError(Code.E_INTERNAL, f"compiled step {self.labels[first + state['failed'][0]]!r} refused its "
-                                            f"operands (status {status})")
+        if status != 0:
+            label = self.labels[first + state["failed"][0]]
+            if status in DATA_STATUSES:   # the input's values, as the op's own kernel refuses them
+                raise RtdError(Code.E_INPUT_INVALID, f"the model cannot run on these inputs: step {label!r}: {DATA_STATUSES[status]}")
+            # the plan's checks make the others unreachable; the C checks each op all the same
+            raise RtdError(Code.E_INTERNAL, f"compiled step {label!r} refused its operands (status {status})")
 
     def _exports(self, arrays: list) -> tuple:
         out = []

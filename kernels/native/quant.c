@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include "conv.h"
 #include "depthwise.h"
 #include "quant.h"
@@ -123,6 +124,34 @@ int rtd_range_f32(const float *x, int64_t x_len, float *range, int64_t range_len
         range[1] = high != high || range[1] != range[1] ? __builtin_nanf("") : high > range[1] ? high : range[1];
     }
     return 0;
+}
+
+int rtd_dynamic_quantize_f32(const float *x, int64_t x_len, void *y, int64_t y_len, float *scale, int64_t scale_len,
+                             uint8_t *zero_point, int64_t zero_point_len)
+{
+    if (x_len < 0)
+        return RTD_NATIVE_E_ARGUMENT;
+    if (y_len != x_len || scale_len != 1 || zero_point_len != 1)
+        return RTD_NATIVE_E_LENGTH;
+    float range[2] = {0.0f, 0.0f};
+    if (x_len > 0)
+        rtd_range_f32(x, x_len, range, 2);
+    /* the range widened to hold 0 (a NaN end stays NaN), over 255, in float32 steps as the spec's reference takes them */
+    const float lo = 0.0f < range[0] ? 0.0f : range[0], hi = 0.0f > range[1] ? 0.0f : range[1];
+    const float s = (hi - lo) / 255.0f;
+    *scale = s;
+    if (s == 0.0f) {
+        *zero_point = 0;
+        memset(y, 0, (size_t)x_len);
+        return 0;
+    }
+    float z = nearbyintf(-lo / s);
+    z = 0.0f > z ? 0.0f : z;
+    z = 255.0f < z ? 255.0f : z;
+    if (z != z)   /* a NaN in x, or an infinite least value */
+        return RTD_NATIVE_E_VALUE;
+    *zero_point = (uint8_t)z;
+    return rtd_quantize_f32(x, x_len, s, (int32_t)z, y, RTD_CONV_U8, y_len);
 }
 
 RTD_CLONES static void dequantize(const uint8_t *x, int is_signed, int64_t n, float scale, int32_t zero_point, float *y)

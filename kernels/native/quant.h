@@ -6,6 +6,11 @@
 int rtd_quantize_f32(const float *x, int64_t x_len, float scale, int32_t zero_point, void *y, int y_type, int64_t y_len);
 /* rtd_range_f32: range[0], range[1] = the least and the greatest of x (x_len >= 1), both NaN where x has a NaN. */
 int rtd_range_f32(const float *x, int64_t x_len, float *range, int64_t range_len);
+/* rtd_dynamic_quantize_f32: DynamicQuantizeLinear: x's range widened to hold 0, scale = (greatest - least) / 255 and
+   zero_point = saturate(round_half_even(-least / scale)) in float32 steps, y = rtd_quantize_f32's uint8 with them (all
+   zeros, scale 0, zero point 0 where the range is 0); RTD_NATIVE_E_VALUE where x holds a NaN or -inf (no zero point). */
+int rtd_dynamic_quantize_f32(const float *x, int64_t x_len, void *y, int64_t y_len, float *scale, int64_t scale_len,
+                             uint8_t *zero_point, int64_t zero_point_len);
 int rtd_dequantize_f32(const void *x, int x_type, int64_t x_len, float scale, int32_t zero_point, float *y, int64_t y_len);
 /* rtd_lookup_8bit: y[i] = table[x[i]] over the bytes of 8-bit tensors (an 8-bit unary op's 256-entry table).
    rtd_pairs_8bit: c[i] = table[(a[ia] << 8) | b[ib]] (an 8-bit binary op's table of all 65,536 pairs), c

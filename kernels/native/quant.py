@@ -1,8 +1,9 @@
 """The guarded calls into quant.c's per-tensor quantization of float32 (rtd_quantize_f32) and its range
-(rtd_range_f32), used by DynamicQuantizeLinear for NumPy arrays: one pass for the range instead of np.min's
-and np.max's two, one for the values instead of NumPy's four (divide, rint, clip, add), each value in the
-same float32 steps (x / scale rounded once, half to even, plus the zero point, saturated), so both give
-the same bytes. And MatMulInteger's 8-bit product (matmul_8bit.c's rtd_matmul_8bit), summed in int32 from the bytes
+(rtd_range_f32), and DynamicQuantizeLinear's whole step (rtd_dynamic_quantize_f32: range, scale and zero
+point, values), which its kernel runs for NumPy arrays and a compiled plan runs as a program op, so both give
+the same bytes: one pass for the range instead of np.min's and np.max's two, one for the values instead of
+NumPy's four (divide, rint, clip, add), each value in the same float32 steps (x / scale rounded once, half to
+even, plus the zero point, saturated). And MatMulInteger's 8-bit product (matmul_8bit.c's rtd_matmul_8bit), summed in int32 from the bytes
 instead of a float copy of A through a float GEMM: the sums are exact integers either way, so both give
 the same int32. Anything else (other dtypes, strided or empty arrays, CuPy) returns None.
 """
@@ -14,6 +15,7 @@ from . import compiled
 
 FLOAT32 = np.dtype(np.float32)
 TYPES = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2}   # conv.h's RTD_CONV_U8, RTD_CONV_S8
+VALUE = 4   # depthwise.h's RTD_NATIVE_E_VALUE: a value in the data the op has no result for
 
 
 def _fits(x) -> bool:
@@ -30,6 +32,23 @@ def value_range(x) -> tuple | None:
     if status != 0:   # the checks above make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"range kernel refused its arguments (status {status})")
     return float(ends[0]), float(ends[1])
+
+
+def dynamic_quantize(x) -> tuple | None:
+    """DynamicQuantizeLinear's (y uint8, scale float32 0-d, zero point uint8 0-d), or None when not taken."""
+    if not _fits(x):
+        return None
+    y, scale, zero_point = np.empty(x.shape, np.uint8), np.empty((), FLOAT32), np.empty((), np.uint8)
+    ffi = compiled.ffi
+    status = compiled.lib.rtd_dynamic_quantize_f32(
+        ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("uint8_t[]", y, require_writable=True), y.size,
+        ffi.from_buffer("float[]", scale.reshape(1), require_writable=True), 1,
+        ffi.from_buffer("uint8_t[]", zero_point.reshape(1), require_writable=True), 1)
+    if status == VALUE:
+        raise RtdError(Code.E_INPUT_INVALID, "DynamicQuantizeLinear: the input holds a NaN or -inf, which has no zero point")
+    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+        raise RtdError(Code.E_INTERNAL, f"dynamic quantize kernel refused its arguments (status {status})")
+    return y, scale, zero_point
 
 
 def quantize(x, scale, zero_point: int, dtype):

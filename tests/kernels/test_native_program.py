@@ -632,3 +632,61 @@ def test_average_pooling_runs_in_the_program_with_the_traced_runs_bits_and_onnxr
     np.testing.assert_array_equal(planned, traced)
     reference = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(planned, reference, rtol=1e-5, atol=1e-6)
+
+
+def dynamic_integer_model(pads):
+    """Two float inputs each quantized by DynamicQuantizeLinear: x's codes through a ConvInteger at the run's zero
+    point (pads, strides, a weight zero point) and again at a constant one; v's through a MatMulInteger at
+    the run's zero point; every output of the quantizations exported too."""
+    rng = np.random.default_rng(15)
+    nodes = [node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+             node("ConvInteger", ["q", "w", "qz", "wz"], ["c"], pads=pads, strides=[1, 2]),
+             node("ConvInteger", ["q", "w", "cz"], ["cc"], kernel_shape=[3, 3]),
+             node("DynamicQuantizeLinear", ["v"], ["p", "ps", "pz"]),
+             node("MatMulInteger", ["p", "b", "pz", "bz"], ["m"])]
+    inits = [const("w", rng.integers(0, 256, (6, 3, 3, 3)).astype(np.uint8)), const("wz", np.array(119, np.uint8)),
+             const("cz", np.array(131, np.uint8)), const("b", rng.integers(0, 256, (16, 5)).astype(np.uint8)),
+             const("bz", np.array(128, np.uint8))]
+    outputs = [("q", TensorProto.UINT8), ("qs", TensorProto.FLOAT), ("qz", TensorProto.UINT8), ("c", TensorProto.INT32),
+               ("cc", TensorProto.INT32), ("p", TensorProto.UINT8), ("ps", TensorProto.FLOAT), ("pz", TensorProto.UINT8),
+               ("m", TensorProto.INT32)]
+    return model(nodes, [("x", [2, 3, 9, 11]), ("v", [2, 4, 16])], [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+                 inits, opset=13)
+
+
+@pytest.mark.parametrize("pads", [[1, 1, 1, 1], [0, 2, 1, 0]])
+def test_dynamic_quantization_and_integer_products_run_in_one_program_with_onnxruntimes_values(pads):
+    """DynamicQuantizeLinear, and ConvInteger and MatMulInteger reading the zero point the run computed (or a constant
+    one), are program ops: the whole graph one step, the traced run's bits, and onnxruntime's codes, scales, zero
+    points and exact int32 sums."""
+    onnx_model = dynamic_integer_model(pads)
+    rng = np.random.default_rng(16)
+    feeds = {"x": rng.standard_normal((2, 3, 9, 11)).astype(np.float32) * 3 + 1,
+             "v": rng.standard_normal((2, 4, 16)).astype(np.float32) - 2}
+    compiled_model = compile_model(onnx_model)
+    traced, planned = (compiled_model.run(feeds) for _ in range(2))
+    (plan,) = compiled_model._plans.values()
+    stats = plan.stats()
+    assert stats["steps"] == 1 and stats["native_nodes"] == 5, stats
+    session = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for info, expected in zip(session.get_outputs(), session.run(None, feeds)):
+        np.testing.assert_array_equal(planned[info.name], traced[info.name], err_msg=info.name)
+        assert planned[info.name].dtype == expected.dtype, info.name
+        np.testing.assert_array_equal(planned[info.name], expected, err_msg=info.name)
+
+
+def test_a_nan_before_dynamic_quantization_is_refused_by_the_traced_and_the_planned_run_alike():
+    """A NaN leaves DynamicQuantizeLinear no zero point: the traced run and the program both refuse the input with
+    E_INPUT_INVALID, and the next good input still runs."""
+    from rtd.errors import Code, RtdError
+    compiled_model = compile_model(dynamic_integer_model([1, 1, 1, 1]))
+    rng = np.random.default_rng(17)
+    good = {"x": rng.standard_normal((2, 3, 9, 11)).astype(np.float32), "v": rng.standard_normal((2, 4, 16)).astype(np.float32)}
+    bad = {**good, "v": good["v"].copy()}
+    bad["v"][1, 2, 3] = np.nan
+    for _ in range(2):   # the first run traces, the second runs the program
+        with pytest.raises(RtdError) as refused:
+            compiled_model.run(bad)
+        assert refused.value.code == Code.E_INPUT_INVALID
+        want = compiled_model.run(good)
+    np.testing.assert_array_equal(compiled_model.run(good)["m"], want["m"])
