@@ -18,6 +18,7 @@ from onnx.helper import tensor_dtype_to_np_dtype
 from rtd.errors import Code, RtdError
 
 from ..constant import frozen
+from ..native.packed import packed
 
 _INTEGER_KINDS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32,
                                         ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
@@ -103,7 +104,8 @@ def span(dtype, zero_point) -> int:
 
 
 class CentredWeight:
-    """w - zero_point as float (one pass), kept (read-only) while w is frozen and its zero point unchanged."""
+    """w - zero_point as float (one pass), kept (read-only) while w is frozen and its zero point unchanged: on the CPU one
+    copy per weight array and zero point, whichever kernel asks."""
 
     def __init__(self):
         self._kept = None  # (w, zero point's dtype/shape/bytes, dtype, centred)
@@ -113,10 +115,14 @@ class CentredWeight:
         kept = self._kept
         if kept is not None and kept[0] is w and kept[1] == key and kept[2] == dtype:
             return kept[3]
-        c = centred(w, zero_point, zp_shape, dtype)
+        if frozen(w) and xp is np:
+            # one copy per weight array, shared by every kernel instance over it (a traced run's, each signature's
+            # plan's) and read-only, so what is made from it (packed panels) is shared and kept too
+            make = lambda: centred(w, zero_point, zp_shape, dtype)  # noqa: E731
+            c = packed(w, ("centred", key, np.dtype(dtype).str, zp_shape), make)
+        else:
+            c = centred(w, zero_point, zp_shape, dtype)
         if frozen(w):
-            if xp is np:   # kept unchanged: frozen too, so what is made from it (packed panels) may be kept
-                c.flags.writeable = False
             self._kept = (w, key, np.dtype(dtype), c)
         return c
 

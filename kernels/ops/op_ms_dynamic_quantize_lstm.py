@@ -124,7 +124,8 @@ class DynamicQuantizeLSTM_1(LSTM_7):
     def _x_bytes(self, rows):
         """rows (steps, input) quantized as `_quantized_bytes` quantizes them: uint8 bytes, zero point (int), scale
         (float32); by quant.c's range and quantization passes (the same float32 steps) where they take rows with a
-        finite range, else by NumPy's."""
+        finite range, else by NumPy's. Contiguous bytes whatever the rows' layout (the compiled product reads them so)."""
+        rows = np.ascontiguousarray(rows)
         ends = quant.value_range(rows)
         if ends is not None and math.isfinite(ends[0]) and math.isfinite(ends[1]):
             low, high = min(np.float32(ends[0]), np.float32(0)), max(np.float32(ends[1]), np.float32(0))
@@ -134,7 +135,7 @@ class DynamicQuantizeLSTM_1(LSTM_7):
             if q is not None:
                 return q, zero, scale
         q, zero, scale = self._quantized_bytes(rows)
-        return q.astype(np.uint8), int(zero.reshape(())), np.float32(scale.reshape(()))
+        return q.astype(np.uint8, order="C"), int(zero.reshape(())), np.float32(scale.reshape(()))
 
     def _quantize(self, a):
         """a quantized as `_quantized_bytes`, less its zero point (integers in float32), and its scale."""
@@ -170,7 +171,7 @@ class DynamicQuantizeLSTM_1(LSTM_7):
         total = None
         if w.stored is not None and rows.ndim == 2:
             q, zero, scale = self._quantized_bytes(rows)
-            q = q.astype(np.uint8)
+            q = q.astype(np.uint8, order="C")   # rows may be a transposed view: the compiled product reads contiguous bytes
             first = quant.matmul_8bit(q, int(zero.reshape(())), w.stored[0], w.zero[0])
             if first is not None:
                 total = np.empty((rows.shape[0], dirs, gates), np.float32)

@@ -690,3 +690,18 @@ def test_a_nan_before_dynamic_quantization_is_refused_by_the_traced_and_the_plan
         assert refused.value.code == Code.E_INPUT_INVALID
         want = compiled_model.run(good)
     np.testing.assert_array_equal(compiled_model.run(good)["m"], want["m"])
+
+
+def test_the_traced_run_and_the_plan_share_one_centred_copy_and_one_set_of_panels_per_integer_weight():
+    """ConvInteger's weights less their zero point, and the panels packed from them, are made once per weight and zero
+    point whichever kernel asks (the traced run's, then the plan's emitter): two ConvIntegers over one weight at two
+    zero points keep two of each, not four."""
+    from rtd.kernels.native import packed
+    before = set(packed._kept)
+    compiled_model = compile_model(dynamic_integer_model([1, 1, 1, 1]))
+    rng = np.random.default_rng(18)
+    feeds = {"x": rng.standard_normal((2, 3, 9, 11)).astype(np.float32), "v": rng.standard_normal((2, 4, 16)).astype(np.float32)}
+    for _ in range(2):
+        compiled_model.run(feeds)
+    made = [key[1][0] for key in set(packed._kept) - before]
+    assert made.count("centred") == 2 and made.count("conv") == 2, made

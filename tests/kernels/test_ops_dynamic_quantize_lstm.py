@@ -190,3 +190,30 @@ def test_x_is_quantized_by_the_compiled_passes_as_by_numpys(shift):
         want_q, want_zero, want_scale = kernel._quantized_bytes(rows)
         np.testing.assert_array_equal(q, want_q.astype(np.uint8))
         assert zero == int(want_zero.reshape(())) and scale.tobytes() == want_scale.reshape(()).tobytes()
+
+
+def test_a_transposed_input_takes_the_compiled_8bit_projection(tmp_path):
+    """X arriving as a transposed view (a CRNN's feature map turned by a Transpose and a Reshape into one sequence's
+    rows: column-major) is quantized into contiguous bytes for the compiled 8-bit projection: the float copy of W
+    (four bytes a weight) is never made, in the traced run or the plan's, and the outputs are those of the same X
+    given contiguous."""
+    from rtd.kernels.native import packed
+    _, quantized = lstm_pair(tmp_path, "bidirectional", False)
+    model = onnx.load_from_string(quantized)
+    lstm = next(n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM")
+    lstm.input[5], lstm.input[6] = "", ""   # no initial states: a batch of one
+    model.graph.node.insert(0, helper.make_node("Transpose", ["map"], ["turned"], perm=[3, 0, 1, 2]))
+    model.graph.node.insert(1, helper.make_node("Reshape", ["turned", "rows"], ["x"]))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([20, 1, INPUT], np.int64), "rows"))
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("map", TensorProto.FLOAT, [1, INPUT, 1, 20]))
+    feature_map = np.random.default_rng(2).standard_normal((1, INPUT, 1, 20)).astype(np.float32)
+    before = set(packed._kept)
+    compiled_model = compile_model(model.SerializeToString())
+    got = [compiled_model.run({"map": feature_map}) for _ in range(2)]
+    assert [key[1][0] for key in set(packed._kept) - before].count("dynamic-quantize-lstm") == 0
+    del model.graph.node[:2], model.graph.initializer[-1]
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, [20, 1, INPUT]))
+    want = compile_model(model.SerializeToString()).run({"x": np.ascontiguousarray(feature_map.transpose(3, 0, 1, 2).reshape(20, 1, INPUT))})
+    for run in got:
+        for name, value in want.items():
+            np.testing.assert_array_equal(run[name], value, err_msg=name)
