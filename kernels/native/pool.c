@@ -1,12 +1,15 @@
-/* Max pooling over 2-D windows (float32, and the 8-bit tensors of quantized models), average pooling over
- * them (float32), and reductions over
- * the middle axis of (outer, r, inner), for float32 (pool.h): what CNN heads and the streaming models'
- * tails spend their few microseconds on.
+/* Max pooling over 2-D windows (float32, and the 8-bit tensors of quantized models), average pooling over them
+ * (float32), and reductions over the middle axis of (outer, r, inner), for float32 (pool.h): what CNN heads and the
+ * streaming models' tails spend their few microseconds on.
  *
  * A pool computes each output row from the input rows its windows cover, clamping every window to the
- * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case;
- * the columns whose windows lie inside the width are taken tap by tap along the row, which vectorises.
- * Large windows over small maps (most windows crossing a border) take each input row's maxima first.
+ * image (no padded copy), so borders, strides, dilations and ceil-mode overhang need no special case.
+ * The columns whose windows lie inside the width run as vectors (8 floats, 16 bytes; at stride 2 each tap's
+ * values the even ones of twice as many): whole blocks while every read stays in the row, then one tail block
+ * ending at the last such column (or, in a row narrower than a block, starting at the first), whose reads past
+ * the row's end fall on the next row's values in lanes no window keeps; only at the tensor's end does the tail
+ * read copies of its rows. The border columns go window by window. Large windows over small maps (most windows
+ * crossing a border) take each input row's maxima first.
  * An average adds a window's taps in row-major order, and the AveragePool kernel's traced run calls this same
  * C (native/pool.py), so traced and planned runs agree.
  * A reduction adds row after row of r into the `inner` results (8 lanes at a time), so each output
@@ -18,6 +21,7 @@
  * The caller (program.c) checks shapes once; the lengths are checked again here, so a wrong call fails
  * with a status instead of reading out of bounds.
  */
+#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -33,6 +37,8 @@
 #define SEPARABLE_TAPS 16
 #define SEPARABLE_FLOATS 16384
 #define PADDED_ROW 1024   /* a row and its margins, on the stack, for the separable pass at stride 1 */
+#define BOUNCE_ROWS 16     /* a row's tail block: the window rows and values per row copied (copy_tail_rows), on the stack */
+#define BOUNCE_WIDTH 128
 
 struct pool {
     const float *x; float *y;
@@ -40,7 +46,8 @@ struct pool {
     int64_t c, h, wd, kh, kw, oh, ow, sh, sw, dh, dw, pad_top, pad_left;
     int64_t count_top, count_bottom, count_left, count_right;   /* an average's pads that count (count_include_pad) */
     int64_t inner_lo, inner_hi;   /* output columns [inner_lo, inner_hi) whose windows lie inside the image's width */
-    int64_t blocks_end, late_at;   /* where those columns run in vector blocks (plan_blocks) */
+    int64_t blocks_end, tail_at;   /* where those columns run in vector blocks (plan_blocks) */
+    const char *x_end;   /* just past the input tensor: the tail block reads up to it, never past (tail_inside) */
 };
 
 static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -59,20 +66,28 @@ static inline void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, 
     *last = clamp(b, *first, k);
 }
 
-/* The interior columns [inner_lo, inner_hi) taken `lanes` at a time at strides 1 and 2: whole blocks up to
-   blocks_end (every tap's read inside the row: at stride 2 a tap reads 2 * lanes values), then, if columns are
-   left, one block from late_at ending at inner_hi (its first columns computed again, to the same values), read
-   from one value earlier at stride 2 so that it stops at the row's end; late_at -1: the rest one by one. */
+/* The interior columns [inner_lo, inner_hi) taken `lanes` at a time at strides 1 and 2: whole blocks read where
+   the input lies up to blocks_end (every tap's read inside the row: at stride 2 a tap reads 2 * lanes values), then,
+   if columns are left, one block from tail_at (ending at inner_hi, or at inner_lo's block where fewer columns than
+   lanes lie inside) read where it lies or from a copy of its input rows (tail_inside), its columns from blocks_end kept; tail_at -1:
+   the rest one by one (a window too tall or wide for the copy). */
 static void plan_blocks(struct pool *p, int64_t lanes)
 {
-    const int64_t sw = p->sw, hi = p->inner_hi, last_shift = (p->kw - 1) * p->dw - p->pad_left, at = hi - lanes;
+    const int64_t sw = p->sw, hi = p->inner_hi;
     int64_t end = p->inner_lo;
-    if (sw == 1 || sw == 2)
-        while (end + lanes <= hi && (sw == 1 || 2 * (end + lanes) + last_shift <= p->wd))
+    if ((sw == 1 || sw == 2) && p->kh <= BOUNCE_ROWS)
+        while (end + lanes <= hi && (sw == 1 || 2 * (end + lanes) + (p->kw - 1) * p->dw - p->pad_left <= p->wd))
             end += lanes;
     p->blocks_end = end;
-    p->late_at = (sw == 1 || sw == 2) && end < hi && at >= p->inner_lo
-                 && (sw == 1 || (2 * at - p->pad_left >= 1 && 2 * hi - 2 + last_shift <= p->wd - 1)) ? at : -1;
+    const int64_t at = hi - lanes > p->inner_lo ? hi - lanes : p->inner_lo;
+    p->tail_at = (sw == 1 || sw == 2) && end < hi && p->kh <= BOUNCE_ROWS && 2 * lanes + (p->kw - 1) * p->dw <= BOUNCE_WIDTH ? at : -1;
+}
+
+/* Whether the tail block's reads from its last tap row (`last`, at its window's start) stay inside the tensor (past
+   the row's end they are the next row's, in lanes no window keeps). Only the tensor's last rows read copies instead. */
+RTD_INLINE int tail_inside(const struct pool *p, const void *last, int64_t size, int64_t lanes)
+{
+    return (const char *)last + (2 * lanes + (p->kw - 1) * p->dw) * size <= p->x_end;
 }
 
 /* The larger of best and v, a NaN winning (once in, it stays):
@@ -90,27 +105,25 @@ RTD_INLINE v8 max_nan8(v8 best, v8 v)
 }
 
 /* A tap's 8 values at column stride sw (1 or 2): at stride 2 the even floats of 16, gathered in one in-lane
-   shuffle whose lane order `in_order` undoes (once, on the window's result); `late`, the odd floats of the
-   16 from one float earlier (the same values, read without the float past the last one: a row's end). */
-RTD_INLINE v8 tap8(const float *tap, int64_t sw, int late)
+   shuffle whose lane order `in_order` undoes (once, on the window's result). */
+RTD_INLINE v8 tap8(const float *tap, int64_t sw)
 {
-    const v8i evens = {0, 2, 8, 10, 4, 6, 12, 14}, odds = {1, 3, 9, 11, 5, 7, 13, 15};
-    if (sw == 1)
-        return load8(tap);
-    return late ? __builtin_shuffle(load8(tap - 1), load8(tap + 7), odds) : __builtin_shuffle(load8(tap), load8(tap + 8), evens);
+    const v8i evens = {0, 2, 8, 10, 4, 6, 12, 14};
+    return sw == 1 ? load8(tap) : __builtin_shuffle(load8(tap), load8(tap + 8), evens);
 }
 
 /* What a window of floats makes of its taps: the maximum (fast: a tap larger than the best so far replaces it;
    exact: through max_nan8), or the sum divided by a count. */
 enum window { WINDOW_MAX, WINDOW_MAX_EXACT, WINDOW_AVERAGE };
 
-/* Output columns [lo, end) of row oy, `blocks` (1 or 4) vectors of 8 at a time (every tap's read inside the
-   row), the window's taps in row-major order. A maximum keeps the first maximal tap (signed zeros as max_nan);
-   an average adds the taps to 0 and divides by `count`. Four blocks side by side keep four independent chains
-   in flight (one chain waited on each select's or add's latency). Returns whether a fast maximum met a NaN
-   (then the caller runs the columns again exactly: rare, and the fast pass does not keep the first NaN). */
-RTD_INLINE int blocks8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
-                       int64_t lo, int64_t end, int late, int64_t blocks, enum window kind, float count)
+/* Output columns [lo, end), `blocks` (1 or 4) vectors of 8 at a time, tap row i's reads from base + i * stride (column
+   lo's window start; every read inside the tensor or a copy), the window's taps in row-major order. A maximum keeps the
+   first maximal tap (signed zeros as max_nan); an average adds the taps to 0 and divides by `count`. Four blocks
+   side by side keep four independent chains in flight (one chain waited on each select's or add's latency).
+   Returns whether a fast maximum met a NaN (then the caller runs the columns again exactly: rare, and the fast pass
+   does not keep the first NaN). */
+RTD_INLINE int blocks8(const struct pool *p, const float *base, int64_t stride, int64_t n_rows, float *restrict y, int64_t lo,
+                       int64_t end, int64_t blocks, enum window kind, float count)
 {
     const int64_t sw = p->sw;
     const v8i in_order = {0, 1, 4, 5, 2, 3, 6, 7};
@@ -119,11 +132,11 @@ RTD_INLINE int blocks8(const struct pool *p, const float *x, float *restrict y, 
     v8i nan = {0};
     for (int64_t start = lo; start + 8 * blocks <= end; start += 8 * blocks) {
         v8 best[4] = {first, first, first, first};
-        for (int64_t i = i0; i < i1; i++) {
-            const float *row = x + (row0 + i * p->dh) * p->wd + start * sw - p->pad_left;
+        for (int64_t i = 0; i < n_rows; i++) {
+            const float *row = base + i * stride + (start - lo) * sw;
             for (int64_t j = 0; j < p->kw; j++)
                 for (int64_t b = 0; b < blocks; b++) {
-                    const v8 v = tap8(row + j * p->dw + b * 8 * sw, sw, late);
+                    const v8 v = tap8(row + j * p->dw + b * 8 * sw, sw);
                     if (kind == WINDOW_AVERAGE) {
                         best[b] += v;
                     } else if (kind == WINDOW_MAX_EXACT) {
@@ -145,26 +158,60 @@ RTD_INLINE int blocks8(const struct pool *p, const float *x, float *restrict y, 
     return (nan[0] | nan[1]) != 0;
 }
 
-/* Columns [lo, end) of row oy 8 at a time, four vectors at once while they last; a maximum again exactly if a
-   NaN came. */
-RTD_INLINE void columns8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
-                         int64_t lo, int64_t end, int late, enum window kind, float count)
+/* Columns [lo, end) 8 at a time, four vectors at once while they last; a maximum again exactly if a NaN came. */
+RTD_INLINE void columns8(const struct pool *p, const float *base, int64_t stride, int64_t n_rows, float *restrict y, int64_t lo,
+                         int64_t end, enum window kind, float count)
 {
     const int64_t wide = lo + (end - lo) / 32 * 32;
-    if (blocks8(p, x, y, row0, i0, i1, lo, wide, late, 4, kind, count) | blocks8(p, x, y, row0, i0, i1, wide, end, late, 1, kind, count)) {
-        blocks8(p, x, y, row0, i0, i1, lo, wide, late, 4, WINDOW_MAX_EXACT, count);
-        blocks8(p, x, y, row0, i0, i1, wide, end, late, 1, WINDOW_MAX_EXACT, count);
+    const float *rest = base + (wide - lo) * p->sw;
+    if (blocks8(p, base, stride, n_rows, y, lo, wide, 4, kind, count) | blocks8(p, rest, stride, n_rows, y, wide, end, 1, kind, count)) {
+        blocks8(p, base, stride, n_rows, y, lo, wide, 4, WINDOW_MAX_EXACT, count);
+        blocks8(p, rest, stride, n_rows, y, wide, end, 1, WINDOW_MAX_EXACT, count);
     }
 }
 
-/* The interior columns of row oy 8 at a time where plan_blocks found blocks; the first column left to the caller. */
+/* A copy of the tail block's tap rows (n_rows of them from `first`, `stride` elements of `size` bytes apart) into
+   `copies`, BOUNCE_WIDTH values apart: the values the block reads, those past the row's end `fill`. */
+RTD_INLINE void copy_tail_rows(const struct pool *p, int64_t size, int64_t lanes, const void *fill, const char *first, int64_t stride,
+                               int64_t n_rows, char *copies)
+{
+    const int64_t start = p->tail_at * p->sw - p->pad_left, span = 2 * lanes + (p->kw - 1) * p->dw;
+    const int64_t inside = p->wd - start < span ? p->wd - start : span;
+    for (int64_t i = 0; i < n_rows; i++) {
+        char *row = copies + i * BOUNCE_WIDTH * size;
+        memcpy(row, first + i * stride * size, (size_t)(inside * size));
+        for (int64_t k = inside; k < span; k++) memcpy(row + k * size, fill, (size_t)size);
+    }
+}
+
+/* The tail block from copies of its tap rows into out: the tensor's last rows, out of line, so that the rows' own
+   code keeps a small frame. */
+RTD_CLONES __attribute__((noinline)) static void copied_tail8(const struct pool *p, const float *first, int64_t stride, int64_t n_rows,
+                                                             enum window kind, float count, float *out)
+{
+    float copies[BOUNCE_ROWS * BOUNCE_WIDTH];
+    const float fill = kind == WINDOW_AVERAGE ? 0.0f : -INFINITY;
+    copy_tail_rows(p, sizeof(float), 8, &fill, (const char *)first, stride, n_rows, (char *)copies);
+    columns8(p, copies, BOUNCE_WIDTH, n_rows, out, 0, 8, kind, count);
+}
+
+/* The interior columns of row oy 8 at a time where plan_blocks found blocks (the tail read where it lies, or from
+   copies at the tensor's end); the first column left to the caller. */
 RTD_INLINE int64_t interior8(const struct pool *p, const float *x, float *restrict y, int64_t row0, int64_t i0, int64_t i1,
                              enum window kind, float count)
 {
-    columns8(p, x, y, row0, i0, i1, p->inner_lo, p->blocks_end, 0, kind, count);
-    if (p->late_at < 0)
+    const int64_t stride = p->dh * p->wd;
+    const float *first_row = x + (row0 + i0 * p->dh) * p->wd - p->pad_left;
+    columns8(p, first_row + p->inner_lo * p->sw, stride, i1 - i0, y, p->inner_lo, p->blocks_end, kind, count);
+    if (p->tail_at < 0)
         return p->blocks_end;
-    columns8(p, x, y, row0, i0, i1, p->late_at, p->inner_hi, 1, kind, count);
+    float out[8];
+    const float *tail = first_row + p->tail_at * p->sw;
+    if (i1 > i0 && !tail_inside(p, tail + (i1 - 1 - i0) * stride, sizeof(float), 8))
+        copied_tail8(p, tail, stride, i1 - i0, kind, count, out);
+    else
+        columns8(p, tail, stride, i1 - i0, out, 0, 8, kind, count);
+    memcpy(y + p->blocks_end, out + (p->blocks_end - p->tail_at), (size_t)(p->inner_hi - p->blocks_end) * sizeof(float));
     return p->inner_hi;
 }
 
@@ -302,33 +349,32 @@ static void pool_planes(void *context, int64_t worker, int64_t first, int64_t la
             pool_row(p, p->x + plane * p->h * p->wd, p->y + plane * p->oh * p->ow + oy * p->ow, oy);
 }
 
-typedef uint8_t u8x16 __attribute__((vector_size(16)));
-typedef int8_t s8x16 __attribute__((vector_size(16)));
 
-static inline u8x16 load16(const uint8_t *p) { u8x16 v; memcpy(&v, p, sizeof v); return v; }
-
-/* 16 output columns from `start` of an 8-bit row (every tap's read inside the row): at stride 2 each tap's 16
-   values the even bytes of 32, or, `late`, the odd bytes of the 32 from one byte earlier (the same values, read
-   without the byte past the last one: a row's end). */
-RTD_INLINE void columns_max16(const struct pool *p, const uint8_t *x, uint8_t *y, int64_t row0, int64_t i0, int64_t i1,
-                              int64_t start, int late)
+/* 16 output columns of an 8-bit row into y[0..16), tap row i's reads from base + i * stride (the first column's
+   window start; every read inside the tensor or a copy): at stride 2 each tap's 16 values the even bytes of 32. */
+RTD_INLINE void columns_max16(const struct pool *p, const uint8_t *base, int64_t stride, int64_t n_rows, int is_signed, uint8_t *y)
 {
-    const u8x16 evens = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    const u8x16 odds = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-    const int64_t sw = p->sw;
-    u8x16 best = (u8x16){0} + (uint8_t)(p->is_signed ? 128 : 0);   /* the type's minimum */
-    for (int64_t i = i0; i < i1; i++) {
-        const uint8_t *row = x + (row0 + i * p->dh) * p->wd + start * sw - p->pad_left;
+    const __m128i evens = _mm_set1_epi16(0xff);
+    __m128i best = _mm_set1_epi8(is_signed ? (char)-128 : 0);   /* the type's minimum */
+    for (int64_t i = 0; i < n_rows; i++)
         for (int64_t j = 0; j < p->kw; j++) {
-            const uint8_t *tap = row + j * p->dw;
-            const u8x16 v = sw == 1 ? load16(tap)
-                            : late ? __builtin_shuffle(load16(tap - 1), load16(tap + 15), odds)
-                                   : __builtin_shuffle(load16(tap), load16(tap + 16), evens);
-            const u8x16 larger = p->is_signed ? (u8x16)((s8x16)v > (s8x16)best) : (u8x16)(v > best);
-            best = (v & larger) | (best & ~larger);
+            const uint8_t *tap = base + i * stride + j * p->dw;
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)tap);
+            if (p->sw != 1)   /* the even bytes of 32: each 16-bit lane's low byte, packed */
+                v = _mm_packus_epi16(_mm_and_si128(v, evens), _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)(tap + 16)), evens));
+            best = is_signed ? _mm_max_epi8(best, v) : _mm_max_epu8(best, v);
         }
-    }
-    memcpy(y + start, &best, sizeof best);
+    _mm_storeu_si128((__m128i *)(void *)y, best);
+}
+
+/* columns_max16 over copies of its tap rows, out of line (as copied_tail8). */
+RTD_CLONES __attribute__((noinline)) static void copied_tail16(const struct pool *p, const uint8_t *first, int64_t stride, int64_t n_rows,
+                                                              uint8_t *out)
+{
+    uint8_t copies[BOUNCE_ROWS * BOUNCE_WIDTH];
+    const uint8_t fill = p->is_signed ? 0x80 : 0;
+    copy_tail_rows(p, 1, 16, &fill, (const char *)first, stride, n_rows, (char *)copies);
+    columns_max16(p, copies, BOUNCE_WIDTH, n_rows, p->is_signed, out);
 }
 
 /* The same windows over 8-bit values, a row at a time as pool_row does (the interior 16 columns at a time at
@@ -342,10 +388,22 @@ RTD_CLONES static void pool_row_8bit(const struct pool *p, const uint8_t *x, uin
     int64_t i0, i1;
     taps_inside(row0, p->kh, p->dh, 0, p->h, &i0, &i1);
     int64_t start = p->inner_lo;
-    for (; start < p->blocks_end; start += 16)
-        columns_max16(p, x, y, row0, i0, i1, start, 0);
-    if (p->late_at >= 0) {
-        columns_max16(p, x, y, row0, i0, i1, p->late_at, 1);
+    const int64_t stride = p->dh * p->wd;
+    const uint8_t *first_row = x + (row0 + i0 * p->dh) * p->wd - p->pad_left;
+    for (; start < p->blocks_end; start += 16) {
+        if (is_signed)   /* a constant in each copy */
+            columns_max16(p, first_row + start * sw, stride, i1 - i0, 1, y + start);
+        else
+            columns_max16(p, first_row + start * sw, stride, i1 - i0, 0, y + start);
+    }
+    if (p->tail_at >= 0) {   /* the tail read where it lies, or from copies at the tensor's end */
+        uint8_t out[16];
+        const uint8_t *tail = first_row + p->tail_at * sw;
+        if (i1 > i0 && !tail_inside(p, tail + (i1 - 1 - i0) * stride, 1, 16))
+            copied_tail16(p, tail, stride, i1 - i0, out);
+        else
+            columns_max16(p, tail, stride, i1 - i0, is_signed, out);
+        memcpy(y + start, out + (start - p->tail_at), (size_t)(p->inner_hi - start));
         start = p->inner_hi;
     }
     for (int64_t ox = start; ox < p->inner_hi; ox++) y[ox] = (uint8_t)lowest;
@@ -416,6 +474,7 @@ static int pool(struct pool *p, int64_t x_len, int64_t y_len, int64_t n, int64_t
     p->inner_lo = clamp((p->pad_left + p->sw - 1) / p->sw, 0, p->ow);
     p->inner_hi = reach < 0 ? p->inner_lo : clamp(reach / p->sw + 1, p->inner_lo, p->ow);
     plan_blocks(p, lanes);
+    p->x_end = p->x8 != NULL ? (const char *)(p->x8 + x_len) : (const char *)(p->x + x_len);
     int64_t threads = rtd_threads();
     if (y_len * p->kh * p->kw / (threads > 0 ? threads : 1) < MIN_READS_PER_THREAD) threads = 1;
     rtd_parallel_for(threads, n * p->c, planes, p);

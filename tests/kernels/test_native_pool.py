@@ -53,16 +53,18 @@ def test_native_max_pool_gives_the_numpy_kernels_values(attrs, threads, monkeypa
 @pytest.mark.parametrize("attrs", [dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
                                    dict(kernel_shape=[2, 2], strides=[1, 1]), dict(kernel_shape=[3, 2], strides=[2, 2], dilations=[1, 2]),
                                    dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0])])
-@pytest.mark.parametrize("width", [75, 76, 160])
+@pytest.mark.parametrize("width", [9, 16, 20, 75, 76, 160])
 def test_wide_rows_pool_eight_columns_at_a_time_with_the_kernels_values(attrs, width, monkeypatch):
     """Rows wide enough for the vector blocks (four at once, one, and the last one overlapping the columns
-    before it), strides 1 and 2: the NumPy kernel's values, a NaN in a window staying, and a window holding
-    both zeros giving the sign of its first (pool.c keeps the first maximal tap in row-major order, where
-    the NumPy kernel's np.maximum keeps the last)."""
-    shape = (2, 3, 9, width)
+    before it), and rows narrower than a block (one block from the first interior column, its lanes past the
+    row dropped), strides 1 and 2, the tensor's last rows read from copies (a height the windows end at): the
+    NumPy kernel's values, a NaN in a window staying, and a window holding both zeros giving the sign of its
+    first (pool.c keeps the first maximal tap in row-major order, where the NumPy kernel's np.maximum keeps
+    the last)."""
+    shape = (2, 3, 8 if width < 32 else 9, width)
     rng = np.random.default_rng(1)
     x = rng.standard_normal(shape).astype(np.float32)
-    x[0, 0, 2, [5, 40, width - 1]] = np.nan
+    x[0, 0, 2, [5, min(40, width - 2), width - 1]] = np.nan
     x[1, 1] = rng.choice(np.float32([0.0, -0.0, -1.0]), size=shape[2:])   # ties of signed zeros everywhere
     onnx_model = _pool_model(shape, attrs)
     ours = compile_model(onnx_model)

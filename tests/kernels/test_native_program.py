@@ -369,13 +369,15 @@ def test_max_pooling_rows_give_the_numpy_kernels_values(geometry, dtype):
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("geometry", [((2, 2), (2, 2), (1, 1), (0, 0, 0, 0)), ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
                                       ((2, 2), (1, 1), (1, 1), (0, 0, 0, 0)), ((3, 2), (2, 2), (1, 2), (0, 1, 0, 1))])
-@pytest.mark.parametrize("width", [47, 64, 70])
+@pytest.mark.parametrize("width", [12, 17, 33, 47, 64, 70])
 def test_wide_8bit_rows_pool_sixteen_columns_at_a_time_with_the_numpy_kernels_values(geometry, dtype, width):
-    """Rows wide enough for pool.c's 16-column blocks of 8-bit values at strides 1 and 2 (and the columns after
-    them one by one): the MaxPool kernel's NumPy values, both signs of int8 and uint8's top half included."""
+    """Rows wide enough for pool.c's 16-column blocks of 8-bit values at strides 1 and 2, and narrower ones (one block
+    from the first interior column, its lanes past the row dropped; the tensor's last rows read from copies): the
+    MaxPool kernel's NumPy values, both signs of int8 and uint8's top half included."""
     from rtd.kernels.ops._pool import max_pool
     kernel, strides, dilations, pads = geometry
-    x = np.random.default_rng(13).integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (2, 3, 9, width)).astype(dtype)
+    height = 8 if width < 40 else 9   # windows ending at the tensor's last row
+    x = np.random.default_rng(13).integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (2, 3, height, width)).astype(dtype)
     want, _ = max_pool(np, x, list(kernel), list(strides), list(dilations), list(pads), "NOTSET", 0, 0, False)
     got = np.empty_like(want)
     ffi, lib = compiled.ffi, compiled.lib
@@ -610,7 +612,7 @@ def test_a_fused_attention_runs_in_the_program_with_the_traced_bits(masked, div,
     np.testing.assert_allclose(planned, want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("width", [11, 47, 70])
+@pytest.mark.parametrize("width", [9, 11, 16, 47, 70])
 @pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
                                    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
                                    dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
@@ -618,10 +620,11 @@ def test_a_fused_attention_runs_in_the_program_with_the_traced_bits(masked, div,
                                    dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 2], pads=[0, 2, 1, 0]),
                                    dict(kernel_shape=[3, 3], strides=[3, 3], ceil_mode=1, pads=[1, 1, 1, 1], count_include_pad=1)])
 def test_average_pooling_runs_in_the_program_with_the_traced_runs_bits_and_onnxruntimes_values(attrs, width):
-    """AveragePool over float32 rows narrow and wide (pool.c's 8-column blocks and the row's late block at strides
-    1 and 2, the other columns window by window), over borders, both counts, ceil-mode overhang and dilations:
-    one program op, the traced run's bits (its kernel calls the same C), onnxruntime's values."""
-    shape = [2, 3, 9, width]
+    """AveragePool over float32 rows narrow and wide (pool.c's 8-column blocks and the row's tail block at strides
+    1 and 2, read from copies in the tensor's last rows; the other columns window by window), over borders, both
+    counts, ceil-mode overhang and dilations: one program op, the traced run's bits (its kernel calls the same C),
+    onnxruntime's values."""
+    shape = [2, 3, 8 if width < 32 else 9, width]
     onnx_model = model([node("AveragePool", ["x"], ["y"], **attrs)], [("x", shape)], [("y", None)], [], opset=19)
     x = np.random.default_rng(14).standard_normal(shape).astype(np.float32) * 5
     x[1, 2, 4, 7] = np.inf
