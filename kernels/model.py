@@ -185,7 +185,7 @@ class CompiledModel:
 
     @staticmethod
     def _signature(values: list) -> tuple:
-        return tuple((v.shape, v.dtype.str) if hasattr(v, "shape") else (type(v).__name__, len(v) if isinstance(v, list) else 0)
+        return tuple((v.shape, v.dtype) if hasattr(v, "shape") else (type(v).__name__, len(v) if isinstance(v, list) else 0)
                      for v in values)
 
     def _plan(self, values: list, key: tuple):

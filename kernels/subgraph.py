@@ -72,12 +72,12 @@ class PlannedSubgraph:
         for v in values:   # one pass (an If's branch looks its plan up on every call)
             if not isinstance(v, np.ndarray):
                 return None
-            key.append((v.shape, v.dtype.str))
+            key.append((v.shape, v.dtype))
         return self._plans.get(tuple(key))
 
     @staticmethod
     def _signature(values: list) -> tuple:
-        return tuple((v.shape, v.dtype.str) for v in values)
+        return tuple((v.shape, v.dtype) for v in values)
 
     def _lowered_graph(self) -> Graph:
         """The body as a graph of its own (scope names as inputs), lowered once, on first need."""
