@@ -1,8 +1,9 @@
 """Which arrays cannot change: the test a kernel passes before it keeps something made from an array
 (packed weight panels, a centred copy) for as long as that array lives.
 
-An array is `frozen` when it and every owner below it are read-only down to immutable bytes (initializers
-parsed from the model), to nothing, or to an owner a caller vouched for (`vouch`: the worker's weights,
+An array is `frozen` when it and every owner below it (arrays, and read-only memoryviews between them) are
+read-only down to immutable bytes (initializers parsed from the model), to nothing (the loader's own read-only
+arrays of each weight), or to an owner a caller vouched for (`vouch`: the worker's weights,
 read-only views of sealed memfds that NumPy sees only as a memoryview). `read_only` makes a value the
 lowering computed (a folded constant, Conv+BatchNorm's folded weights) frozen, copying it only when an
 owner below it can still be written.
@@ -30,7 +31,12 @@ def frozen(x) -> bool:
     """True when x's values cannot change: a read-only NumPy array all the way down to immutable bytes
     (initializers parsed from the model), to a read-only owner (kernels' shared constants) or to an array
     a caller vouched for."""
-    while isinstance(x, np.ndarray):
+    while isinstance(x, (np.ndarray, memoryview)):
+        if isinstance(x, memoryview):   # a read-only view of the array below it (the loader's weights: np.frombuffer)
+            if not x.readonly:
+                return False
+            x = x.obj
+            continue
         if x.flags.writeable:
             return False
         entry = _vouched.get(id(x))

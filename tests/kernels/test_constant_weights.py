@@ -6,7 +6,7 @@ import mmap
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from rtd.kernels import compile_model
 from rtd.kernels.constant import frozen, read_only, vouch
@@ -60,3 +60,28 @@ def test_a_vouched_for_view_of_a_read_only_mapping_is_frozen_without_a_copy():
     assert frozen(view) and frozen(view[2:]) and read_only(view) is view
     with pytest.raises(ValueError):
         vouch(np.zeros(3))                        # a writable array cannot be vouched for
+
+
+def test_the_loaders_weights_are_frozen_through_their_read_only_memoryview_and_a_gemm_keeps_them_uncopied(tmp_path):
+    """The loader reads each weight into a read-only array of its own and hands it on as np.frombuffer of a read-only
+    memoryview of it: frozen, so the lowering keeps it (and a Gemm's transB weight as its transposed view) without a
+    copy; a read-only memoryview of an array that can still be written is no proof."""
+    owned = np.arange(8, dtype=np.float32)
+    owned.flags.writeable = False
+    assert frozen(np.frombuffer(memoryview(owned), np.float32))
+    writable = np.arange(8, dtype=np.float32)
+    assert not frozen(np.frombuffer(memoryview(writable).toreadonly(), np.float32))
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((6, 5)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.zeros(6, np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "gemm.onnx")
+    compiled_model = compile_model(str(tmp_path / "gemm.onnx"))
+    lowered = compiled_model.graph.constants["w__transposed"]
+    assert frozen(lowered) and not lowered.flags.owndata and lowered.flags.f_contiguous   # a view of the loader's array
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    np.testing.assert_allclose(compiled_model.run({"x": x})["y"], x @ weight.T, rtol=1e-5, atol=1e-6)
