@@ -805,12 +805,13 @@ def _qlinear_conv(step: Step) -> Emitted | None:
     out_shape, begin, end = geometry(x_shape[2:], k, kernel.strides, kernel.dilations, kernel.pads, kernel.auto_pad)
     if tuple(x_shape[:1]) + (m,) + tuple(out_shape) != step.shape(y):
         return None
-    channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
-    centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
     multiplier = np.ascontiguousarray((xs.astype(np.float32) * ws.astype(np.float32) / ys.astype(np.float32)).reshape(-1))
+    bias_constant = Constant(np.ascontiguousarray(bias_value.reshape(-1))) if bias else None
     x_type, y_type = EIGHT_BIT[step.dtype(x)], EIGHT_BIT[step.dtype(y)]
     pointwise = all(v == 1 for v in k) and all(v == 1 for v in kernel.strides or [1]) and not any(begin) and not any(end)
     if kernel.group == x_shape[1] == m and kernel.group > 1 and not pointwise:   # the kernel's plans: depthwise in float, then requantized
+        channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
+        centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
         if nd != 2 or not frozen(centred):
             return None
         x_float, sums = Scratch("x", math.prod(x_shape) * 4), Scratch("sums", math.prod(step.shape(y)) * 4)
@@ -819,26 +820,50 @@ def _qlinear_conv(step: Step) -> Emitted | None:
         if ops is None:
             return None
         return Emitted([Op(DEQUANTIZE, (reads(Value(x)), writes(x_float)), (x_type, _float_bits(1.0), x_params[1])), *ops,
-                        Op(REQUANTIZE, (reads(sums), reads(Constant(multiplier)),
-                                        reads(Constant(np.ascontiguousarray(bias_value.reshape(-1))) if bias else None), writes(Value(y))),
+                        Op(REQUANTIZE, (reads(sums), reads(Constant(multiplier)), reads(bias_constant), writes(Value(y))),
                            (m, math.prod(out_shape), y_params[1], y_type))], {})
+    conv = _centred_conv(step, x, weights, wz, (out_shape, begin, end), x_params[1], [], y_type, y_params[1], Value(y),
+                         bias_constant, Constant(multiplier))
+    return None if conv is None else Emitted([conv], {})
+
+
+def _centred_conv(step: Step, x: str, weights, wz, window: tuple, x_zero: int, zero_operand: list, y_type: int, y_zero: int,
+                  y, bias, multiplier) -> Op | None:
+    """One CONV op of the 8-bit x less its zero point (the parameter `x_zero`, or `zero_operand`: the one the run
+    computes) by the kernel's own centred weights, packed once, over `window` (out_shape, begin, end): float sums into
+    y (y_type 0), or requantized by `multiplier` with the int32 `bias` (QLinearConv's). None where the compiled
+    convolution does not take the geometry."""
+    kernel, x_shape = step.kernel, step.shape(x)
+    nd, m, (out_shape, begin, end) = len(x_shape) - 2, weights.shape[0], window
+    k = list(kernel.kernel_shape or weights.shape[2:])
     row = (lambda dims, one: list(dims)) if nd == 2 else (lambda dims, one: [one] + list(dims))
     layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(weights.shape[:2]) + tuple(row(k, 1)),
                                 kernel.group, row(k, 1), row(kernel.strides or [1] * nd, 1), row(kernel.dilations or [1] * nd, 1),
                                 row(begin, 0), row(end, 0), row(out_shape, 1))
-    if not layout.usable:
-        return None
-    if not frozen(centred):
+    channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
+    centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
+    if not layout.usable or not frozen(centred):
         return None
     w4 = centred.reshape(layout.w_shape)
     panels = packed(centred, ("conv", m, kernel.group, centred.size), lambda: native_conv._pack(w4, m, kernel.group))
+    x_type = EIGHT_BIT[step.dtype(x)]
     scratch = compiled.lib.rtd_conv2d_scratch(*layout.geometry, x_type, y_type)
-    chain_len = [0] * native_conv.CHAIN_INPUTS
-    return Emitted([Op(CONV, (reads(Value(x)), reads(Constant(np.ascontiguousarray(w4))),
-                              reads(Constant(np.ascontiguousarray(bias_value.reshape(-1))) if bias else None), writes(Value(y)),
-                              writes(Scratch("conv", scratch * 4)), reads(Constant(panels)), reads(Constant(multiplier)),
-                              reads(None), reads(None), *[reads(None)] * native_conv.CHAIN_INPUTS),
-                       (x_type, x_params[1], y_type, y_params[1], 0, *chain_len, 0, *layout.geometry, 0))], {})
+    return Op(CONV, (reads(Value(x)), reads(Constant(np.ascontiguousarray(w4))), reads(bias), writes(y),
+                     writes(Scratch("conv", scratch * 4)), reads(Constant(panels)), reads(multiplier), reads(None), reads(None),
+                     *[reads(None)] * native_conv.CHAIN_INPUTS, *zero_operand),
+              (x_type, x_zero, y_type, y_zero, 0, *[0] * native_conv.CHAIN_INPUTS, 0, *layout.geometry, 0))
+
+
+def _zero_point(step: Step, name: str, dtype):
+    """An integer op's input zero point as its program op takes it: (parameter, []) when absent or constant, (0, [the
+    operand]) when the run computes it (DynamicQuantizeLinear's), read from the op's optional last operand; None where
+    it is not one value of `dtype`."""
+    if not name:
+        return 0, []
+    if step.dtype(name) != dtype or math.prod(step.shape(name)) != 1:
+        return None
+    value = step.constant(name)
+    return (0, [reads(Value(name))]) if value is None else (int(np.asarray(value).reshape(())), [])
 
 
 def _dynamic_quantize(step: Step) -> Emitted | None:
@@ -858,41 +883,27 @@ def _conv_integer(step: Step) -> Emitted | None:
     x, w, x_zp, w_zp = (step.node.inputs + [""] * 4)[:4]
     y, dtype = step.output(), step.dtype(x)
     weights, wz = step.constant(w), (step.constant(w_zp) if w_zp else None)
+    zero = _zero_point(step, x_zp, dtype)
     if dtype not in EIGHT_BIT or weights is None or not frozen(weights) or weights.dtype not in EIGHT_BIT or step.dtype(y) != np.int32 \
-            or (w_zp and (wz is None or wz.size not in (1, weights.shape[0]))) \
-            or (x_zp and (step.dtype(x_zp) != dtype or math.prod(step.shape(x_zp)) != 1)):
+            or (w_zp and (wz is None or wz.size not in (1, weights.shape[0]))) or zero is None:
         return None
-    zero = step.constant(x_zp) if x_zp else np.zeros((), dtype)
     x_shape, m, nd = step.shape(x), weights.shape[0], len(step.shape(x)) - 2
     k = list(kernel.kernel_shape or weights.shape[2:])
     if nd not in (1, 2) or len(k) != nd or tuple(weights.shape[2:]) != tuple(k):
         return None
     info = np.iinfo(dtype)
-    x_max = span(dtype, np.asarray(zero)) if zero is not None else int(info.max) - int(info.min)   # any zero point
+    x_max = int(info.max) - int(info.min) if zero[1] else span(dtype, np.asarray(zero[0]))   # a run's: any zero point
     if math.prod(weights.shape[1:]) * x_max * span(weights.dtype, wz) >= FLOAT32_EXACT:
         return None   # the kernel may sum in float64 then: not this compiled pass
     out_shape, begin, end = geometry(x_shape[2:], k, kernel.strides, kernel.dilations, kernel.pads, kernel.auto_pad)
     pointwise = all(v == 1 for v in k) and all(v == 1 for v in kernel.strides or [1]) and not any(begin) and not any(end)
     if tuple(x_shape[:1]) + (m,) + tuple(out_shape) != step.shape(y) or (kernel.group == x_shape[1] == m > 1 and not pointwise):
         return None
-    row = (lambda dims, one: list(dims)) if nd == 2 else (lambda dims, one: [one] + list(dims))
-    layout = native_conv.Conv2d(tuple(x_shape[:2]) + tuple(row(x_shape[2:], 1)), tuple(weights.shape[:2]) + tuple(row(k, 1)),
-                                kernel.group, row(k, 1), row(kernel.strides or [1] * nd, 1), row(kernel.dilations or [1] * nd, 1),
-                                row(begin, 0), row(end, 0), row(out_shape, 1))
-    channel_shape = (-1,) + (1,) * (weights.ndim - 1) if wz is not None and wz.size > 1 else None
-    centred = kernel.weight.get(np, weights, wz, channel_shape, np.float32)   # the kernel's own kept copy
-    if not layout.usable or not frozen(centred):
-        return None
-    w4 = centred.reshape(layout.w_shape)
-    panels = packed(centred, ("conv", m, kernel.group, centred.size), lambda: native_conv._pack(w4, m, kernel.group))
-    x_type, count = EIGHT_BIT[dtype], math.prod(step.shape(y))
+    count = math.prod(step.shape(y))
     sums = Scratch("sums", count * 4)
-    conv = Op(CONV, (reads(Value(x)), reads(Constant(np.ascontiguousarray(w4))), reads(None), writes(sums),
-                     writes(Scratch("conv", compiled.lib.rtd_conv2d_scratch(*layout.geometry, x_type, 0) * 4)),
-                     reads(Constant(panels)), reads(None), reads(None), reads(None), *[reads(None)] * native_conv.CHAIN_INPUTS,
-                     *([] if zero is not None else [reads(Value(x_zp))])),
-              (x_type, 0 if zero is None else int(np.asarray(zero).reshape(())), 0, 0, 0, *[0] * native_conv.CHAIN_INPUTS, 0,
-               *layout.geometry, 0))
+    conv = _centred_conv(step, x, weights, wz, (out_shape, begin, end), zero[0], zero[1], 0, 0, sums, None, None)
+    if conv is None:
+        return None
     return Emitted([conv, Op(CAST, (reads(sums), writes(Value(y))), (TYPES[FLOAT32], TYPES[np.dtype(np.int32)], count))], {})
 
 
@@ -902,19 +913,16 @@ def _matmul_integer(step: Step) -> Emitted | None:
     a, b, a_zp, b_zp = (step.node.inputs + [""] * 4)[:4]
     y, dtype = step.output(), step.dtype(a)
     weights, bz = step.constant(b), (step.constant(b_zp) if b_zp else None)
-    shape = step.shape(a)
+    shape, zero = step.shape(a), _zero_point(step, a_zp, dtype)
     if dtype not in EIGHT_BIT or weights is None or weights.dtype not in EIGHT_BIT or weights.ndim != 2 or len(shape) < 2 \
             or not 0 < shape[-1] == weights.shape[0] <= quant.MAX_K or weights.shape[1] < 1 or step.dtype(y) != np.int32 \
-            or (b_zp and (bz is None or bz.dtype != weights.dtype or bz.size not in (1, weights.shape[1]))) \
-            or (a_zp and (step.dtype(a_zp) != dtype or math.prod(step.shape(a_zp)) != 1)):
+            or (b_zp and (bz is None or bz.dtype != weights.dtype or bz.size not in (1, weights.shape[1]))) or zero is None:
         return None
-    zero = step.constant(a_zp) if a_zp else np.zeros((), dtype)
     k, n = weights.shape
     w_zero = np.ascontiguousarray((np.zeros(1, weights.dtype) if bz is None else bz).reshape(-1), np.int32)
     return Emitted([Op(MATMUL8, (reads(Value(a)), reads(Constant(np.ascontiguousarray(weights))), reads(Constant(w_zero)),
-                                 writes(Value(y)), *([] if zero is not None else [reads(Value(a_zp))])),
-                       (EIGHT_BIT[dtype], EIGHT_BIT[weights.dtype], 0 if zero is None else int(np.asarray(zero).reshape(())),
-                        math.prod(shape[:-1]), k, n))], {})
+                                 writes(Value(y)), *zero[1]),
+                       (EIGHT_BIT[dtype], EIGHT_BIT[weights.dtype], zero[0], math.prod(shape[:-1]), k, n))], {})
 
 
 def _qlinear_params(step: Step, dtype, names: tuple, schema=("X", "Y")):
