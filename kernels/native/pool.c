@@ -70,17 +70,17 @@ static inline void taps_inside(int64_t start, int64_t k, int64_t d, int64_t lo, 
    the input lies up to blocks_end (every tap's read inside the row: at stride 2 a tap reads 2 * lanes values), then,
    if columns are left, one block from tail_at (ending at inner_hi, or at inner_lo's block where fewer columns than
    lanes lie inside) read where it lies or from a copy of its input rows (tail_inside), its columns from blocks_end kept; tail_at -1:
-   the rest one by one (a window too tall or wide for the copy). */
+   the rest one by one (a window too tall or wide for the copy: the whole blocks take any window). */
 static void plan_blocks(struct pool *p, int64_t lanes)
 {
     const int64_t sw = p->sw, hi = p->inner_hi;
+    const int vectors = sw == 1 || sw == 2;
     int64_t end = p->inner_lo;
-    if ((sw == 1 || sw == 2) && p->kh <= BOUNCE_ROWS)
-        while (end + lanes <= hi && (sw == 1 || 2 * (end + lanes) + (p->kw - 1) * p->dw - p->pad_left <= p->wd))
-            end += lanes;
+    while (vectors && end + lanes <= hi && (sw == 1 || 2 * (end + lanes) + (p->kw - 1) * p->dw - p->pad_left <= p->wd))
+        end += lanes;
     p->blocks_end = end;
     const int64_t at = hi - lanes > p->inner_lo ? hi - lanes : p->inner_lo;
-    p->tail_at = (sw == 1 || sw == 2) && end < hi && p->kh <= BOUNCE_ROWS && 2 * lanes + (p->kw - 1) * p->dw <= BOUNCE_WIDTH ? at : -1;
+    p->tail_at = vectors && end < hi && p->kh <= BOUNCE_ROWS && 2 * lanes + (p->kw - 1) * p->dw <= BOUNCE_WIDTH ? at : -1;
 }
 
 /* Whether the tail block's reads from its last tap row (`last`, at its window's start) stay inside the tensor (past

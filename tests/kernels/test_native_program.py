@@ -618,7 +618,8 @@ def test_a_fused_attention_runs_in_the_program_with_the_traced_bits(masked, div,
                                    dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
                                    dict(kernel_shape=[3, 2], strides=[1, 1], pads=[2, 0, 1, 1], count_include_pad=1),
                                    dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 2], pads=[0, 2, 1, 0]),
-                                   dict(kernel_shape=[3, 3], strides=[3, 3], ceil_mode=1, pads=[1, 1, 1, 1], count_include_pad=1)])
+                                   dict(kernel_shape=[3, 3], strides=[3, 3], ceil_mode=1, pads=[1, 1, 1, 1], count_include_pad=1),
+                                   dict(kernel_shape=[18, 3], strides=[1, 2], pads=[9, 1, 9, 1])])
 def test_average_pooling_runs_in_the_program_with_the_traced_runs_bits_and_onnxruntimes_values(attrs, width):
     """AveragePool over float32 rows narrow and wide (pool.c's 8-column blocks and the row's tail block at strides
     1 and 2, read from copies in the tensor's last rows; the other columns window by window), over borders, both
@@ -708,3 +709,19 @@ def test_the_traced_run_and_the_plan_share_one_centred_copy_and_one_set_of_panel
         compiled_model.run(feeds)
     made = [key[1][0] for key in set(packed._kept) - before]
     assert made.count("centred") == 2 and made.count("conv") == 2, made
+
+
+def test_a_window_taller_than_the_tail_copy_still_pools_in_vector_blocks_with_the_numpy_kernels_values():
+    """A window of 18 rows (more than the tail block's copies hold) over a map too large for the separable pass: its
+    interior columns in whole vector blocks, the rest one by one, a NaN and signed zeros included: the MaxPool kernel's
+    NumPy values."""
+    from rtd.kernels.ops._pool import max_pool
+    x = np.random.default_rng(19).standard_normal((1, 2, 40, 520)).astype(np.float32)
+    x[0, 1, 20, 100] = np.nan
+    want, _ = max_pool(np, x, [18, 2], [1, 1], [1, 1], [4, 0, 4, 0], "NOTSET", 0, 0, False)
+    got = np.empty_like(want)
+    ffi, lib = compiled.ffi, compiled.lib
+    status = lib.rtd_max_pool2d_f32(ffi.from_buffer("float[]", x), x.size, ffi.from_buffer("float[]", got, require_writable=True),
+                                    got.size, *x.shape, 18, 2, *want.shape[2:], 1, 1, 1, 1, 4, 0)
+    assert status == 0
+    np.testing.assert_array_equal(got, want)
