@@ -18,10 +18,11 @@ import numpy as np
 from rtd.errors import Code, RtdError
 
 from . import compiled
+from .quant import VALUE
 
 ABSENT_SLOT = -1
 # statuses an op returns for its data's values (program.h's RTD_PROGRAM_E_INDEX, depthwise.h's RTD_NATIVE_E_VALUE)
-DATA_STATUSES = {3: "an index out of range", 4: "a value the op has no result for (a NaN or an infinite range)"}
+DATA_STATUSES = {3: "an index out of range", VALUE: "a value the op has no result for (a NaN or an infinite range)"}
 
 
 class Value(NamedTuple):

@@ -135,7 +135,7 @@ class DynamicQuantizeLSTM_1(LSTM_7):
             if q is not None:
                 return q, zero, scale
         q, zero, scale = self._quantized_bytes(rows)
-        return q.astype(np.uint8, order="C"), int(zero.reshape(())), np.float32(scale.reshape(()))
+        return q.astype(np.uint8), int(zero.reshape(())), np.float32(scale.reshape(()))
 
     def _quantize(self, a):
         """a quantized as `_quantized_bytes`, less its zero point (integers in float32), and its scale."""
