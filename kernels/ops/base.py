@@ -63,6 +63,12 @@ class Kernel:
             return x
         return np.asarray(x) if self.xp is np else self.xp.asnumpy(x)
 
+    def first(self, x):
+        """A tensor's first element on the host (a scalar tensor's one): item() where it holds one, a third of
+        indexing's cost on the control-flow ops' path, taken on every call."""
+        x = self.host(x)
+        return x.item() if x.size == 1 else x.reshape(-1)[0]
+
 
 class HostKernel(Kernel):
     """An op whose `compute` runs in NumPy on the host whatever the backend (the ML ops, string ops: small,

@@ -7,5 +7,5 @@ class If_1(Kernel):
     needs_scope = True
 
     def run(self, cond, scope=None):
-        branch = self.then_branch if bool(self.host(cond).reshape(-1)[0]) else self.else_branch
+        branch = self.then_branch if bool(self.first(cond)) else self.else_branch
         return tuple(branch.run([], branch.bind(scope), scope))   # a branch has no formal inputs

@@ -10,19 +10,14 @@ import numpy as np
 from .base import REQUIRED, Kernel
 
 
-def first(array):
-    """The first element of a host array (a scalar tensor's one), as a NumPy scalar."""
-    return array.item() if array.size == 1 else array.reshape(-1)[0]
-
-
 class Loop_1(Kernel):
     attributes = {"body": REQUIRED}
     needs_scope = True
 
     def run(self, trip_count=None, cond=None, *carried, scope=None):
         body = self.body
-        limit = None if trip_count is None else int(first(self.host(trip_count)))
-        keep_going = True if cond is None else bool(first(self.host(cond)))
+        limit = None if trip_count is None else int(self.first(trip_count))
+        keep_going = True if cond is None else bool(self.first(cond))
         carried = list(carried)
         n_carried = len(carried)
         scans = [[] for _ in range(len(body.output_names) - 1 - n_carried)]
@@ -41,14 +36,14 @@ class Loop_1(Kernel):
                 cycle = None if scans else steady.cycle(n_carried)
                 if cycle is not None:   # this and the remaining iterations, one compiled call each
                     out, ran = cycle.run(values, i, limit)
-                    keep_going, carried, i = bool(first(self.host(out[0]))), out[1 : 1 + n_carried], i + ran
+                    keep_going, carried, i = bool(self.first(out[0])), out[1 : 1 + n_carried], i + ran
                     break
                 out = steady.run(values)
             elif plan is not None:
                 out = plan.run(values)
             else:
                 out = body.run(values[: 2 + n_carried], bound, scope)
-            keep_going = bool(first(self.host(out[0])))
+            keep_going = bool(self.first(out[0]))
             carried = out[1 : 1 + n_carried]
             if steady is not None:
                 for value in carried:
