@@ -479,25 +479,29 @@ def _conv_activation(step: Step) -> Emitted | None:
     return Emitted(ops, {})
 
 
-def _gemm_ops(step: Step, a: str, w: str, bias: str | None, y: str, relu: bool) -> list | None:
-    """y (rows, n) = a (rows, k) @ constant w (k, n) + bias (n) then ReLU: the GEMM with w packed once."""
+def _gemm_ops(step: Step, a: str, w: str, bias: str | None, y: str, relu: bool, packed_shape=None) -> list | None:
+    """y (rows, n) = a (rows, k) @ constant w (k, n) + bias (n) then ReLU: the GEMM with w packed once (w is
+    already the panels of a (k, n) weight where `packed_shape` says so)."""
     weights = step.constant(w)
     a_shape = step.shape(a)
-    if weights is None or weights.ndim != 2 or weights.dtype != FLOAT32 or step.dtype(a) != FLOAT32 or len(a_shape) < 2 \
-            or a_shape[-1] != weights.shape[0] or step.dtype(y) != FLOAT32 or min(*a_shape, weights.shape[1]) < 1:
+    if weights is None or (packed_shape is None and weights.ndim != 2):
         return None
-    k, n = weights.shape
+    k, n = packed_shape or weights.shape
+    if weights.dtype != FLOAT32 or step.dtype(a) != FLOAT32 or len(a_shape) < 2 or a_shape[-1] != k \
+            or step.dtype(y) != FLOAT32 or min(*a_shape, n) < 1:
+        return None
     rows = math.prod(a_shape[:-1])
     if math.prod(step.shape(y)) != rows * n or (bias and (step.dtype(bias) != FLOAT32 or math.prod(step.shape(bias)) != n
                                                          or step.shape(bias)[-1:] != (n,))):
         return None
-    if weights.flags.c_contiguous:
-        layout, source = ROWS, weights
+    if packed_shape is not None:
+        panels = weights
+    elif weights.flags.c_contiguous:
+        panels = packed(weights, ("gemm", ROWS, k, n), lambda: pack_gemm(weights, ROWS, k, n))
     elif weights.T.flags.c_contiguous:
-        layout, source = COLUMNS, weights.T
+        panels = packed(weights, ("gemm", COLUMNS, k, n), lambda: pack_gemm(weights.T, COLUMNS, k, n))
     else:
         return None
-    panels = packed(weights, ("gemm", layout, k, n), lambda: pack_gemm(source, layout, k, n))
     return [Op(GEMM, (reads(Value(a)), reads(Constant(panels)), reads(Value(bias) if bias else None), writes(Value(y))),
                (PACKED, rows, k, n, int(relu)))]
 
@@ -509,7 +513,7 @@ def _matmul_bias(step: Step) -> Emitted | None:
         return None   # an Erf-form GELU the graph scaled its own way runs the Erf op's erf, not the compiled GELU
     a, w, bias = (step.node.inputs + ["", ""])[:3]
     y = step.output()
-    ops = _gemm_ops(step, a, w, bias, y, kernel.activation == "Relu")
+    ops = _gemm_ops(step, a, w, bias, y, kernel.activation == "Relu", kernel.packed_shape)
     if ops is None:
         return None
     if gelu is not None:

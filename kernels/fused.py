@@ -19,7 +19,7 @@ from rtd.errors import Code, RtdError
 from .backend_cupy import chain_kernel, layernorm_rows, rows_kernel_fits, softmax_rows
 from .ir import Node
 from .native.chain import Program
-from .native.gemm import gemm_batched, gemm_rows
+from .native.gemm import gemm_batched, gemm_panels, gemm_rows
 from .ops._norm import compiled_layernorm, standardize
 from .ops._softmax import softmax
 from .ops._window import scratch
@@ -91,10 +91,12 @@ class Gelu(Fused):
 
 
 class MatMulBias(Fused):
-    """MatMul(a, w) + bias, then an optional activation, in one output buffer (Gemm for any rank)."""
+    """MatMul(a, w) + bias, then an optional activation, in one output buffer (Gemm for any rank). With
+    `packed_shape` (K, N), w is that weight's GEMM panels, the only form of it the model kept (lower/packing.py)."""
 
     arity = 3
     activation = None
+    packed_shape = None
     gelu_scale_op, gelu_scale = Gelu_20.erf_scale_op, Gelu_20.erf_scale
 
     def setup(self, make_kernel):
@@ -108,6 +110,8 @@ class MatMulBias(Fused):
 
     def run(self, a, w, bias=None, out=None):
         xp = self.xp
+        if self.packed_shape is not None:
+            return (self._from_panels(a, w, bias, out),)
         if xp is np and a.ndim >= 2 and w.ndim == 2 and a.dtype == np.float32:   # rows shared among the threads
             # a strided a (a Transpose's view) is copied, not handed to np.matmul: a native program, whose
             # values are all contiguous, runs this GEMM on it, and a model's runs must agree bit for bit
@@ -133,6 +137,20 @@ class MatMulBias(Fused):
         if self.activate is not None:
             self.activate(out, out=out)
         return (out,)
+
+    def _from_panels(self, a, panels, bias, out):
+        k, n = self.packed_shape
+        if a.ndim < 1 or a.shape[-1] != k:
+            raise ValueError(f"MatMul: rows of shape {list(a.shape)} by a ({k}, {n}) weight")
+        a = np.ascontiguousarray(a)
+        flat_bias = np.ascontiguousarray(bias.reshape(-1)) if bias is not None and bias.shape[-1:] == (bias.size,) else None
+        rows = gemm_panels(a.reshape(-1, k), panels, k, n, flat_bias, None if out is None else out.reshape(-1, n))
+        out = rows.reshape(*a.shape[:-1], n) if out is None else out
+        if bias is not None and flat_bias is None:
+            np.add(out, bias, out=out)
+        if self.activate is not None:
+            self.activate(out, out=out)
+        return out
 
 
 class LayerNorm(Fused):

@@ -23,6 +23,7 @@ from .cuda_plan import CudaPlan
 from .graph import GraphRunner
 from .ir import from_onnx, weights_from_views
 from .lower import PASSES, lower, lower_signature
+from .lower.packing import pack_weights
 from .ops._ml import ML_DOMAIN
 from .partition import apply, partition
 from .plan import Plan
@@ -124,6 +125,7 @@ class CompiledModel:
         self.inputs = [_spec(v) for v in proto.graph.input if v.name not in initializers]
         # weights: initializers' arrays held by the caller (read-only views), or read from the model's file
         graph = from_onnx(proto, weights if weights is not None else read_weights)
+        del read_weights   # the graph holds them now: a weight the lowering replaces goes with the graph's reference
         producers = graph.producers()
         rows = {name: (node.domain, node.op_type, node.inputs) for name, node in producers.items()}
         dims = {spec.name: spec.shape for spec in self.inputs}
@@ -134,8 +136,12 @@ class CompiledModel:
         self.optimize, self.profile, self.max_plans = optimize, profile, max_plans
         self.disable = set(disable_passes)
         if not optimize:
-            self.disable |= {name for name, _ in PASSES} | {"fold_signature", "batch_sibling_products", "fuse_chains", "fuse_conv_chains"}
+            self.disable |= {name for name, _ in PASSES} | {"fold_signature", "batch_sibling_products", "fuse_chains", "fuse_conv_chains",
+                                                               "pack_weights"}
         self.graph = lower(graph, self.disable)
+        del graph
+        if self.xp is np and "pack_weights" not in self.disable:
+            self.graph = pack_weights(self.graph)
         self.runner = GraphRunner(self.graph, self.xp)  # builds every kernel: refusals happen now
         self._plans: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()

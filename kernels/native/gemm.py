@@ -48,12 +48,47 @@ def gemm_rows(a, w, bias=None, relu: bool = False, out=None, constant: bool = Fa
         return None
     if constant:
         b, layout = packed(w if owner is None else owner, ("gemm", layout, k, n), lambda: _pack(b, layout, k, n)), PACKED
+    return _rows(a, b, layout, bias, relu, out, m, k, n)
+
+
+def pack_weight(w) -> np.ndarray | None:
+    """A float32 (K, N) weight (C- or Fortran-contiguous) as the GEMM's panels, or None where it does not take it."""
+    if compiled is None or w.dtype != FLOAT32 or w.ndim != 2 or min(w.shape) < 1:
+        return None
+    if w.flags.c_contiguous:
+        panels = _pack(w, ROWS, *w.shape)
+    elif w.T.flags.c_contiguous:
+        panels = _pack(w.T, COLUMNS, *w.shape)
+    else:
+        return None
+    panels.flags.writeable = False
+    return panels
+
+
+def gemm_panels(a, panels, k: int, n: int, bias=None, out=None):
+    """a (M, K) @ the (K, N) weight whose panels `pack_weight` made + bias: (M, N) float32. There is no other
+    form of the weight to fall back on, so what the GEMM cannot take is a ValueError (float64 rows, say)."""
+    if a.dtype != FLOAT32 or a.ndim != 2 or a.shape[1] != k or not a.flags.c_contiguous:
+        raise ValueError(f"a product with a float32 ({k}, {n}) weight got {a.dtype} rows of shape {list(a.shape)}")
+    if panels.dtype != FLOAT32 or panels.size != compiled.lib.rtd_gemm_packed_len(k, n):
+        raise ValueError(f"{panels.size} floats are not the panels of a ({k}, {n}) weight")
+    if bias is not None and (bias.dtype != FLOAT32 or bias.size != n or not bias.flags.c_contiguous):
+        raise ValueError(f"a product with a float32 ({k}, {n}) weight got a {bias.dtype} bias of {bias.size}")
+    m = a.shape[0]
+    if out is None:
+        out = np.empty((m, n), np.float32)
+    elif out.shape != (m, n) or out.dtype != FLOAT32 or not out.flags.c_contiguous:
+        raise ValueError(f"a product of {m} rows by a ({k}, {n}) weight got an output of shape {list(out.shape)}")
+    return out if m == 0 else _rows(a, panels, PACKED, bias, False, out, m, k, n)
+
+
+def _rows(a, b, layout: int, bias, relu: bool, out, m: int, k: int, n: int):
     ffi = compiled.ffi
     status = compiled.lib.rtd_gemm_rows(ffi.from_buffer("float[]", a), a.size, ffi.from_buffer("float[]", b), b.size,
                                         layout, ffi.NULL if bias is None else ffi.from_buffer("float[]", bias),
                                         0 if bias is None else bias.size, ffi.from_buffer("float[]", out, require_writable=True),
                                         out.size, m, k, n, int(relu))
-    if status != 0:   # the checks above make this unreachable; the C checks again all the same
+    if status != 0:   # the callers' checks make this unreachable; the C checks again all the same
         raise RtdError(Code.E_INTERNAL, f"GEMM kernel refused its arguments (status {status})")
     return out
 

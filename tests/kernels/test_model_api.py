@@ -212,7 +212,7 @@ def test_a_model_file_gives_the_same_answers_as_its_bytes_its_weights_each_read_
 def test_gemm_steps_sharing_a_weight_share_its_transposed_copy():
     """An unrolled recurrence: eight Gemm steps (transB) multiply by the same two weights. The lowering
     transposes each weight once for all of them (it made one copy per step: a CRNN compiled to 4× its
-    size), and the steps still compute what onnxruntime does."""
+    size), which is then packed once (kernels/lower/packing.py), and the steps still compute what onnxruntime does."""
     rng = np.random.default_rng(5)
     nodes, h = [], "x"
     for step in range(8):
@@ -225,7 +225,8 @@ def test_gemm_steps_sharing_a_weight_share_its_transposed_copy():
     onnx_model = model(nodes, [("x", ["batch", 32])], [(h, ["batch", 32])], inits)
     compiled = compile_model(onnx_model.SerializeToString())
     copies = [name for name in compiled.graph.constants if "__transposed" in name]
-    assert sorted(copies) == ["r__transposed", "w__transposed"]
+    assert sorted(copies) == ["r__transposed__panels", "w__transposed__panels"]
+    assert sum(node.inputs[1:2] == ["w__transposed__panels"] for node in compiled.graph.nodes) == 4
     x = rng.standard_normal((3, 32)).astype(np.float32)
     want = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(compiled.run({"x": x})[h], want, rtol=1e-5, atol=1e-6)
