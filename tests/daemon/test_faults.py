@@ -11,10 +11,11 @@ import time
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from rtd.errors import Code, RtdError
 from rtd.sandbox import detect_layout
-from tests.daemon.conftest import Daemon, memory_bomb, mlp, slow_model
+from tests.daemon.conftest import Daemon, _bytes, memory_bomb, mlp, slow_model
 
 
 def test_worker_sigkill_mid_request_fails_only_that_tenant(fresh_daemon):
@@ -157,3 +158,26 @@ def test_a_tenant_cannot_hold_more_models_than_its_limit(fresh_daemon):
     assert e.value.code == Code.E_BUDGET_EXCEEDED and "max_models" in e.value.detail
     d.client("acme").load("m0", d.package("acme", mlp(9), "m0", counter=2))  # replacing one is fine
     d.client("beta").load("m8", d.package("beta", mlp(8), "m8"))              # the limit is per tenant
+
+
+def test_a_weight_whose_panels_outgrow_the_tenants_memory_fails_its_load_alone(fresh_daemon):
+    """The compile packs a product's weight into the GEMM's 16-column panels in the tenant's worker, at LOAD: a
+    thin (3.75 M x 1) weight, 15 MiB in the package, takes 240 MiB packed. Past the tenant's 256 MiB that load fails as
+    the tenant's memory, and the tenant's other model and the other tenant serve on as before."""
+    d = fresh_daemon(memory_bytes=256 << 20)
+    d.client("acme").load("mlp", d.package("acme", mlp(1), "mlp"))
+    d.client("beta").load("mlp", d.package("beta", mlp(2), "mlp"))
+    x = np.ones((1, 4), np.float32)
+    before = {tenant: d.client(tenant).infer("mlp", {"X": x})["Y"] for tenant in ("acme", "beta")}
+    k = 15 << 18
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["H"]), helper.make_node("Add", ["H", "B"], ["Y"])], "thin",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1])],
+        [numpy_helper.from_array(np.full((k, 1), 1e-3, np.float32), "W"), numpy_helper.from_array(np.zeros(1, np.float32), "B")])
+    with pytest.raises(RtdError) as e:
+        d.client("acme").load("thin", d.package("acme", _bytes(graph), "thin"))
+    assert e.value.code == Code.E_RESOURCE_EXHAUSTED and "memory" in e.value.detail, e.value
+    for tenant in ("acme", "beta"):
+        np.testing.assert_array_equal(d.client(tenant).infer("mlp", {"X": x})["Y"], before[tenant])
+    assert "thin" not in {m.name for m in d.client("acme").index()}
