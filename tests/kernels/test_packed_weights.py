@@ -1,4 +1,4 @@
-"""Weights only products read are kept as the GEMM's panels alone (kernels/lower/packing.py): the loader's
+"""Weights only products read (as their right-hand side) are kept as the GEMM's panels alone (kernels/lower/packing.py): the loader's
 array is gone after the compile, every run computes what onnxruntime does from the panels, and a weight
 anything else reads stays an array."""
 import tracemalloc
@@ -43,6 +43,22 @@ def test_a_products_weight_is_only_its_panels_and_both_runs_match_onnxruntime():
     np.testing.assert_allclose(planned, _expected(onnx_model, {"x": x})[0], rtol=1e-5, atol=1e-5)
     unpacked = compile_model(onnx_model.SerializeToString(), disable_passes=("pack_weights",))
     np.testing.assert_array_equal(unpacked.run({"x": x})["y"], planned)   # the same GEMM on the same panels
+
+
+def test_a_product_without_a_bias_becomes_one_from_the_panels_and_a_weight_on_the_left_stays():
+    """MatMul(x, w) with no Add after it (a bias-free projection, as in T5 or LLaMA layers) runs from the panels
+    as a MatMulBias without a bias; MatMul(v, x), the constant on the left, is no product by a weight."""
+    rng = np.random.default_rng(9)
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Tanh", ["h"], ["t"]), node("MatMul", ["v", "t"], ["y"])]
+    inits = [const("w", (rng.standard_normal((20, 12)) * 0.3).astype(np.float32)),
+             const("v", rng.standard_normal((5, 7)).astype(np.float32))]
+    onnx_model = model(nodes, [("x", ["batch", 7, 20])], [("y", None)], inits)
+    compiled_model = compile_model(onnx_model.SerializeToString())
+    assert [n.op_type for n in compiled_model.graph.nodes if n.inputs[:1] == ["x"]] == ["MatMulBias"]
+    assert "w" not in compiled_model.graph.constants and compiled_model.graph.constants["v"].shape == (5, 7)
+    x = rng.standard_normal((3, 7, 20)).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(compiled_model.run({"x": x})["y"], _expected(onnx_model, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
 def test_no_rows_and_a_single_row_vector_run_from_the_panels():
