@@ -86,12 +86,13 @@ def open_fds() -> int:
 
 def assert_no_fd_leak(before: int) -> None:
     """The process holds no more fds than `before` (after a collection, when it looks otherwise:
-    a mapping holds a dup of its fd until its last view is gone)."""
+    a mapping holds a dup of its fd until its last view is gone). Fewer is no leak: that collection
+    may also free an earlier input's garbage, whose fds `before` counted (a CI run saw -4)."""
     after = open_fds()
-    if after != before:
+    if after > before:
         gc.collect()
         after = open_fds()
-    assert after == before, f"{after - before} fds leaked: {sorted(os.listdir('/proc/self/fd'))}"
+    assert after <= before, f"{after - before} fds leaked: {sorted(os.listdir('/proc/self/fd'))}"
 
 
 def assert_refusal(error: BaseException, *codes: Code) -> None:
