@@ -1,7 +1,8 @@
 """Constant weights in a compiled kernel's packed layout, made once per weight array and shared by every
 kernel instance that multiplies by it (a traced run's kernels and each shape signature's plan), dropped
 when the weight array itself goes. Only weights that cannot change are handed here: the lowering's
-constants (a fused MatMulBias's weight) or arrays `frozen` all the way down.
+constants (a fused MatMulBias's weight) or arrays `frozen` all the way down. A product's weight that nothing
+else reads never comes here: the compile keeps it as its panels alone (kernels/lower/packing.py).
 """
 import threading
 import weakref
