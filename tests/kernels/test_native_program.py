@@ -122,6 +122,20 @@ def test_interpreter_runs_a_good_program_and_refuses_bad_operands():
     assert program_status(fill[:-1], [16], [1])[0] != 0
 
 
+@pytest.mark.parametrize("dtype, value", [(np.uint8, 7), (np.int16, -2), (np.int16, 0x0101), (np.float32, 1.5),
+                                          (np.float32, 0.0), (np.int32, -1), (np.int64, 0x0102030405060708),
+                                          (np.float64, -0.25)])
+def test_fill_writes_each_element_of_every_size(dtype, value):
+    """FILL's element of 1, 2, 4 or 8 bytes: one memset when its bytes are alike (0, -1), a store each else."""
+    dtype = np.dtype(dtype)
+    bits = int(np.array([value], dtype).view(f"i{dtype.itemsize}")[0])   # the low `size` bytes of the parameter
+    for count in (1, 7, 1001):
+        status, _, (buffer,) = program_status([FILL, 1, 3, 0, 0, count * dtype.itemsize, 1, dtype.itemsize, count, bits],
+                                              [count * dtype.itemsize], [1])
+        assert status == 0
+        np.testing.assert_array_equal(buffer.view(dtype), np.full(count, value, dtype))
+
+
 def test_reductions_and_casts_give_numpys_bits(monkeypatch):
     """Sums along contiguous elements (the compiled pairwise order), along outer axes, maxima, pooled means, and
     conversions between float, integer and bool, each against the per-step path."""
