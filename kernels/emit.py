@@ -26,7 +26,7 @@ from .native import compiled
 from .native import conv as native_conv
 from .native import quant
 from .native.chain import FLOAT32, OPCODES, Program, _layout
-from .native.gemm import COLUMNS, PACKED, ROWS
+from .native.gemm import COLUMNS, PACKED, ROWS, weight_layout
 from .native.gemm import _pack as pack_gemm
 from .native.packed import packed
 from .native.pool import average_numbers
@@ -496,12 +496,12 @@ def _gemm_ops(step: Step, a: str, w: str, bias: str | None, y: str, relu: bool, 
         return None
     if packed_shape is not None:
         panels = weights
-    elif weights.flags.c_contiguous:
-        panels = packed(weights, ("gemm", ROWS, k, n), lambda: pack_gemm(weights, ROWS, k, n))
-    elif weights.T.flags.c_contiguous:
-        panels = packed(weights, ("gemm", COLUMNS, k, n), lambda: pack_gemm(weights.T, COLUMNS, k, n))
     else:
-        return None
+        taken = weight_layout(weights)
+        if taken is None:
+            return None
+        source, layout = taken
+        panels = packed(weights, ("gemm", layout, k, n), lambda: pack_gemm(source, layout, k, n))
     return [Op(GEMM, (reads(Value(a)), reads(Constant(panels)), reads(Value(bias) if bias else None), writes(Value(y))),
                (PACKED, rows, k, n, int(relu)))]
 

@@ -109,18 +109,21 @@ class MatMulBias(Fused):
             self.activate = OnDevice(activate)   # one generated pass over the product, in place
 
     def run(self, a, w, bias=None, out=None):
-        xp = self.xp
-        if self.packed_shape is not None:
-            return (self._from_panels(a, w, bias, out),)
-        if xp is np and a.ndim >= 2 and w.ndim == 2 and a.dtype == np.float32:   # rows shared among the threads
-            # a strided a (a Transpose's view) is copied, not handed to np.matmul: a native program, whose
-            # values are all contiguous, runs this GEMM on it, and a model's runs must agree bit for bit
+        xp, packed_shape = self.xp, self.packed_shape
+        if packed_shape is not None or (xp is np and a.ndim >= 2 and w.ndim == 2 and a.dtype == np.float32):
+            # rows shared among the threads. A strided a (a Transpose's view) is copied, not handed to np.matmul:
+            # a native program, whose values are all contiguous, runs this GEMM on it, and a model's runs must
+            # agree bit for bit
             a = np.ascontiguousarray(a)
+            n = w.shape[1] if packed_shape is None else packed_shape[1]
             flat_bias = np.ascontiguousarray(bias.reshape(-1)) if bias is not None and bias.shape[-1:] == (bias.size,) else None
-            rows = gemm_rows(a.reshape(-1, a.shape[-1]), w, flat_bias,
-                             out=None if out is None else out.reshape(-1, w.shape[1]), constant=True)   # w: a constant, by the fusion
+            rows_out = None if out is None else out.reshape(-1, n)
+            if packed_shape is None:   # w: a constant, by the fusion
+                rows = gemm_rows(a.reshape(-1, a.shape[-1]), w, flat_bias, out=rows_out, constant=True)
+            else:   # w is the weight's only form: gemm_panels takes these rows or refuses them
+                rows = gemm_panels(a.reshape(-1, a.shape[-1]), w, *packed_shape, flat_bias, rows_out)
             if rows is not None:
-                out = rows.reshape(*a.shape[:-1], w.shape[1]) if out is None else out
+                out = rows.reshape(*a.shape[:-1], n) if out is None else out
                 if bias is not None and flat_bias is None:
                     xp.add(out, bias, out=out)
                 if self.activate is not None:
@@ -137,20 +140,6 @@ class MatMulBias(Fused):
         if self.activate is not None:
             self.activate(out, out=out)
         return (out,)
-
-    def _from_panels(self, a, panels, bias, out):
-        k, n = self.packed_shape
-        if a.ndim < 1 or a.shape[-1] != k:
-            raise ValueError(f"MatMul: rows of shape {list(a.shape)} by a ({k}, {n}) weight")
-        a = np.ascontiguousarray(a)
-        flat_bias = np.ascontiguousarray(bias.reshape(-1)) if bias is not None and bias.shape[-1:] == (bias.size,) else None
-        rows = gemm_panels(a.reshape(-1, k), panels, k, n, flat_bias, None if out is None else out.reshape(-1, n))
-        out = rows.reshape(*a.shape[:-1], n) if out is None else out
-        if bias is not None and flat_bias is None:
-            np.add(out, bias, out=out)
-        if self.activate is not None:
-            self.activate(out, out=out)
-        return out
 
 
 class LayerNorm(Fused):

@@ -32,12 +32,10 @@ def gemm_rows(a, w, bias=None, relu: bool = False, out=None, constant: bool = Fa
     if compiled is None or a.dtype != FLOAT32 or w.dtype != FLOAT32 or a.ndim != 2 or w.ndim != 2 \
             or a.shape[1] != w.shape[0] or not a.flags.c_contiguous or min(*a.shape, w.shape[1]) < 1:
         return None
-    if w.flags.c_contiguous:
-        b, layout = w, ROWS
-    elif w.T.flags.c_contiguous:
-        b, layout = w.T, COLUMNS   # (N, K) row-major: packed column by column
-    else:
+    taken = weight_layout(w)
+    if taken is None:
         return None
+    b, layout = taken
     m, k = a.shape
     n = w.shape[1]
     if bias is not None and (bias.dtype != FLOAT32 or bias.size != n or not bias.flags.c_contiguous):
@@ -51,16 +49,22 @@ def gemm_rows(a, w, bias=None, relu: bool = False, out=None, constant: bool = Fa
     return _rows(a, b, layout, bias, relu, out, m, k, n)
 
 
+def weight_layout(w) -> tuple | None:
+    """How the GEMM reads a (K, N) weight: (w, ROWS), or (w.T, COLUMNS) where w is the transpose of a row-major
+    (N, K) matrix (packed column by column); None where it is neither."""
+    if w.flags.c_contiguous:
+        return w, ROWS
+    if w.T.flags.c_contiguous:
+        return w.T, COLUMNS
+    return None
+
+
 def pack_weight(w) -> np.ndarray | None:
     """A float32 (K, N) weight (C- or Fortran-contiguous) as the GEMM's panels, or None where it does not take it."""
-    if compiled is None or w.dtype != FLOAT32 or w.ndim != 2 or min(w.shape) < 1:
+    taken = None if compiled is None or w.dtype != FLOAT32 or w.ndim != 2 or min(w.shape) < 1 else weight_layout(w)
+    if taken is None:
         return None
-    if w.flags.c_contiguous:
-        panels = _pack(w, ROWS, *w.shape)
-    elif w.T.flags.c_contiguous:
-        panels = _pack(w.T, COLUMNS, *w.shape)
-    else:
-        return None
+    panels = _pack(*taken, *w.shape)
     panels.flags.writeable = False
     return panels
 

@@ -38,7 +38,8 @@ def test_a_products_weight_is_only_its_panels_and_both_runs_match_onnxruntime():
     assert product.attrs["packed_shape"] == (40, 72) and compiled_model.graph.constants[product.inputs[1]].ndim == 1
     x = np.random.default_rng(1).standard_normal((3, 9, 40)).astype(np.float32)
     traced = compile_model(onnx_model.SerializeToString()).run({"x": x})["y"]   # a new signature: the traced run
-    planned = compiled_model.run({"x": x}) and compiled_model.run({"x": x})["y"]   # the plan's
+    compiled_model.run({"x": x})   # traced: the next run is the plan's
+    planned = compiled_model.run({"x": x})["y"]
     np.testing.assert_array_equal(traced, planned)
     np.testing.assert_allclose(planned, _expected(onnx_model, {"x": x})[0], rtol=1e-5, atol=1e-5)
     unpacked = compile_model(onnx_model.SerializeToString(), disable_passes=("pack_weights",))
