@@ -50,8 +50,24 @@ class Walker:
 
     def fields(self, start: int, end: int):
         """(field number, wire type, value) of each field of the message in buf[start:end]."""
-        pos = start
+        buf, pos = self.buf, start
         while pos < end:
+            # Most fields of a request are a one-byte key and a one-byte varint or length:
+            # read those here, everything else (and every error) through field().
+            key = buf[pos]
+            if 8 <= key < 0x80 and key & 7 in (VARINT, LENGTH) and pos + 1 < end and buf[pos + 1] < 0x80 \
+                    and (self.budget is None or self.budget > 0):
+                value = buf[pos + 1]
+                if key & 7 == VARINT:
+                    pos += 2
+                elif value <= end - pos - 2:
+                    value, pos = (pos + 2, pos + 2 + value), pos + 2 + value
+                else:
+                    raise self.error(f"field {key >> 3} runs past its message")
+                if self.budget is not None:
+                    self.budget -= 1
+                yield key >> 3, key & 7, value
+                continue
             number, wire, value, pos = self.field(pos, end)
             yield number, wire, value
 

@@ -22,7 +22,6 @@ import ctypes
 import dataclasses
 import enum
 import fcntl
-import json
 import mmap
 import os
 import resource
@@ -32,6 +31,7 @@ import threading
 import weakref
 
 import numpy as np
+import orjson
 
 from rtd import dtypes
 from rtd.errors import Code, RtdError
@@ -67,6 +67,11 @@ class Kind(enum.IntEnum):
     ZYGOTE = 10   # supervisor ↔ fork server: head {op, ...}, fds (go sockets)
     RESULT = 11   # run_confined's child → caller: head {ok, result | rtd, detail | type, message}
     DECODE = 12   # supervisor → upload decoder: head {size, caps}, fds [a spooled REST load request, read-only]
+
+
+_KINDS = {int(k): k for k in Kind}   # a dict lookup: Kind(n) costs a microsecond a frame
+_FDS_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+_CTRUNC = int(socket.MSG_CTRUNC)   # an int: `flags & socket.MSG_CTRUNC` goes through enum.Flag's Python __and__
 
 
 @dataclasses.dataclass
@@ -353,7 +358,7 @@ def encode(kind: Kind, request_id: int, head: dict | None = None, tensors: dict 
     described += placed.values()
     if described:
         head["tensors"] = described
-    head_bytes = json.dumps(head, separators=(",", ":")).encode()
+    head_bytes = orjson.dumps(head)
     if len(head_bytes) > MAX_HEAD or offset > MAX_BODY or len(passed) > MAX_FDS:
         raise RtdError(Code.E_REQUEST_INVALID, "frame exceeds the wire's bounds")
     header = HEADER.pack(MAGIC, VERSION, int(kind), len(passed), request_id, len(head_bytes), offset)
@@ -403,16 +408,17 @@ class Reader:
 
     def pump(self) -> None:
         """One read; EOFError when the peer is gone (BlockingIOError passes through)."""
-        fds = array.array("i")
         if self.scratch is None:   # one buffer per channel: a fresh 256 KiB one per read is an mmap + faults
             self.scratch = bytearray(RECV_CHUNK)
-        size, anc, flags, _ = self.sock.recvmsg_into([self.scratch], socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+        size, anc, flags, _ = self.sock.recvmsg_into([self.scratch], _FDS_SPACE)
         data = memoryview(self.scratch)[:size]
+        received = []
         for level, ctype, cdata in anc:
             if level == socket.SOL_SOCKET and ctype == socket.SCM_RIGHTS:
+                fds = array.array("i")
                 fds.frombytes(cdata[: len(cdata) - (len(cdata) % fds.itemsize)])
-        received = list(fds)
-        if flags & socket.MSG_CTRUNC:
+                received += fds
+        if flags & _CTRUNC:
             _close_all(received)
             raise protocol_error("too many fds in one frame")
         if not data:
@@ -435,10 +441,9 @@ class Reader:
             raise protocol_error("bad magic or version")
         if head_len > self.max_head or body_len > self.max_body or nfds > MAX_FDS:
             raise protocol_error("head, body or fds beyond what the channel allows")
-        try:
-            kind = Kind(kind)
-        except ValueError:
-            raise protocol_error(f"unknown frame kind {kind}") from None
+        if kind not in _KINDS:
+            raise protocol_error(f"unknown frame kind {kind}")
+        kind = _KINDS[kind]
         total = HEADER.size + head_len + body_len
         if len(self.buf) < total:
             return None
@@ -470,8 +475,8 @@ def _parse(kind: Kind, request_id: int, data: bytes, head_len: int, fds: list, p
         raw_head = data[HEADER.size: HEADER.size + head_len]
         body = memoryview(data)[HEADER.size + head_len:]
         try:
-            head = json.loads(raw_head.decode()) if head_len else {}
-        except (ValueError, UnicodeDecodeError, RecursionError):
+            head = orjson.loads(raw_head) if head_len else {}
+        except orjson.JSONDecodeError:   # invalid UTF-8 and nesting past 1024 levels too
             raise protocol_error("head is not JSON") from None
         if not isinstance(head, dict):
             raise protocol_error("head is not a JSON object")

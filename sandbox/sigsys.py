@@ -43,6 +43,8 @@ class Refusals:
         if _sigsys is None:
             return []
         count, found = _sigsys.lib.rtd_sigsys_count(), []
+        if count == self.seen:   # the usual answer, asked before every frame
+            return found
         entry = _sigsys.ffi.new("rtd_trapped *")
         for index in range(self.seen, count):
             if _sigsys.lib.rtd_sigsys_read(index, entry):
