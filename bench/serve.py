@@ -11,7 +11,12 @@
    memfd arenas, no gRPC) against memcpy of the same bytes. And the supervisor's gRPC layer
    alone: CPU per ModelInfer call through the HTTP/2 transport and the gRPC front, in memory.
 4. Fairness: one tenant's p50 alone and while another tenant floods the daemon with 10× its
-   concurrency from another process.
+   concurrency from another process, that process at nice 0 and then at nice 19. Every
+   client runs on this host: at nice 0 the flood's 40 client threads also take the CPU the
+   calm tenant's own client needs (its run-queue wait a call is printed), which no server
+   can give back; at nice 19 they yield it, as clients on other hosts would, and the daemon
+   is still flooded (the flood's answered calls a second and the supervisor's CPU share are
+   printed beside it).
 5. Supervisor RSS while a client that never opens its flow-control window asks for 40
    responses of 4 MiB each, against the tenant's response budget.
 
@@ -228,42 +233,64 @@ def memfd_round_trip(zygote: Zygote, megabytes: int = 64, repeats: int = 5) -> d
             "memcpy_GBps": nbytes / copy / 1e9, "ratio": (2 * nbytes / trip) / (nbytes / copy)}
 
 
-def _flood(url: str, token: str, clients: int, seconds: float, started) -> None:
-    """Another process: `clients` threads sending requests back to back."""
+def _flood(url: str, token: str, clients: int, nice: int, started, answered) -> None:
+    """Another process, at `nice`: `clients` threads sending requests back to back, counting
+    the answered ones in `answered` (a shared integer)."""
+    os.nice(nice)
     x = np.random.default_rng(3).standard_normal((1, 64)).astype(np.float32)
-    stop = time.monotonic() + seconds
 
     def run():
         client = Client(url, token)
-        while time.monotonic() < stop:
+        while True:
             try:
                 client.infer("mlp", {"X": x}, timeout=30)
+                with answered.get_lock():
+                    answered.value += 1
             except Exception:
                 pass   # refusals past its budget are the point
-    threads = [threading.Thread(target=run) for _ in range(clients)]
-    for t in threads:
-        t.start()
+    for _ in range(clients):
+        threading.Thread(target=run, daemon=True).start()
     started.set()
-    for t in threads:
-        t.join()
+    time.sleep(3600)
 
 
-def fairness(daemon: Daemon, x: np.ndarray, requests: int, rounds: int = 3) -> tuple[float, float]:
-    """The calm tenant's p50 alone and while the other tenant floods, in alternating rounds."""
+def run_queue_wait() -> float:
+    """Seconds this process's threads have spent runnable but not running (/proc schedstat)."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/schedstat") as f:
+            total += int(f.read().split()[1])
+    return total / 1e9
+
+
+def fairness(daemon: Daemon, x: np.ndarray, requests: int, flood_nice: int, rounds: int = 3) -> dict:
+    """The calm tenant's p50 alone and while the other tenant floods from a process at
+    `flood_nice`, in alternating rounds; with the flood's answered calls a second, the
+    supervisor's CPU share meanwhile and the calm client's own run-queue wait a call."""
     calm = daemon.client("calm")
-    idle, flooded = [], []
+    idle, flooded, rate, cpu, waits = [], [], [], [], {"idle": 0.0, "flooded": 0.0}
+    context = multiprocessing.get_context("spawn")
     for _ in range(rounds):
+        before = run_queue_wait()
         idle += time_calls(lambda: calm.infer("mlp", {"X": x}), requests // rounds)
-        started = multiprocessing.get_context("spawn").Event()
-        flood = multiprocessing.get_context("spawn").Process(target=_flood, args=(daemon.url, daemon.tokens["flood"],
-                                                                                  40, 600, started))
+        waits["idle"] += run_queue_wait() - before
+        started, answered = context.Event(), context.Value("q", 0)
+        flood = context.Process(target=_flood, args=(daemon.url, daemon.tokens["flood"], 40, flood_nice, started, answered))
         flood.start()
         started.wait(60)
         time.sleep(1.0)
+        count, clock, used, before = answered.value, time.monotonic(), cpu_seconds(daemon.proc.pid), run_queue_wait()
         flooded += time_calls(lambda: calm.infer("mlp", {"X": x}), requests // rounds)
+        waits["flooded"] += run_queue_wait() - before
+        seconds = time.monotonic() - clock
+        rate.append((answered.value - count) / seconds)
+        cpu.append((cpu_seconds(daemon.proc.pid) - used) / seconds)
         flood.terminate()
         flood.join()
-    return percentiles(idle)[0], percentiles(flooded)[0]
+    calls = rounds * (requests // rounds)
+    return {"idle": percentiles(idle)[0], "flooded": percentiles(flooded)[0], "flood_rate": sum(rate) / rounds,
+            "supervisor_cpu": sum(cpu) / rounds, "wait_idle": waits["idle"] / calls * 1e6,
+            "wait_flooded": waits["flooded"] / calls * 1e6}
 
 
 def transport_cpu(calls: int = 3000) -> float:
@@ -422,9 +449,14 @@ def main() -> int:
         print(f"64 MB tensor supervisor→worker→supervisor: {rt['round_trip_ms']:.1f} ms "
               f"({rt['transfer_GBps']:.2f} GB/s moved) vs memcpy {rt['memcpy_ms']:.1f} ms ({rt['memcpy_GBps']:.2f} GB/s): "
               f"{rt['ratio']:.2f}× memcpy bandwidth (goal ≥ 0.8×)")
-        idle, flooded = fairness(daemon, x, min(args.requests, 1500))
-        print(f"fairness: calm tenant p50 alone {idle:.1f} µs, while the other floods with 40 clients "
-              f"(10× its max_concurrency) {flooded:.1f} µs: {flooded / idle:.2f}× (goal ≤ 2×)")
+        for nice, why in ((0, "competing with the calm client for this host's CPUs"),
+                          (19, "the calm client's CPU its own, as on a host of its own")):
+            f = fairness(daemon, x, min(args.requests, 1500), nice)
+            print(f"fairness, flood clients at nice {nice:2d} ({why}): calm tenant p50 alone {f['idle']:.1f} µs, while the "
+                  f"other floods with 40 clients (10× its max_concurrency) {f['flooded']:.1f} µs: "
+                  f"{f['flooded'] / f['idle']:.2f}× (goal ≤ 2×); the flood answered {f['flood_rate']:.0f} calls/s, the "
+                  f"supervisor at {f['supervisor_cpu'] * 100:.0f} % of a CPU; the calm client waited for a CPU "
+                  f"{f['wait_idle']:.0f} µs a call alone, {f['wait_flooded']:.0f} µs flooded")
         before, during = never_reading(daemon)
         print(f"never-reading client (40 × 4 MiB responses, window 0): supervisor RSS {before / 2**20:.0f} MiB → "
               f"{during / 2**20:.0f} MiB (+{(during - before) / 2**20:.1f} MiB; tenant response budget "
