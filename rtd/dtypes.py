@@ -69,6 +69,9 @@ def declared_dims(shape) -> list:
 
 def of_numpy(dtype) -> DType | None:
     """The row for a NumPy dtype (either byte order; object and str/bytes arrays are BYTES)."""
+    row = _BY_NUMPY.get(dtype) if isinstance(dtype, np.dtype) else None   # the usual: asked for every tensor that crosses
+    if row is not None:
+        return row
     dtype = np.dtype(dtype)
     if dtype.kind in "OSU":
         return BY_WIRE["bytes"]

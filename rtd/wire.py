@@ -313,49 +313,45 @@ class Outgoing:
 def encode(kind: Kind, request_id: int, head: dict | None = None, tensors: dict | None = None,
            fds: list | None = None, arena: Arena | None = None) -> Outgoing:
     """Encode one frame; tensors ≥ INLINE_LIMIT bytes go through `arena` when one is given."""
-    head = dict(head or {})
-    passed = list(fds or [])
-    placed = {}
-    for name, value in list((tensors or {}).items()):
+    head = dict(head) if head else {}
+    passed = list(fds) if fds else []
+    described, placed, big, body, offset, inline = [], [], [], [], 0, 0
+    for name, value in (tensors or {}).items():   # one pass, in order: every frame of every request comes here
         if isinstance(value, FdTensor):
-            placed[name] = {"name": name, "dtype": value.dtype, "shape": value.shape, "fd": len(passed)}
+            entry = {"name": name, "dtype": value.dtype, "shape": value.shape, "fd": len(passed)}
             if value.dtype == "bytes":
-                placed[name]["nbytes"] = value.nbytes
+                entry["nbytes"] = value.nbytes
             passed.append(value.fd)
-    items = [(name, *_payload(name, value)) for name, value in (tensors or {}).items() if name not in placed]
-    sizes = {name: sum(p.nbytes for p in parts) for name, _, _, parts in items}
-    big, inline = set(), 0
-    for name, _, _, _ in items if arena is not None else ():
-        if sizes[name] >= INLINE_LIMIT or inline + sizes[name] > MAX_INLINE_BODY:
-            big.add(name)
+            placed.append(entry)
+            continue
+        wire_name, shape, parts = _payload(name, value)
+        nbytes = parts[0].nbytes if len(parts) == 1 else sum(p.nbytes for p in parts)
+        entry = {"name": name, "dtype": wire_name, "shape": shape}
+        if wire_name == "bytes":
+            entry["nbytes"] = nbytes
+        if arena is not None and (nbytes >= INLINE_LIMIT or inline + nbytes > MAX_INLINE_BODY):
+            big.append((entry, parts, nbytes))
         else:
-            inline += sizes[name]
-    region, at = None, 0
+            inline += nbytes
+            entry["offset"] = offset
+            body += parts
+            offset += nbytes
+        described.append(entry)
+    region = None
     if big:
-        at = arena.allocate(sum(_padded(sizes[name]) for name in big))
+        at = arena.allocate(sum(_padded(nbytes) for _, _, nbytes in big))
         region = head["arena"] = [arena.generation, at]
         if not arena.announced:
             head["arena_fd"] = len(passed)
             passed.append(arena.fd)
             arena.announced = True
-    described, body, offset = [], [], 0
-    for name, wire_name, shape, parts in items:
-        nbytes = sizes[name]
-        entry = {"name": name, "dtype": wire_name, "shape": shape}
-        if wire_name == "bytes":
-            entry["nbytes"] = nbytes
-        if name in big:
+        for entry, parts, nbytes in big:
             entry["at"] = at
             for part in parts:
                 arena.put(at, part)
                 at += part.nbytes
             at = entry["at"] + _padded(nbytes)
-        else:
-            entry["offset"] = offset
-            body += parts
-            offset += nbytes
-        described.append(entry)
-    described += placed.values()
+    described += placed
     if described:
         head["tensors"] = described
     head_bytes = orjson.dumps(head)

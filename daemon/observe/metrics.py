@@ -172,7 +172,11 @@ class Metrics:
     # -- series (on the event loop) ------------------------------------------------------------
     def track(self, tenant: str, model: str, version: str) -> Series:
         """The series of a version that serves from now on (kept if it already has one)."""
-        return self.series.setdefault((tenant, model, version), Series())
+        key = (tenant, model, version)
+        series = self.series.get(key)   # asked every request: a Series is made only the first time
+        if series is None:
+            series = self.series[key] = Series()
+        return series
 
     def find(self, tenant: str, model: str, version: str) -> Series | None:
         return self.series.get((tenant, model, version))

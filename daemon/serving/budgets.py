@@ -33,6 +33,11 @@ class _Account:
     used: int = 0
     refused: int = 0
 
+    @property
+    def room(self) -> int:
+        """What calls other than control calls may hold: the limit less its reserve."""
+        return self.limit - self.limit // RESERVE
+
 
 class Charge:
     """An amount of one resource held by one payer; `release()` is idempotent."""
@@ -87,30 +92,33 @@ class Ledger:
 
     def take(self, who: str, resource: str, amount: int = 1, control: bool = False) -> Charge:
         """Charge `amount` of `resource` to `who`, or refuse; `control` calls may use the reserve."""
+        full = control or who == OPERATOR
         with self.lock:
             mine, total = self.accounts[who].get(resource), self.total.get(resource)
-            for account, scope in ((mine, f"tenant {who}"), (total, "the supervisor")):
-                if account is None:
-                    continue
-                room = account.limit if control or who == OPERATOR else account.limit - account.limit // RESERVE
-                if account.used + amount > room:
+            for account in (mine, total):
+                if account is not None and account.used + amount > (account.limit if full else account.room):
                     account.refused += 1
-                    refusal = RtdError(Code.E_BUDGET_EXCEEDED, f"{resource}: {scope} holds {account.used} of {room}"
-                                                               f" ({RESOURCES[resource]}), {amount} more asked")
+                    scope = "the supervisor" if account is total else f"tenant {who}"
+                    refusal = RtdError(Code.E_BUDGET_EXCEEDED, f"{resource}: {scope} holds {account.used} of "
+                                                               f"{account.limit if full else account.room} "
+                                                               f"({RESOURCES[resource]}), {amount} more asked")
                     break
             else:
-                for account in (mine, total):
-                    if account is not None:
-                        account.used += amount
+                if mine is not None:
+                    mine.used += amount
+                if total is not None:
+                    total.used += amount
                 return Charge(self, who, resource, amount)
         self.on_refusal(who, resource)
         raise refusal
 
     def _give_back(self, who: str, resource: str, amount: int) -> None:
         with self.lock:
-            for account in (self.accounts[who].get(resource), self.total.get(resource)):
-                if account is not None:
-                    account.used -= amount
+            mine, total = self.accounts[who].get(resource), self.total.get(resource)
+            if mine is not None:
+                mine.used -= amount
+            if total is not None:
+                total.used -= amount
 
     def usage(self, who: str | None = None) -> dict:
         """{resource: {"used", "limit", "refused"}} of one payer, or of the supervisor as a whole."""

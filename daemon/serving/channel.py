@@ -49,10 +49,8 @@ class WorkerChannel:
             if on_done is not None:
                 on_done(False)
             return future
-        head = dict(head or {})
-        released = self.reader.peer.take_released()
-        if released:
-            head["released"] = released
+        if self.reader.peer.released:
+            head = {**(head or {}), "released": self.reader.peer.take_released()}
         request_id = next(self.ids)
         out = wire.encode(kind, request_id, head, tensors, fds, self.arena)
         # the channel's own copies of the fds, closed once sent: the caller may close its fds
@@ -71,7 +69,9 @@ class WorkerChannel:
             future.set_exception(RtdError(Code.E_MODEL_UNAVAILABLE, f"a file of the request is gone ({e.strerror})"))
             return future
         self.waiting[request_id] = (future, out.region, on_done)
-        self.outbox.append([memoryview(b"".join(wire._as_bytes(memoryview(p)) for p in out.parts)), owned])
+        parts = out.parts
+        self.outbox.append([memoryview(parts[0] if len(parts) == 1 else b"".join(wire._as_bytes(memoryview(p)) for p in parts)),
+                            owned])
         self._write()
         return future
 
