@@ -112,6 +112,9 @@ def _raw(sock, kind=Kind.OK, nfds=0, head=b"{}", body=b"", magic=MAGIC, version=
     ({"nfds": 2}, "fds"),
     ({"head": b"[1]"}, "not a JSON object"),
     ({"head": b"{nope"}, "not JSON"),
+    ({"head": b'{"a":"\xff"}'}, "not JSON"),                 # invalid UTF-8
+    ({"head": b'{"a":' + b"[" * 2000 + b"]" * 2000 + b"}"}, "not JSON"),   # nested past the parser's depth
+    ({"head": b'{"a":NaN}'}, "not JSON"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"float32","shape":[4]}]}', "body": b"\0" * 8}, "outside the body"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"object","shape":[1]}]}'}, "refused"),
     ({"head": b'{"tensors":[{"name":"x","dtype":"float32","shape":[-1]}]}'}, "bad shape"),
