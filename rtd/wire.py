@@ -22,6 +22,7 @@ import ctypes
 import dataclasses
 import enum
 import fcntl
+import json
 import mmap
 import os
 import resource
@@ -354,7 +355,10 @@ def encode(kind: Kind, request_id: int, head: dict | None = None, tensors: dict 
     described += placed
     if described:
         head["tensors"] = described
-    head_bytes = orjson.dumps(head)
+    try:
+        head_bytes = orjson.dumps(head)
+    except orjson.JSONEncodeError:   # an int past 64 bits, which orjson refuses and json writes (a reader parses it as a float)
+        head_bytes = json.dumps(head, separators=(",", ":")).encode()
     if len(head_bytes) > MAX_HEAD or offset > MAX_BODY or len(passed) > MAX_FDS:
         raise RtdError(Code.E_REQUEST_INVALID, "frame exceeds the wire's bounds")
     header = HEADER.pack(MAGIC, VERSION, int(kind), len(passed), request_id, len(head_bytes), offset)

@@ -131,6 +131,16 @@ def test_malformed_frames_are_refused(pair, kwargs, message):
     assert e.value.code == Code.E_WORKER_PROTOCOL and message in e.value.detail
 
 
+def test_a_head_int_past_64_bits_is_written_and_read_as_a_float(pair):
+    """orjson writes 64-bit ints; a larger one (a hostile peer's, or the fuzzer's) is written by json
+    and read back as a float, which every int field of a head refuses."""
+    a, b = pair
+    frames.send(a, Kind.OK, 1, {"key": -(2**63) - 1, "rows": 2**70})
+    got = frames.Reader(b).recv()
+    assert got.head == {"key": float(-(2**63) - 1), "rows": float(2**70)}
+    assert type(got.head["rows"]) is float
+
+
 def test_oversized_head_refused_before_reading_it(pair):
     a, b = pair
     a.sendall(HEADER.pack(MAGIC, VERSION, Kind.OK, 0, 1, frames.MAX_HEAD + 1, 0))
