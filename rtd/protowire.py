@@ -54,19 +54,16 @@ class Walker:
         while pos < end:
             # Most fields of a request are a one-byte key and a one-byte varint or length:
             # read those here, everything else (and every error) through field().
-            key = buf[pos]
-            if 8 <= key < 0x80 and key & 7 in (VARINT, LENGTH) and pos + 1 < end and buf[pos + 1] < 0x80 \
-                    and (self.budget is None or self.budget > 0):
-                value = buf[pos + 1]
-                if key & 7 == VARINT:
+            key, wire = buf[pos], buf[pos] & 7
+            if 8 <= key < 0x80 and pos + 1 < end and (value := buf[pos + 1]) < 0x80 and (self.budget is None or self.budget > 0) \
+                    and (wire == VARINT or wire == LENGTH and value <= end - pos - 2):
+                if wire == VARINT:
                     pos += 2
-                elif value <= end - pos - 2:
-                    value, pos = (pos + 2, pos + 2 + value), pos + 2 + value
                 else:
-                    raise self.error(f"field {key >> 3} runs past its message")
+                    value, pos = (pos + 2, pos + 2 + value), pos + 2 + value
                 if self.budget is not None:
                     self.budget -= 1
-                yield key >> 3, key & 7, value
+                yield key >> 3, wire, value
                 continue
             number, wire, value, pos = self.field(pos, end)
             yield number, wire, value

@@ -326,7 +326,7 @@ def encode(kind: Kind, request_id: int, head: dict | None = None, tensors: dict 
             placed.append(entry)
             continue
         wire_name, shape, parts = _payload(name, value)
-        nbytes = parts[0].nbytes if len(parts) == 1 else sum(p.nbytes for p in parts)
+        nbytes = sum(p.nbytes for p in parts)
         entry = {"name": name, "dtype": wire_name, "shape": shape}
         if wire_name == "bytes":
             entry["nbytes"] = nbytes

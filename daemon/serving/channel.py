@@ -69,9 +69,7 @@ class WorkerChannel:
             future.set_exception(RtdError(Code.E_MODEL_UNAVAILABLE, f"a file of the request is gone ({e.strerror})"))
             return future
         self.waiting[request_id] = (future, out.region, on_done)
-        parts = out.parts
-        self.outbox.append([memoryview(parts[0] if len(parts) == 1 else b"".join(wire._as_bytes(memoryview(p)) for p in parts)),
-                            owned])
+        self.outbox.append([memoryview(b"".join(wire._as_bytes(memoryview(p)) for p in out.parts)), owned])
         self._write()
         return future
 
