@@ -76,6 +76,12 @@ class Handed:
                    tensors[request] if request is not None else None)
 
 
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(RtdError(Code.E_DEADLINE, "the deadline passed before the model answered"))
+        future.exception()   # retrieved: the frame's callers may have gone
+
+
 class _Pending:
     __slots__ = ("request", "timing", "future")
 
@@ -135,11 +141,61 @@ def parse_answer(reply: wire.Frame, count: int, max_bytes: int, handing_on: froz
     return out, times
 
 
+class Slots:
+    """A tenant's `max_concurrency` slots: a frame takes one before it goes to a worker and gives
+    it back when the worker is through. Waiters are served in arrival order, each until its own
+    deadline. (asyncio.Semaphore and asyncio.timeout each ask asyncio for the running loop, a
+    getpid() system call on Python 3.11, four of them a wait: this asks once.)"""
+
+    def __init__(self, count: int):
+        self.free, self.waiting, self.loop = count, collections.deque(), None
+
+    def locked(self) -> bool:
+        return self.free == 0 or bool(self.waiting)
+
+    def take(self) -> bool:
+        """A slot now, if one is free and nobody waits for it."""
+        if self.locked():
+            return False
+        self.free -= 1
+        return True
+
+    async def wait(self, until: float) -> bool:
+        """A slot once one is given back (True), or False at `until` (time.monotonic())."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        waiter = self.loop.create_future()
+        self.waiting.append(waiter)
+        timer = self.loop.call_later(max(0.0, until - time.monotonic()), self._expire, waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.release()   # handed this slot as the caller was cancelled: the next one gets it
+            raise
+        finally:
+            timer.cancel()
+
+    def _expire(self, waiter: asyncio.Future) -> None:
+        if not waiter.done():
+            waiter.set_result(False)
+            self.waiting.remove(waiter)
+
+    def release(self) -> None:
+        """Give a slot back: to the first waiter still waiting, else to the free ones."""
+        while self.waiting:
+            waiter = self.waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                return
+        self.free += 1
+
+
 class Scheduler:
     """`version` offers `instance(deadline)`, `answered()` and `protocol_error(instance, e)`;
-    `slots` is the tenant's semaphore; `on_execution()` counts one execution."""
+    `slots` are the tenant's (Slots); `on_execution()` counts one execution."""
 
-    def __init__(self, name: str, version, slots: asyncio.Semaphore, limits, max_batch: int, delay_s: float | None,
+    def __init__(self, name: str, version, slots: Slots, limits, max_batch: int, delay_s: float | None,
                  on_execution):
         self.name, self.version, self.slots, self.limits = name, version, slots, limits
         self.max_batch, self.delay, self.on_execution = max_batch, delay_s, on_execution
@@ -161,11 +217,7 @@ class Scheduler:
         wait = None if request.deadline == math.inf else max(0.0, request.deadline - time.monotonic())
         try:
             if self.task is None:   # no batching: the caller's own task takes its request to the worker and back
-                if wait is None:   # no deadline: no timeout context to make (request_timeout_s bounds the slot wait)
-                    await self._execute([pending])
-                else:
-                    async with asyncio.timeout(wait):
-                        await self._execute([pending])
+                await self._execute([pending])   # which ends its waits at the request's deadline
                 return pending.future.result()
             self.queue.append(pending)
             self.arrived.set()
@@ -221,16 +273,11 @@ class Scheduler:
 
     # -- execution -----------------------------------------------------------------------------
     async def _execute(self, batch: list) -> None:
-        """One frame to one worker, holding a slot from before it is sent until it is answered."""
+        """One frame to one worker, holding a slot from before it is sent until it is answered; the
+        wait for its answer ends at the latest deadline of the frame's requests."""
         deadline = max(p.request.deadline for p in batch)
         queued_until = min(deadline, time.monotonic() + self.limits.request_timeout_s)
-        try:
-            if self.slots.locked():   # a free slot is taken at once: no timer to arm and cancel
-                async with asyncio.timeout(max(0.0, queued_until - time.monotonic())):
-                    await self.slots.acquire()
-            else:
-                await self.slots.acquire()
-        except TimeoutError:
+        if not self.slots.take() and not await self.slots.wait(queued_until):
             for p in batch:
                 self._settle(p, RtdError(Code.E_DEADLINE, "expired while queued for a worker"))
             return
@@ -246,6 +293,8 @@ class Scheduler:
                     self.on_execution()
         try:
             instance = await self.version.instance(queued_until)
+            if deadline <= time.monotonic():
+                raise RtdError(Code.E_DEADLINE, "expired while queued for a worker")
             timing = batch[0].timing
             timing.computing(*(p.timing for p in batch[1:]))
             head, tensors = infer_frame([p.request for p in batch])
@@ -254,6 +303,8 @@ class Scheduler:
             timing.sent()
         except BaseException as e:
             finished(False)
+            if isinstance(e, RtdError) and e.code is Code.E_MODEL_UNAVAILABLE and deadline <= time.monotonic():
+                e = RtdError(Code.E_DEADLINE, "the deadline passed before the model answered")   # no instance in time for it
             for p in batch:
                 self._settle(p, e if isinstance(e, RtdError) else RtdError(Code.E_INTERNAL, type(e).__name__))
             if not isinstance(e, Exception):
@@ -261,6 +312,8 @@ class Scheduler:
             return
         for p in batch:
             p.request.body = None   # in the worker's hands now: the supervisor keeps no copy
+        # the wait ends at the deadline (the worker's answer, if it comes later, is dropped)
+        timer = self.loop.call_later(deadline - time.monotonic(), _expire, future) if deadline != math.inf else None
         try:
             reply = await future
             answers, ns = parse_answer(reply, len(batch), self.limits.max_message_bytes, handing_on)
@@ -275,6 +328,9 @@ class Scheduler:
             for p in batch:
                 self._settle(p, e)
             return
+        finally:
+            if timer is not None:
+                timer.cancel()
         timing.answered(ns)
         for p, answer in zip(batch, answers):
             p.timing.took(timing)

@@ -3,12 +3,12 @@ daemon's limits and its own sandbox limits, the event log and metrics, how to sp
 workers, its memory accounting and its slots. Tenancy, model owners, versions and schedulers
 get this and never their parent, so every reach is visible here.
 """
-import asyncio
 import dataclasses
 
 from rtd.daemon.config import Limits
 from rtd.daemon.observe.events import EventLog
 from rtd.daemon.observe.metrics import Metrics
+from rtd.daemon.serving.scheduler import Slots
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +20,7 @@ class TenantServices:
     metrics: Metrics
     spawn: object                   # (socket) -> worker handle: a confined worker of this tenant (blocking)
     make_room: object               # async (need bytes, need pids, keep version, claim) -> None: evict idle instances and count the new one, or refuse
-    slots: asyncio.Semaphore        # the tenant's max_concurrency requests in its workers
+    slots: Slots                    # the tenant's max_concurrency requests in its workers
     models: object = None           # (name) -> ManagedModel | None: the tenant's own models (an ensemble's steps)
 
     def emit(self, event: str, level: str = "info", **fields) -> None:

@@ -18,7 +18,7 @@ from rtd.daemon.observe.metrics import Timing
 from rtd.daemon.serving.ensemble import EnsembleVersion
 from rtd.daemon.serving.lifecycle import ManagedModel, ModelVersion
 from rtd.daemon.serving.instances import size
-from rtd.daemon.serving.scheduler import Answer, InferRequest
+from rtd.daemon.serving.scheduler import Answer, InferRequest, Slots
 from rtd.daemon.serving.services import TenantServices
 from rtd.daemon.serving.stages import StagedVersion, stage_count
 from rtd.errors import Code, RtdError
@@ -45,7 +45,7 @@ class Tenancy:
         self.load_lock = asyncio.Lock()
         self.room = asyncio.Lock()   # making room for an instance and counting it, one start at a time
         self.services = TenantServices(tenant.id, limits, policy.limits, events, metrics, spawn, self.make_room,
-                                       asyncio.Semaphore(limits.max_concurrency), self.models.get)
+                                       Slots(limits.max_concurrency), self.models.get)
 
     def model(self, name: str) -> ManagedModel:
         """The owner of `name`, made if the tenant has none yet (the caller loads it)."""

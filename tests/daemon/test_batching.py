@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rtd import wire
 from rtd.daemon.observe.metrics import Series, Timing
-from rtd.daemon.serving.scheduler import Answer, InferRequest, Scheduler, infer_frame, parse_answer
+from rtd.daemon.serving.scheduler import Answer, InferRequest, Scheduler, Slots, infer_frame, parse_answer
 from rtd.daemon.worker.infer import Serving
 from rtd.daemon.worker.kserve_codec import Caps
 from rtd.errors import Code, RtdError
@@ -171,7 +171,7 @@ class Limits:
     request_timeout_s, max_message_bytes = 10.0, 1 << 20
 
 
-def scheduler(version: Version, slots: asyncio.Semaphore, delay_s: float | None = 0.2, max_batch: int = 8) -> Scheduler:
+def scheduler(version: Version, slots: Slots, delay_s: float | None = 0.2, max_batch: int = 8) -> Scheduler:
     return Scheduler("scaled", version, slots, Limits, max_batch, delay_s, on_execution=lambda: None)
 
 
@@ -186,7 +186,7 @@ def submit(sched: Scheduler, request: InferRequest, timeout: float = 10, series:
 def test_requests_within_the_delay_share_one_frame_and_leave_the_queue_together():
     async def main():
         version, series = Version(serving()), Series()
-        sched = scheduler(version, asyncio.Semaphore(4))
+        sched = scheduler(version, Slots(4))
         xs = [np.full((1, 3), i, np.float32) for i in range(3)]
         got = await asyncio.gather(*(submit(sched, grpc(x), series=series) for x in xs))
         assert version.frames == [3] and version.serving.model.calls == [{"X": (3, 3)}] and series.pending == 0
@@ -199,12 +199,12 @@ def test_requests_within_the_delay_share_one_frame_and_leave_the_queue_together(
 def test_a_frame_holds_at_most_the_batch_size_and_unbatched_requests_go_alone():
     async def main():
         version = Version(serving(max_batch=2))
-        sched = scheduler(version, asyncio.Semaphore(4), max_batch=2)
+        sched = scheduler(version, Slots(4), max_batch=2)
         await asyncio.gather(*(submit(sched, grpc(np.ones((1, 3), np.float32))) for _ in range(5)))
         assert sorted(version.frames) == [1, 2, 2]
         sched.close()
         alone = Version(serving(max_batch=0))
-        plain = scheduler(alone, asyncio.Semaphore(4), delay_s=None, max_batch=0)
+        plain = scheduler(alone, Slots(4), delay_s=None, max_batch=0)
         await asyncio.gather(*(submit(plain, grpc(np.ones((1, 3), np.float32))) for _ in range(3)))
         assert alone.frames == [1, 1, 1]
     asyncio.run(main())
@@ -212,7 +212,7 @@ def test_a_frame_holds_at_most_the_batch_size_and_unbatched_requests_go_alone():
 
 def test_a_slot_is_held_until_the_worker_answers_even_when_the_caller_gave_up():
     async def main():
-        version, slots = Version(serving(), delay=0.3), asyncio.Semaphore(1)
+        version, slots = Version(serving(), delay=0.3), Slots(1)
         sched = scheduler(version, slots, delay_s=None)
         with pytest.raises(RtdError) as e:
             await submit(sched, grpc(np.ones((1, 3), np.float32)), timeout=0.05)
@@ -222,16 +222,53 @@ def test_a_slot_is_held_until_the_worker_answers_even_when_the_caller_gave_up():
     asyncio.run(main())
 
 
+def test_slots_go_to_waiters_in_arrival_order_and_a_wait_ends_at_its_deadline():
+    async def main():
+        slots = Slots(1)
+        assert slots.take() and not slots.take() and slots.locked()
+        start = time.monotonic()
+        expired = await slots.wait(start + 0.05)
+        assert expired is False and time.monotonic() - start >= 0.05 and not slots.waiting   # gone from the queue
+        first = asyncio.ensure_future(slots.wait(time.monotonic() + 10))
+        second = asyncio.ensure_future(slots.wait(time.monotonic() + 10))
+        await asyncio.sleep(0)
+        slots.release()   # the held slot goes to the first waiter, not to the free count
+        await asyncio.sleep(0)
+        assert first.done() and first.result() is True and not second.done() and slots.free == 0
+        slots.release()
+        assert await second is True
+        slots.release()
+        assert slots.free == 1 and not slots.locked()
+    asyncio.run(main())
+
+
+def test_a_slot_handed_to_a_waiter_that_was_cancelled_meanwhile_goes_to_the_next():
+    async def main():
+        slots = Slots(1)
+        assert slots.take()
+        cancelled = asyncio.ensure_future(slots.wait(time.monotonic() + 10))
+        behind = asyncio.ensure_future(slots.wait(time.monotonic() + 10))
+        await asyncio.sleep(0)
+        slots.release()      # handed to the first waiter ...
+        cancelled.cancel()   # ... whose caller gives up before it runs again
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert await asyncio.wait_for(behind, 1) is True and slots.free == 0
+        slots.release()
+        assert slots.free == 1
+    asyncio.run(main())
+
+
 def test_expired_requests_are_left_out_and_closing_fails_the_queue():
     async def main():
         version = Version(serving())
-        sched = scheduler(version, asyncio.Semaphore(4), delay_s=0.05)
+        sched = scheduler(version, Slots(4), delay_s=0.05)
         with pytest.raises(RtdError) as e:
             await submit(sched, grpc(np.ones((1, 3), np.float32)), timeout=0.01)
         assert e.value.code == Code.E_DEADLINE
         await asyncio.sleep(0.1)
         assert version.frames == []                      # its frame formed after its deadline: never sent
-        blocked = scheduler(version, asyncio.Semaphore(4), delay_s=60)
+        blocked = scheduler(version, Slots(4), delay_s=60)
         waiting = asyncio.ensure_future(submit(blocked, grpc(np.ones((1, 3), np.float32))))
         await asyncio.sleep(0.01)
         blocked.close()

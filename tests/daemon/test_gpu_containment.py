@@ -26,6 +26,7 @@ from rtd.daemon.serving.channel import WorkerChannel
 from rtd.daemon.observe.events import EventLog
 from rtd.daemon.serving.instances import Ending, Instance
 from rtd.daemon.serving.lifecycle import ModelVersion
+from rtd.daemon.serving.scheduler import Slots
 from rtd.daemon.serving.services import TenantServices
 from rtd.daemon.observe.metrics import Metrics
 from rtd.errors import Code
@@ -149,7 +150,7 @@ def version_counting(events: io.StringIO) -> ModelVersion:
     limits = types.SimpleNamespace(max_instances=4, restart_backoff_s=3600.0, restart_backoff_max_s=3600.0, crash_limit=1,
                                    resource_error_window_s=60.0, request_timeout_s=60.0, max_message_bytes=1 << 20)
     services = TenantServices("acme", limits, types.SimpleNamespace(cpu_cores=1, gpu_devices=[0]), EventLog(events), Metrics(),
-                              spawn=None, make_room=None, slots=asyncio.Semaphore(1))
+                              spawn=None, make_room=None, slots=Slots(1))
     owner = types.SimpleNamespace(name="m", version_changed=lambda version: None)
     package = types.SimpleNamespace(config=None, version_dir="1", model=types.SimpleNamespace(size=1))
     return ModelVersion(owner, package, held=None, services=services)
