@@ -28,7 +28,9 @@ checkout=$(cd "$(dirname "$0")/.." && pwd)
 root=$(mkdir -p "$root" && cd "$root" && pwd)
 at() { echo "${root%/}$1"; }
 
-python3 -m venv "$(at /opt/rtd)"
+python=/usr/bin/python3   # Debian's own (PGO and LTO), not a python3 earlier on PATH
+[ -x "$python" ] || python=python3
+"$python" -m venv "$(at /opt/rtd)"
 "$(at /opt/rtd)/bin/pip" install -q --upgrade pip 2>&1 | grep -v WARNING || true
 "$(at /opt/rtd)/bin/pip" install -q "$checkout" 2>&1 | grep -vE 'WARNING|^ *$' || true
 "$(at /opt/rtd)/bin/python" -I -c "import rtd.daemon, rtd.kernels, rtd.loader, rtd.sandbox"

@@ -7,8 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "setup: $*" >&2; }
 stamp=.venv/.rtd-installed
-want=$(cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py \
-       daemon/transport/h2session.[ch] daemon/transport/build_h2session.py | sha256sum | cut -d' ' -f1)  # a changed C file rebuilds
+# Debian's own python3: the interpreter python3-venv and python3-dev below are for, built with PGO and LTO. A python3
+# earlier on PATH (pyenv's, say) is neither, and runs the daemon's Python about a quarter slower.
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+want=$({ readlink -f "$(command -v "$python")"; cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py \
+       daemon/transport/h2session.[ch] daemon/transport/build_h2session.py; } | sha256sum | cut -d' ' -f1)  # a changed C file or interpreter rebuilds
 if [ "${1:-}" = --check ]; then   # whether this checkout is installed as it is now; changes nothing
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]
   exit
@@ -32,9 +36,13 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   say "rtd in .venv is up to date"
   exit 0
 fi
+if [ -x .venv/bin/python ] && ! grep -qx "executable = $(readlink -f "$(command -v "$python")")" .venv/pyvenv.cfg; then
+  say "the virtualenv .venv was made by another interpreter: making it again with $python"
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
   say "creating the virtualenv .venv"
-  quietly python3 -m venv .venv
+  quietly "$python" -m venv .venv
 fi
 say "pip: upgrading pip"
 quietly .venv/bin/pip install -q --upgrade pip
