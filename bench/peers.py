@@ -135,7 +135,8 @@ def peer_python(name: str) -> str:
     python = os.path.join(venv, "bin", "python")
     wanted = "\n".join(PEER_REQUIREMENTS[name] + [f"onnxruntime=={onnxruntime.__version__}"]) + "\n"
     marker = os.path.join(venv, "bench-requirements.txt")
-    if os.path.exists(marker) and open(marker).read() == wanted:
+    made_by = f"# made by {os.path.realpath(sys._base_executable)}\n"   # the peers run on rtd's own interpreter
+    if os.path.exists(marker) and open(marker).read() == made_by + wanted:
         return python
     print(f"making {venv} ({', '.join(wanted.split())}) from PyPI; reused by later runs", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
@@ -144,7 +145,7 @@ def peer_python(name: str) -> str:
     if done.returncode != 0:
         sys.exit(f"pip install into {venv} failed:\n{done.stderr[-3000:]}")
     with open(marker, "w") as f:
-        f.write(wanted)
+        f.write(made_by + wanted)
     return python
 
 
