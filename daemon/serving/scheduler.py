@@ -214,16 +214,19 @@ class Scheduler:
             raise RtdError(Code.E_INPUT_INVALID, f"{self.name} batches along dim 0: the inputs' first dims must agree "
                                                  f"and be 1..{self.max_batch}")
         pending = _Pending(request, timing, self.loop.create_future())
-        wait = None if request.deadline == math.inf else max(0.0, request.deadline - time.monotonic())
+        if self.task is None:   # no batching: the caller's own task takes its request to the worker and back
+            await self._execute([pending])   # which ends its waits at the request's deadline
+            return pending.future.result()
+        self.queue.append(pending)
+        self.arrived.set()
+        # the wait ends at the deadline (or when the caller goes): a frame not yet formed leaves the request out
+        timer = self.loop.call_later(request.deadline - time.monotonic(), _expire, pending.future) \
+            if request.deadline != math.inf else None
         try:
-            if self.task is None:   # no batching: the caller's own task takes its request to the worker and back
-                await self._execute([pending])   # which ends its waits at the request's deadline
-                return pending.future.result()
-            self.queue.append(pending)
-            self.arrived.set()
-            return await asyncio.wait_for(asyncio.shield(pending.future), wait)
-        except TimeoutError:
-            raise RtdError(Code.E_DEADLINE, "the deadline passed before the model answered") from None
+            return await pending.future
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def close(self) -> None:
         self.closed = True

@@ -222,6 +222,21 @@ def test_a_slot_is_held_until_the_worker_answers_even_when_the_caller_gave_up():
     asyncio.run(main())
 
 
+def test_a_caller_that_goes_away_before_its_frame_forms_is_left_out_of_it():
+    async def main():
+        version = Version(serving())
+        sched = scheduler(version, Slots(4), delay_s=0.1)
+        gone = asyncio.ensure_future(submit(sched, grpc(np.ones((1, 3), np.float32))))
+        kept = asyncio.ensure_future(submit(sched, grpc(np.full((1, 3), 2, np.float32))))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        answer = await kept
+        assert version.frames == [1] and gone.cancelled()
+        np.testing.assert_allclose(outputs_of(answer)["Y"], np.full((1, 3), 2, np.float32) @ W, rtol=1e-6)
+        sched.close()
+    asyncio.run(main())
+
+
 def test_slots_go_to_waiters_in_arrival_order_and_a_wait_ends_at_its_deadline():
     async def main():
         slots = Slots(1)
