@@ -76,6 +76,11 @@ class Handed:
                    tensors[request] if request is not None else None)
 
 
+def _resolve(future: asyncio.Future, value) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
 def _expire(future: asyncio.Future) -> None:
     if not future.done():
         future.set_exception(RtdError(Code.E_DEADLINE, "the deadline passed before the model answered"))
@@ -201,9 +206,9 @@ class Scheduler:
         self.max_batch, self.delay, self.on_execution = max_batch, delay_s, on_execution
         self.queue: collections.deque = collections.deque()
         self.forming: list = []                  # taken from the queue into the frame being gathered
-        self.arrived = asyncio.Event()
         self.closed = False
         self.loop = asyncio.get_running_loop()   # once: asking asyncio for it is a getpid() system call
+        self.arrived = self.loop.create_future()   # set when a request is queued (_arrival makes a new one to wait on)
         self.task = self.loop.create_task(self._gather()) if delay_s is not None else None
 
     async def submit(self, request: InferRequest, timing: Timing) -> Answer:
@@ -218,7 +223,8 @@ class Scheduler:
             await self._execute([pending])   # which ends its waits at the request's deadline
             return pending.future.result()
         self.queue.append(pending)
-        self.arrived.set()
+        if not self.arrived.done():
+            self.arrived.set_result(True)
         # the wait ends at the deadline (or when the caller goes): a frame not yet formed leaves the request out
         timer = self.loop.call_later(request.deadline - time.monotonic(), _expire, pending.future) \
             if request.deadline != math.inf else None
@@ -248,20 +254,27 @@ class Scheduler:
             pending.future.set_result(outcome)
 
     # -- batching ------------------------------------------------------------------------------
+    async def _arrival(self, until: float) -> bool:
+        """True once a request is queued, False at `until` (time.monotonic(); inf: no bound). A
+        future and a timer of the loop's own: asyncio.Event and wait_for each ask for the loop."""
+        self.arrived = self.loop.create_future()
+        timer = self.loop.call_later(until - time.monotonic(), _resolve, self.arrived, False) if until != math.inf else None
+        try:
+            return await self.arrived
+        finally:
+            if timer is not None:
+                timer.cancel()
+
     async def _gather(self) -> None:
         while True:
             while not self.queue:
-                self.arrived.clear()
-                await self.arrived.wait()
+                await self._arrival(math.inf)
             batch = self.forming = [self.queue.popleft()]
             rows = batch[0].request.rows or 1
             until = time.monotonic() + self.delay
             while len(batch) < self.max_batch and rows < self.max_batch:
                 if not self.queue:
-                    self.arrived.clear()
-                    try:
-                        await asyncio.wait_for(self.arrived.wait(), max(0.0, until - time.monotonic()))
-                    except TimeoutError:
+                    if not await self._arrival(until):
                         break
                     continue
                 nxt = self.queue[0].request.rows or 1
