@@ -11,7 +11,8 @@ stamp=.venv/.rtd-installed
 # earlier on PATH (pyenv's, say) is neither, and runs the daemon's Python about a quarter slower.
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
-want=$({ readlink -f "$(command -v "$python")"; cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py \
+interpreter=$(readlink -f "$(command -v "$python")")
+want=$({ echo "$interpreter"; cat pyproject.toml setup.py kernels/native/*.[ch] kernels/native/build_native.py sandbox/sigsys.[ch] sandbox/build_sigsys.py \
        daemon/transport/h2session.[ch] daemon/transport/build_h2session.py; } | sha256sum | cut -d' ' -f1)  # a changed C file or interpreter rebuilds
 if [ "${1:-}" = --check ]; then   # whether this checkout is installed as it is now; changes nothing
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]
@@ -36,7 +37,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   say "rtd in .venv is up to date"
   exit 0
 fi
-if [ -x .venv/bin/python ] && ! grep -qx "executable = $(readlink -f "$(command -v "$python")")" .venv/pyvenv.cfg; then
+if [ -x .venv/bin/python ] && ! grep -qx "executable = $interpreter" .venv/pyvenv.cfg; then
   say "the virtualenv .venv was made by another interpreter: making it again with $python"
   rm -rf .venv
 fi
