@@ -76,15 +76,27 @@ class Handed:
                    tensors[request] if request is not None else None)
 
 
-def _resolve(future: asyncio.Future, value) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
 def _expire(future: asyncio.Future) -> None:
     if not future.done():
         future.set_exception(RtdError(Code.E_DEADLINE, "the deadline passed before the model answered"))
         future.exception()   # retrieved: the frame's callers may have gone
+
+
+def _unanswered(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
+async def _until(loop, future: asyncio.Future, until: float, expire):
+    """`await future`, with `expire(future)` called at `until` (time.monotonic(); inf: never) if
+    it is still pending then. Every wait here ends this way: asyncio.Semaphore, Event, timeout
+    and wait_for each ask asyncio for the running loop, a getpid() system call on Python 3.11."""
+    timer = loop.call_later(until - time.monotonic(), expire, future) if until != math.inf else None
+    try:
+        return await future
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 class _Pending:
@@ -149,8 +161,7 @@ def parse_answer(reply: wire.Frame, count: int, max_bytes: int, handing_on: froz
 class Slots:
     """A tenant's `max_concurrency` slots: a frame takes one before it goes to a worker and gives
     it back when the worker is through. Waiters are served in arrival order, each until its own
-    deadline. (asyncio.Semaphore and asyncio.timeout each ask asyncio for the running loop, a
-    getpid() system call on Python 3.11, four of them a wait: this asks once.)"""
+    deadline."""
 
     def __init__(self, count: int):
         self.free, self.waiting, self.loop = count, collections.deque(), None
@@ -171,15 +182,12 @@ class Slots:
             self.loop = asyncio.get_running_loop()
         waiter = self.loop.create_future()
         self.waiting.append(waiter)
-        timer = self.loop.call_later(max(0.0, until - time.monotonic()), self._expire, waiter)
         try:
-            return await waiter
+            return await _until(self.loop, waiter, until, self._expire)
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled() and waiter.result():
                 self.release()   # handed this slot as the caller was cancelled: the next one gets it
             raise
-        finally:
-            timer.cancel()
 
     def _expire(self, waiter: asyncio.Future) -> None:
         if not waiter.done():
@@ -226,13 +234,7 @@ class Scheduler:
         if not self.arrived.done():
             self.arrived.set_result(True)
         # the wait ends at the deadline (or when the caller goes): a frame not yet formed leaves the request out
-        timer = self.loop.call_later(request.deadline - time.monotonic(), _expire, pending.future) \
-            if request.deadline != math.inf else None
-        try:
-            return await pending.future
-        finally:
-            if timer is not None:
-                timer.cancel()
+        return await _until(self.loop, pending.future, request.deadline, _expire)
 
     def close(self) -> None:
         self.closed = True
@@ -255,15 +257,9 @@ class Scheduler:
 
     # -- batching ------------------------------------------------------------------------------
     async def _arrival(self, until: float) -> bool:
-        """True once a request is queued, False at `until` (time.monotonic(); inf: no bound). A
-        future and a timer of the loop's own: asyncio.Event and wait_for each ask for the loop."""
+        """True once a request is queued, False at `until` (time.monotonic(); inf: no bound)."""
         self.arrived = self.loop.create_future()
-        timer = self.loop.call_later(until - time.monotonic(), _resolve, self.arrived, False) if until != math.inf else None
-        try:
-            return await self.arrived
-        finally:
-            if timer is not None:
-                timer.cancel()
+        return await _until(self.loop, self.arrived, until, _unanswered)
 
     async def _gather(self) -> None:
         while True:
@@ -328,10 +324,8 @@ class Scheduler:
             return
         for p in batch:
             p.request.body = None   # in the worker's hands now: the supervisor keeps no copy
-        # the wait ends at the deadline (the worker's answer, if it comes later, is dropped)
-        timer = self.loop.call_later(deadline - time.monotonic(), _expire, future) if deadline != math.inf else None
         try:
-            reply = await future
+            reply = await _until(self.loop, future, deadline, _expire)   # an answer after the deadline is dropped
             answers, ns = parse_answer(reply, len(batch), self.limits.max_message_bytes, handing_on)
         except Lost:
             failure = await instance.failure()
@@ -344,9 +338,6 @@ class Scheduler:
             for p in batch:
                 self._settle(p, e)
             return
-        finally:
-            if timer is not None:
-                timer.cancel()
         timing.answered(ns)
         for p, answer in zip(batch, answers):
             p.timing.took(timing)
