@@ -146,6 +146,7 @@ class Connection(typing.Protocol):
     peer: str                       # who it counts against (uid:N or ip:ADDRESS)
     authenticated: bool             # it has carried an authenticated call
     opened: float                   # time.monotonic() at accept
+    transport: object               # its asyncio transport (None before it is made)
 
     def sweep(self, now: float) -> None: ...    # every second: reset stalled work, close idle
     def busy(self) -> bool: ...                 # calls in hand

@@ -148,7 +148,10 @@ class ConnectionTable:
             conn.goaway()
 
     def busy(self) -> bool:
-        return any(conn.busy() for conn in self.connections)
+        """Calls in hand, or answers not yet all handed to the kernel (a stream is done when its last
+        byte reaches the transport, which may still hold megabytes for a slow reader)."""
+        return any(conn.busy() or (conn.transport is not None and conn.transport.get_write_buffer_size() > 0)
+                   for conn in self.connections)
 
     def close(self) -> None:
         if self.sweeper is not None:
