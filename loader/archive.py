@@ -1,6 +1,8 @@
 """Reading a .tar / .tar.gz package: member by member into sealed memfds, never extracted.
 
-A compressed archive is streamed (tarfile "r|*") through a SealedWriter; a plain tar is walked
+A compressed archive is inflated by the standard library's gzip, bz2 or lzma reader and its
+tar stream walked (tarfile "r|") through a SealedWriter; tarfile never sees compressed bytes
+(Python 3.11.2's own gzip-header path raises AttributeError on a corrupt extra field); a plain tar is walked
 header by header ("r:") and each member's bytes are read straight from their offset in the
 archive (sealed.seal_from_fd), as fast as a directory package.
 Nothing is written to disk. Only regular-file members whose names fit the layout are accepted
@@ -13,6 +15,9 @@ capped while streaming, so a bomb is refused with bounded memory: E_ARCHIVE_LIMI
 Members may sit under one top directory (the model directory, whose name is then bound to the
 signed name) or directly at the root (`config.pbtxt`, `<N>/...`).
 """
+import bz2
+import gzip
+import lzma
 import os
 import tarfile
 import zlib
@@ -24,7 +29,7 @@ from rtd.loader.fileset import FileSet
 from rtd.loader.sealed import SealedWriter, seal_from_fd
 
 _CHUNK = 1 << 20
-_COMPRESSED_MAGICS = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
+_INFLATERS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ": lzma.open}   # magic -> reader
 _RATIO_FLOOR = 32 << 20   # the ratio cap applies once this much has been inflated
 MAX_EXTENDED_HEADER = 1 << 16
 _EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
@@ -108,11 +113,13 @@ def read_archive(path: str, files: FileSet) -> None:
     with Dir.open(directory) as parent:   # the archive itself: no link, no FIFO, a regular file
         archive = parent.open_file(name, 2 * files.limits.max_total_bytes + (1 << 20), Code.E_ARCHIVE_LIMIT, allow_links=True)
     with os.fdopen(archive.fd, "rb") as raw:
-        compressed = raw.read(6).startswith(_COMPRESSED_MAGICS)
+        head = raw.read(6)
         raw.seek(0)
-        inflation, top, members = (_Inflation(raw, files.limits) if compressed else None), [], 0
+        inflater = next((opener for magic, opener in _INFLATERS.items() if head.startswith(magic)), None)
+        inflation, top, members = (_Inflation(raw, files.limits) if inflater else None), [], 0
         try:
-            with tarfile.open(fileobj=raw, mode="r|*" if compressed else "r:", tarinfo=_BoundedInfo) as stream:
+            tar = (dict(fileobj=inflater(raw, "rb"), mode="r|") if inflater else dict(fileobj=raw, mode="r:"))
+            with tarfile.open(tarinfo=_BoundedInfo, **tar) as stream:
                 for member in stream:
                     members += 1
                     if members > files.limits.max_archive_members:
@@ -121,8 +128,7 @@ def read_archive(path: str, files: FileSet) -> None:
                     parts = _member_parts(member, files, top)
                     if parts:
                         _read_member(stream, member, parts, files, inflation)
-        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError, TypeError) as e:
-            # TypeError: tarfile on a truncated gzip header
+        except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, ValueError) as e:
             raise RtdError(Code.E_ARCHIVE_INVALID, f"{type(e).__name__}: {e}") from None
     if not members:
         raise RtdError(Code.E_ARCHIVE_INVALID, "the archive has no members")

@@ -577,6 +577,16 @@ def tar_truncated(kit):
     return path
 
 
+@case(Code.E_ARCHIVE_INVALID)
+def gzip_corrupt_extra_field(kit):
+    """A gzip header whose FEXTRA length runs into bad deflate data (found by the fuzzer):
+    Python 3.11.2's tarfile raised AttributeError from its own header reader."""
+    path = os.path.join(kit.root, "extra.tar.gz")
+    with open(path, "wb") as f:
+        f.write(b"\x1f\x8b\x08\x04\xb4\xac\x14k\x02\xff\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+    return path
+
+
 # formats and parsing ----------------------------------------------------------------------------
 
 @case(Code.E_FORMAT_FORBIDDEN)
