@@ -107,8 +107,8 @@ class RtdError(Exception):
         return {"code": self.code.name, "reason": self.code.reason, "detail": self.detail}
 
 
-def storage_error(number: int, what: str) -> RtdError:
+def storage_error(number: int, what: str, why: str | None = None) -> RtdError:
     """A write the system refused (`number` its errno): E_STORAGE_FULL where the disk or a quota is full, else
-    E_INTERNAL, saying what was being written."""
+    E_INTERNAL, saying what was being written and why (the errno's own words unless `why`)."""
     code = Code.E_STORAGE_FULL if number in (errno.ENOSPC, errno.EDQUOT) else Code.E_INTERNAL
-    return RtdError(code, f"{what}: {os.strerror(number)}")
+    return RtdError(code, f"{what}: {why or os.strerror(number)}")

@@ -81,7 +81,8 @@ def upload_spool(supervisor, who: str, length: int):
         disk = os.statvfs(directory)
         reserve = min(disk.f_blocks * disk.f_frsize // SPOOL_RESERVE, 256 << 20)
         if disk.f_bavail * disk.f_frsize - length < reserve:
-            raise OSError(errno.ENOSPC, f"{length} bytes would leave less than {reserve} bytes free")
+            raise OSError(errno.ENOSPC, f"{length} bytes would leave less than {reserve} bytes free, "
+                                        "kept for the registry's writes")   # said: df shows room left
         fd = os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
         if length:
             os.posix_fallocate(fd, 0, length)
@@ -89,7 +90,7 @@ def upload_spool(supervisor, who: str, length: int):
         charge.release()
         if fd >= 0:
             os.close(fd)
-        raise storage_error(e.errno, "spooling an upload") from None
+        raise storage_error(e.errno, "spooling an upload", e.strerror) from None
     return UploadSpool(fd, length, charge), charge
 
 

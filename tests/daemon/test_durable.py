@@ -157,6 +157,29 @@ def test_a_full_disk_refuses_loads_and_unloads_and_changes_nothing(fresh_daemon,
         d.stop()
 
 
+def test_an_upload_may_not_spool_into_the_registrys_reserve(small_state):
+    """With room on the disk for the package but not for it and the registry's reserve (a quarter
+    of the disk), the load is refused saying so, and the registry can still write (an unload)."""
+    from tests.daemon.conftest import Daemon
+    d = Daemon(small_state).start()
+    try:
+        d.client("acme").load("m", d.package("acme", mlp(1), "m"))
+        filler = fill(d.state)
+        disk = os.statvfs(d.state)
+        reserve = disk.f_blocks * disk.f_frsize // 4
+        os.truncate(filler, os.path.getsize(filler) - reserve - (1 << 20))   # the reserve and 1 MiB free
+        package = d.package("acme", mlp(2, inner=1 << 17), "big")   # 2 MiB of weights
+        with pytest.raises(RtdError) as e:
+            d.client("acme").load("big", package)
+        assert e.value.code == Code.E_STORAGE_FULL and "kept for the registry's writes" in e.value.detail
+        free = os.statvfs(d.state)
+        assert free.f_bavail * free.f_frsize > 2 << 20, "the disk had room for the package itself"
+        d.client("acme").unload("m")
+        assert [m.name for m in d.client("acme").index()] == []
+    finally:
+        d.stop()
+
+
 def test_a_damaged_state_directory_costs_only_what_is_damaged(fresh_daemon):
     d = fresh_daemon()
     d.client("acme").load("a", d.package("acme", mlp(1), "a"))

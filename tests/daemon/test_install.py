@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="install.sh runs as ro
 def staged(tmp_path_factory):
     root = tmp_path_factory.mktemp("stage")
     subprocess.run(["bash", INSTALL, "--root", str(root)], check=True, capture_output=True, timeout=900)
-    return root
+    yield root
+    shutil.rmtree(root)   # a whole installed environment (350 MB): CI's disk is not ours to fill
 
 
 def test_files_land_where_the_unit_expects_them(staged):
