@@ -118,7 +118,7 @@ def read_archive(path: str, files: FileSet) -> None:
         inflater = next((opener for magic, opener in _INFLATERS.items() if head.startswith(magic)), None)
         inflation, top, members = (_Inflation(raw, files.limits) if inflater else None), [], 0
         try:
-            tar = (dict(fileobj=inflater(raw, "rb"), mode="r|") if inflater else dict(fileobj=raw, mode="r:"))
+            tar = (dict(fileobj=inflater(raw, "rb"), mode="r|", bufsize=_CHUNK) if inflater else dict(fileobj=raw, mode="r:"))
             with tarfile.open(tarinfo=_BoundedInfo, **tar) as stream:
                 for member in stream:
                     members += 1
