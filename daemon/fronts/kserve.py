@@ -82,7 +82,7 @@ def upload_spool(supervisor, who: str, length: int):
         reserve = min(disk.f_blocks * disk.f_frsize // SPOOL_RESERVE, 256 << 20)
         if disk.f_bavail * disk.f_frsize - length < reserve:
             raise OSError(errno.ENOSPC, f"{length} bytes would leave less than {reserve} bytes free, "
-                                        "kept for the registry's writes")   # said: df shows room left
+                                        "kept for the registry's writes")   # said, as df still shows room
         fd = os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
         if length:
             os.posix_fallocate(fd, 0, length)

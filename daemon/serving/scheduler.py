@@ -82,6 +82,11 @@ def _expire(future: asyncio.Future) -> None:
         future.exception()   # retrieved: the frame's callers may have gone
 
 
+def _queued_too_long() -> RtdError:
+    """A frame's deadline passed before it reached a worker (a slot or an instance too late)."""
+    return RtdError(Code.E_DEADLINE, "expired while queued for a worker")
+
+
 def _unanswered(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(False)
@@ -291,7 +296,7 @@ class Scheduler:
         queued_until = min(deadline, time.monotonic() + self.limits.request_timeout_s)
         if not self.slots.take() and not await self.slots.wait(queued_until):
             for p in batch:
-                self._settle(p, RtdError(Code.E_DEADLINE, "expired while queued for a worker"))
+                self._settle(p, _queued_too_long())
             return
         released = False
 
@@ -306,7 +311,7 @@ class Scheduler:
         try:
             instance = await self.version.instance(queued_until)
             if deadline <= time.monotonic():
-                raise RtdError(Code.E_DEADLINE, "expired while queued for a worker")
+                raise _queued_too_long()
             timing = batch[0].timing
             timing.computing(*(p.timing for p in batch[1:]))
             head, tensors = infer_frame([p.request for p in batch])
@@ -316,7 +321,7 @@ class Scheduler:
         except BaseException as e:
             finished(False)
             if isinstance(e, RtdError) and e.code is Code.E_MODEL_UNAVAILABLE and deadline <= time.monotonic():
-                e = RtdError(Code.E_DEADLINE, "the deadline passed before the model answered")   # no instance in time for it
+                e = _queued_too_long()   # no instance became ready before the deadline
             for p in batch:
                 self._settle(p, e if isinstance(e, RtdError) else RtdError(Code.E_INTERNAL, type(e).__name__))
             if not isinstance(e, Exception):
