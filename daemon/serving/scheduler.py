@@ -316,8 +316,10 @@ class Scheduler:
             timing.computing(*(p.timing for p in batch[1:]))
             head, tensors = infer_frame([p.request for p in batch])
             handing_on = frozenset(i for i, p in enumerate(batch) if p.request.step is not None and p.request.step.hands_on)
-            future = instance.send(wire.Kind.INFER, head, tensors, self.limits.request_timeout_s, finished)
+            # stamped before the frame leaves: once it does, the woken worker may preempt this process and
+            # answer before it runs on, and a later stamp would leave the worker's phases no span to fit in
             timing.sent()
+            future = instance.send(wire.Kind.INFER, head, tensors, self.limits.request_timeout_s, finished)
         except BaseException as e:
             finished(False)
             if isinstance(e, RtdError) and e.code is Code.E_MODEL_UNAVAILABLE and deadline <= time.monotonic():
